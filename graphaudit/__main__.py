@@ -1,0 +1,3 @@
+from graphaudit.cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""The `graphaudit` command: a thin click group over the library.
+
+Each subcommand lives in its own module, parses its options, calls one public library
+function and renders the result. Errors raised as GraphAuditError become one line on
+stderr and the error's exit status; nothing else is caught.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from graphaudit._version import __version__
+from graphaudit.errors import GraphAuditError
+
+# name -> "module:attribute"; modules are imported only when their command runs or when
+# help lists them, so `graphaudit --version` stays fast.
+COMMANDS = {
+    "demo": "graphaudit.cli.demo:demo",
+    "inspect": "graphaudit.cli.inspect:inspect_cmd",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="graphaudit")
+def cli():
+    """Audit a 'dynamic' neural network exported to ONNX.
+
+    graphaudit keeps three properties apart: whether the controller's coefficients vary
+    with the input, whether the frozen model depends on which coefficients it is given,
+    and whether any block is ever skipped or shrunk when the model runs.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI, turning GraphAuditError into one line and its exit status."""
+    try:
+        # Commands return None, or call ctx.exit(code) (e.g. 3 when a claim is refuted).
+        status = cli.main(args=argv, prog_name="graphaudit", standalone_mode=False)
+    except GraphAuditError as err:
+        click.echo(f"graphaudit: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("graphaudit: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except BrokenPipeError:
+        sys.exit(1)
+    sys.exit(status if isinstance(status, int) else 0)

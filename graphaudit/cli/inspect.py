@@ -1,0 +1,56 @@
+"""`graphaudit inspect`: what a model is made of, before any audit."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from tabulate import tabulate
+
+from graphaudit.load import load_model
+from graphaudit.summary import GraphSummary, summarize
+
+
+@click.command("inspect")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--graph-only", is_flag=True, help="Do not read external weight files.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+def inspect_cmd(model: str, graph_only: bool, fmt: str) -> None:
+    """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
+    summary = summarize(load_model(model, weights=not graph_only))
+    if fmt == "json":
+        click.echo(json.dumps(summary.to_json(), indent=2))
+    else:
+        click.echo(render_text(summary))
+
+
+def _shape(shape) -> str:
+    return "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def render_text(s: GraphSummary) -> str:
+    """The summary as terminal text."""
+    opsets = ", ".join(f"{d} {v}" for d, v in s.opsets)
+    lines = [
+        f"model: {s.model}  (opsets: {opsets}; weights {'loaded' if s.weights_loaded else 'not read'})",
+        f"nodes: {s.node_count} ({s.nested_node_count} inside control flow or functions)",
+        "",
+        tabulate(
+            [("input", v.name, v.elem_type, _shape(v.shape)) for v in s.inputs]
+            + [("output", v.name, v.elem_type, _shape(v.shape)) for v in s.outputs],
+            headers=["", "name", "dtype", "shape"],
+        ),
+        "",
+        "operators: " + ", ".join(f"{op} {n}" for op, n in s.op_counts),
+    ]
+    if s.control_flow:
+        lines.append("control flow: " + ", ".join(f"{op} `{n}` ({k} nodes inside)" for n, op, k in s.control_flow))
+    if s.functions:
+        lines.append("local functions: " + ", ".join(s.functions))
+    if s.coefficients:
+        lines += ["", tabulate([(c.tensor, c.family, c.layer, " × ".join(c.axes)) for c in s.coefficients],
+                               headers=["coefficient", "family", "layer", "axes"])]
+    else:
+        lines.append("coefficients: none declared in the metadata")
+    return "\n".join(lines)

@@ -1,0 +1,213 @@
+"""Load an ONNX model safely, with or without its external weights.
+
+`load_model` gives back a LoadedModel: the ModelProto after the ONNX checker and shape
+inference (symbolic dimensions kept), where it came from, and whether its weights were
+read. A graph-only load (`weights=False`) never opens an external-data file, so a
+multi-GB model can be audited from its graph alone. External-data locations that escape
+the model's folder (absolute paths, `..`, links pointing outside) are refused before any
+of them is opened.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, shape_inference
+
+from graphaudit.errors import GraphAuditError
+
+# Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A checked ONNX model and the facts about how it was loaded."""
+
+    model: onnx.ModelProto = field(repr=False)
+    path: Path | None
+    weights_loaded: bool
+    external_files: tuple[str, ...]
+    shape_inference_ok: bool
+    shape_inference_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else (self.model.graph.name or "<model>")
+
+
+def load_model(
+    source: str | os.PathLike | onnx.ModelProto,
+    *,
+    weights: bool = True,
+    check: bool = True,
+    infer_shapes: bool = True,
+) -> LoadedModel:
+    """Return the model at `source`, checked and shape-inferred, as a LoadedModel.
+
+    `weights=False` leaves external initializers as references and never opens their
+    files. The argument (a path or a ModelProto) is never modified.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        path = None
+        base = None
+    else:
+        path = Path(source)
+        model = _parse_file(path)
+        base = path.resolve().parent
+    _require_graph(model, path)
+    external = _external_locations(model)
+    if external and base is not None:
+        for location in external:
+            _check_location(location, base, path)
+    if weights and external:
+        if base is None:
+            raise GraphAuditError(
+                "expected a model with its weights inline when given a ModelProto, found "
+                f"external-data references ({', '.join(external[:3])}); load it from its file"
+            )
+        _load_external(model, base, path)
+    if check:
+        _check(model if weights or not external else _external_as_inputs(model), path)
+    inferred_ok, inferred_error = True, None
+    if infer_shapes:
+        model, inferred_ok, inferred_error = _infer_shapes(model)
+    return LoadedModel(
+        model=model,
+        path=path,
+        weights_loaded=weights or not external,
+        external_files=tuple(external),
+        shape_inference_ok=inferred_ok,
+        shape_inference_error=inferred_error,
+    )
+
+
+def _parse_file(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise GraphAuditError(f"expected an ONNX model file, found no file at {path}")
+    if path.is_dir():
+        raise GraphAuditError(f"expected an ONNX model file, found a directory at {path}")
+    data = path.read_bytes()
+    if not data:
+        raise GraphAuditError(f"expected an ONNX model in {path}, found an empty file")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        raise GraphAuditError(
+            f"expected an ONNX model (protobuf ModelProto) in {path}, found {len(data)} bytes "
+            f"that do not parse ({_short(err)}); the file may be truncated or not ONNX"
+        ) from None
+    return model
+
+
+def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
+    where = f" in {path}" if path else ""
+    if not model.HasField("graph") or (
+        not model.graph.node and not model.graph.output and not model.graph.input
+    ):
+        raise GraphAuditError(
+            f"expected an ONNX model with a graph{where}, found a protobuf message with no "
+            "graph (ir_version {}, {} opset imports); it may be another kind of file".format(
+                model.ir_version, len(model.opset_import)
+            )
+        )
+    if model.ir_version <= 0:
+        raise GraphAuditError(
+            f"expected an ONNX model with an IR version{where}, found ir_version "
+            f"{model.ir_version}; the file is not a valid ONNX model"
+        )
+
+
+def _external_locations(model: onnx.ModelProto) -> list[str]:
+    locations: list[str] = []
+    for tensor in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(tensor):
+            info = external_data_helper.ExternalDataInfo(tensor)
+            if info.location not in locations:
+                locations.append(info.location)
+    return locations
+
+
+def _check_location(location: str, base: Path, path: Path | None) -> None:
+    """Refuse an external-data location that is absolute or resolves outside `base`."""
+    where = f" (model {path})" if path else ""
+    if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
+        raise GraphAuditError(
+            f"expected external-data locations relative to the model's folder{where}, "
+            f"found {location!r}; refusing to read it"
+        )
+    target = (base / location).resolve()
+    if target != base and base not in target.parents:
+        raise GraphAuditError(
+            f"expected external-data locations inside the model's folder {base}{where}, "
+            f"found {location!r}, which resolves to {target}; refusing to read it"
+        )
+
+
+def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
+    for location in _external_locations(model):
+        if not (base / location).is_file():
+            raise GraphAuditError(
+                f"expected the external-data file {location!r} beside the model {path}, "
+                "found none; load with weights=False (--graph-only) to audit the graph alone"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base))
+    except (OSError, ValueError, onnx.checker.ValidationError) as err:
+        raise GraphAuditError(
+            f"expected readable external data for {path}, found an error: {_short(err)}"
+        ) from None
+
+
+def _check(model: onnx.ModelProto, path: Path | None) -> None:
+    where = f" {path}" if path else ""
+    try:
+        if model.ByteSize() > _PROTOBUF_LIMIT:
+            # check_model cannot serialise a proto past 2 GiB; its graph-only checks still apply.
+            onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
+        else:
+            onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
+        raise GraphAuditError(
+            f"expected a valid ONNX model{where}, found the ONNX checker's objection: {_short(err)}"
+        ) from None
+
+
+def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy whose external initializers are graph inputs, so the checker opens no file."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    kept = []
+    declared = {vi.name for vi in copy.graph.input}
+    for tensor in copy.graph.initializer:
+        if external_data_helper.uses_external_data(tensor):
+            if tensor.name in declared:
+                continue
+            copy.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
+            )
+        else:
+            kept.append(tensor)
+    del copy.graph.initializer[:]
+    copy.graph.initializer.extend(kept)
+    return copy
+
+
+def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+    try:
+        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
+        return model, False, _short(err)
+    return inferred, True, None
+
+
+def _short(err: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: synthetic graphs built with onnx.helper."""

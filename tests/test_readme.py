@@ -1,0 +1,37 @@
+"""The README's two set-up commands are the ones CI and the scripts run."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Set up and run.*?```bash\n(.*?)```", text, re.S).group(1)
+    return [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_readme_has_exactly_two_setup_commands():
+    commands = readme_commands()
+    assert commands == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    for command in commands:
+        assert (ROOT / command.split()[1]).is_file()
+
+
+def test_ci_runs_the_readme_test_command_exactly():
+    test_command = readme_commands()[1]
+    lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines()
+             if l.strip() and not l.strip().startswith("#")]
+    assert lines[-1] == test_command
+
+
+def test_scripts_share_one_environment_setup_and_pin_torch():
+    for script in ("demo.sh", "test.sh"):
+        text = (ROOT / "scripts" / script).read_text()
+        assert 'source "$(dirname "${BASH_SOURCE[0]}")/env.sh"' in text
+    assert "torch==2.13.0" in (ROOT / "scripts" / "constraints.txt").read_text().split()
+    env = (ROOT / "scripts" / "env.sh").read_text()
+    assert "-c \"$root/scripts/constraints.txt\"" in env and "[exporters,dev]" in env
+    assert "exec graphaudit demo" in (ROOT / "scripts" / "demo.sh").read_text()
+    assert "pytest" in (ROOT / "scripts" / "test.sh").read_text()
