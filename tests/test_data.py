@@ -1,0 +1,88 @@
+"""Input data files: checked against the model's inputs, pickles refused."""
+
+import numpy as np
+import onnx.parser
+import pytest
+
+from graphaudit.data import input_specs, load_data
+from graphaudit.errors import GraphAuditError
+
+MODEL = onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["" : 17]>
+m (int64[batch, seq] input_ids, float[batch, 4] extra) => (float[batch, seq] y) {
+    f = Cast <to = 1> (input_ids)
+    s = ReduceSum <keepdims = 1> (extra, axes)
+    y = Add (f, s)
+}
+""".replace("(extra, axes)", "(extra)"))
+SPECS = input_specs(MODEL)
+
+
+def save(tmp_path, **arrays):
+    path = tmp_path / "d.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def good(n=3):
+    return {"input_ids": np.arange(n * 5).reshape(n, 5), "extra": np.ones((n, 4), np.float32)}
+
+
+def test_specs_come_from_graph_inputs():
+    assert [s.name for s in SPECS] == ["input_ids", "extra"]
+    assert SPECS[0].shape == ("batch", "seq") and SPECS[0].dtype == np.int64
+
+
+def test_good_file_loads_and_batches(tmp_path):
+    data = load_data(save(tmp_path, **good(5), labels=np.zeros((5, 5), np.int64)), SPECS)
+    assert data.count == 5 and "labels" in data.labels
+    sizes = [feeds["input_ids"].shape[0] for _, feeds in data.batches(2)]
+    assert sizes == [2, 2, 1]
+
+
+def test_int32_ids_are_widened_losslessly(tmp_path):
+    arrays = good()
+    arrays["input_ids"] = arrays["input_ids"].astype(np.int32)
+    data = load_data(save(tmp_path, **arrays), SPECS)
+    assert data.arrays["input_ids"].dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda a: a.pop("extra"), "missing extra"),
+        (lambda a: a.update(bogus=np.ones(3)), r"unexpected keys \['bogus'\]"),
+        (lambda a: a.update(extra=a["extra"].astype(np.float64)), "dtype float32, found float64"),
+        (lambda a: a.update(input_ids=a["input_ids"].astype(np.float32)), "dtype int64, found float32"),
+        (lambda a: a.update(input_ids=a["input_ids"][0]), "rank 2 .* found rank 1"),
+        (lambda a: a.update(extra=np.ones((3, 5), np.float32)), "size 4 on axis 1, found 5"),
+        (lambda a: a.update(extra=np.ones((2, 4), np.float32)), "same number of examples"),
+        (lambda a: a.update(input_ids=np.zeros((0, 5), np.int64), extra=np.zeros((0, 4), np.float32)), "empty array"),
+        (lambda a: a["extra"].__setitem__((0, 0), np.nan), "NaN/Inf"),
+    ],
+    ids=["missing", "extra-key", "float64", "float-ids", "rank", "fixed-dim", "batch-mismatch", "empty", "nan"],
+)
+def test_bad_arrays_are_refused(tmp_path, change, message):
+    arrays = good()
+    change(arrays)
+    path = save(tmp_path, **arrays)
+    before = path.read_bytes()
+    with pytest.raises(GraphAuditError, match=message) as info:
+        load_data(path, SPECS)
+    assert "\n" not in str(info.value)
+    assert path.read_bytes() == before
+
+
+def test_pickled_objects_are_refused(tmp_path):
+    arrays = good()
+    arrays["input_ids"] = np.array([object(), 1], dtype=object)
+    path = save(tmp_path, **arrays)
+    with pytest.raises(GraphAuditError, match="pickled Python objects"):
+        load_data(path, SPECS)
+
+
+def test_not_an_npz(tmp_path):
+    path = tmp_path / "d.npz"
+    path.write_bytes(b"hello")
+    with pytest.raises(GraphAuditError, match="not a zip archive"):
+        load_data(path, SPECS)
