@@ -62,6 +62,7 @@ def load_model(
         model = _parse_file(path)
         base = path.resolve().parent
     _require_graph(model, path)
+    _check_versions(model, path)
     external = _external_locations(model)
     if external and base is not None:
         for location in external:
@@ -125,6 +126,49 @@ def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
         )
 
 
+def _check_versions(model: onnx.ModelProto, path: Path | None) -> None:
+    """Refuse IR versions and default-domain opsets newer than the installed onnx knows."""
+    where = f" in {path}" if path else ""
+    if model.ir_version > onnx.IR_VERSION:
+        raise GraphAuditError(
+            f"expected an ONNX IR version up to {onnx.IR_VERSION} (onnx {onnx.__version__}){where}, "
+            f"found {model.ir_version}; upgrade onnx to read this model"
+        )
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            raise GraphAuditError(
+                f"expected an ai.onnx opset up to {newest} (onnx {onnx.__version__}){where}, "
+                f"found opset {opset.version}; upgrade onnx or re-export at an older opset"
+            )
+
+
+def _diagnose_order(model: onnx.ModelProto) -> str | None:
+    """Say whether the main graph has a cycle or an input nothing defines (None if neither)."""
+    import networkx as nx
+
+    defined = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
+    producer = {}
+    for index, node in enumerate(model.graph.node):
+        for out in node.output:
+            producer[out] = index
+    g = nx.DiGraph()
+    for index, node in enumerate(model.graph.node):
+        for name in node.input:
+            if not name or name in defined:
+                continue
+            if name not in producer:
+                label = node.name or f"#{index} ({node.op_type})"
+                return f"node {label} reads {name!r}, which no node, input or initializer defines"
+            g.add_edge(producer[name], index)
+    try:
+        cycle = nx.find_cycle(g)
+    except nx.NetworkXNoCycle:
+        return None
+    names = [model.graph.node[a].name or f"#{a} ({model.graph.node[a].op_type})" for a, _ in cycle]
+    return "a cycle through nodes " + " -> ".join(names)
+
+
 def _external_locations(model: onnx.ModelProto) -> list[str]:
     locations: list[str] = []
     for tensor in external_data_helper._get_all_tensors(model):
@@ -175,6 +219,9 @@ def _check(model: onnx.ModelProto, path: Path | None) -> None:
         else:
             onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
+        problem = _diagnose_order(model) if "topologically sorted" in str(err) else None
+        if problem:
+            raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
         raise GraphAuditError(
             f"expected a valid ONNX model{where}, found the ONNX checker's objection: {_short(err)}"
         ) from None

@@ -109,7 +109,11 @@ def test_external_data_symlink_out_of_the_folder_is_refused(tmp_path):
 def test_checker_objection_is_reported():
     model = transformer_graph(layers=1, hidden=16, heads=2, vocab=20, external=None)
     model.graph.node[3].input[0] = "nowhere"
-    with pytest.raises(GraphAuditError, match="checker"):
+    with pytest.raises(GraphAuditError, match="reads 'nowhere', which no node, input or initializer defines"):
+        load_model(model)
+    model.graph.node[3].input[0] = model.graph.node[2].output[0]
+    model.graph.node[3].op_type = "NoSuchOp"
+    with pytest.raises(GraphAuditError, match="checker's objection: No Op registered for NoSuchOp"):
         load_model(model)
 
 

@@ -1,0 +1,93 @@
+"""ONNX Runtime sessions: providers chosen by name, failures explained in one line.
+
+Every part of graphaudit that runs a model (capture, replay, profile) creates its session
+through `create_session`, so that a model with an operator ONNX Runtime lacks, or a CUDA
+request on a machine without CUDA, gives the same clear error everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+import onnx
+import onnxruntime as ort
+
+from graphaudit.errors import GraphAuditError
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+# Operator domains ONNX Runtime implements kernels for (everything else is custom).
+RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
+                             "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
+
+
+def resolve_providers(provider: str) -> list[str]:
+    """Return ONNX Runtime's provider list for `provider` (cpu, cuda or auto)."""
+    available = ort.get_available_providers()
+    if provider == "auto":
+        return [PROVIDERS["cuda"], PROVIDERS["cpu"]] if PROVIDERS["cuda"] in available else [PROVIDERS["cpu"]]
+    if provider not in PROVIDERS:
+        raise GraphAuditError(
+            f"expected a provider among cpu, cuda, auto, found {provider!r}", exit_code=2
+        )
+    name = PROVIDERS[provider]
+    if name not in available:
+        hint = " (install graphaudit[gpu] in an environment without the CPU onnxruntime)" if provider == "cuda" else ""
+        raise GraphAuditError(
+            f"expected ONNX Runtime with the {name}{hint}, found only {', '.join(available)}"
+        )
+    return [name] + ([PROVIDERS["cpu"]] if provider == "cuda" else [])
+
+
+def custom_operators(model: onnx.ModelProto) -> list[str]:
+    """`domain.op` of every operator (subgraphs included) outside ONNX Runtime's domains."""
+    local = {(f.domain, f.name) for f in model.functions}
+    found: list[str] = []
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            if node.domain not in RUNTIME_DOMAINS and (node.domain, node.op_type) not in local:
+                label = f"{node.domain}.{node.op_type}"
+                if label not in found:
+                    found.append(label)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+                for sub in attr.graphs:
+                    walk(sub)
+
+    walk(model.graph)
+    for fn in model.functions:
+        for node in fn.node:
+            if node.domain not in RUNTIME_DOMAINS and (node.domain, node.op_type) not in local:
+                label = f"{node.domain}.{node.op_type}"
+                if label not in found:
+                    found.append(label)
+    return found
+
+
+def create_session(
+    model: onnx.ModelProto | bytes | str,
+    providers: list[str] | None = None,
+    options: ort.SessionOptions | None = None,
+) -> ort.InferenceSession:
+    """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none."""
+    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    try:
+        return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]])
+    except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
+        message = " ".join(str(err).split())
+        custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
+        missing = re.findall(r"([\w.]*:\w+)\(-?\d+\) is not a registered function/op", message)
+        missing += re.findall(r"Could not find an implementation for (\w+\(\d+\))", message)
+        if custom or missing:
+            ops = ", ".join(custom or missing)
+            raise GraphAuditError(
+                f"expected operators ONNX Runtime implements, found {ops}, which it lacks; "
+                "the static audit (graphaudit static) still works, the runtime parts cannot run"
+            ) from None
+        opset = re.search(r"Opset (\d+) is under development.*?till opset (\d+)", message)
+        if opset:
+            raise GraphAuditError(
+                f"expected an ONNX opset ONNX Runtime supports (up to {opset.group(2)}), found opset {opset.group(1)}"
+            ) from None
+        raise GraphAuditError(f"expected a model ONNX Runtime can load, found its objection: {message[:400]}") from None
