@@ -225,6 +225,12 @@ def _check(model: onnx.ModelProto, path: Path | None) -> None:
         raise GraphAuditError(
             f"expected a valid ONNX model{where}, found the ONNX checker's objection: {_short(err)}"
         ) from None
+    except UnicodeDecodeError:
+        # The checker's message quotes a name whose bytes are not UTF-8: the file is damaged.
+        raise GraphAuditError(
+            f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
+            "(the file is damaged or not ONNX)"
+        ) from None
 
 
 def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
