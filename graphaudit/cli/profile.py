@@ -1,0 +1,110 @@
+"""`graphaudit profile`: latency, per-block time, what ran per input, ratio to a baseline."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from tabulate import tabulate
+
+from graphaudit.profile import ProfileReport, profile_model
+from graphaudit.profile.report import NODE_TIME_KINDS
+from graphaudit.profile.session import OPT_LEVELS
+
+_TOP_NODES = 10
+
+
+@click.command("profile")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--data", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Inputs (.npz keyed by graph-input name); each batch is one profiled input.")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
+              help="A dense model taking the same inputs, timed in alternation with MODEL.")
+@click.option("--runs", default=20, show_default=True, help="Timed rounds (each runs every batch once).")
+@click.option("--warmup", default=3, show_default=True, help="Rounds run first and discarded.")
+@click.option("--profile-runs", default=3, show_default=True, help="Rounds run with the profiler on.")
+@click.option("--batch-size", default=1, show_default=True,
+              help="Examples per run; 1 shows per-input decisions (an If decides per batch).")
+@click.option("--limit", type=int, help="Use only the first N examples of the data.")
+@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
+              help="Execution provider; cuda fails when ONNX Runtime has no CUDA.")
+@click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all", show_default=True,
+              help="ORT graph optimisation level; 'disable' maps events one-to-one to nodes.")
+@click.option("--threads", type=int, help="ORT intra-op threads (default: ORT's choice).")
+@click.option("--trace", type=click.Path(dir_okay=False, path_type=str),
+              help="Write a Chrome-trace / Perfetto file with block annotations here.")
+@click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
+              help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, limit, provider, opt_level,
+                threads, trace, keep_profiles, fmt) -> None:
+    """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran."""
+    report = profile_model(model, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
+                           batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
+                           limit=limit, trace=trace, keep_profiles=keep_profiles)
+    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+
+
+def render_text(r: ProfileReport) -> str:
+    """The report as terminal text."""
+    lat, prof = r.latency_ms, r.profiled_latency_ms
+    lines = [
+        f"model: {r.model}  on {r.provider}, {r.opt_level}",
+        f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
+        f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
+        f"latency: {lat.median:.3f} ms per batch (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}); profiled "
+        f"{prof.median:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
+    ]
+    if r.baseline is not None:
+        b = r.baseline
+        lines.append(f"baseline {b.model}: {b.latency_ms.median:.3f} ms per batch; ratio {b.ratio.median:.3f} "
+                     f"(p10 {b.ratio.p10:.3f}, p90 {b.ratio.p90:.3f}): {b.describe()}")
+    lines += [
+        f"node times: {NODE_TIME_KINDS[r.node_time_kind]}",
+        f"mapping: {r.mapping}" + (f" ({r.fused_nodes} fused or replaced nodes)" if r.fused_nodes else ""),
+        f"blocks: {r.block_method}",
+        "",
+    ]
+    rows = []
+    for entry in r.to_json()["blocks"]:
+        flops = entry.get("executed_flops")
+        varying = entry.get("value_dependent_shapes") or []
+        rows.append((
+            entry["name"], _ms(entry["median_ms"]), _pct(entry["share"]), _pct(entry["executed_fraction"]),
+            "" if not entry.get("node_fraction") else _pct(entry["node_fraction"]["median"]),
+            "" if not flops else f"{_si(flops['min'])}..{_si(flops['max'])}",
+            f"{len(varying)} nodes" if varying else "",
+        ))
+    lines.append(tabulate(rows, headers=["block", "median ms", "share", "executed", "nodes ran",
+                                         "FLOPs/input", "value-dependent shapes"]))
+    varying = [(b.name, v) for b in r.execution.blocks for v in b.value_dependent]
+    if varying:
+        lines += ["", "shapes that changed between inputs of the same shape:"]
+        for block, v in varying[:_TOP_NODES]:
+            shown = f"{v.shapes[0]}  ..  {v.shapes[-1]}" if len(v.shapes) > 1 else v.shapes[0]
+            lines.append(f"  {block}  {v.node} ({v.op_type}, {v.distinct} shapes): {shown}")
+        if len(varying) > _TOP_NODES:
+            lines.append(f"  ... and {len(varying) - _TOP_NODES} more (see --format json)")
+    lines += ["", tabulate([(n.name, n.op_type, n.block, _ms(n.median_ms), _pct(n.share))
+                            for n in r.breakdown.nodes[:_TOP_NODES]],
+                           headers=["node (as run)", "op", "block", "median ms", "share"])]
+    if r.trace:
+        lines.append(f"\ntrace: {r.trace}")
+    lines += [f"note: {note}" for note in r.notes]
+    return "\n".join(lines)
+
+
+def _ms(value) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _pct(value) -> str:
+    return "" if value is None else f"{value:.0%}" if value in (0, 1) else f"{value:.1%}"
+
+
+def _si(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"

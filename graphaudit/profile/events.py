@@ -1,0 +1,222 @@
+"""ONNX Runtime profiler files: node events grouped into the runs they belong to.
+
+`parse_profile` gives back a Profile: one Run per `model_run` window, each holding the
+node events whose interval falls inside it, in time order. Two layouts are accepted:
+
+- current (1.32): one `<node>_kernel_time` event per node execution;
+- fenced (older builds): `<node>_fence_before` / `_kernel_time` / `_fence_after`, with
+  `exec_plan_index` and `graph_index` in the args.
+
+Either may be a bare JSON array or a Chrome-trace object with `traceEvents`. A control-flow
+node's event (If, Loop, Scan) encloses the events of the body it ran, so each event also
+gets its *self* time: its duration less that of the events directly nested in it.
+GPU kernel events (`cat == "Kernel"`, only in builds with CUDA profiling) are kept apart.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from graphaudit.errors import GraphAuditError
+
+KERNEL_SUFFIX = "_kernel_time"
+FENCE_SUFFIXES = ("_fence_before", "_fence_after")
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# ts / dur are whole microseconds: a nested event may poke out of its parent by rounding.
+_SLACK_US = 1.0
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """One execution of one node, as the profiler recorded it (times in microseconds)."""
+
+    name: str  # the node's name in the graph ORT ran (suffix removed)
+    op_type: str | None
+    provider: str | None
+    ts: float
+    dur: float
+    tid: int
+    input_types: tuple[str, ...] | None
+    input_shapes: tuple[Shape, ...] | None
+    output_types: tuple[str, ...] | None
+    output_shapes: tuple[Shape, ...] | None
+    self_dur: float | None = None  # dur less directly nested events; set when grouped
+    graph_index: int | None = None  # fenced layout only
+    plan_index: int | None = None  # node_index, or exec_plan_index in the fenced layout
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+    @property
+    def is_control_flow(self) -> bool:
+        return self.op_type in CONTROL_FLOW_OPS
+
+
+@dataclass(frozen=True)
+class Run:
+    """One `session.run` call: its window and the node events inside it."""
+
+    index: int
+    ts: float
+    dur: float
+    events: tuple[NodeEvent, ...]
+
+    def busy_us(self) -> float:
+        """Time covered by at least one node event (the union of their intervals)."""
+        total, reach = 0.0, float("-inf")
+        for ev in sorted(self.events, key=lambda e: e.ts):
+            start, end = max(ev.ts, reach), ev.end
+            if end > start:
+                total += end - start
+            reach = max(reach, end)
+        return total
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed profiler file."""
+
+    layout: str  # "current" | "fenced"
+    runs: tuple[Run, ...]
+    outside_runs: int  # node events in no model_run window (session start, warm-up of EPs)
+    kernel_events: tuple[dict, ...]  # GPU kernel events, raw
+    source: str
+
+    def node_time_kind(self) -> str:
+        """What per-node durations measure: "kernel" (CPU), "host_launch" (GPU EP), "gpu_kernel"."""
+        if self.kernel_events:
+            return "gpu_kernel"
+        providers = {ev.provider for run in self.runs for ev in run.events}
+        return "host_launch" if providers - {"CPUExecutionProvider", None} else "kernel"
+
+
+def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
+    """Return the Profile in `source`: a profiler JSON file, or its already-decoded content."""
+    label = "<events>"
+    if isinstance(source, (str, os.PathLike)):
+        label = str(source)
+        try:
+            source = json.loads(Path(source).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise GraphAuditError(f"expected an ONNX Runtime profile (JSON) at {label}, found: {err}") from None
+    raw = source.get("traceEvents") if isinstance(source, dict) else source
+    if not isinstance(raw, list):
+        raise GraphAuditError(
+            f"expected a JSON array of trace events (or an object with traceEvents) in {label}, "
+            f"found {type(source).__name__}"
+        )
+    windows: list[tuple[float, float]] = []
+    nodes: list[NodeEvent] = []
+    kernels: list[dict] = []
+    fenced = False
+    for item in raw:
+        if not isinstance(item, dict) or item.get("ph", "X") != "X":
+            continue
+        cat, name = item.get("cat"), str(item.get("name", ""))
+        if cat == "Session" and name == "model_run":
+            windows.append((_num(item.get("ts")), _num(item.get("dur"))))
+        elif cat == "Kernel":
+            kernels.append(item)
+        elif cat == "Node":
+            if name.endswith(FENCE_SUFFIXES):
+                fenced = True
+            elif name.endswith(KERNEL_SUFFIX):
+                nodes.append(_node_event(item, name[: -len(KERNEL_SUFFIX)]))
+    args_fenced = any(ev.graph_index is not None for ev in nodes)
+    runs, outside = group_runs(nodes, sorted(windows))
+    return Profile("fenced" if fenced or args_fenced else "current", runs, outside, tuple(kernels), label)
+
+
+def group_runs(events: Sequence[NodeEvent], windows: Sequence[tuple[float, float]]) -> tuple[tuple[Run, ...], int]:
+    """Assign each event to the model_run window holding it; return the runs and the leftovers."""
+    starts = [ts for ts, _ in windows]
+    buckets: list[list[NodeEvent]] = [[] for _ in windows]
+    outside = 0
+    for ev in events:
+        i = bisect.bisect_right(starts, ev.ts + _SLACK_US) - 1
+        if i >= 0 and ev.ts >= windows[i][0] - _SLACK_US and ev.end <= sum(windows[i]) + _SLACK_US:
+            buckets[i].append(ev)
+        else:
+            outside += 1
+    runs = tuple(
+        Run(i, ts, dur, _with_self_times(sorted(bucket, key=lambda e: (e.ts, -e.dur))))
+        for i, ((ts, dur), bucket) in enumerate(zip(windows, buckets))
+    )
+    return runs, outside
+
+
+def _with_self_times(events: list[NodeEvent]) -> tuple[NodeEvent, ...]:
+    """Each event with its self time: a parent (If/Loop body owner) less its direct children."""
+    child_time = [0.0] * len(events)
+    stacks: dict[int, list[int]] = {}
+    for i, ev in enumerate(events):
+        stack = stacks.setdefault(ev.tid, [])
+        while stack and not _contains(events[stack[-1]], ev):
+            stack.pop()
+        if stack and events[stack[-1]].is_control_flow:
+            child_time[stack[-1]] += ev.dur
+        stack.append(i)
+    return tuple(replace(ev, self_dur=max(ev.dur - child_time[i], 0.0)) for i, ev in enumerate(events))
+
+
+def _contains(parent: NodeEvent, child: NodeEvent) -> bool:
+    return parent.ts <= child.ts + _SLACK_US and child.end <= parent.end + _SLACK_US and child.ts < parent.end
+
+
+def _node_event(item: dict, name: str) -> NodeEvent:
+    args = item.get("args") or {}
+    in_types, in_shapes = _shapes(args.get("input_type_shape"))
+    out_types, out_shapes = _shapes(args.get("output_type_shape"))
+    plan = args.get("node_index", args.get("exec_plan_index"))
+    return NodeEvent(
+        name=name,
+        op_type=args.get("op_name"),
+        provider=args.get("provider"),
+        ts=_num(item.get("ts")),
+        dur=_num(item.get("dur")),
+        tid=int(_num(item.get("tid", 0))),
+        input_types=in_types,
+        input_shapes=in_shapes,
+        output_types=out_types,
+        output_shapes=out_shapes,
+        graph_index=_int_or_none(args.get("graph_index")),
+        plan_index=_int_or_none(plan),
+    )
+
+
+def _shapes(entries: Any) -> tuple[tuple[str, ...] | None, tuple[Shape, ...] | None]:
+    """`[{"float": [1, 4]}, ...]` → (("float", ...), ((1, 4), ...)); None when absent."""
+    if not isinstance(entries, list):
+        return None, None
+    types, shapes = [], []
+    for entry in entries:
+        if isinstance(entry, dict) and len(entry) == 1:
+            (dtype, dims), = entry.items()
+            types.append(str(dtype))
+            shapes.append(tuple(int(d) for d in dims) if isinstance(dims, list) else ())
+        else:
+            types.append("?")
+            shapes.append(())
+    return tuple(types), tuple(shapes)
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

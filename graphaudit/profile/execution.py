@@ -1,0 +1,202 @@
+"""Execution evidence: for each input, which nodes ran, at which shapes, and the FLOPs done.
+
+Read from a profile taken at ORT_DISABLE_ALL, one run per input (batch), where every event
+is one node of the graph, nested If / Loop bodies included. Per block it gives the fraction
+of inputs for which the block ran (any of its nodes), the fraction of its nodes that ran,
+the FLOPs executed (static FLOP counts evaluated at the shapes the profiler recorded), and
+the nodes whose shapes changed between inputs of the same input shape: the evidence of
+value-dependent sizes (token dispatch, pruning). Constant nodes (folded into initializers
+at load), control-flow owners and inlined function bodies are not counted as block work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from graphaudit.graph import ModelGraph, Node
+from graphaudit.profile.events import CONTROL_FLOW_OPS, NodeEvent, Run
+from graphaudit.profile.mapping import BlockAssignment, NodeMap
+
+FlopCounter = Callable[[Node, Sequence, Sequence], "int | None"]
+_MAX_SHAPES = 8  # distinct shapes kept per value-dependent node
+
+
+@dataclass(frozen=True)
+class InputExecution:
+    """What ran for one input (one batch of the data)."""
+
+    index: int
+    rows: tuple[int, int]  # examples [start, stop) of the data
+    feed_shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    ran: Mapping[str, tuple[str, ...]] = field(repr=False)  # node id -> shape signature of each call
+    blocks_ran: tuple[str, ...]
+    flops: Mapping[str, int | None] = field(repr=False)  # block -> FLOPs executed
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "rows": list(self.rows), "blocks_ran": list(self.blocks_ran),
+                "flops": dict(self.flops)}
+
+
+@dataclass(frozen=True)
+class ShapeVariation:
+    """A node that ran at different shapes for inputs of the same shape."""
+
+    node: str
+    op_type: str
+    distinct: int
+    shapes: tuple[str, ...]  # up to _MAX_SHAPES, smallest and largest first
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "op_type": self.op_type, "distinct": self.distinct, "shapes": list(self.shapes)}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """min / median / max / total over inputs."""
+
+    min: float
+    median: float
+    max: float
+    total: float
+
+    def to_json(self) -> dict:
+        return {"min": self.min, "median": self.median, "max": self.max, "total": self.total}
+
+
+@dataclass(frozen=True)
+class BlockExecution:
+    """One block over all inputs: how often and how much of it ran."""
+
+    name: str
+    nodes: int  # nodes counted as block work
+    inputs: int
+    inputs_executed: int
+    node_fraction: Stats  # share of the block's nodes that ran, over inputs
+    flops: Stats | None  # FLOPs executed per input; None without a FLOP counter
+    value_dependent: tuple[ShapeVariation, ...]
+
+    @property
+    def executed_fraction(self) -> float:
+        return self.inputs_executed / self.inputs if self.inputs else float("nan")
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "nodes": self.nodes, "inputs": self.inputs,
+            "inputs_executed": self.inputs_executed, "executed_fraction": self.executed_fraction,
+            "node_fraction": self.node_fraction.to_json(),
+            "executed_flops": None if self.flops is None else self.flops.to_json(),
+            "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
+        }
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Execution evidence for every input and every block."""
+
+    inputs: tuple[InputExecution, ...]
+    blocks: tuple[BlockExecution, ...]
+    flop_counter: str | None
+
+
+def block_work(mg: ModelGraph, blocks: BlockAssignment) -> dict[str, list[str]]:
+    """Block -> its nodes that do work when they run (see the module docstring)."""
+    callers = {s.owner for n in mg.nodes.values() for s in n.scopes if s.kind == "function"}
+    work: dict[str, list[str]] = {name: [] for name in blocks.names}
+    for node in mg.nodes.values():
+        if node.op_type == "Constant" or node.op_type in CONTROL_FLOW_OPS or node.id in callers:
+            continue
+        if any(s.kind == "function" for s in node.scopes):
+            continue
+        work.setdefault(blocks.block_of(node.id), []).append(node.id)
+    return work
+
+
+def read_execution(
+    runs: Sequence[Run],
+    rows: Sequence[tuple[int, int]],
+    feed_shapes: Sequence[tuple[tuple[str, tuple[int, ...]], ...]],
+    mg: ModelGraph,
+    node_map: NodeMap,
+    blocks: BlockAssignment,
+    flop_counter: FlopCounter | None = None,
+) -> Execution:
+    """Execution evidence from `runs`, one per input in order, mapped one-to-one."""
+    work = block_work(mg, blocks)
+    inputs = tuple(
+        _read_input(i, run, rows[i], feed_shapes[i], mg, node_map, blocks, work, flop_counter)
+        for i, run in enumerate(runs)
+    )
+    summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None)
+                      for name, ids in work.items() if ids)
+    name = getattr(flop_counter, "__module__", None) if flop_counter else None
+    return Execution(inputs, summaries, name)
+
+
+def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_counter) -> InputExecution:
+    ran: dict[str, list[str]] = {}
+    flops: dict[str, int | None] = {b: 0 for b in work} if flop_counter else {}
+    for ev in run.events:
+        node_id = node_map.node_of(ev.name)
+        if node_id is None:
+            continue
+        ran.setdefault(node_id, []).append(signature(ev))
+        if flop_counter is not None and ev.input_shapes is not None:
+            count = flop_counter(mg.nodes[node_id], ev.input_shapes, ev.output_shapes or ())
+            block = blocks.block_of(node_id)
+            if count is not None and flops.get(block) is not None:
+                flops[block] = flops.get(block, 0) + int(count)
+    blocks_ran = tuple(b for b, ids in work.items() if any(n in ran for n in ids))
+    return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)
+
+
+def _summarise(name, ids, inputs, mg, with_flops) -> BlockExecution:
+    fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
+    executed = sum(name in inp.blocks_ran for inp in inputs)
+    flops = _stats([inp.flops.get(name) or 0 for inp in inputs]) if with_flops else None
+    return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
+                          _value_dependent(ids, inputs, mg))
+
+
+def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
+    """Nodes whose shapes differed between inputs fed the same shapes."""
+    groups: dict[tuple, list[InputExecution]] = {}
+    for inp in inputs:
+        groups.setdefault(inp.feed_shapes, []).append(inp)
+    found = []
+    for node_id in ids:
+        varies = False
+        seen: list[str] = []
+        for group in groups.values():
+            sigs = {"; ".join(inp.ran[node_id]) for inp in group if node_id in inp.ran}
+            varies |= len(sigs) > 1
+            seen += [s for s in sigs if s not in seen]
+        if varies:
+            ordered = sorted(seen, key=_volume)
+            keep = ordered if len(ordered) <= _MAX_SHAPES else ordered[:_MAX_SHAPES // 2] + ordered[-_MAX_SHAPES // 2:]
+            found.append(ShapeVariation(node_id, mg.nodes[node_id].op_type, len(seen), tuple(keep)))
+    return tuple(found)
+
+
+def signature(ev: NodeEvent) -> str:
+    """The shapes one call ran at: "[3,64]x[64,256] -> [3,256]"."""
+    def fmt(shapes):
+        return "x".join("[" + ",".join(map(str, s)) + "]" for s in shapes or ())
+    return f"{fmt(ev.input_shapes)} -> {fmt(ev.output_shapes)}"
+
+
+def _volume(sig: str) -> int:
+    total = 0
+    for part in sig.replace(" -> ", "x").split("x"):
+        dims = [int(d) for d in part.strip("[]").split(",") if d.strip().lstrip("-").isdigit()]
+        total += int(np.prod(dims)) if dims else 0
+    return total
+
+
+def _stats(values: Sequence[float]) -> Stats:
+    a = np.asarray(values, dtype=np.float64)
+    if a.size == 0:
+        return Stats(0.0, 0.0, 0.0, 0.0)
+    return Stats(float(a.min()), float(np.median(a)), float(a.max()), float(a.sum()))

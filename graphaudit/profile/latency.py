@@ -1,0 +1,90 @@
+"""Wall-clock latency of whole runs, timed with perf_counter_ns, warm-up rounds discarded.
+
+A *round* runs every batch of the data once. `time_rounds` times each batch of each round
+for one or more sessions, alternating their order from round to round (A B, B A, ...) so
+that drift (thermal, other processes) falls on both alike. On CUDA the inputs are copied
+to the device once, outputs are bound on the device, and each run is synchronised before
+the clock stops (I/O binding), so the time is the GPU's and not the launch's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+Runner = Callable[[int], None]  # runs batch i once
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median and 10th / 90th percentiles of a sample, and its size."""
+
+    median: float
+    p10: float
+    p90: float
+    n: int
+
+    def to_json(self) -> dict:
+        return {"median": self.median, "p10": self.p10, "p90": self.p90, "n": self.n}
+
+
+def spread(values: Sequence[float] | np.ndarray) -> Spread:
+    """The Spread of `values` (NaN figures for an empty sample)."""
+    a = np.asarray(values, dtype=np.float64).ravel()
+    if a.size == 0:
+        return Spread(float("nan"), float("nan"), float("nan"), 0)
+    p10, median, p90 = np.percentile(a, [10, 50, 90])
+    return Spread(float(median), float(p10), float(p90), int(a.size))
+
+
+def make_runner(session: ort.InferenceSession, feeds: Sequence[Mapping[str, np.ndarray]]) -> Runner:
+    """A Runner over `feeds`: plain `run` on CPU, synchronised I/O binding on a GPU provider."""
+    if session.get_providers()[0] == "CPUExecutionProvider":
+        return lambda i: session.run(None, feeds[i])
+    return _BoundRunner(session, feeds)
+
+
+class _BoundRunner:
+    """Inputs resident on the device, outputs bound there, each run waited for."""
+
+    def __init__(self, session: ort.InferenceSession, feeds: Sequence[Mapping[str, np.ndarray]]):
+        self.session = session
+        self.values = []  # keeps the device copies alive as long as their bindings
+        self.bindings = []
+        outputs = [o.name for o in session.get_outputs()]
+        for feed in feeds:
+            binding = session.io_binding()
+            values = {k: ort.OrtValue.ortvalue_from_numpy(v, "cuda", 0) for k, v in feed.items()}
+            for name, value in values.items():
+                binding.bind_ortvalue_input(name, value)
+            for name in outputs:
+                binding.bind_output(name, "cuda")
+            self.values.append(values)
+            self.bindings.append(binding)
+
+    def __call__(self, i: int) -> None:
+        self.session.run_with_iobinding(self.bindings[i])
+        self.bindings[i].synchronize_outputs()
+
+
+def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int) -> np.ndarray:
+    """Nanoseconds per batch, shape (runner, round, batch), warm-up rounds dropped."""
+    samples = np.zeros((len(runners), warmup + runs, batches), dtype=np.int64)
+    for r in range(warmup + runs):
+        order = range(len(runners)) if r % 2 == 0 else reversed(range(len(runners)))
+        for k in order:
+            run = runners[k]
+            for b in range(batches):
+                start = time.perf_counter_ns()
+                run(b)
+                samples[k, r, b] = time.perf_counter_ns() - start
+    return samples[:, warmup:, :]
+
+
+def batch_latency_ms(samples: np.ndarray) -> Spread:
+    """Spread over rounds of the mean time per batch, in ms, from (round, batch) nanoseconds."""
+    return spread(samples.mean(axis=1) / 1e6)

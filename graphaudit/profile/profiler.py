@@ -1,0 +1,187 @@
+"""`profile_model`: time, profile and read the execution of a model on given inputs.
+
+Three sessions, each with one job: an un-profiled one for latency (alternating with the
+baseline's, when there is one), a profiled one at the same optimisation level for per-node
+and per-block shares, and, unless that level is already ORT_DISABLE_ALL, a profiled one at
+ORT_DISABLE_ALL, run once per input, for the execution evidence (every event one node).
+Profiler files and ORT's optimised model go to a temporary folder that is removed after,
+unless `keep_profiles` names a folder to keep them in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from graphaudit.data import InputData, from_arrays, input_specs, load_data
+from graphaudit.errors import UsageError
+from graphaudit.graph import build_graph
+from graphaudit.load import LoadedModel, load_model
+from graphaudit.profile.baseline import check_same_inputs, compare
+from graphaudit.profile.breakdown import breakdown
+from graphaudit.profile.events import parse_profile
+from graphaudit.profile.execution import read_execution
+from graphaudit.profile.latency import batch_latency_ms, make_runner, time_rounds
+from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
+from graphaudit.profile.report import ProfileReport
+from graphaudit.profile.session import (ORT_LEVEL_NAMES, load_optimised, open_session, runnable_model,
+                                        session_options)
+from graphaudit.profile.trace import trace_events, write_trace
+from graphaudit.runtime import resolve_providers
+
+
+def profile_model(
+    model: str | os.PathLike | LoadedModel,
+    data: str | os.PathLike | InputData,
+    *,
+    baseline: str | os.PathLike | LoadedModel | None = None,
+    runs: int = 20,
+    warmup: int = 3,
+    profile_runs: int = 3,
+    batch_size: int = 1,
+    provider: str = "cpu",
+    opt_level: str = "all",
+    threads: int | None = None,
+    limit: int | None = None,
+    trace: str | os.PathLike | None = None,
+    keep_profiles: str | os.PathLike | None = None,
+    block_map: Any | None = None,
+) -> ProfileReport:
+    """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs)."""
+    _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs, batch_size=batch_size)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
+    if limit is not None:
+        _check_counts(limit=limit)
+        inputs = inputs.subset(slice(0, limit))
+    base = None
+    if baseline is not None:
+        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        check_same_inputs(input_specs(loaded.model), input_specs(base.model), base.name)
+        from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
+    providers = resolve_providers(provider)
+    batches = list(inputs.batches(batch_size))
+    feeds = [feed for _, feed in batches]
+    rows = [(s.start, s.stop) for s, _ in batches]
+    feed_shapes = [tuple((k, tuple(v.shape)) for k, v in sorted(feed.items())) for feed in feeds]
+    runnable = runnable_model(loaded)
+    mg = build_graph(runnable.model)
+    blocks = assign_blocks(mg, block_map)
+    n = len(feeds)
+
+    with _workdir(keep_profiles) as work:
+        timed = [make_runner(open_session(runnable, providers, session_options(opt_level, threads)), feeds)]
+        if base is not None:
+            base_session = open_session(runnable_model(base), providers, session_options(opt_level, threads))
+            timed.append(make_runner(base_session, feeds))
+        samples = time_rounds(timed, n, runs, warmup)
+
+        optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
+        profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
+        profiled_ns = time_rounds([make_runner(profiled, feeds)], n, profile_runs, warmup)[0]
+        profile = parse_profile(profiled.end_profiling())
+        _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
+        timed_runs = profile.runs[warmup * n:]
+        names = {ev.name for run in timed_runs for ev in run.events}
+
+        optimised = None
+        if opt_level == "disable":
+            node_map = one_to_one(mg, names)
+            evidence = timed_runs[:n]
+        else:
+            optimised = load_optimised(optimised_path)
+            node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
+            checker = open_session(runnable, providers, session_options("disable", threads, work / "evidence"))
+            run_once = make_runner(checker, feeds)
+            for i in range(n):
+                run_once(i)
+            evidence = parse_profile(checker.end_profiling()).runs
+            _check_run_count(len(evidence), n)
+        evidence_names = {ev.name for run in evidence for ev in run.events}
+        execution = read_execution(evidence, rows, feed_shapes, mg, one_to_one(mg, evidence_names), blocks,
+                                   _flop_counter())
+        times = breakdown(timed_runs, node_map, blocks)
+        trace_path = None
+        if trace is not None:
+            events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {loaded.name}")
+            trace_path = str(write_trace(trace, events, {"model": loaded.name, "opt_level": opt_level}))
+
+    notes = _notes(blocks, execution, runnable.renamed, opt_level != "disable" and optimised is None)
+    return ProfileReport(
+        model=loaded.name,
+        data=inputs.source,
+        provider=providers[0],
+        opt_level=ORT_LEVEL_NAMES[opt_level],
+        mapping_method=node_map.method,
+        mapping=node_map.describe(),
+        mapping_counts=node_map.counts(),
+        fused_nodes=len(node_map.fused),
+        node_time_kind=profile.node_time_kind(),
+        profile_layout=profile.layout,
+        block_method=blocks.method,
+        batch_size=batch_size,
+        examples=inputs.count,
+        runs=runs,
+        warmup=warmup,
+        profile_runs=profile_runs,
+        latency_ms=batch_latency_ms(samples[0]),
+        profiled_latency_ms=batch_latency_ms(profiled_ns),
+        input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
+        breakdown=times,
+        execution=execution,
+        baseline=compare(base.name, samples[0], samples[1]) if base is not None else None,
+        trace=trace_path,
+        renamed_nodes=runnable.renamed,
+        notes=notes,
+    )
+
+
+@contextlib.contextmanager
+def _workdir(keep: str | os.PathLike | None) -> Iterator[Path]:
+    if keep is not None:
+        path = Path(keep)
+        path.mkdir(parents=True, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as tmp:
+        yield Path(tmp)
+
+
+def _flop_counter():
+    try:
+        from graphaudit.analyses.flops import node_flops
+    except ImportError:
+        return None
+    return node_flops
+
+
+def _check_counts(**values) -> None:
+    for name, value in values.items():
+        value, least = value if isinstance(value, tuple) else (value, 1)
+        if not isinstance(value, int) or value < least:
+            raise UsageError(f"expected {name.replace('_', '-')} to be an integer of at least {least}, found {value!r}")
+
+
+def _check_run_count(found: int, expected: int) -> None:
+    if found != expected:
+        # Not the user's doing: the profiler lost or added model_run events.
+        raise RuntimeError(f"expected {expected} model_run events in the profile, found {found}")
+
+
+def _notes(blocks, execution, renamed: int, no_optimised: bool) -> tuple[str, ...]:
+    notes = []
+    if blocks.names == (OTHER,):
+        notes.append(f"no blocks: {blocks.method}; every node is reported under {OTHER}")
+    if execution.flop_counter is None:
+        notes.append("executed FLOPs not counted: graphaudit.analyses.flops is not available")
+    if renamed:
+        notes.append(f"{renamed} unnamed or repeated node names were replaced by graph ids for profiling")
+    if no_optimised:
+        notes.append("ORT saved no optimised model; events were mapped by node name only")
+    return tuple(notes)
+

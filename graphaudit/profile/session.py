@@ -1,0 +1,129 @@
+"""ONNX Runtime sessions for profiling: optimisation level, profiler files, unique node names.
+
+The profiler names events after nodes, so every node (inside If / Loop bodies too) must
+have a unique, non-empty name. `runnable_model` keeps the user's file when that already
+holds, and otherwise gives a renamed copy whose names are the ModelGraph's node ids.
+Profiler files and the optimised model ORT saves are written under a folder the caller
+owns (a temporary one), never beside the user's model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import onnx
+import onnxruntime as ort
+
+from graphaudit.errors import GraphAuditError
+from graphaudit.graph import _unique_ids
+from graphaudit.load import LoadedModel
+from graphaudit.runtime import create_session
+
+OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "layout": ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class RunnableModel:
+    """What ORT is given (a file path, or serialised bytes) and the graph whose names it runs."""
+
+    source: str | bytes
+    model: onnx.ModelProto
+    renamed: int  # nodes given a new name so that events name them uniquely
+
+
+def runnable_model(loaded: LoadedModel) -> RunnableModel:
+    """The model to hand ORT: its file when every node name is unique, else a renamed copy."""
+    names = [n.name for _, n in _graph_nodes(loaded.model.graph)]
+    counts = Counter(names)
+    if loaded.path is not None and all(name and counts[name] == 1 for name in names):
+        return RunnableModel(str(loaded.path), loaded.model, 0)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(loaded.model)
+    renamed = _name_nodes(copy)
+    if copy.ByteSize() > _PROTOBUF_LIMIT:
+        raise GraphAuditError(
+            f"expected unique node names in {loaded.name} (the profiler names events after nodes), found "
+            f"{renamed} unnamed or repeated ones in a model too large (over 2 GiB) to rename in memory; "
+            "give its nodes unique names first"
+        )
+    return RunnableModel(copy.SerializeToString(), copy, renamed)
+
+
+def session_options(
+    opt_level: str,
+    threads: int | None = None,
+    profile_prefix: Path | None = None,
+    optimised_path: Path | None = None,
+) -> ort.SessionOptions:
+    """SessionOptions at `opt_level`, sequential, profiling into `profile_prefix` when given."""
+    if opt_level not in OPT_LEVELS:
+        raise GraphAuditError(
+            f"expected an optimisation level among {', '.join(OPT_LEVELS)}, found {opt_level!r}", exit_code=2
+        )
+    so = ort.SessionOptions()
+    so.graph_optimization_level = OPT_LEVELS[opt_level]
+    # Sequential execution: node events do not overlap, so node time adds up to busy time.
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = str(profile_prefix)
+    if optimised_path is not None:
+        so.optimized_model_filepath = str(optimised_path)
+        # Weights go to a side file, so the saved graph stays small and under protobuf's limit.
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    optimised_path.name + ".data")
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    return so
+
+
+def open_session(model: RunnableModel, providers: list[str], options: ort.SessionOptions) -> ort.InferenceSession:
+    """An InferenceSession on `providers`, refusing a silent fall-back from CUDA to CPU."""
+    session = create_session(model.source, providers, options)
+    if providers[0] not in session.get_providers():
+        raise GraphAuditError(
+            f"expected ONNX Runtime to run the model on {providers[0]}, found it fell back to "
+            f"{', '.join(session.get_providers())} (are the CUDA libraries installed?)"
+        )
+    return session
+
+
+def load_optimised(path: Path) -> onnx.ModelProto | None:
+    """The optimised graph ORT saved at `path` (weights left unread), or None if none was saved."""
+    if not path.is_file():
+        return None
+    return onnx.load(str(path), load_external_data=False)
+
+
+def _graph_nodes(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.NodeProto]]:
+    """Every node of `graph` and of the bodies nested in it, in ModelGraph's walk order."""
+    for node in graph.node:
+        yield "graph", node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                yield from _graph_nodes(sub)
+
+
+def _name_nodes(model: onnx.ModelProto) -> int:
+    """Give the nodes of `model` (a copy) the ids ModelGraph gives them; return how many changed."""
+    nodes = [n for _, n in _graph_nodes(model.graph)]
+    ids = _unique_ids((n.name, n.op_type) for n in nodes)
+    changed = 0
+    for node, node_id in zip(nodes, ids):
+        if node.name != node_id:
+            node.name = node_id
+            changed += 1
+    return changed
