@@ -1,0 +1,24 @@
+"""Reports of an audit: terminal text, JSON, Markdown and a self-contained HTML page.
+
+Every renderer takes the audit's JSON document (`AuditReport.to_json()`, or a saved JSON
+report loaded back) and gives back a string; none prints or writes files.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+FORMATS = {
+    "text": "graphaudit.report.text:render_text",
+    "json": "graphaudit.report.jsondoc:render_json",
+    "markdown": "graphaudit.report.markdown:render_markdown",
+    "html": "graphaudit.report.html:render_html",
+}
+
+
+def render(document: dict, fmt: str = "text") -> str:
+    """Return the audit `document` rendered as `fmt` (text, json, markdown or html)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"expected a report format among {', '.join(FORMATS)}, found {fmt!r}")
+    module, attr = FORMATS[fmt].split(":")
+    return getattr(importlib.import_module(module), attr)(document)

@@ -1,0 +1,173 @@
+"""The audit as one self-contained HTML page: the verdict, then figures, then the tables.
+
+Figures are inline SVG (graphaudit.report.svg): coefficient means per layer and token,
+variance shares, ΔNLL per condition with intervals, per-block latency against the
+baseline, and blocks executed per input. The page loads nothing: no script, no font, no
+stylesheet from elsewhere. A figure whose data the audit did not measure is replaced by a
+sentence saying so.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from graphaudit.report import svg
+from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines, interval,
+                                      num, summary_phrase, verdict_table)
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#1d2430;padding:0 1em}
+h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
+.sub{color:#5b6573;margin-top:0} table{border-collapse:collapse;margin:.6em 0}
+td,th{border:1px solid #d6dbe1;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f3f5f8} .answer{font-weight:bold;white-space:nowrap}
+.yes{color:#1f6f3a} .no{color:#a33a2c} .not-measured{color:#6b7280;font-style:italic}
+figure{margin:1em 0} figcaption{color:#5b6573;font-size:.92em} .missing{color:#6b7280;font-style:italic}
+.claim{padding:.4em .8em;border-left:4px solid #a33a2c;background:#fbf1ef}
+.claim.ok{border-color:#1f6f3a;background:#eff8f1} .note{color:#5b6573}
+"""
+
+
+def render_html(doc: dict) -> str:
+    """Return the audit document as a complete, self-contained HTML page."""
+    head = header_lines(doc)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>graphaudit: {escape(str(doc.get('model', '?')))}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>graphaudit: {escape(str(doc.get('model', '?')))}</h1>",
+        f'<p class="sub">{escape(head[1])} · {escape(summary_phrase(doc))}</p>',
+        _verdict(doc),
+        _figures(doc),
+    ]
+    for table in detail_tables(doc):
+        parts.append(_table(table))
+    parts.append(f'<p class="note">graphaudit {escape(str(doc.get("graphaudit_version", "")))}, '
+                 f'report schema {escape(str(doc.get("version", "")))}</p>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _verdict(doc: dict) -> str:
+    table = verdict_table(doc)
+    rows = "".join(
+        f'<tr><th>{escape(label)}</th><td class="answer {answer.replace(" ", "-")}">{escape(answer)}</td>'
+        f"<td>{escape(statement)}</td></tr>" for label, answer, statement in table.rows)
+    out = [f'<h2>Verdict</h2><table class="verdict"><tbody>{rows}</tbody></table>']
+    for claim, line in zip(doc.get("claims") or [], claim_lines(doc)):
+        out.append(f'<p class="claim{" ok" if claim.get("supported") else ""}">{escape(line)}</p>')
+    evidence = evidence_lines(doc)
+    if evidence:
+        out.append("<h2>Evidence</h2>")
+        for label, items in evidence:
+            out.append(f"<h3>{escape(label)}</h3><ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>")
+    for note in doc.get("notes") or []:
+        out.append(f'<p class="note">Note: {escape(note)}</p>')
+    return "\n".join(out)
+
+
+def _figures(doc: dict) -> str:
+    figures = [
+        ("coefficient-means", "Coefficient means per layer and token", coefficient_means_figure(doc)),
+        ("variance-shares", "Variance shares", variance_figure(doc)),
+        ("delta-nll", "ΔNLL per replay condition, with 95% intervals", delta_nll_figure(doc)),
+        ("latency", "Latency per block, against the baseline", latency_figure(doc)),
+        ("executed", "Blocks executed per input", executed_figure(doc)),
+    ]
+    out = ["<h2>Figures</h2>"]
+    for ident, caption, (body, missing) in figures:
+        if body:
+            out.append(f'<figure id="{ident}">{body}<figcaption>{escape(caption)}</figcaption></figure>')
+        else:
+            out.append(f'<figure id="{ident}" class="absent"><figcaption>{escape(caption)}</figcaption>'
+                       f'<p class="missing">{escape(missing)}</p></figure>')
+    return "\n".join(out)
+
+
+def coefficient_means_figure(doc: dict) -> tuple[str, str]:
+    means = doc.get("coefficient_means") or {}
+    if not means:
+        why = ("no coefficients were captured" if doc.get("replay") is None
+               else "the replay did not report per-layer, per-token coefficient means")
+        return "", f"Not shown: {why}."
+    charts = []
+    for family, m in means.items():
+        values = m.get("values") or []
+        tokens = max((len(r) for r in values), default=0)
+        charts.append(svg.heatmap([f"layer {layer}" for layer in m.get("layers") or range(len(values))],
+                                  [str(t) for t in range(tokens)], values,
+                                  title=f"{family}: mean coefficient by layer (rows) and token position (columns)"))
+    return "".join(charts), ""
+
+
+def variance_figure(doc: dict) -> tuple[str, str]:
+    variance = (doc.get("replay") or {}).get("variance") or {}
+    if not variance:
+        return "", "Not shown: no coefficient variance was measured."
+    families = list(variance)
+    parts = {label: [num(variance[f].get(key)) for f in families]
+             for key, label in (("layer_slot_share", "(layer, slot)"), ("input_share", "input"),
+                                ("token_share", "token"))}
+    markers = [num(variance[f].get("eta2_layer")) for f in families]
+    return svg.shares(families, parts, markers=markers, marker_name="η² layer alone",
+                      title="Share of coefficient variance explained by level"), ""
+
+
+def delta_nll_figure(doc: dict) -> tuple[str, str]:
+    conditions = (doc.get("replay") or {}).get("conditions") or {}
+    rows = [(name, c) for name, c in conditions.items() if name != "correct" and num(c.get("delta_nll")) is not None]
+    if not rows:
+        return "", "Not shown: no frozen replay ran."
+    lows, highs = zip(*(interval(c.get("ci")) for _, c in rows))
+    return svg.intervals([n for n, _ in rows], [num(c["delta_nll"]) for _, c in rows], list(lows), list(highs),
+                         title="ΔNLL against correct coefficients (nats)", unit=" nats"), ""
+
+
+def latency_figure(doc: dict) -> tuple[str, str]:
+    profile = doc.get("profile")
+    if not profile or not profile.get("blocks"):
+        return "", "Not shown: the model was not profiled."
+    blocks = profile["blocks"]
+    names = [b.get("name", "?") for b in blocks]
+    series = {"model": [num(b.get("median_ms")) for b in blocks]}
+    base = profile.get("baseline") or {}
+    base_blocks = {b.get("name"): num(b.get("median_ms")) for b in base.get("blocks") or []}
+    if base_blocks:
+        series["baseline"] = [base_blocks.get(n) for n in names]
+    charts = [svg.bars(names, series, title="Median time per block (ms)", unit="")]
+    lat = profile.get("latency_ms") or {}
+    if num(base.get("latency_ms")) is not None:
+        totals = {"median latency": [num(lat.get("median")), num(base.get("latency_ms"))]}
+        spread = None
+        if num(lat.get("p10")) is not None and num(lat.get("p90")) is not None:
+            spread = {"median latency": [(num(lat["p10"]), num(lat["p90"])), None]}
+        charts.append(svg.bars(["model", "baseline"], totals, errors=spread, height=200,
+                               title=f"Whole-model median latency (ms), ratio {num(base.get('ratio'), 0):.2f}×"))
+    return "".join(charts), ""
+
+
+def executed_figure(doc: dict) -> tuple[str, str]:
+    profile = doc.get("profile")
+    if not profile or not profile.get("blocks"):
+        return "", "Not shown: the model was not profiled."
+    blocks = profile["blocks"]
+    per_input = [b.get("executed_per_input") for b in blocks]
+    if all(isinstance(p, list) and p for p in per_input):
+        width = max(len(p) for p in per_input)
+        values = [[num(v) for v in p] + [None] * (width - len(p)) for p in per_input]
+        return svg.heatmap([b.get("name", "?") for b in blocks], [str(i) for i in range(width)], values,
+                           low=0.0, high=1.0, title="Executed (dark) per block (rows) and input (columns)"), ""
+    fractions = [num(b.get("executed_fraction")) for b in blocks]
+    if all(f is None for f in fractions):
+        return "", "Not shown: the profile did not report which blocks ran."
+    return svg.bars([b.get("name", "?") for b in blocks],
+                    {"inputs on which the block ran": [None if f is None else f * 100 for f in fractions]},
+                    title="Share of profiled inputs on which each block ran (%)", unit="%"), ""
+
+
+def _table(table: Table) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in table.rows)
+    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
+    return f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"

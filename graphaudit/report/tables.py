@@ -1,0 +1,243 @@
+"""The rows every report shows, read from the audit's JSON document.
+
+Text and Markdown render the same tables with different tabulate formats; the HTML page
+uses them beside its figures. Everything here reads the document (the dict that
+`AuditReport.to_json()` gives back, or one loaded from a JSON report), never the objects,
+so a saved report renders exactly like a fresh one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES
+
+LABELS = {
+    "coefficient_variation": "coefficient variation",
+    "functional_dependence": "functional dependence",
+    "conditional_execution": "conditional execution",
+    "compute_savings": "compute savings",
+}
+SOURCES = {"static": "graph", "replay": "replay", "profile": "runtime"}
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple]
+    note: str = ""
+
+
+def num(value, default=None):
+    """`value` as a float, or `default` for None, booleans, text and NaN."""
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(x) else x
+
+
+def fmt(value, digits: int = 4) -> str:
+    x = num(value)
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def signed(value, digits: int = 4) -> str:
+    x = num(value)
+    return "—" if x is None else f"{x:+.{digits}f}"
+
+
+def pct(value) -> str:
+    x = num(value)
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
+def interval(ci) -> tuple[float | None, float | None]:
+    """(low, high) of a confidence interval given as [lo, hi] or {"low", "high"}."""
+    if isinstance(ci, dict):
+        ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return num(ci[0]), num(ci[1])
+    return None, None
+
+
+def ci_text(ci, digits: int = 4) -> str:
+    lo, hi = interval(ci)
+    return "—" if lo is None or hi is None else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def header_lines(doc: dict) -> list[str]:
+    """What was audited, with what, in one or two lines."""
+    given = doc.get("inputs") or {}
+    parts = [f"calib {given.get('calib') or '—'}"]
+    if given.get("data"):
+        parts.append(f"data {given['data']}")
+    if given.get("baseline"):
+        parts.append(f"baseline {given['baseline']}")
+    parts.append(f"provider {given.get('provider', 'auto')}")
+    parts.append(f"seed {given.get('seed', '—')}")
+    return [f"model {doc.get('model', '?')}", "; ".join(parts)]
+
+
+def verdict_table(doc: dict) -> Table:
+    verdict = doc.get("verdict") or {}
+    rows = [(LABELS[name], (verdict.get(name) or {}).get("answer", NOT_MEASURED),
+             (verdict.get(name) or {}).get("statement", "")) for name in FINDINGS]
+    return Table("Verdict", ("property", "answer", "in plain words"), rows)
+
+
+def evidence_lines(doc: dict) -> list[tuple[str, list[str]]]:
+    """(property label, ["[graph] text", ...]) for every finding that has evidence."""
+    verdict = doc.get("verdict") or {}
+    out = []
+    for name in FINDINGS:
+        items = (verdict.get(name) or {}).get("evidence") or []
+        if items:
+            out.append((LABELS[name], [f"[{SOURCES.get(e.get('source'), e.get('source'))}] {e.get('text', '')}"
+                                       for e in items]))
+    return out
+
+
+def claim_lines(doc: dict) -> list[str]:
+    return [f"claim {c['claim']}: {c['reason']}" for c in doc.get("claims") or []]
+
+
+def static_table(doc: dict) -> Table | None:
+    static = doc.get("static")
+    if static is None:
+        return None
+    rows = []
+    for b in static.get("blocks") or []:
+        evidence = b.get("evidence")
+        if isinstance(evidence, (list, tuple)):
+            evidence = "; ".join(str(e) if not isinstance(e, dict) else e.get("text", str(e)) for e in evidence[:2])
+        flops = num(b.get("flops"))
+        rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""),
+                     "—" if flops is None else f"{flops:,.0f}", _short(evidence or "", 70)))
+    note = f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}"
+    return Table("Static audit (graph)", ("#", "block", "verdict", "FLOPs", "evidence"), rows, note)
+
+
+def condition_table(doc: dict) -> Table | None:
+    replay = doc.get("replay")
+    if replay is None:
+        return None
+    rows = []
+    for name, c in (replay.get("conditions") or {}).items():
+        rows.append((name, fmt(c.get("nll")), signed(c.get("delta_nll")), ci_text(c.get("ci"))))
+    parity = replay.get("parity") or {}
+    note = ""
+    if parity:
+        note = (f"parity: max |Δ| {num(parity.get('max_abs_diff'), float('nan')):.2e} "
+                f"({'ok' if parity.get('ok') else 'FAILED'}); seed {replay.get('seed', '—')}")
+    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL"), rows, note)
+
+
+def gap_table(doc: dict) -> Table | None:
+    gap = (doc.get("replay") or {}).get("retained_gap") or {}
+    if not gap:
+        return None
+    return Table("Retained gap (share of global-mean → correct kept by the profile)",
+                 ("profile", "retained gap"), [(k, pct(v)) for k, v in gap.items()])
+
+
+def variance_table(doc: dict) -> Table | None:
+    variance = (doc.get("replay") or {}).get("variance") or {}
+    if not variance:
+        return None
+    rows = [(family, pct(v.get("eta2_layer")), pct(v.get("layer_slot_share")), pct(v.get("input_share")),
+             pct(v.get("token_share"))) for family, v in variance.items()]
+    return Table("Coefficient variance", ("family", "η² layer", "(layer, slot)", "input", "token"), rows)
+
+
+def profile_table(doc: dict) -> Table | None:
+    profile = doc.get("profile")
+    if profile is None:
+        return None
+    lat = profile.get("latency_ms") or {}
+    rows = [(b.get("name", ""), fmt(b.get("median_ms"), 3), pct(b.get("share")), pct(b.get("executed_fraction")))
+            for b in profile.get("blocks") or []]
+    note = (f"{profile.get('provider', '?')}: median {fmt(lat.get('median'), 3)} ms "
+            f"(p10 {fmt(lat.get('p10'), 3)}, p90 {fmt(lat.get('p90'), 3)})")
+    base = profile.get("baseline") or {}
+    if num(base.get("ratio")) is not None:
+        note += f"; baseline {fmt(base.get('latency_ms'), 3)} ms, ratio {fmt(base.get('ratio'), 2)}×"
+    if num(profile.get("coverage")) is not None:
+        note += f"; {pct(profile.get('coverage'))} of node time assigned to blocks"
+    return Table("Runtime profile", ("block", "median ms", "share", "executed on"), rows, note)
+
+
+def detail_tables(doc: dict) -> list[Table]:
+    """The tables under the verdict, in the order of the data flow; parts not run are left out."""
+    found = (static_table(doc), condition_table(doc), gap_table(doc), variance_table(doc), profile_table(doc))
+    return [t for t in found if t is not None]
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- the zoo comparison (graphaudit demo) ------------------------------------------------
+
+COMPARISON_HEADERS = ("model", "coefficients vary", "layer η²", "ΔNLL cross-input", "ΔNLL token-shuffle",
+                      "retained gap", "skippable (graph)", "skipped (measured)", "latency vs baseline", "verdict")
+
+
+def comparison_row(name: str, doc: dict) -> tuple:
+    """One model's line of the side-by-side table."""
+    verdict = doc.get("verdict") or {}
+    replay = doc.get("replay") or {}
+    answer = lambda k: (verdict.get(k) or {}).get("answer", NOT_MEASURED)  # noqa: E731
+    etas = [num(v.get("eta2_layer")) for v in (replay.get("variance") or {}).values()]
+    etas = [e for e in etas if e is not None]
+    eta = "—" if not etas else pct(etas[0]) if len(etas) == 1 else f"{pct(min(etas))}–{pct(max(etas))}"
+    conditions = replay.get("conditions") or {}
+
+    def delta(name: str) -> str:
+        c = conditions.get(name) or {}
+        lo, hi = interval(c.get("ci"))
+        value = signed(c.get("delta_nll"), 3)
+        return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
+
+    blocks = (doc.get("static") or {}).get("blocks") or []
+    skippable = [b for b in blocks if b.get("verdict") in ("branch", "subset")]
+    graph = "—" if doc.get("static") is None else (
+        f"{len(skippable)}/{len(blocks)} ({', '.join(sorted({b['verdict'] for b in skippable}))})" if skippable
+        else f"0/{len(blocks)}")
+    profile = doc.get("profile")
+    if profile is None:
+        measured = "—"
+    else:
+        pblocks = profile.get("blocks") or []
+        reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or _reduced(b)]
+        measured = f"{len(reduced)}/{len(pblocks)}"
+    ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
+    latency = "baseline" if (doc.get("inputs") or {}).get("is_baseline") else (
+        "—" if ratio is None else f"{ratio:.2f}×")
+    return (name, answer("coefficient_variation"), eta, delta("cross_input"), delta("token_shuffle"),
+            pct((replay.get("retained_gap") or {}).get("static_layer")), graph, measured, latency,
+            summary_phrase(doc))
+
+
+def _reduced(block: dict) -> bool:
+    return any(num(block.get(k), 1.0) < 1.0 for k in ("work_fraction", "size_fraction", "flops_fraction"))
+
+
+def summary_phrase(doc: dict) -> str:
+    """The verdict in a few words: what the model's dynamism amounts to."""
+    verdict = doc.get("verdict") or {}
+    varies = (verdict.get("coefficient_variation") or {}).get("answer")
+    executes = (verdict.get("conditional_execution") or {}).get("answer")
+    if executes == YES:
+        return "dynamic inference"
+    if executes == NO and varies == YES:
+        return "dynamic parameters, static inference"
+    if executes == NO:
+        return "static"
+    return "execution not measured"
+

@@ -1,0 +1,49 @@
+"""The audit as terminal text: the verdict first, then its evidence, then the measurements."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tabulate import tabulate
+
+from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines,
+                                      verdict_table)
+
+WIDTH = 100
+
+
+def render_text(doc: dict) -> str:
+    """Return the audit document as plain text for a terminal."""
+    lines = ["graphaudit run · " + header_lines(doc)[0], "  " + header_lines(doc)[1], ""]
+    verdict = verdict_table(doc)
+    lines.append("Verdict")
+    label_w = max(len(r[0]) for r in verdict.rows)
+    for label, answer, statement in verdict.rows:
+        head = f"  {label:<{label_w}}  {answer:<12}  "
+        wrapped = textwrap.wrap(statement, WIDTH - len(head)) or [""]
+        lines.append(head + wrapped[0])
+        lines += [" " * len(head) + w for w in wrapped[1:]]
+    for line in claim_lines(doc):
+        lines += ["", line]
+    lines += ["", "Evidence"]
+    for label, items in evidence_lines(doc):
+        lines.append(f"  {label}")
+        for item in items:
+            lines += textwrap.wrap(item, WIDTH, initial_indent="    ", subsequent_indent="      ")
+    for note in doc.get("notes") or []:
+        lines += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ")
+    for table in detail_tables(doc):
+        lines += ["", *render_table(table, "simple")]
+    return "\n".join(lines) + "\n"
+
+
+def render_table(table: Table, tablefmt: str) -> list[str]:
+    """A titled table as lines of text (tabulate `tablefmt`), with its note under it."""
+    out = [table.title]
+    if table.rows:
+        out.append(tabulate(table.rows, headers=table.headers, tablefmt=tablefmt, disable_numparse=True))
+    else:
+        out.append("(nothing to show)")
+    if table.note:
+        out.append(table.note)
+    return out

@@ -1,0 +1,339 @@
+"""The verdict: four findings, each in plain words with the evidence it rests on.
+
+`decide(static, replay, profile)` is a pure function of the three sub-reports' JSON
+documents (any of them may be None when that part did not run). It keeps the three
+properties apart, and adds the fourth question people actually ask:
+
+- coefficient_variation: do the controller's coefficients change with the input, and how
+  much of their variance does layer identity alone explain? (replay's variance split)
+- functional_dependence: does the frozen model get worse when its coefficients are
+  reassigned across inputs or tokens, and how much of the global-mean gap does a static
+  per-layer profile keep? (replay's conditions and retained gap)
+- conditional_execution: can any block be skipped or shrunk (static), and was it (measured)?
+- compute_savings: is it faster than the dense baseline? (profile against the baseline)
+
+Every finding answers "yes", "no" or "not measured". Nothing is answered from a part that
+did not run: a finding without its measurement says "not measured" and why. The
+thresholds below are the whole policy; they are in the report's evidence lines as numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+YES, NO, NOT_MEASURED = "yes", "no", "not measured"
+ANSWERS = (YES, NO, NOT_MEASURED)
+FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
+CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
+
+# Coefficients "vary with the input" when the input and token levels together explain at
+# least this share of their variance (the rest is what a static per-layer profile keeps).
+INPUT_SHARE_MIN = 0.001
+# A reassignment "hurts" when its ΔNLL interval lies wholly above this many nats.
+MATERIAL_NATS = 0.01
+# Faster than the baseline means a median latency below this fraction of the baseline's.
+SAVINGS_RATIO_MAX = 0.95
+SKIPPABLE = ("branch", "subset")
+REASSIGNMENTS = ("cross_input", "token_shuffle")
+PROFILES = ("static_layer", "static_position")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured fact a finding rests on, and which part of the audit measured it."""
+
+    source: str  # static | replay | profile
+    text: str
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The answer to one of the four questions, in plain words, with its evidence."""
+
+    answer: str
+    statement: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"answer": self.answer, "statement": self.statement,
+                "evidence": [e.to_json() for e in self.evidence]}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    coefficient_variation: Finding
+    functional_dependence: Finding
+    conditional_execution: Finding
+    compute_savings: Finding
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name).to_json() for name in FINDINGS}
+
+
+@dataclass(frozen=True)
+class ClaimCheck:
+    """Whether the audit supports a claim; `supported` is False when refuted or unmeasured."""
+
+    claim: str
+    supported: bool
+    reason: str
+
+    def to_json(self) -> dict:
+        return {"claim": self.claim, "supported": self.supported, "reason": self.reason}
+
+
+def decide(static: dict | None, replay: dict | None, profile: dict | None) -> Verdict:
+    """Return the four findings from the sub-reports' JSON documents (None: not run)."""
+    return Verdict(
+        coefficient_variation=coefficient_variation(static, replay),
+        functional_dependence=functional_dependence(replay),
+        conditional_execution=conditional_execution(static, profile),
+        compute_savings=compute_savings(static, profile),
+    )
+
+
+def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
+    """Return whether `verdict` supports `claim` (dynamic-inference or compute-savings).
+
+    A claim is supported only by a "yes" that was measured; "no" refutes it and "not
+    measured" leaves it unsupported, so a gate built on it fails closed.
+    """
+    if claim not in CLAIMS:
+        raise ValueError(f"expected a claim in {sorted(CLAIMS)}, found {claim!r}")
+    findings = verdict.to_json() if isinstance(verdict, Verdict) else verdict
+    finding = findings[CLAIMS[claim]]
+    answer, statement = finding["answer"], finding["statement"]
+    if answer == YES:
+        return ClaimCheck(claim, True, f"supported: {statement}")
+    word = "refuted" if answer == NO else "not established (not measured)"
+    return ClaimCheck(claim, False, f"{word}: {statement}")
+
+
+# -- coefficient variation ---------------------------------------------------------------
+
+def coefficient_variation(static: dict | None, replay: dict | None) -> Finding:
+    """Do the coefficients vary with the input; how much does layer identity explain?"""
+    variance = (replay or {}).get("variance") or {}
+    if not variance:
+        declared = len((static or {}).get("coefficients") or [])
+        why = ("the model declares no coefficient tensors and none were given"
+               if static is not None and declared == 0 else
+               "the coefficients were not captured (no replay ran)")
+        return Finding(NOT_MEASURED, f"Not measured: {why}.")
+    evidence, varying = [], []
+    for family, v in sorted(variance.items()):
+        within = _num(v.get("input_share"), 0.0) + _num(v.get("token_share"), 0.0)
+        eta2 = _num(v.get("eta2_layer"))
+        if within >= INPUT_SHARE_MIN:
+            varying.append(family)
+        evidence.append(Evidence("replay", (
+            f"{family}: layer identity alone explains {_pct(eta2)} of the variance (η²); "
+            f"(layer, slot) {_pct(v.get('layer_slot_share'))}, input {_pct(v.get('input_share'))}, "
+            f"token {_pct(v.get('token_share'))}")))
+    etas = [_num(v.get("eta2_layer")) for v in variance.values()]
+    etas = [e for e in etas if e is not None]
+    eta_words = (f"layer identity alone explains {_pct(min(etas))}–{_pct(max(etas))} of their variance"
+                 if etas and len(etas) > 1 else
+                 f"layer identity alone explains {_pct(etas[0])} of their variance" if etas else "")
+    if varying:
+        statement = (f"Yes: the coefficients change with the input ({', '.join(varying)}); "
+                     f"{eta_words}." if eta_words else
+                     f"Yes: the coefficients change with the input ({', '.join(varying)}).")
+        return Finding(YES, statement, tuple(evidence))
+    return Finding(NO, (f"No: the input and token levels explain less than {_pct(INPUT_SHARE_MIN)} "
+                        f"of the coefficients' variance; a fixed per-layer profile reproduces them."),
+                   tuple(evidence))
+
+
+# -- functional dependence ---------------------------------------------------------------
+
+def functional_dependence(replay: dict | None) -> Finding:
+    """Does the frozen model depend on which input's coefficients it is given?"""
+    if not replay:
+        return Finding(NOT_MEASURED, "Not measured: no frozen replay ran (it needs coefficient tensors).")
+    parity = replay.get("parity") or {}
+    if parity and not parity.get("ok", True):
+        return Finding(NOT_MEASURED, (
+            "Not measured: the frozen model fed its own coefficients did not reproduce the live "
+            f"model (max |Δ| {_num_text(parity.get('max_abs_diff'))}), so no replay can be trusted."),
+            (Evidence("replay", f"parity check failed: max |Δ| {_num_text(parity.get('max_abs_diff'))}"),))
+    conditions = replay.get("conditions") or {}
+    evidence = []
+    if parity:
+        evidence.append(Evidence("replay", (
+            f"parity: the frozen graph with its own coefficients matches the live model "
+            f"(max |Δ| {_num_text(parity.get('max_abs_diff'))})")))
+    hurts, measured = [], []
+    for name in REASSIGNMENTS:
+        c = conditions.get(name)
+        if not c or _num(c.get("delta_nll")) is None:
+            continue
+        measured.append(name)
+        lo, hi = _interval(c.get("ci"))
+        evidence.append(Evidence("replay", f"ΔNLL {name} = {_signed(c['delta_nll'])} nats{_ci_text(lo, hi)}"))
+        if lo is not None and lo > MATERIAL_NATS:
+            hurts.append(name)
+        elif lo is None and _num(c["delta_nll"]) > MATERIAL_NATS:
+            hurts.append(name)
+    gap = replay.get("retained_gap") or {}
+    for name in PROFILES:
+        if _num(gap.get(name)) is not None:
+            evidence.append(Evidence("replay", (
+                f"a {name.replace('_', ' ')} profile retains {_pct(gap[name])} of the gap between "
+                "global-mean and correct coefficients")))
+    if not measured:
+        return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
+                       tuple(evidence))
+    gap_words = ""
+    if _num(gap.get("static_layer")) is not None:
+        gap_words = (f"; a static per-layer profile keeps {_pct(gap['static_layer'])} of what the "
+                     "coefficients contribute over one global mean")
+    if hurts:
+        parts = [f"{n.replace('_', '-')} +{_fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
+        return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
+                             f"({', '.join(parts)}){gap_words}."), tuple(evidence))
+    return Finding(NO, (f"No: reassigning coefficients across inputs or tokens costs no more than "
+                        f"{_fmt(MATERIAL_NATS)} nats measurably{gap_words}."), tuple(evidence))
+
+
+# -- conditional execution ---------------------------------------------------------------
+
+def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
+    """Can any block be skipped or shrunk (graph), and was any (runtime)?"""
+    evidence = []
+    skippable: list[str] = []
+    if static is not None:
+        blocks = static.get("blocks") or []
+        counts: dict[str, int] = {}
+        for b in blocks:
+            counts[b.get("verdict", "?")] = counts.get(b.get("verdict", "?"), 0) + 1
+            if b.get("verdict") in SKIPPABLE:
+                skippable.append(f"{b.get('name')} ({b.get('verdict')})")
+        summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no blocks found"
+        evidence.append(Evidence("static", f"{len(blocks)} blocks: {summary}"))
+        if skippable:
+            evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
+    reduced: list[str] = []
+    inputs = None
+    if profile is not None:
+        pblocks = profile.get("blocks") or []
+        inputs = profile.get("inputs")
+        for b in pblocks:
+            fraction = _num(b.get("executed_fraction"))
+            if fraction is not None and fraction < 1.0:
+                reduced.append(f"{b.get('name')} ran on {_pct(fraction)} of inputs")
+            elif _shrunk(b):
+                reduced.append(f"{b.get('name')} ran at reduced size ({_pct(_shrunk(b))} of its full work)")
+        if pblocks:
+            evidence.append(Evidence("profile", (
+                "blocks skipped or shrunk at run time: " + ", ".join(reduced)) if reduced else
+                f"every one of {len(pblocks)} blocks ran in full on every profiled input"
+                + (f" ({inputs} inputs)" if inputs else "")))
+    if static is None and profile is None:
+        return Finding(NOT_MEASURED, "Not measured: neither the graph nor the runtime was examined.")
+    if reduced:
+        where = "" if skippable or static is None else " (the graph analysis did not predict it)"
+        return Finding(YES, (f"Yes: some blocks were skipped or shrunk at run time{where}: "
+                             f"{'; '.join(reduced)}."), tuple(evidence))
+    if profile is not None and (profile.get("blocks") or []):
+        if skippable:
+            return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
+                                "ran in full on every profiled input."), tuple(evidence))
+        return Finding(NO, "No: every block runs for every input, in the graph and at run time.", tuple(evidence))
+    if static is not None and not skippable:
+        return Finding(NO, ("No: the graph has no block that can be skipped or shrunk (no data-dependent "
+                            "branch or token subset); not profiled at run time."), tuple(evidence))
+    return Finding(NOT_MEASURED, ("Not measured: the graph lets some blocks be skipped or shrunk, but "
+                                  "nothing was profiled at run time."), tuple(evidence))
+
+
+def _shrunk(block: dict) -> float | None:
+    """The fraction of its full work a block did, when the profile reports one below 1."""
+    for key in ("work_fraction", "size_fraction", "flops_fraction"):
+        value = _num(block.get(key))
+        if value is not None and value < 1.0:
+            return value
+    return None
+
+
+# -- compute savings ---------------------------------------------------------------------
+
+def compute_savings(static: dict | None, profile: dict | None) -> Finding:
+    """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
+    if profile is None:
+        return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
+    latency = (profile.get("latency_ms") or {}).get("median")
+    baseline = profile.get("baseline") or {}
+    ratio = _num(baseline.get("ratio"))
+    if ratio is None:
+        return Finding(NOT_MEASURED, (
+            "Not measured: no baseline was given to compare against"
+            + (f" (median latency {_fmt(latency)} ms)." if _num(latency) is not None else ".")))
+    evidence = [Evidence("profile", (
+        f"median latency {_fmt(latency)} ms against the baseline's {_fmt(baseline.get('latency_ms'))} ms "
+        f"({ratio:.2f}× on {profile.get('provider', 'the runtime')})"))]
+    flops = _num(profile.get("flops_executed"))
+    base_flops = _num(baseline.get("flops_executed"))
+    if flops is not None and base_flops:
+        evidence.append(Evidence("profile", f"executed FLOPs {flops / base_flops:.2f}× the baseline's"))
+    elif static is not None:
+        total = sum(_num(b.get("flops"), 0) for b in static.get("blocks") or [])
+        if total:
+            evidence.append(Evidence("static", f"{total:,.0f} FLOPs in the blocks at full size (per graph)"))
+    change = abs(ratio - 1) * 100
+    words = ("as fast as the baseline" if change < 0.05 else
+             f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline")
+    words += f" (median latency {ratio:.2f}× the baseline's)"
+    if ratio <= SAVINGS_RATIO_MAX:
+        return Finding(YES, f"Yes: {words}.", tuple(evidence))
+    return Finding(NO, f"No: {words}; a saving needs at most {SAVINGS_RATIO_MAX:.2f}×.", tuple(evidence))
+
+
+# -- formatting helpers ------------------------------------------------------------------
+
+def _num(value, default=None):
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(x) else x
+
+
+def _interval(ci) -> tuple[float | None, float | None]:
+    if isinstance(ci, dict):
+        ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return _num(ci[0]), _num(ci[1])
+    return None, None
+
+
+def _fmt(value) -> str:
+    x = _num(value)
+    if x is None:
+        return "?"
+    return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def _num_text(value) -> str:
+    x = _num(value)
+    return "?" if x is None else f"{x:.2e}"
+
+
+def _signed(value) -> str:
+    x = _num(value)
+    return "?" if x is None else f"{x:+.4f}"
+
+
+def _ci_text(lo, hi) -> str:
+    return "" if lo is None or hi is None else f" (95% CI {lo:+.4f} to {hi:+.4f})"
+
+
+def _pct(value) -> str:
+    x = _num(value)
+    return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"

@@ -1,0 +1,128 @@
+"""The verdict: a pure function of the three sub-reports, claiming nothing it did not measure."""
+
+import pytest
+
+from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, check_claim, decide
+
+from test_report_samples import dense, earlyexit, featuregate, mudd, profile_doc, replay_doc, static_doc
+
+
+def answers(parts):
+    verdict = decide(*parts)
+    return {name: getattr(verdict, name).answer for name in FINDINGS}
+
+
+def test_featuregate_varies_but_executes_every_block_and_is_slower():
+    got = answers(featuregate())
+    assert got == {"coefficient_variation": YES, "functional_dependence": YES,
+                   "conditional_execution": NO, "compute_savings": NO}
+    verdict = decide(*featuregate())
+    assert "91.0%" in verdict.coefficient_variation.statement  # layer η² in the words
+    assert "30.8% slower" in verdict.compute_savings.statement
+    assert "98.7%" in verdict.functional_dependence.statement  # retained gap of the static profile
+
+
+def test_mudd_depends_strongly_on_its_coefficients_yet_skips_nothing():
+    verdict = decide(*mudd())
+    assert verdict.functional_dependence.answer == YES
+    assert "+1.9067" in verdict.functional_dependence.statement
+    assert "+2.9637" in verdict.functional_dependence.statement
+    assert verdict.conditional_execution.answer == NO
+    assert not check_claim(verdict, "dynamic-inference").supported
+
+
+def test_earlyexit_skips_blocks_and_supports_both_claims():
+    verdict = decide(*earlyexit())
+    assert verdict.conditional_execution.answer == YES
+    assert "blocks.2 ran on 50.0% of inputs" in verdict.conditional_execution.statement
+    assert check_claim(verdict, "dynamic-inference").supported
+    assert check_claim(verdict, "compute-savings").supported
+
+
+def test_dense_has_nothing_to_vary_or_replay():
+    verdict = decide(*dense())
+    assert verdict.coefficient_variation.answer == NOT_MEASURED
+    assert "declares no coefficient" in verdict.coefficient_variation.statement
+    assert verdict.functional_dependence.answer == NOT_MEASURED
+    assert verdict.conditional_execution.answer == NO
+
+
+def test_nothing_run_means_nothing_claimed():
+    verdict = decide(None, None, None)
+    for name in FINDINGS:
+        finding = getattr(verdict, name)
+        assert finding.answer == NOT_MEASURED and finding.statement.startswith("Not measured")
+        assert finding.evidence == ()
+    for claim in ("dynamic-inference", "compute-savings"):
+        check = check_claim(verdict, claim)
+        assert not check.supported and "not established" in check.reason
+
+
+def test_skippable_in_the_graph_but_not_profiled_is_not_measured():
+    verdict = decide(static_doc(["always", "branch"]), None, None)
+    assert verdict.conditional_execution.answer == NOT_MEASURED
+    assert any("blocks.1 (branch)" in e.text for e in verdict.conditional_execution.evidence)
+
+
+def test_skippable_in_the_graph_but_never_skipped_is_no():
+    verdict = decide(static_doc(["always", "branch"]), None, profile_doc(fractions=(1.0, 1.0)))
+    assert verdict.conditional_execution.answer == NO
+    assert "every block ran in full" in verdict.conditional_execution.statement
+
+
+def test_static_only_without_skippable_blocks_is_no():
+    verdict = decide(static_doc(["gated", "masked"]), None, None)
+    assert verdict.conditional_execution.answer == NO
+    assert "not profiled" in verdict.conditional_execution.statement
+
+
+def test_shrunk_block_counts_as_conditional_execution():
+    profile = profile_doc(fractions=(1.0, 1.0))
+    profile["blocks"][1]["work_fraction"] = 0.5
+    verdict = decide(static_doc(["always", "subset"]), None, profile)
+    assert verdict.conditional_execution.answer == YES
+    assert "reduced size" in verdict.conditional_execution.statement
+
+
+def test_small_reassignment_effect_is_no_functional_dependence():
+    replay = replay_doc(cross=(0.004, -0.001, 0.009), shuffle=(0.002, -0.003, 0.006))
+    verdict = decide(None, replay, None)
+    assert verdict.functional_dependence.answer == NO
+    texts = [e.text for e in verdict.functional_dependence.evidence]
+    assert any("ΔNLL cross_input = +0.0040 nats (95% CI -0.0010 to +0.0090)" in t for t in texts)
+
+
+def test_failed_parity_makes_the_replay_untrusted():
+    replay = replay_doc()
+    replay["parity"] = {"max_abs_diff": 0.5, "ok": False}
+    verdict = decide(None, replay, None)
+    assert verdict.functional_dependence.answer == NOT_MEASURED
+    assert "did not reproduce" in verdict.functional_dependence.statement
+
+
+def test_constant_coefficients_do_not_vary():
+    replay = replay_doc(input_share=0.0, token_share=0.0, eta2=1.0)
+    assert decide(None, replay, None).coefficient_variation.answer == NO
+
+
+def test_no_baseline_means_savings_not_measured():
+    verdict = decide(None, None, profile_doc(ratio=None))
+    assert verdict.compute_savings.answer == NOT_MEASURED
+    assert "no baseline" in verdict.compute_savings.statement
+    assert "not established" in check_claim(verdict, "compute-savings").reason
+
+
+def test_claims_refuted_say_so():
+    check = check_claim(decide(*featuregate()), "dynamic-inference")
+    assert not check.supported and check.reason.startswith("refuted:")
+    with pytest.raises(ValueError):
+        check_claim(decide(*featuregate()), "magic")
+
+
+def test_verdict_is_plain_json_and_every_evidence_names_its_source():
+    doc = decide(*mudd()).to_json()
+    for name in FINDINGS:
+        assert doc[name]["answer"] in (YES, NO, NOT_MEASURED)
+        for item in doc[name]["evidence"]:
+            assert item["source"] in ("static", "replay", "profile") and item["text"]
+    assert check_claim(doc, "dynamic-inference").supported is False  # works on the JSON too
