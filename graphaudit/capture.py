@@ -1,0 +1,209 @@
+"""Capture: run the trace graph over a data set and cache the complete coefficient tensors.
+
+`capture` gives back a CoefficientCache: every coefficient tensor of every input along the
+unperturbed trajectory, stored with the batch axis first (`(inputs, ...)`) so that the
+rows of any inputs can be read in one slice. A cache that fits under `memory_limit` bytes
+stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
+folder that goes away on `close()`, or under `cache_dir`, where it stays and is reused by a
+later capture of the same trace graph, data and batch size. The live outputs of the first
+batch are kept beside the coefficients for the parity check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from graphaudit.coefficients import BATCH, Coefficient
+from graphaudit.data import InputData
+from graphaudit.errors import GraphAuditError
+from graphaudit.runtime import create_session
+
+DEFAULT_MEMORY_LIMIT = 256 * 2**20
+_MANIFEST = "manifest.json"
+_FORMAT = 1
+
+
+@dataclass
+class CoefficientCache:
+    """The coefficient tensors of one data set, batch axis first, in memory or memory-mapped."""
+
+    coefficients: tuple[Coefficient, ...]
+    arrays: Mapping[str, np.ndarray] = field(repr=False)
+    count: int
+    live: Mapping[str, np.ndarray] = field(repr=False)  # live outputs of the first batch
+    location: Path | None = None  # folder of the .npy files; None in memory
+    reused: bool = False
+    _owned: Path | None = field(default=None, repr=False)  # temporary folder removed on close
+
+    def rows(self, c: Coefficient, rows: np.ndarray | slice) -> np.ndarray:
+        """The cached values of `c` for the inputs at `rows`, batch axis first."""
+        return np.asarray(self.arrays[c.tensor][rows])
+
+    def shape(self, c: Coefficient) -> tuple[int, ...]:
+        return tuple(self.arrays[c.tensor].shape)
+
+    def chunks(self, size: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """Yield (row indices, {tensor: values}) over the whole cache, `size` inputs at a time."""
+        for start in range(0, self.count, size):
+            rows = np.arange(start, min(start + size, self.count))
+            yield rows, {c.tensor: self.rows(c, slice(rows[0], rows[-1] + 1)) for c in self.coefficients}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+    def close(self) -> None:
+        """Drop the arrays and remove a temporary folder (a `cache_dir` folder stays)."""
+        self.arrays = {}
+        if self._owned is not None:
+            shutil.rmtree(self._owned, ignore_errors=True)
+            self._owned = None
+
+    def __enter__(self) -> "CoefficientCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def batch_first(c: Coefficient, values: np.ndarray) -> np.ndarray:
+    """`values` in `c`'s own layout, with its batch axis moved to the front."""
+    return np.moveaxis(values, _batch_axis(c), 0)
+
+
+def native(c: Coefficient, values: np.ndarray) -> np.ndarray:
+    """Batch-first `values` back in `c`'s own layout, contiguous, ready to feed."""
+    return np.ascontiguousarray(np.moveaxis(values, 0, _batch_axis(c)))
+
+
+def capture(
+    trace: onnx.ModelProto,
+    coefficients: Sequence[Coefficient],
+    data: InputData,
+    *,
+    batch_size: int,
+    cache_dir: str | Path | None = None,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    label: str = "data",
+    providers: list[str] | None = None,
+) -> CoefficientCache:
+    """Run `trace` over `data` in batches and return the cache of its coefficient tensors."""
+    coefficients = tuple(coefficients)
+    for c in coefficients:
+        _batch_axis(c)
+    key = _key(trace, coefficients, data, batch_size)
+    folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
+    if folder is not None:
+        reused = _reuse(folder, key, coefficients)
+        if reused is not None:
+            return reused
+    session = create_session(trace, providers)
+    names = [o.name for o in session.get_outputs()]
+    wanted = {c.tensor for c in coefficients}
+    missing = wanted - set(names)
+    if missing:
+        raise GraphAuditError(
+            f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
+        )
+    arrays: dict[str, np.ndarray] = {}
+    live: dict[str, np.ndarray] = {}
+    owned = None
+    for rows, feeds in data.batches(batch_size):
+        outputs = dict(zip(names, session.run(names, feeds)))
+        if not arrays:
+            live = {n: v for n, v in outputs.items() if n not in wanted}
+            per_input = sum(outputs[c.tensor].nbytes for c in coefficients) / (rows.stop - rows.start)
+            if folder is None and per_input * data.count > memory_limit:
+                owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
+            if folder is not None:
+                folder.mkdir(parents=True, exist_ok=True)
+            arrays = {c.tensor: _allocate(c, outputs[c.tensor], data.count, folder) for c in coefficients}
+        for c in coefficients:
+            arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
+    if folder is not None:
+        _save(folder, key, coefficients, arrays, live, data.count)
+        if owned is None:
+            arrays = _load_arrays(folder, coefficients)
+    return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned)
+
+
+def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
+    first = batch_first(c, values)
+    if first.shape[0] != rows.stop - rows.start:
+        raise GraphAuditError(
+            f"expected coefficient {c.tensor!r} to have the batch ({rows.stop - rows.start} inputs) on its "
+            f"{BATCH!r} axis {_batch_axis(c)}, found shape {values.shape}"
+        )
+    return first
+
+
+def _allocate(c: Coefficient, first_batch: np.ndarray, count: int, folder: Path | None) -> np.ndarray:
+    shape = (count, *batch_first(c, first_batch).shape[1:])
+    if folder is None:
+        return np.empty(shape, dtype=first_batch.dtype)
+    return np.lib.format.open_memmap(folder / _file(c), mode="w+", dtype=first_batch.dtype, shape=shape)
+
+
+def _batch_axis(c: Coefficient) -> int:
+    axis = c.axis(BATCH)
+    if axis is None:
+        raise GraphAuditError(
+            f"expected coefficient {c.tensor!r} to name a {BATCH!r} axis, found axes {list(c.axes)}"
+        )
+    return axis
+
+
+def _file(c: Coefficient) -> str:
+    return hashlib.sha1(c.tensor.encode()).hexdigest()[:12] + ".npy"
+
+
+def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int) -> str:
+    """A digest of everything the cached values depend on."""
+    digest = hashlib.sha256()
+    digest.update(trace.SerializeToString(deterministic=True))
+    digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())
+    digest.update(f"batch={batch_size};format={_FORMAT}".encode())
+    for name in sorted(data.arrays):
+        array = np.ascontiguousarray(data.arrays[name])
+        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
+def _save(folder: Path, key: str, coefficients, arrays, live, count: int) -> None:
+    for array in arrays.values():
+        if isinstance(array, np.memmap):
+            array.flush()
+    np.savez(folder / "live.npz", **live)
+    manifest = {"format": _FORMAT, "key": key, "count": count,
+                "tensors": {c.tensor: _file(c) for c in coefficients}}
+    (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def _load_arrays(folder: Path, coefficients) -> dict[str, np.ndarray]:
+    return {c.tensor: np.load(folder / _file(c), mmap_mode="r") for c in coefficients}
+
+
+def _reuse(folder: Path, key: str, coefficients) -> CoefficientCache | None:
+    """The cache already in `folder` when it was made from the same inputs, else None."""
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text())
+        if manifest.get("key") != key or manifest.get("format") != _FORMAT:
+            return None
+        arrays = _load_arrays(folder, coefficients)
+        with np.load(folder / "live.npz", allow_pickle=False) as archive:
+            live = {k: archive[k] for k in archive.files}
+    except (OSError, ValueError, KeyError):
+        return None
+    if any(a.shape[0] != manifest["count"] for a in arrays.values()):
+        return None
+    return CoefficientCache(tuple(coefficients), arrays, manifest["count"], live, folder, True)

@@ -1,0 +1,156 @@
+"""Replay conditions: each maps the cached coefficients of some inputs to the array fed in.
+
+Every condition is one small function `(c, rows) -> values`: for coefficient `c` and the
+evaluation inputs at `rows`, the values to feed, batch axis first (see DESIGN.md):
+
+- `correct`: the inputs' own cached coefficients (must reproduce the live outputs);
+- `cross_input`: those of input π(b), π a seeded derangement of the evaluation inputs;
+- `token_shuffle`: input b's own, with its positions permuted by a seeded σ_b;
+- `static_layer`: per layer and slot, the calibration mean over inputs and tokens;
+- `static_position`: per layer, slot and position, the calibration mean over inputs;
+- `global_mean`: per family, one calibration mean over every layer, slot, input and token.
+
+Profiles come from the calibration cache only; the evaluation cache only supplies the
+coefficients that `correct`, `cross_input` and `token_shuffle` rearrange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from graphaudit.capture import CoefficientCache
+from graphaudit.coefficients import BATCH, TOKEN, Coefficient
+from graphaudit.errors import GraphAuditError, UsageError
+
+CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")
+PROFILES = ("static_layer", "static_position")
+
+Feed = Callable[[Coefficient, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """Calibration means: per layer and slot, per layer/slot/position, and per family."""
+
+    layer: Mapping[str, np.ndarray]  # tensor -> batch-first, batch and token axes of size 1
+    position: Mapping[str, np.ndarray]  # tensor -> batch-first, batch axis of size 1
+    family: Mapping[str, float]
+    count: int  # calibration inputs
+
+
+def token_axis(c: Coefficient) -> int | None:
+    """Position of `c`'s token axis once its batch axis is moved to the front."""
+    t, b = c.axis(TOKEN), c.axis(BATCH)
+    if t is None:
+        return None
+    return t + 1 if t < b else t
+
+
+def profiles(calib: CoefficientCache, chunk: int = 64) -> Profiles:
+    """Return the calibration profiles, streaming over the cache `chunk` inputs at a time."""
+    sums: dict[str, np.ndarray] = {}
+    for _, values in calib.chunks(chunk):
+        for c in calib.coefficients:
+            part = values[c.tensor].sum(axis=0, keepdims=True, dtype=np.float64)
+            sums[c.tensor] = sums[c.tensor] + part if c.tensor in sums else part
+    position = {c.tensor: sums[c.tensor] / calib.count for c in calib.coefficients}
+    layer = {}
+    family_sum: dict[str, float] = {}
+    family_count: dict[str, int] = {}
+    for c in calib.coefficients:
+        t = token_axis(c)
+        layer[c.tensor] = position[c.tensor] if t is None else position[c.tensor].mean(axis=t, keepdims=True)
+        family_sum[c.family] = family_sum.get(c.family, 0.0) + float(sums[c.tensor].sum())
+        family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
+    family = {f: family_sum[f] / family_count[f] for f in family_sum}
+    return Profiles(layer, position, family, calib.count)
+
+
+def correct(cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    return cache.rows(c, rows)
+
+
+def cross_input(cache: CoefficientCache, partner: np.ndarray, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    return cache.rows(c, partner[rows])
+
+
+def token_shuffle(cache: CoefficientCache, orders: np.ndarray, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    values, t = cache.rows(c, rows), token_axis(c)
+    if t is None:
+        return values
+    shape = [1] * values.ndim
+    shape[0], shape[t] = len(rows), values.shape[t]
+    return np.take_along_axis(values, orders[rows].reshape(shape), axis=t)
+
+
+def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    return _broadcast(prof.layer[c.tensor], cache, c, rows)
+
+
+def static_position(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    t = token_axis(c)
+    mean = prof.position[c.tensor]
+    if t is not None:
+        length = cache.shape(c)[t]
+        if mean.shape[t] < length:
+            raise GraphAuditError(
+                f"expected calibration inputs at least as long as the evaluation inputs for static_position, "
+                f"found {mean.shape[t]} positions for {c.tensor!r} against {length}"
+            )
+        mean = np.take(mean, np.arange(length), axis=t)
+    return _broadcast(mean, cache, c, rows)
+
+
+def global_mean(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    return _broadcast(np.asarray(prof.family[c.family]), cache, c, rows)
+
+
+def _broadcast(mean: np.ndarray, cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    shape = (len(rows), *cache.shape(c)[1:])
+    dtype = cache.arrays[c.tensor].dtype
+    return np.broadcast_to(mean.astype(dtype, copy=False), shape)
+
+
+def derangement(count: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly drawn permutation of range(count) with no fixed point."""
+    if count < 2:
+        raise GraphAuditError(f"expected at least 2 evaluation inputs for cross_input, found {count}")
+    while True:
+        perm = rng.permutation(count)
+        if not np.any(perm == np.arange(count)):
+            return perm
+
+
+def position_orders(count: int, length: int, rng: np.random.Generator) -> np.ndarray:
+    """One random permutation of `length` positions per input, shape (count, length)."""
+    return rng.permuted(np.tile(np.arange(length, dtype=np.int64), (count, 1)), axis=1)
+
+
+def conditions(
+    names: Sequence[str], evaluation: CoefficientCache, calibration: CoefficientCache, seed: int
+) -> dict[str, Feed]:
+    """Return {condition: feed} for `names`, `correct` first; permutations drawn from `seed`."""
+    unknown = [n for n in names if n not in CONDITIONS]
+    if unknown:
+        raise UsageError(f"expected conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
+    rng = np.random.default_rng(seed)
+    partner = derangement(evaluation.count, rng) if "cross_input" in names else None
+    lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
+    orders = position_orders(evaluation.count, max(lengths, default=1), rng) if "token_shuffle" in names else None
+    if len(lengths) > 1 and orders is not None:
+        raise GraphAuditError(f"expected one token length across coefficients for token_shuffle, found {sorted(lengths)}")
+    prof = profiles(calibration) if set(names) & {"static_layer", "static_position", "global_mean"} else None
+    table = {
+        "correct": partial(correct, evaluation),
+        "cross_input": partial(cross_input, evaluation, partner),
+        "token_shuffle": partial(token_shuffle, evaluation, orders),
+        "static_layer": partial(static_layer, evaluation, prof),
+        "static_position": partial(static_position, evaluation, prof),
+        "global_mean": partial(global_mean, evaluation, prof),
+    }
+    ordered = ["correct", *(n for n in dict.fromkeys(names) if n != "correct")]
+    return {n: table[n] for n in ordered}

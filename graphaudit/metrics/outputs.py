@@ -1,0 +1,161 @@
+"""Per-input sums from one batch of model outputs: NLL, KL from `correct`, accuracy, MSE.
+
+`task_for` decides once what the outputs mean; `score` turns one batch of outputs into a
+(inputs × QUANTITIES) array of sums — nothing per token survives the batch, so memory does
+not grow with the number of inputs. Figures are ratios of those sums (e.g. NLL = Σ nll /
+Σ targets, token-weighted), computed in `metrics.stats`.
+
+- causal LM (`logits` of shape (batch, seq, vocab) and integer ids (batch, seq)): next-token
+  cross-entropy in nats against the ids shifted by one — or against `labels` of the same
+  shape, shifted the same way, positions labelled -100 left out; accuracy when labels are
+  given.
+- classification (logits (batch, classes) and integer `labels` (batch,)): cross-entropy and
+  accuracy.
+- regression (`targets`): squared error.
+KL(correct ‖ condition) is summed over every position of logits; for outputs that are not
+logits, the squared difference from `correct` takes its place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from graphaudit.errors import GraphAuditError
+
+QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
+_COL = {q: i for i, q in enumerate(QUANTITIES)}
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class Task:
+    """What the scored output is and what it is scored against."""
+
+    kind: str  # causal_lm | classification | regression | outputs
+    output: str
+    ids: str | None = None  # graph input holding the token ids (causal LM)
+    labels: str | None = None  # "labels" or "targets" when the data has them
+
+    @property
+    def logits(self) -> bool:
+        return self.kind in ("causal_lm", "classification")
+
+    @property
+    def divergence(self) -> str:
+        return "kl" if self.logits else "mse_from_correct"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "output": self.output, "ids": self.ids, "labels": self.labels}
+
+
+def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
+             labels: Mapping[str, np.ndarray]) -> Task:
+    """Return the Task for a model whose first batch gave `outputs` on `feeds`."""
+    name = "logits" if "logits" in outputs else next(iter(outputs))
+    out = outputs[name]
+    ids = _token_ids(feeds)
+    if "targets" in labels:
+        _same_shape("targets", labels["targets"], out)
+        return Task("regression", name, labels="targets")
+    label = labels.get("labels")
+    if out.ndim == 3 and ids is not None and feeds[ids].shape == out.shape[:2]:
+        if label is not None:
+            _same_shape("labels", label, feeds[ids])
+        return Task("causal_lm", name, ids, "labels" if label is not None else None)
+    if out.ndim == 2 and label is not None and label.ndim == 1 and np.issubdtype(label.dtype, np.integer):
+        return Task("classification", name, labels="labels")
+    return Task("outputs", name)
+
+
+def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray],
+          reference: "Reference | None") -> np.ndarray:
+    """Per-input sums of QUANTITIES for one batch, shape (inputs, len(QUANTITIES))."""
+    sums = np.zeros((out.shape[0], len(QUANTITIES)))
+    if task.logits:
+        logits = out.astype(np.float32, copy=False)
+        lse = _logsumexp(logits)
+        targets, mask = _targets(task, feeds, labels)
+        if targets is not None:
+            lg, ls = (logits[:, :-1], lse[:, :-1]) if task.kind == "causal_lm" else (logits, lse)
+            picked = np.take_along_axis(lg, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0]
+            sums[:, _COL["nll"]] = _per_input((ls - picked) * mask)
+            sums[:, _COL["targets"]] = _per_input(mask)
+            if task.labels is not None:
+                hits = (lg.argmax(-1) == targets) & mask
+                sums[:, _COL["hits"]] = _per_input(hits)
+        if reference is not None and reference.output is not out:
+            cross = np.einsum("...v,...v->...", reference.probs, logits)
+            sums[:, _COL["divergence"]] = _per_input(reference.neg_entropy - cross + lse)
+        sums[:, _COL["positions"]] = lse[0].size
+    else:
+        if task.labels is not None:
+            diff = out - labels[task.labels]
+            sums[:, _COL["sq_err"]] = _per_input(diff * diff)
+            sums[:, _COL["values"]] = out[0].size
+        if reference is not None and reference.output is not out:
+            diff = out - reference.output
+            sums[:, _COL["divergence"]] = _per_input(diff * diff)
+        sums[:, _COL["positions"]] = out[0].size
+    return sums
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The `correct` output of one batch, with what KL against it needs."""
+
+    output: np.ndarray
+    probs: np.ndarray | None = None
+    neg_entropy: np.ndarray | None = None  # Σ p log p per position
+
+    @classmethod
+    def of(cls, task: Task, out: np.ndarray) -> "Reference":
+        if not task.logits:
+            return cls(out)
+        logits = out.astype(np.float32, copy=False)
+        logp = logits - _logsumexp(logits)[..., None]
+        probs = np.exp(logp)
+        return cls(out, probs, np.einsum("...v,...v->...", probs, logp))
+
+
+def column(name: str) -> int:
+    return _COL[name]
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    top = x.max(axis=-1, keepdims=True)
+    shifted = np.subtract(x, top)
+    np.exp(shifted, out=shifted)
+    return np.log(shifted.sum(axis=-1)) + top[..., 0]
+
+
+def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if task.kind == "causal_lm":
+        ids = labels[task.labels] if task.labels is not None else feeds[task.ids]
+        targets = ids[:, 1:].astype(np.int64, copy=False)
+    elif task.kind == "classification":
+        targets = labels[task.labels].astype(np.int64, copy=False)
+    else:
+        return None, None
+    return targets, targets != IGNORE_INDEX
+
+
+def _per_input(values: np.ndarray) -> np.ndarray:
+    return values.reshape(values.shape[0], -1).sum(axis=1, dtype=np.float64)
+
+
+def _token_ids(feeds: Mapping[str, np.ndarray]) -> str | None:
+    if "input_ids" in feeds:
+        return "input_ids"
+    ints = [k for k, v in feeds.items() if v.ndim == 2 and np.issubdtype(v.dtype, np.integer)]
+    return ints[0] if len(ints) == 1 else None
+
+
+def _same_shape(key: str, given: np.ndarray, expected: np.ndarray) -> None:
+    if given.shape[1:] != expected.shape[1:]:
+        raise GraphAuditError(
+            f"expected {key} shaped like the model's output per input {tuple(expected.shape[1:])}, "
+            f"found {tuple(given.shape[1:])}"
+        )

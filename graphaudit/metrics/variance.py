@@ -1,0 +1,111 @@
+"""Nested variance decomposition of one coefficient family, from mergeable sums.
+
+The family's values c[g, b, t] are grouped by cell g = (layer, slot) — every slot of every
+tensor of the family — then by input b within the cell, then by token t. The total sum of
+squares around the grand mean splits exactly into
+
+    between cells               Σ_g n_g (mean_g − mean)²         what a static profile keeps
+    between inputs within cells Σ_g,b n_gb (mean_gb − mean_g)²
+    between tokens within those Σ (c − mean_gb)²
+
+and their shares of the total are `layer_slot_share`, `input_share`, `token_share`.
+`eta2_layer` is the share explained by layer identity alone (groups = layers).
+
+FamilyVariance keeps, per cell, Σ c over all inputs, and per input the scalars Σ c² and
+Σ_g (Σ_t c)² / n_gb; the same under every bootstrap resample. Its size depends on the
+number of cells and resamples, never on the number of inputs; merging adds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from graphaudit.coefficients import Coefficient
+from graphaudit.metrics.stats import Estimate, estimate
+
+SHARES = ("eta2_layer", "layer_slot_share", "input_share", "token_share")
+
+
+@dataclass
+class FamilyVariance:
+    """Streaming sums for the variance decomposition of one coefficient family."""
+
+    family: str
+    tensors: tuple[str, ...]
+    cell_layer: np.ndarray  # (cells,) layer of each cell
+    cell_tokens: np.ndarray  # (cells,) values per input in each cell (tokens, or 1)
+    cell_sum: np.ndarray  # (cells,) Σ c
+    resampled_cell_sum: np.ndarray  # (R, cells)
+    scalars: np.ndarray  # (3,) inputs, Σ c², Σ_g,b (Σ_t c)² / n_gb
+    resampled_scalars: np.ndarray  # (R, 3)
+
+    @classmethod
+    def empty(cls, family: str, coefficients: Sequence[Coefficient], shapes: Mapping[str, tuple[int, ...]],
+              token_axes: Mapping[str, int | None], resamples: int) -> "FamilyVariance":
+        """Sums for `coefficients` (one family) whose batch-first shapes are `shapes`."""
+        layers, tokens = [], []
+        for c in coefficients:
+            shape, t = shapes[c.tensor], token_axes[c.tensor]
+            cells = int(np.prod([n for i, n in enumerate(shape) if i not in (0, t)]))
+            layers += [c.layer] * cells
+            tokens += [shape[t] if t is not None else 1] * cells
+        n = len(layers)
+        return cls(family, tuple(c.tensor for c in coefficients), np.array(layers), np.array(tokens, dtype=np.float64),
+                   np.zeros(n), np.zeros((resamples, n)), np.zeros(3), np.zeros((resamples, 3)))
+
+    def update(self, values: Mapping[str, np.ndarray], token_axes: Mapping[str, int | None],
+               weights: np.ndarray) -> None:
+        """Add one chunk of inputs: batch-first `values` per tensor, weights (R × inputs)."""
+        sums, squares = [], 0.0
+        for tensor in self.tensors:
+            v = np.asarray(values[tensor], dtype=np.float64)
+            t = token_axes[tensor]
+            if t is not None:
+                v = np.moveaxis(v, t, 1)
+            else:
+                v = v[:, None]
+            v = v.reshape(v.shape[0], v.shape[1], -1)  # (inputs, tokens, slots)
+            sums.append(v.sum(axis=1))
+            squares = squares + np.einsum("bts,bts->b", v, v)
+        cell = np.concatenate(sums, axis=1)  # (inputs, cells)
+        per_input = np.stack([np.ones(cell.shape[0]), squares, (cell * cell / self.cell_tokens).sum(axis=1)], axis=1)
+        self.cell_sum += cell.sum(axis=0)
+        self.resampled_cell_sum += weights @ cell
+        self.scalars += per_input.sum(axis=0)
+        self.resampled_scalars += weights @ per_input
+
+    def merge(self, other: "FamilyVariance") -> "FamilyVariance":
+        return FamilyVariance(self.family, self.tensors, self.cell_layer, self.cell_tokens,
+                              self.cell_sum + other.cell_sum, self.resampled_cell_sum + other.resampled_cell_sum,
+                              self.scalars + other.scalars, self.resampled_scalars + other.resampled_scalars)
+
+    def shares(self, level: float) -> dict[str, Estimate]:
+        """The four SHARES with bootstrap intervals."""
+        value = _shares(self.cell_sum[None], self.scalars[None], self.cell_layer, self.cell_tokens)
+        samples = _shares(self.resampled_cell_sum, self.resampled_scalars, self.cell_layer, self.cell_tokens)
+        return {name: estimate(float(value[name][0]), samples[name], level) for name in SHARES}
+
+
+def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
+    """Shares for each row of (cell sums (K × cells), scalars (K × 3)); NaN where nothing varies."""
+    inputs, squares, within_cells = scalars.T
+    counts = inputs[:, None] * tokens[None]  # values per cell
+    grand = cell_sum.sum(axis=1) ** 2 / counts.sum(axis=1)
+    cells = (cell_sum**2 / counts).sum(axis=1)
+    layer_ids = np.unique(layer)
+    by_layer = np.stack([cell_sum[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
+    layer_counts = np.stack([counts[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
+    layers = (by_layer**2 / layer_counts).sum(axis=1)
+    total = squares - grand
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok = total > 1e-12 * np.maximum(squares, 1e-300)
+        share = lambda part: np.where(ok, np.clip(part / total, 0.0, 1.0), np.nan)  # noqa: E731
+        return {
+            "eta2_layer": share(layers - grand),
+            "layer_slot_share": share(cells - grand),
+            "input_share": share(within_cells - cells),
+            "token_share": share(squares - within_cells),
+        }

@@ -1,0 +1,329 @@
+"""Frozen-Controller Auditing: capture, freeze, check parity, replay under each condition.
+
+`replay` gives back a ReplayReport. It captures the coefficients of the calibration and
+evaluation inputs with the trace graph, builds the frozen graph, checks that the frozen
+graph fed each input's own coefficients reproduces the live outputs (parity; on failure it
+raises ParityError, naming the largest difference), then runs `run_conditions`: one loop
+over evaluation batches and conditions that feeds each condition's coefficients and adds
+the outputs' per-input sums to streaming statistics. The controller never runs there.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
+from graphaudit.coefficients import BATCH, TOKEN, Coefficient, declared_coefficients
+from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
+from graphaudit.data import InputData, input_specs, load_data
+from graphaudit.errors import GraphAuditError
+from graphaudit.load import LoadedModel, load_model
+from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
+                                difference, retained_gap, score, task_for)
+from graphaudit.metrics.stats import estimate
+from graphaudit.progress import Progress, track
+from graphaudit.runtime import create_session, resolve_providers
+from graphaudit.surgery import frozen_graph, trace_graph
+
+DEFAULT_TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class Parity:
+    """How closely the frozen graph fed `correct` coefficients reproduced the live outputs."""
+
+    ok: bool
+    max_abs_diff: float
+    tolerance: float
+    output: str
+    index: tuple[int, ...]
+    live: float
+    frozen: float
+    inputs: int  # evaluation inputs compared (the first batch)
+
+    def describe(self) -> str:
+        where = f"{self.output}[{', '.join(map(str, self.index))}]"
+        return f"max |Δ| {self.max_abs_diff:.3g} at {where} (live {self.live:.6g}, frozen {self.frozen:.6g})"
+
+    def to_json(self) -> dict:
+        return {"max_abs_diff": self.max_abs_diff, "ok": self.ok, "tolerance": self.tolerance,
+                "output": self.output, "index": list(self.index), "live": self.live, "frozen": self.frozen,
+                "inputs": self.inputs}
+
+
+class ParityError(GraphAuditError):
+    """The frozen graph did not reproduce the live model: no replay can be trusted."""
+
+    def __init__(self, parity: Parity):
+        super().__init__(
+            f"expected the frozen graph fed each input's own coefficients to reproduce the live outputs within "
+            f"{parity.tolerance:g}, found {parity.describe()}; refusing to replay"
+        )
+        self.parity = parity
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """The figures of one condition, each with its bootstrap interval."""
+
+    name: str
+    nll: Estimate
+    delta_nll: Estimate
+    divergence: Estimate  # KL from `correct` (or squared difference for non-logit outputs)
+    accuracy: Estimate
+    mse: Estimate
+
+    def to_json(self, divergence: str = "kl") -> dict:
+        out = {"nll": self.nll.value, "delta_nll": self.delta_nll.value, "ci": _ci(self.delta_nll),
+               "nll_ci": _ci(self.nll), divergence: self.divergence.value, f"{divergence}_ci": _ci(self.divergence)}
+        for key, e in (("accuracy", self.accuracy), ("mse", self.mse)):
+            if e.value is not None:
+                out[key], out[f"{key}_ci"] = e.value, _ci(e)
+        return out
+
+
+@dataclass(frozen=True)
+class DataUse:
+    """Which inputs calibrated the profiles and which were replayed."""
+
+    calibration: str
+    calibration_inputs: int
+    evaluation: str
+    evaluation_inputs: int
+    split: bool  # True: no evaluation data was given, the calibration inputs were halved
+
+    def to_json(self) -> dict:
+        return {"calibration": self.calibration, "calibration_inputs": self.calibration_inputs,
+                "evaluation": self.evaluation, "evaluation_inputs": self.evaluation_inputs, "split": self.split,
+                "method": "seeded random disjoint halves of the calibration inputs" if self.split else "given"}
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """Everything `graphaudit replay` found; `to_json()` is its JSON form."""
+
+    model: str
+    coefficients: tuple[Coefficient, ...]
+    seed: int
+    data: DataUse | None = None
+    task: Task | None = None
+    parity: Parity | None = None
+    conditions: tuple[ConditionResult, ...] = ()
+    retained_gap: tuple[tuple[str, Estimate], ...] = ()
+    variance: tuple[tuple[str, Mapping[str, Estimate]], ...] = ()
+    coefficient_means: tuple[tuple[str, tuple[int, ...], np.ndarray], ...] = field(default=(), repr=False)
+    settings: Mapping[str, object] = field(default_factory=dict)
+    timing: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def controller(self) -> bool:
+        return bool(self.coefficients)
+
+    def condition(self, name: str) -> ConditionResult:
+        return next(c for c in self.conditions if c.name == name)
+
+    def to_json(self) -> dict:
+        divergence = self.task.divergence if self.task else "kl"
+        return {
+            "model": self.model,
+            "controller": self.controller,
+            "coefficients": [c.to_json() for c in self.coefficients],
+            "seed": self.seed,
+            "data": self.data.to_json() if self.data else None,
+            "task": self.task.to_json() if self.task else None,
+            "parity": self.parity.to_json() if self.parity else None,
+            "conditions": {c.name: c.to_json(divergence) for c in self.conditions},
+            "retained_gap": {name: e.value for name, e in self.retained_gap},
+            "retained_gap_ci": {name: _ci(e) for name, e in self.retained_gap},
+            "variance": {family: {**{k: e.value for k, e in shares.items()},
+                                  "ci": {k: _ci(e) for k, e in shares.items()}}
+                         for family, shares in self.variance},
+            "coefficient_means": {family: {"layers": list(layers), "values": np.round(values, 6).tolist()}
+                                  for family, layers, values in self.coefficient_means},
+            "settings": dict(self.settings),
+            "timing": dict(self.timing),
+        }
+
+
+def replay(
+    model: str | os.PathLike | LoadedModel,
+    calib: str | os.PathLike | InputData,
+    data: str | os.PathLike | InputData | None = None,
+    *,
+    coefficients: Sequence[str] = (),
+    conditions: Sequence[str] = CONDITIONS,
+    batch_size: int = 16,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    provider: str = "cpu",
+    progress: Progress | None = None,
+) -> ReplayReport:
+    """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed)."""
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    coefs = resolve(loaded, coefficients)
+    settings = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
+                "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
+    if not coefs:
+        return ReplayReport(loaded.name, (), seed, settings=settings)
+    calibration, evaluation, use = _inputs(loaded, calib, data, seed)
+    providers = resolve_providers(provider)
+    timing, clock = {}, time.perf_counter()
+    with ExitStack() as stack:
+        caches = [stack.enter_context(capture(
+            trace_graph(loaded.model, coefs), coefs, d, batch_size=batch_size, cache_dir=cache_dir,
+            memory_limit=memory_limit, label=label, providers=providers))
+            for label, d in (("calibration", calibration), ("evaluation", evaluation))]
+        timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        feeds = make_conditions(conditions, caches[1], caches[0], seed)
+        session = create_session(frozen_graph(loaded.model, coefs), providers)
+        parity, task = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        boot = PoissonBootstrap(seed, resamples)
+        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress)
+        timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        variance, means = _variance(caches[1], boot, confidence)
+        timing["variance_s"] = time.perf_counter() - clock
+        settings["cache"] = {"location": str(caches[1].location) if caches[1].location else "memory",
+                             "reused": caches[1].reused, "bytes": caches[0].nbytes + caches[1].nbytes}
+    results = tuple(_result(name, s, stats["correct"], task, confidence) for name, s in stats.items())
+    gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
+                 for p in PROFILES if p in stats and "global_mean" in stats)
+    return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
+
+
+def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
+                   data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
+                   progress: Progress | None = None) -> dict[str, ConditionStats]:
+    """Replay every condition on every batch; return each condition's streaming statistics."""
+    stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
+    total = -(-data.count // batch_size)
+    for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
+        index = np.arange(rows.start, rows.stop)
+        labels = {k: v[rows] for k, v in data.labels.items()}
+        weights = boot.weights(index)
+        reference = None
+        for name, feed in feeds.items():  # `correct` first: the reference for KL
+            fed = {c.tensor: native(c, feed(c, index)) for c in coefficients}
+            (out,) = session.run([task.output], {**inputs, **fed})
+            reference = reference if reference is not None else Reference.of(task, out)
+            stats[name].update(score(task, out, inputs, labels, reference), weights)
+    return stats
+
+
+def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],
+                 cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float) -> tuple[Parity, Task]:
+    """Compare the frozen graph fed `correct` with the live outputs of the first batch; raise on failure."""
+    rows, inputs = next(data.batches(batch_size))
+    index = np.arange(rows.start, rows.stop)
+    names = [o.name for o in session.get_outputs()]
+    fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}
+    outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
+    worst = None
+    for name in names:
+        live, frozen = np.asarray(cache.live[name], dtype=np.float64), np.asarray(outputs[name], dtype=np.float64)
+        if live.shape != frozen.shape:
+            raise GraphAuditError(f"expected the frozen output {name!r} shaped like the live one {live.shape}, "
+                                  f"found {frozen.shape}")
+        diff = np.where(np.isnan(live) & np.isnan(frozen), 0.0, np.abs(live - frozen))
+        diff = np.nan_to_num(diff, nan=np.inf)
+        at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+        if diff.size and (worst is None or diff[at] > worst[0]):
+            worst = (float(diff[at]), name, tuple(int(i) for i in at), float(live[at]), float(frozen[at]))
+    value, name, at, live_v, frozen_v = worst if worst else (0.0, names[0], (), 0.0, 0.0)
+    parity = Parity(value <= tolerance, value, tolerance, name, at, live_v, frozen_v, len(index))
+    if not parity.ok:
+        raise ParityError(parity)
+    return parity, task_for(outputs, inputs, {k: v[rows] for k, v in data.labels.items()})
+
+
+def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, level: float) -> ConditionResult:
+    scored = task.labels is not None and task.logits  # accuracy only against given labels
+    return ConditionResult(name, estimate(*s.figure("nll"), level), difference(s, correct, "nll", level),
+                           estimate(*s.figure("divergence"), level),
+                           estimate(*s.figure("accuracy"), level) if scored else Estimate(None, None),
+                           estimate(*s.figure("mse"), level))
+
+
+def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chunk: int = 64):
+    """Variance shares per family, and per-layer mean coefficient at each position, streamed over `cache`."""
+    axes = {c.tensor: token_axis(c) for c in cache.coefficients}
+    shapes = {c.tensor: cache.shape(c) for c in cache.coefficients}
+    families: dict[str, list[Coefficient]] = {}
+    for c in cache.coefficients:
+        families.setdefault(c.family, []).append(c)
+    sums = {f: FamilyVariance.empty(f, cs, shapes, axes, boot.resamples) for f, cs in families.items()}
+    position = {c.tensor: 0.0 for c in cache.coefficients}
+    for rows, values in cache.chunks(chunk):
+        weights = boot.weights(rows)
+        for f in sums.values():
+            f.update(values, axes, weights)
+        for c in cache.coefficients:
+            position[c.tensor] = position[c.tensor] + values[c.tensor].sum(axis=0, dtype=np.float64)
+    means = []
+    for f, cs in families.items():
+        rows = [_per_position(position[c.tensor] / cache.count, axes[c.tensor]) for c in cs]
+        means.append((f, tuple(c.layer for c in cs), np.stack(rows) if len({len(r) for r in rows}) == 1 else rows[0][None]))
+    return tuple((f, s.shares(level)) for f, s in sums.items()), tuple(means)
+
+
+def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
+    """Average a batch-summed tensor over its slot axes, keeping the token axis."""
+    if t is None:
+        return np.atleast_1d(mean.mean())
+    moved = np.moveaxis(mean, t - 1, 0)
+    return moved.reshape(moved.shape[0], -1).mean(axis=1)
+
+
+def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:
+    """The coefficients to freeze: declared ones, or those matching `names` (exact names or globs)."""
+    declared = declared_coefficients(loaded.model)
+    if not names:
+        return declared
+    values = {o for n in loaded.model.graph.node for o in n.output if o}
+    found: dict[str, Coefficient] = {}
+    for index, pattern in enumerate(names):
+        matched = [c for c in declared if fnmatch.fnmatchcase(c.tensor, pattern)]
+        matched = matched or [Coefficient(v, v.split(".")[0], index, (BATCH, TOKEN, "slot"), "user")
+                              for v in sorted(values) if fnmatch.fnmatchcase(v, pattern)]
+        if not matched:
+            raise GraphAuditError(f"expected --coefficients {pattern!r} to name a tensor of the model, found none")
+        found.update((c.tensor, c) for c in matched)
+    return tuple(found.values())
+
+
+def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, InputData, DataUse]:
+    """Calibration and evaluation inputs: as given, or the calibration inputs split in halves."""
+    specs = input_specs(loaded.model)
+    load = lambda d: d if isinstance(d, InputData) else load_data(d, specs)  # noqa: E731
+    calibration = load(calib)
+    if data is not None:
+        evaluation = load(data)
+        return calibration, evaluation, DataUse(calibration.source, calibration.count, evaluation.source,
+                                                evaluation.count, False)
+    if calibration.count < 4:
+        raise GraphAuditError(
+            f"expected at least 4 calibration inputs to split into disjoint calibration and evaluation halves "
+            f"(no --data given), found {calibration.count}"
+        )
+    order = np.random.default_rng([seed, 1]).permutation(calibration.count)
+    half = calibration.count // 2
+    first, second = np.sort(order[:half]), np.sort(order[half:])
+    source = calibration.source
+    return (calibration.subset(first, f"{source} (half)"), calibration.subset(second, f"{source} (other half)"),
+            DataUse(source, len(first), source, len(second), True))
+
+
+def _ci(e: Estimate) -> list[float] | None:
+    return list(e.ci) if e.ci is not None else None
