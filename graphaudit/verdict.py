@@ -221,16 +221,16 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
     inputs = None
     if profile is not None:
         pblocks = profile.get("blocks") or []
-        inputs = profile.get("inputs")
+        inputs = profile.get("inputs_count", len(profile.get("inputs") or []) or None)
         for b in pblocks:
             fraction = _num(b.get("executed_fraction"))
             if fraction is not None and fraction < 1.0:
                 reduced.append(f"{b.get('name')} ran on {_pct(fraction)} of inputs")
-            elif _shrunk(b):
-                reduced.append(f"{b.get('name')} ran at reduced size ({_pct(_shrunk(b))} of its full work)")
+            elif shrunk(b):
+                reduced.append(f"{b.get('name')} {shrunk(b)}")
         if pblocks:
             evidence.append(Evidence("profile", (
-                "blocks skipped or shrunk at run time: " + ", ".join(reduced)) if reduced else
+                "blocks skipped or shrunk at run time: " + "; ".join(reduced)) if reduced else
                 f"every one of {len(pblocks)} blocks ran in full on every profiled input"
                 + (f" ({inputs} inputs)" if inputs else "")))
     if static is None and profile is None:
@@ -251,12 +251,23 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
                                   "nothing was profiled at run time."), tuple(evidence))
 
 
-def _shrunk(block: dict) -> float | None:
-    """The fraction of its full work a block did, when the profile reports one below 1."""
-    for key in ("work_fraction", "size_fraction", "flops_fraction"):
+def shrunk(block: dict) -> str | None:
+    """How a profiled block ran at less than full size for some input, in words, or None."""
+    nodes = (block.get("node_fraction") or {})
+    if _num(nodes.get("min"), 1.0) < 1.0:
+        return f"ran only {_pct(nodes['min'])} of its nodes on some input"
+    varying = block.get("value_dependent_shapes") or []
+    if varying:
+        ops = sorted({v.get("op_type", "?") for v in varying})
+        return (f"ran at input-dependent sizes ({len(varying)} nodes, {', '.join(ops[:4])}, "
+                "changed shape between inputs of the same shape)")
+    flops = block.get("executed_flops") or {}
+    if _num(flops.get("min")) is not None and _num(flops.get("max")) is not None and flops["min"] < flops["max"]:
+        return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
+    for key in ("work_fraction", "size_fraction"):
         value = _num(block.get(key))
         if value is not None and value < 1.0:
-            return value
+            return f"ran at reduced size ({_pct(value)} of its full work)"
     return None
 
 
@@ -266,24 +277,31 @@ def compute_savings(static: dict | None, profile: dict | None) -> Finding:
     """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
     if profile is None:
         return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
-    latency = (profile.get("latency_ms") or {}).get("median")
+    latency = _median(profile.get("latency_ms"))
     baseline = profile.get("baseline") or {}
     ratio = _num(baseline.get("ratio"))
     if ratio is None:
         return Finding(NOT_MEASURED, (
             "Not measured: no baseline was given to compare against"
-            + (f" (median latency {_fmt(latency)} ms)." if _num(latency) is not None else ".")))
+            + (f" (median latency {_fmt(latency)} ms)." if latency is not None else ".")))
+    name = baseline.get("model") or "the baseline"
+    spread = baseline.get("ratio_spread") or {}
+    spread_text = (f", p10–p90 {spread['p10']:.2f}–{spread['p90']:.2f}×"
+                   if _num(spread.get("p10")) is not None and _num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
-        f"median latency {_fmt(latency)} ms against the baseline's {_fmt(baseline.get('latency_ms'))} ms "
-        f"({ratio:.2f}× on {profile.get('provider', 'the runtime')})"))]
-    flops = _num(profile.get("flops_executed"))
-    base_flops = _num(baseline.get("flops_executed"))
-    if flops is not None and base_flops:
-        evidence.append(Evidence("profile", f"executed FLOPs {flops / base_flops:.2f}× the baseline's"))
-    elif static is not None:
-        total = sum(_num(b.get("flops"), 0) for b in static.get("blocks") or [])
+        f"median latency {_fmt(latency)} ms against {name}'s {_fmt(_median(baseline.get('latency_ms')))} ms, "
+        f"ratio {ratio:.2f}×{spread_text} (paired rounds on {profile.get('provider', 'the runtime')})"))]
+    executed = [_num((b.get("executed_flops") or {}).get("median")) for b in profile.get("blocks") or []]
+    full = {b.get("name"): _num(b.get("flops")) for b in (static or {}).get("blocks") or []}
+    if executed and all(e is not None for e in executed):
+        text = f"executed FLOPs per input in the blocks: median {sum(executed):,.0f}"
+        total = sum(v for v in full.values() if v)
         if total:
-            evidence.append(Evidence("static", f"{total:,.0f} FLOPs in the blocks at full size (per graph)"))
+            text += f", {sum(executed) / total:.0%} of the graph's full-size count {total:,.0f}"
+        evidence.append(Evidence("profile", text))
+    elif any(full.values()):
+        evidence.append(Evidence("static", f"{sum(v for v in full.values() if v):,.0f} FLOPs in the blocks at "
+                                           "full size (per graph); executed FLOPs not counted"))
     change = abs(ratio - 1) * 100
     words = ("as fast as the baseline" if change < 0.05 else
              f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline")
@@ -303,6 +321,11 @@ def _num(value, default=None):
     except (TypeError, ValueError):
         return default
     return default if math.isnan(x) else x
+
+
+def _median(value):
+    """A latency given as a number or as a spread {"median", ...}."""
+    return _num(value.get("median")) if isinstance(value, dict) else _num(value)
 
 
 def _interval(ci) -> tuple[float | None, float | None]:

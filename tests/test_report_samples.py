@@ -35,13 +35,28 @@ def replay_doc(cross=(0.02, 0.015, 0.025), shuffle=(0.03, 0.02, 0.04), gap_layer
     }
 
 
-def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0):
-    blocks = [{"name": f"blocks.{i}", "median_ms": 0.4 + 0.1 * i, "share": 0.2, "executed_fraction": f}
-              for i, f in enumerate(fractions)]
-    doc = {"provider": "CPUExecutionProvider", "latency_ms": {"median": base_ms * (ratio or 1), "p10": 1.9, "p90": 3.1},
-           "coverage": 0.97, "blocks": blocks, "inputs": 8,
-           "baseline": None if ratio is None else {"latency_ms": base_ms, "ratio": ratio}}
-    return doc
+def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=4):
+    """Shaped like ProfileReport.to_json(): blocks with execution evidence, inputs, baseline."""
+    names = [f"blocks.{i}" for i in range(len(fractions))]
+    blocks = [{"name": name, "median_ms": 0.4 + 0.1 * i, "mean_ms": 0.4 + 0.1 * i, "share": 0.2,
+               "executed_fraction": f, "nodes": 20, "inputs": inputs, "inputs_executed": round(f * inputs),
+               "node_fraction": {"min": 1.0 if f == 1 else 0.0, "median": 1.0, "max": 1.0, "total": 20.0},
+               "executed_flops": {"min": 1e6 * (i + 1) * (f < 1 and 0 or 1), "median": 1e6 * (i + 1),
+                                  "max": 1e6 * (i + 1), "total": 4e6 * (i + 1)},
+               "value_dependent_shapes": []}
+              for i, (name, f) in enumerate(zip(names, fractions))]
+    per_input = [{"index": k, "rows": [k, k + 1],
+                  "blocks_ran": [n for n, f in zip(names, fractions) if k < round(f * inputs)],
+                  "flops": {}, "latency_ms": 2.0} for k in range(inputs)]
+    median = base_ms * (ratio or 1)
+    return {"model": "model.onnx", "provider": "CPUExecutionProvider",
+            "latency_ms": {"median": median, "p10": median * 0.9, "p90": median * 1.2, "n": 20},
+            "coverage": 0.97, "blocks": blocks, "inputs": per_input, "inputs_count": inputs,
+            "baseline": None if ratio is None else {
+                "model": "dense.onnx", "latency_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1,
+                                                      "n": 20},
+                "ratio": ratio, "ratio_spread": {"median": ratio, "p10": ratio - 0.05, "p90": ratio + 0.05, "n": 20},
+                "slower_pct": (ratio - 1) * 100}}
 
 
 def featuregate():

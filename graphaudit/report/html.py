@@ -13,7 +13,7 @@ from html import escape
 
 from graphaudit.report import svg
 from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines, interval,
-                                      num, summary_phrase, verdict_table)
+                                      median, num, summary_phrase, verdict_table)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#1d2430;padding:0 1em}
@@ -137,14 +137,26 @@ def latency_figure(doc: dict) -> tuple[str, str]:
         series["baseline"] = [base_blocks.get(n) for n in names]
     charts = [svg.bars(names, series, title="Median time per block (ms)", unit="")]
     lat = profile.get("latency_ms") or {}
-    if num(base.get("latency_ms")) is not None:
-        totals = {"median latency": [num(lat.get("median")), num(base.get("latency_ms"))]}
-        spread = None
-        if num(lat.get("p10")) is not None and num(lat.get("p90")) is not None:
-            spread = {"median latency": [(num(lat["p10"]), num(lat["p90"])), None]}
-        charts.append(svg.bars(["model", "baseline"], totals, errors=spread, height=200,
-                               title=f"Whole-model median latency (ms), ratio {num(base.get('ratio'), 0):.2f}×"))
+    base_latency = base.get("latency_ms")
+    if median(base_latency) is not None:
+        totals = {"median latency": [median(lat), median(base_latency)]}
+        spread = {"median latency": [_p10_p90(lat), _p10_p90(base_latency)]}
+        charts.append(svg.bars(["model", f"baseline ({_short_name(base.get('model'), 'baseline')})"],
+                               totals, errors=spread, height=200,
+                               title=f"Whole-model median latency (ms, p10–p90), ratio {num(base.get('ratio'), 0):.2f}×"))
     return "".join(charts), ""
+
+
+def _p10_p90(spread) -> tuple[float, float] | None:
+    if isinstance(spread, dict) and num(spread.get("p10")) is not None and num(spread.get("p90")) is not None:
+        return num(spread["p10"]), num(spread["p90"])
+    return None
+
+
+def _short_name(path, default: str) -> str:
+    if not path:
+        return default
+    return str(path).replace("\\", "/").split("/")[-1]
 
 
 def executed_figure(doc: dict) -> tuple[str, str]:
@@ -152,12 +164,12 @@ def executed_figure(doc: dict) -> tuple[str, str]:
     if not profile or not profile.get("blocks"):
         return "", "Not shown: the model was not profiled."
     blocks = profile["blocks"]
-    per_input = [b.get("executed_per_input") for b in blocks]
-    if all(isinstance(p, list) and p for p in per_input):
-        width = max(len(p) for p in per_input)
-        values = [[num(v) for v in p] + [None] * (width - len(p)) for p in per_input]
-        return svg.heatmap([b.get("name", "?") for b in blocks], [str(i) for i in range(width)], values,
-                           low=0.0, high=1.0, title="Executed (dark) per block (rows) and input (columns)"), ""
+    names = [b.get("name", "?") for b in blocks]
+    runs = [r for r in profile.get("inputs") or [] if isinstance(r, dict) and "blocks_ran" in r]
+    if runs:
+        values = [[1.0 if name in set(r["blocks_ran"]) else 0.0 for r in runs] for name in names]
+        return svg.heatmap(names, [str(r.get("index", i)) for i, r in enumerate(runs)], values, low=0.0, high=1.0,
+                           title="Blocks that ran (dark) per block (rows) and profiled input (columns)"), ""
     fractions = [num(b.get("executed_fraction")) for b in blocks]
     if all(f is None for f in fractions):
         return "", "Not shown: the profile did not report which blocks ran."

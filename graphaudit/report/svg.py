@@ -57,9 +57,11 @@ def bars(categories: list[str], series: dict[str, list[float | None]], *, title:
     tops = values + [hi for e in (errors or {}).values() for pair in e if pair for hi in pair[1:]]
     top = max(tops, default=1.0) or 1.0
     left, right, top_margin = 60, 12 + (110 if len(names) > 1 else 0), 24
-    rotate = len(categories) > 6 or max((len(c) for c in categories), default=0) > 10
+    plot_w = width - left - right
+    # Labels turn 40° when they would not fit under their group side by side.
+    rotate = max((len(c) for c in categories), default=0) * 6.2 > plot_w / max(len(categories), 1) * 0.95
     bottom = 70 if rotate else 34
-    plot_w, plot_h = width - left - right, height - top_margin - bottom
+    plot_h = height - top_margin - bottom
     y = lambda v: top_margin + plot_h - plot_h * v / (top * 1.08)  # noqa: E731
     body = [f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>']
     for t in _ticks(0, top * 1.08):

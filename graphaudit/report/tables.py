@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES
+from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, shrunk
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -39,6 +39,11 @@ def num(value, default=None):
     except (TypeError, ValueError):
         return default
     return default if math.isnan(x) else x
+
+
+def median(value):
+    """A latency given as a number or as a spread {"median", "p10", "p90"}."""
+    return num(value.get("median")) if isinstance(value, dict) else num(value)
 
 
 def fmt(value, digits: int = 4) -> str:
@@ -165,7 +170,8 @@ def profile_table(doc: dict) -> Table | None:
             f"(p10 {fmt(lat.get('p10'), 3)}, p90 {fmt(lat.get('p90'), 3)})")
     base = profile.get("baseline") or {}
     if num(base.get("ratio")) is not None:
-        note += f"; baseline {fmt(base.get('latency_ms'), 3)} ms, ratio {fmt(base.get('ratio'), 2)}×"
+        note += (f"; baseline {base.get('model') or ''} {fmt(median(base.get('latency_ms')), 3)} ms, "
+                 f"ratio {fmt(base.get('ratio'), 2)}×")
     if num(profile.get("coverage")) is not None:
         note += f"; {pct(profile.get('coverage'))} of node time assigned to blocks"
     return Table("Runtime profile", ("block", "median ms", "share", "executed on"), rows, note)
@@ -214,7 +220,7 @@ def comparison_row(name: str, doc: dict) -> tuple:
         measured = "—"
     else:
         pblocks = profile.get("blocks") or []
-        reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or _reduced(b)]
+        reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or shrunk(b)]
         measured = f"{len(reduced)}/{len(pblocks)}"
     ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
     latency = "baseline" if (doc.get("inputs") or {}).get("is_baseline") else (
@@ -222,10 +228,6 @@ def comparison_row(name: str, doc: dict) -> tuple:
     return (name, answer("coefficient_variation"), eta, delta("cross_input"), delta("token_shuffle"),
             pct((replay.get("retained_gap") or {}).get("static_layer")), graph, measured, latency,
             summary_phrase(doc))
-
-
-def _reduced(block: dict) -> bool:
-    return any(num(block.get(k), 1.0) < 1.0 for k in ("work_fraction", "size_fraction", "flops_fraction"))
 
 
 def summary_phrase(doc: dict) -> str:

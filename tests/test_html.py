@@ -1,0 +1,87 @@
+"""The HTML report: one self-contained page whose figures a real browser shows.
+
+The browser test needs Chromium (or Chrome) and is skipped, saying so, where none is
+installed: `apt-get install chromium` on Debian, or set GRAPHAUDIT_BROWSER to a binary.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from graphaudit.report import render
+
+from test_report_samples import dense, document, earlyexit, featuregate, mudd
+
+FIGURES = ("coefficient-means", "variance-shares", "delta-nll", "latency", "executed")
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def find_browser():
+    named = os.environ.get("GRAPHAUDIT_BROWSER")
+    if named:
+        return shutil.which(named) or (named if os.path.isfile(named) else None)
+    for name in BROWSERS:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def figures(page: str) -> dict[str, int]:
+    """figure id -> number of <svg> elements inside it."""
+    out = {}
+    for ident, body in re.findall(r'<figure id="([\w-]+)"[^>]*>(.*?)</figure>', page, re.S):
+        out[ident] = len(re.findall(r"<svg\b", body))
+    return out
+
+
+def test_page_is_self_contained_with_every_figure():
+    page = render(document(earlyexit()), "html")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<script" not in page.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page), "the page must load nothing"
+    counts = figures(page)
+    assert set(counts) == set(FIGURES)
+    assert all(counts[f] >= 1 for f in FIGURES), counts
+    assert counts["latency"] == 2  # per block, and whole model against the baseline
+    assert page.count('class="point"') == 5  # one ΔNLL interval per non-correct condition
+
+
+def test_missing_measurements_are_said_not_drawn():
+    page = render(document(dense()), "html")
+    counts = figures(page)
+    for ident in ("coefficient-means", "variance-shares", "delta-nll"):
+        assert counts[ident] == 0
+    assert "Not shown: no coefficients were captured." in page
+    assert "Not shown: no frozen replay ran." in page
+    assert counts["latency"] >= 1 and counts["executed"] == 1
+
+
+def test_text_is_escaped():
+    doc = document(featuregate(), model="<b>evil</b>.onnx")
+    page = render(doc, "html")
+    assert "<b>evil</b>" not in page and "&lt;b&gt;evil&lt;/b&gt;" in page
+
+
+def test_browser_shows_every_figure(tmp_path):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless browser found (install Chromium, e.g. `apt-get install chromium`, "
+                    "or set GRAPHAUDIT_BROWSER)")
+    path = tmp_path / "report.html"
+    path.write_text(render(document(mudd()), "html"), encoding="utf-8")
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(command + ["--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    counts = figures(dom.stdout)
+    assert set(counts) == set(FIGURES)
+    assert all(counts[f] >= 1 for f in FIGURES), counts
+    # The browser parsed the SVG as SVG: its shapes are in the DOM it built.
+    assert dom.stdout.count("<rect") > 20 and dom.stdout.count("<circle") == 5
+    shot = tmp_path / "report.png"
+    subprocess.run(command + ["--window-size=1100,2400", f"--screenshot={shot}", path.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000  # a page with figures, not a blank one

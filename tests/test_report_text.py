@@ -1,0 +1,56 @@
+"""Text and Markdown reports: the verdict first, each finding with its evidence, then the details."""
+
+from graphaudit.report import FORMATS, render
+
+from test_report_samples import dense, document, earlyexit, featuregate, mudd
+
+import pytest
+
+
+def test_every_format_renders_every_sample():
+    for parts in (featuregate(), mudd(), earlyexit(), dense()):
+        for fmt in FORMATS:
+            assert render(document(parts), fmt).strip()
+    with pytest.raises(ValueError):
+        render(document(dense()), "pdf")
+
+
+def test_text_puts_the_verdict_first_with_evidence_and_tables():
+    text = render(document(mudd()), "text")
+    lines = text.splitlines()
+    assert lines[0].startswith("graphaudit run · model ")
+    verdict_at = lines.index("Verdict")
+    assert lines.index("Evidence") > verdict_at
+    for label in ("coefficient variation", "functional dependence", "conditional execution", "compute savings"):
+        assert any(line.strip().startswith(label) for line in lines[verdict_at:verdict_at + 20])
+    assert "[replay] ΔNLL cross_input = +1.9067 nats" in text
+    assert "[runtime] every one of 4 blocks ran in full" in text
+    for title in ("Static audit (graph)", "Frozen-controller replay (NLL in nats)", "Coefficient variance",
+                  "Runtime profile"):
+        assert title in lines
+    assert max(len(line) for line in lines[:verdict_at + 20]) <= 100
+
+
+def test_text_says_plainly_what_did_not_run():
+    text = render(document(dense()), "text")
+    assert "note: no coefficient tensors: the frozen replay did not run" in text
+    assert "Frozen-controller replay" not in text
+    assert "not measured  Not measured: the model declares no coefficient tensors" in text
+
+
+def test_claims_are_shown():
+    claim = {"claim": "dynamic-inference", "supported": False, "reason": "refuted: No: every block runs"}
+    text = render(document(featuregate(), claims=[claim]), "text")
+    assert "claim dynamic-inference: refuted: No: every block runs" in text
+    assert "> claim dynamic-inference: refuted" in render(document(featuregate(), claims=[claim]), "markdown")
+
+
+def test_markdown_is_a_pr_comment():
+    md = render(document(earlyexit()), "markdown")
+    assert md.startswith("## graphaudit: `fixtures/featuregate/model.onnx`")
+    assert "| property" in md and "| conditional execution | **yes**" in md
+    assert "<details><summary>Evidence</summary>" in md and "</details>" in md
+    assert "### Runtime profile" in md
+    table_lines = [line for line in md.splitlines() if line.startswith("|")]
+    widths = {len(line.split(" | ")) for line in table_lines if "property" in line or "conditional" in line}
+    assert len(widths) == 1  # no stray pipe split a verdict row
