@@ -220,8 +220,8 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
     reduced: list[str] = []
     inputs = None
     if profile is not None:
-        pblocks = profile.get("blocks") or []
-        inputs = profile.get("inputs_count", len(profile.get("inputs") or []) or None)
+        pblocks = profiled_blocks(profile)
+        inputs = profiled_inputs(profile)
         for b in pblocks:
             fraction = _num(b.get("executed_fraction"))
             if fraction is not None and fraction < 1.0:
@@ -239,7 +239,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         where = "" if skippable or static is None else " (the graph analysis did not predict it)"
         return Finding(YES, (f"Yes: some blocks were skipped or shrunk at run time{where}: "
                              f"{'; '.join(reduced)}."), tuple(evidence))
-    if profile is not None and (profile.get("blocks") or []):
+    if profile is not None and profiled_blocks(profile):
         if skippable:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
@@ -249,6 +249,28 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
                             "branch or token subset); not profiled at run time."), tuple(evidence))
     return Finding(NOT_MEASURED, ("Not measured: the graph lets some blocks be skipped or shrunk, but "
                                   "nothing was profiled at run time."), tuple(evidence))
+
+
+def profiled_blocks(profile: dict) -> list[dict]:
+    """The profile's blocks, without its catch-all entries such as `(other)`."""
+    return [b for b in profile.get("blocks") or [] if not str(b.get("name", "")).startswith("(")]
+
+
+def profiled_inputs(profile: dict) -> int | None:
+    """How many inputs (batches) the profile ran."""
+    for key in ("inputs", "inputs_count"):
+        if isinstance(profile.get(key), int) and not isinstance(profile.get(key), bool):
+            return profile[key]
+    runs = per_input(profile)
+    return len(runs) or None
+
+
+def per_input(profile: dict) -> list[dict]:
+    """The profile's per-input entries ({"index", "blocks_ran", ...})."""
+    for key in ("per_input", "inputs"):
+        if isinstance(profile.get(key), list):
+            return [r for r in profile[key] if isinstance(r, dict)]
+    return []
 
 
 def shrunk(block: dict) -> str | None:
@@ -291,7 +313,7 @@ def compute_savings(static: dict | None, profile: dict | None) -> Finding:
     evidence = [Evidence("profile", (
         f"median latency {_fmt(latency)} ms against {name}'s {_fmt(_median(baseline.get('latency_ms')))} ms, "
         f"ratio {ratio:.2f}×{spread_text} (paired rounds on {profile.get('provider', 'the runtime')})"))]
-    executed = [_num((b.get("executed_flops") or {}).get("median")) for b in profile.get("blocks") or []]
+    executed = [_num((b.get("executed_flops") or {}).get("median")) for b in profiled_blocks(profile)]
     full = {b.get("name"): _num(b.get("flops")) for b in (static or {}).get("blocks") or []}
     if executed and all(e is not None for e in executed):
         text = f"executed FLOPs per input in the blocks: median {sum(executed):,.0f}"

@@ -35,6 +35,9 @@ def replay_doc(cross=(0.02, 0.015, 0.025), shuffle=(0.03, 0.02, 0.04), gap_layer
     }
 
 
+OTHER = {"name": "(other)", "median_ms": 0.05, "share": 0.01, "executed_fraction": 1.0}
+
+
 def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=4):
     """Shaped like ProfileReport.to_json(): blocks with execution evidence, inputs, baseline."""
     names = [f"blocks.{i}" for i in range(len(fractions))]
@@ -51,7 +54,7 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
     median = base_ms * (ratio or 1)
     return {"model": "model.onnx", "provider": "CPUExecutionProvider",
             "latency_ms": {"median": median, "p10": median * 0.9, "p90": median * 1.2, "n": 20},
-            "coverage": 0.97, "blocks": blocks, "inputs": per_input, "inputs_count": inputs,
+            "coverage": 0.97, "blocks": blocks + [OTHER], "inputs": inputs, "per_input": per_input,
             "baseline": None if ratio is None else {
                 "model": "dense.onnx", "latency_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1,
                                                       "n": 20},

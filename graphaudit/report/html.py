@@ -12,6 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from graphaudit.report import svg
+from graphaudit.verdict import per_input, profiled_blocks
 from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines, interval,
                                       median, num, summary_phrase, verdict_table)
 
@@ -128,7 +129,7 @@ def latency_figure(doc: dict) -> tuple[str, str]:
     profile = doc.get("profile")
     if not profile or not profile.get("blocks"):
         return "", "Not shown: the model was not profiled."
-    blocks = profile["blocks"]
+    blocks = profiled_blocks(profile)
     names = [b.get("name", "?") for b in blocks]
     series = {"model": [num(b.get("median_ms")) for b in blocks]}
     base = profile.get("baseline") or {}
@@ -163,9 +164,9 @@ def executed_figure(doc: dict) -> tuple[str, str]:
     profile = doc.get("profile")
     if not profile or not profile.get("blocks"):
         return "", "Not shown: the model was not profiled."
-    blocks = profile["blocks"]
+    blocks = profiled_blocks(profile)
     names = [b.get("name", "?") for b in blocks]
-    runs = [r for r in profile.get("inputs") or [] if isinstance(r, dict) and "blocks_ran" in r]
+    runs = [r for r in per_input(profile) if "blocks_ran" in r]
     if runs:
         values = [[1.0 if name in set(r["blocks_ran"]) else 0.0 for r in runs] for name in names]
         return svg.heatmap(names, [str(r.get("index", i)) for i, r in enumerate(runs)], values, low=0.0, high=1.0,

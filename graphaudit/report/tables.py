@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, shrunk
+from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, profiled_blocks, shrunk
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -219,7 +219,7 @@ def comparison_row(name: str, doc: dict) -> tuple:
     if profile is None:
         measured = "—"
     else:
-        pblocks = profile.get("blocks") or []
+        pblocks = profiled_blocks(profile)
         reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or shrunk(b)]
         measured = f"{len(reduced)}/{len(pblocks)}"
     ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
