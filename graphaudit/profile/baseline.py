@@ -25,6 +25,7 @@ class BaselineComparison:
     model: str
     latency_ms: Spread
     ratio: Spread  # model / baseline, per round
+    flops_executed: float | None = None  # the baseline's mean FLOPs per input
 
     @property
     def slower_pct(self) -> float:
@@ -36,8 +37,10 @@ class BaselineComparison:
         return f"{abs(self.slower_pct):.1f}% {word} than {self.model}"
 
     def to_json(self) -> dict:
-        return {"model": self.model, "latency_ms": self.latency_ms.to_json(), "ratio": self.ratio.median,
-                "ratio_spread": self.ratio.to_json(), "slower_pct": self.slower_pct}
+        return {"model": self.model, "latency_ms": self.latency_ms.median,
+                "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio.median,
+                "ratio_spread": self.ratio.to_json(), "slower_pct": self.slower_pct,
+                "flops_executed": self.flops_executed}
 
 
 def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec], name: str) -> None:
@@ -65,7 +68,8 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
         )
 
 
-def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray) -> BaselineComparison:
+def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray,
+            flops_executed: float | None = None) -> BaselineComparison:
     """The comparison from paired (round, batch) nanosecond samples of model and baseline."""
     ratios = model_ns.sum(axis=1) / baseline_ns.sum(axis=1)
-    return BaselineComparison(name, batch_latency_ms(baseline_ns), spread(ratios))
+    return BaselineComparison(name, batch_latency_ms(baseline_ns), spread(ratios), flops_executed)

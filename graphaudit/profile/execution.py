@@ -100,6 +100,12 @@ class Execution:
     blocks: tuple[BlockExecution, ...]
     flop_counter: str | None
 
+    def mean_flops(self) -> float | None:
+        """FLOPs executed per input (all blocks), mean over inputs; None without a FLOP counter."""
+        if self.flop_counter is None or not self.inputs:
+            return None
+        return float(np.mean([sum(v or 0 for v in inp.flops.values()) for inp in self.inputs]))
+
 
 def block_work(mg: ModelGraph, blocks: BlockAssignment) -> dict[str, list[str]]:
     """Block -> its nodes that do work when they run (see the module docstring)."""
@@ -137,7 +143,7 @@ def read_execution(
 
 def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_counter) -> InputExecution:
     ran: dict[str, list[str]] = {}
-    flops: dict[str, int | None] = {b: 0 for b in work} if flop_counter else {}
+    flops: dict[str, int] = {b: 0 for b in work} if flop_counter else {}
     for ev in run.events:
         node_id = node_map.node_of(ev.name)
         if node_id is None:
@@ -146,7 +152,7 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_
         if flop_counter is not None and ev.input_shapes is not None:
             count = flop_counter(mg.nodes[node_id], ev.input_shapes, ev.output_shapes or ())
             block = blocks.block_of(node_id)
-            if count is not None and flops.get(block) is not None:
+            if count is not None:
                 flops[block] = flops.get(block, 0) + int(count)
     blocks_ran = tuple(b for b, ids in work.items() if any(n in ran for n in ids))
     return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)

@@ -25,7 +25,7 @@ from graphaudit.graph import ModelGraph
 
 OTHER = "(other)"
 UNMAPPED = "(unmapped)"
-MATCH_KINDS = ("name", "output", "scope", "input")
+MATCH_KINDS = ("name", "output", "scope", "input", "consumer")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class NodeMap:
         if self.method == "one-to-one":
             return "one-to-one: profiled at ORT_DISABLE_ALL, every event names a node of the graph"
         return (f"through the optimised model ORT saved at {self.opt_level}: by node name, else shared "
-                "output tensor, else name scope, else input tensor")
+                "output tensor, else name scope, else input tensor, else consumer")
 
     def counts(self) -> dict[str, int]:
         found = {kind: 0 for kind in MATCH_KINDS}
@@ -89,13 +89,22 @@ def through_optimised(mg: ModelGraph, optimised: onnx.ModelProto, opt_level: str
     nodes: dict[str, str] = {}
     how: dict[str, str] = {}
     fused: dict[str, str] = {}
-    for proto in _all_nodes(optimised.graph):
+    protos = list(_all_nodes(optimised.graph))
+    for proto in protos:
         found = _match(proto, mg, producer, scopes)
-        if found is None:
-            continue
-        node_id, kind = found
-        nodes[proto.name], how[proto.name] = node_id, kind
-        if proto.op_type != mg.nodes[node_id].op_type:
+        if found is not None:
+            nodes[proto.name], how[proto.name] = found
+    consumers: dict[str, list[str]] = {}
+    for proto in protos:
+        for name in proto.input:
+            consumers.setdefault(name, []).append(proto.name)
+    for proto in protos:
+        if proto.name not in nodes:
+            fed = [c for out in proto.output for c in consumers.get(out, ()) if c in nodes]
+            if fed:
+                nodes[proto.name], how[proto.name] = nodes[fed[0]], "consumer"
+    for proto in protos:
+        if proto.name in nodes and proto.op_type != mg.nodes[nodes[proto.name]].op_type:
             fused[proto.name] = proto.op_type
     # Events whose node the saved graph lacks (it can differ from the one run): by name only.
     for name in event_names:
@@ -141,8 +150,9 @@ def _match(proto: onnx.NodeProto, mg: ModelGraph, producer: Mapping[str, str],
 
 
 def _scope_table(mg: ModelGraph) -> dict[str, str]:
-    """Name-scope prefix ("/blocks.3/attn") -> the first node whose name lies under it."""
-    table: dict[str, str] = {}
+    """Name-scope prefix ("/blocks.3/attn") -> the first node whose name lies under it; a node's
+    own name -> the node."""
+    table: dict[str, str] = {node.name: node.id for node in mg.nodes.values() if node.name}
     for node in mg.nodes.values():
         parts = node.name.split("/")
         for k in range(1, len(parts)):

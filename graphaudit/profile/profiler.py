@@ -24,13 +24,13 @@ from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
-from graphaudit.profile.events import parse_profile
+from graphaudit.profile.events import Run, parse_profile
 from graphaudit.profile.execution import read_execution
 from graphaudit.profile.latency import batch_latency_ms, make_runner, time_rounds
-from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
+from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
-from graphaudit.profile.session import (ORT_LEVEL_NAMES, load_optimised, open_session, runnable_model,
-                                        session_options)
+from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
+                                        runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.runtime import resolve_providers
 
@@ -72,13 +72,14 @@ def profile_model(
     runnable = runnable_model(loaded)
     mg = build_graph(runnable.model)
     blocks = assign_blocks(mg, block_map)
+    flop_counter = _flop_counter()
     n = len(feeds)
 
     with _workdir(keep_profiles) as work:
         timed = [make_runner(open_session(runnable, providers, session_options(opt_level, threads)), feeds)]
         if base is not None:
-            base_session = open_session(runnable_model(base), providers, session_options(opt_level, threads))
-            timed.append(make_runner(base_session, feeds))
+            base_runnable = runnable_model(base)
+            timed.append(make_runner(open_session(base_runnable, providers, session_options(opt_level, threads)), feeds))
         samples = time_rounds(timed, n, runs, warmup)
 
         optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
@@ -88,23 +89,21 @@ def profile_model(
         _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
         timed_runs = profile.runs[warmup * n:]
         names = {ev.name for run in timed_runs for ev in run.events}
-
-        optimised = None
+        optimised = load_optimised(optimised_path) if optimised_path else None
         if opt_level == "disable":
             node_map = one_to_one(mg, names)
-            evidence = timed_runs[:n]
+            evidence_runs = timed_runs[:n]
         else:
-            optimised = load_optimised(optimised_path)
             node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
-            checker = open_session(runnable, providers, session_options("disable", threads, work / "evidence"))
-            run_once = make_runner(checker, feeds)
-            for i in range(n):
-                run_once(i)
-            evidence = parse_profile(checker.end_profiling()).runs
-            _check_run_count(len(evidence), n)
-        evidence_names = {ev.name for run in evidence for ev in run.events}
-        execution = read_execution(evidence, rows, feed_shapes, mg, one_to_one(mg, evidence_names), blocks,
-                                   _flop_counter())
+            evidence_runs = _evidence_runs(runnable, providers, feeds, threads, work / "evidence")
+        execution = read_execution(evidence_runs, rows, feed_shapes, mg, _one_to_one(mg, evidence_runs),
+                                   blocks, flop_counter)
+        base_flops = None
+        if base is not None and flop_counter is not None:
+            base_mg = build_graph(base_runnable.model)
+            base_runs = _evidence_runs(base_runnable, providers, feeds, threads, work / "baseline")
+            base_flops = read_execution(base_runs, rows, feed_shapes, base_mg, _one_to_one(base_mg, base_runs),
+                                        assign_blocks(base_mg), flop_counter).mean_flops()
         times = breakdown(timed_runs, node_map, blocks)
         trace_path = None
         if trace is not None:
@@ -134,7 +133,7 @@ def profile_model(
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
-        baseline=compare(base.name, samples[0], samples[1]) if base is not None else None,
+        baseline=compare(base.name, samples[0], samples[1], base_flops) if base is not None else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,
@@ -150,6 +149,21 @@ def _workdir(keep: str | os.PathLike | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as tmp:
         yield Path(tmp)
+
+
+def _evidence_runs(runnable: RunnableModel, providers, feeds, threads, prefix: Path) -> tuple[Run, ...]:
+    """One profiled run per input at ORT_DISABLE_ALL, where every event is one graph node."""
+    session = open_session(runnable, providers, session_options("disable", threads, prefix))
+    run = make_runner(session, feeds)
+    for i in range(len(feeds)):
+        run(i)
+    runs = parse_profile(session.end_profiling()).runs
+    _check_run_count(len(runs), len(feeds))
+    return runs
+
+
+def _one_to_one(mg, runs) -> NodeMap:
+    return one_to_one(mg, {ev.name for run in runs for ev in run.events})
 
 
 def _flop_counter():
