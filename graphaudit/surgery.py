@@ -14,6 +14,7 @@ flow, so it is refused with an error that says where it was found.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import onnx
@@ -25,6 +26,22 @@ from graphaudit.graph import build_graph
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
 _DETACHED = "__graphaudit_controller"
+
+
+@dataclass(frozen=True)
+class Surgery:
+    """The trace and frozen graphs of one model, and the controller nodes freezing removed."""
+
+    trace: onnx.ModelProto = field(repr=False)
+    frozen: onnx.ModelProto = field(repr=False)
+    coefficients: tuple[Coefficient, ...]
+    removed: tuple[str, ...]
+
+
+def freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> Surgery:
+    """Return both graphs of `model` for `coefficients` (the argument is not modified)."""
+    frozen, removed = _freeze(model, coefficients)
+    return Surgery(trace_graph(model, coefficients), frozen, tuple(coefficients), removed)
 
 
 def trace_graph(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:

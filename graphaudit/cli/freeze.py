@@ -1,0 +1,53 @@
+"""`graphaudit freeze`: write the trace graph and the frozen graph of a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import onnx
+
+from graphaudit.errors import GraphAuditError
+from graphaudit.load import load_model
+from graphaudit.replay import resolve
+from graphaudit.surgery import freeze
+
+# Protobuf cannot serialise past 2 GiB: larger graphs keep their weights beside them.
+_INLINE_LIMIT = 2**31 - 2**20
+
+
+@click.command("freeze")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder to write MODEL.trace.onnx and MODEL.frozen.onnx into (created if missing).")
+@click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
+              help="Coefficient tensors to freeze (repeatable; default: those the metadata declares).")
+def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...]) -> None:
+    """Write MODEL's trace graph (coefficients as extra outputs) and frozen graph (coefficients
+    as inputs, controller nodes removed), for replaying the model elsewhere."""
+    loaded = load_model(model)
+    coefficients = resolve(loaded, _split(names))
+    if not coefficients:
+        click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors and none were "
+                   "given (--coefficients); nothing to freeze")
+        return
+    result = freeze(loaded.model, coefficients)
+    stem = Path(model).name.removesuffix(".onnx")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise GraphAuditError(f"expected a folder we can write at {out_dir}, found: {err.strerror}") from None
+    paths = []
+    for kind, proto in (("trace", result.trace), ("frozen", result.frozen)):
+        path = out_dir / f"{stem}.{kind}.onnx"
+        external = proto.ByteSize() > _INLINE_LIMIT
+        onnx.save_model(proto, str(path), save_as_external_data=external,
+                        location=f"{path.name}.data" if external else None)
+        paths.append(path)
+    click.echo(f"{len(coefficients)} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})")
+    click.echo(f"trace graph:  {paths[0]}  (+{len(coefficients)} outputs)")
+    click.echo(f"frozen graph: {paths[1]}  (+{len(coefficients)} inputs, {len(result.removed)} controller nodes removed)")
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for value in values for v in value.split(",") if v)

@@ -1,0 +1,120 @@
+"""`graphaudit replay`: Frozen-Controller Auditing of a model on calibration and evaluation data."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from graphaudit.conditions import CONDITIONS
+from graphaudit.errors import UsageError
+from graphaudit.progress import ProgressBar
+from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
+
+
+@click.command("replay")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--calib", required=True, type=click.Path(path_type=str),
+              help="Calibration inputs (.npz): the static profiles are computed from these only.")
+@click.option("--data", type=click.Path(path_type=str),
+              help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
+@click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
+              help="Coefficient tensors (repeatable or comma-separated; default: those the metadata declares).")
+@click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
+              help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Inputs per ONNX Runtime run (capture and replay use the same batches).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the permutations, the data split and the bootstrap.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run.")
+@click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True,
+              help="Largest absolute output difference the parity check accepts.")
+@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Bootstrap resamples over inputs for the confidence intervals.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
+               fmt, quiet) -> None:
+    """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
+    from another input, shuffled over tokens, or as static profiles, and report how much worse
+    the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
+    conditions = _split(condition_names) or CONDITIONS
+    unknown = [c for c in conditions if c not in CONDITIONS]
+    if unknown:
+        raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
+    report = replay(model, calib, data, coefficients=_split(names), conditions=conditions, batch_size=batch_size,
+                    seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
+                    progress=ProgressBar(quiet=quiet))
+    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+
+
+def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
+
+
+def render_text(r: ReplayReport) -> str:
+    """The report as terminal text."""
+    if not r.controller:
+        return (f"{r.model}: no controller — the model declares no coefficient tensors and none were given "
+                "(--coefficients); there is nothing to freeze or replay")
+    families = sorted({c.family for c in r.coefficients})
+    lines = [f"model: {r.model} — {len(r.coefficients)} coefficient tensor{'s' if len(r.coefficients) != 1 else ''} ({', '.join(families)})"]
+    d = r.data
+    if d.split:
+        lines.append(f"data: no --data given: {d.calibration} split into disjoint halves (seed {r.seed}): "
+                     f"{d.calibration_inputs} calibration, {d.evaluation_inputs} evaluation inputs")
+    else:
+        lines.append(f"data: calibration {d.calibration} ({d.calibration_inputs} inputs), "
+                     f"evaluation {d.evaluation} ({d.evaluation_inputs} inputs)")
+    p = r.parity
+    lines.append(f"parity: {p.describe()} over the first {p.inputs} inputs — ok (tolerance {p.tolerance:g})")
+    div = r.task.divergence.upper() if r.task.divergence == "kl" else r.task.divergence
+    rows = [(c.name, _num(c.nll.value), _signed(c.delta_nll.value), _ci(c.delta_nll.ci), _sig(c.divergence.value),
+             *((_num(c.accuracy.value),) if c.accuracy.value is not None else ()))
+            for c in r.conditions]
+    headers = ["condition", "NLL", "ΔNLL", f"{_level(r)} CI of ΔNLL", div]
+    if any(c.accuracy.value is not None for c in r.conditions):
+        headers.append("accuracy")
+    lines += ["", tabulate(rows, headers=headers, disable_numparse=True)]
+    if r.retained_gap:
+        lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
+            f"{name} {_pct(e.value)} {_ci(e.ci, pct=True)}" for name, e in r.retained_gap)]
+    if r.variance:
+        rows = [(f, *(f"{_pct(s[k].value)} {_ci(s[k].ci, pct=True)}" for k in
+                      ("eta2_layer", "layer_slot_share", "input_share", "token_share"))) for f, s in r.variance]
+        lines += ["", tabulate(rows, headers=["family", "η² layer", "(layer, slot)", "input", "token"],
+                               disable_numparse=True)]
+    lines += ["", f"seed {r.seed}; {r.settings.get('resamples')} bootstrap resamples over inputs; "
+                  f"NLL in nats ({r.task.kind}, output {r.task.output!r})"]
+    return "\n".join(lines)
+
+
+def _level(r: ReplayReport) -> str:
+    return f"{100 * float(r.settings.get('confidence', 0.95)):g}%"
+
+
+def _num(x, digits: int = 4) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _sig(x) -> str:
+    return "—" if x is None or math.isnan(x) else f"{x:.4g}"
+
+
+def _signed(x, digits: int = 4) -> str:
+    return "—" if x is None or math.isnan(x) else f"{x:+.{digits}f}"
+
+
+def _pct(x) -> str:
+    return "—" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+
+
+def _ci(ci, pct: bool = False) -> str:
+    if ci is None or any(v is None or math.isnan(v) for v in ci):
+        return "—"
+    return f"[{_pct(ci[0])}, {_pct(ci[1])}]" if pct else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
