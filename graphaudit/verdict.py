@@ -180,10 +180,13 @@ def functional_dependence(replay: dict | None) -> Finding:
         elif lo is None and _num(c["delta_nll"]) > MATERIAL_NATS:
             hurts.append(name)
     gap = replay.get("retained_gap") or {}
+    gap_ci = replay.get("retained_gap_ci") or {}
     for name in PROFILES:
         if _num(gap.get(name)) is not None:
+            lo, hi = _interval(gap_ci.get(name))
+            ci = f" (95% CI {_pct(lo)} to {_pct(hi)})" if lo is not None and hi is not None else ""
             evidence.append(Evidence("replay", (
-                f"a {name.replace('_', ' ')} profile retains {_pct(gap[name])} of the gap between "
+                f"a {name.replace('_', ' ')} profile retains {_pct(gap[name])}{ci} of the gap between "
                 "global-mean and correct coefficients")))
     if not measured:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
@@ -324,13 +327,23 @@ def compute_savings(static: dict | None, profile: dict | None) -> Finding:
     elif any(full.values()):
         evidence.append(Evidence("static", f"{sum(v for v in full.values() if v):,.0f} FLOPs in the blocks at "
                                            "full size (per graph); executed FLOPs not counted"))
-    change = abs(ratio - 1) * 100
-    words = ("as fast as the baseline" if change < 0.05 else
-             f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline")
-    words += f" (median latency {ratio:.2f}× the baseline's)"
-    if ratio <= SAVINGS_RATIO_MAX:
+    low, high = _num(spread.get("p10")), _num(spread.get("p90"))
+    words = _latency_words(ratio, low, high)
+    if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
         return Finding(YES, f"Yes: {words}.", tuple(evidence))
-    return Finding(NO, f"No: {words}; a saving needs at most {SAVINGS_RATIO_MAX:.2f}×.", tuple(evidence))
+    return Finding(NO, f"No: {words}; a saving needs a median ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
+                       "with the spread below 1×.", tuple(evidence))
+
+
+def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
+    """The latency ratio in words, calling it slower or faster only when the spread agrees."""
+    change = abs(ratio - 1) * 100
+    spread = f", p10–p90 {low:.2f}–{high:.2f}×" if low is not None and high is not None else ""
+    clear = low is None or high is None or (low > 1.0 if ratio > 1 else high < 1.0)
+    if change < 0.05 or not clear:
+        return f"no clear difference from the baseline (median latency {ratio:.2f}× the baseline's{spread})"
+    return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
+            f"(median latency {ratio:.2f}× the baseline's{spread})")
 
 
 # -- formatting helpers ------------------------------------------------------------------

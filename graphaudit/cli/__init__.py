@@ -21,6 +21,7 @@ COMMANDS = {
     "demo": "graphaudit.cli.demo:demo",
     "inspect": "graphaudit.cli.inspect:inspect_cmd",
     "profile": "graphaudit.cli.profile:profile_cmd",
+    "run": "graphaudit.cli.run:run_cmd",
     "replay": "graphaudit.cli.replay:replay_cmd",
     "freeze": "graphaudit.cli.freeze:freeze_cmd",
 }

@@ -157,7 +157,7 @@ def _p10_p90(spread) -> tuple[float, float] | None:
 def _short_name(path, default: str) -> str:
     if not path:
         return default
-    return str(path).replace("\\", "/").split("/")[-1]
+    return "/".join(str(path).replace("\\", "/").split("/")[-2:])
 
 
 def executed_figure(doc: dict) -> tuple[str, str]:

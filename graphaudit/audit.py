@@ -1,0 +1,221 @@
+"""`audit`: the three-property audit of one model, and its verdict.
+
+It runs, in the order of the data flow, what applies to the model:
+
+1. the static audit of the graph (always): blocks, their execution verdicts, coefficients;
+2. the frozen-controller replay, when the model has coefficient tensors (declared in its
+   metadata or named with `coefficients`); without any it does not run, and says so;
+3. the runtime profile on the evaluation inputs (the calibration inputs when none are
+   given), timed in alternation with the baseline when one is given;
+
+then the verdict (graphaudit.verdict), a pure function of the three parts' JSON. The
+AuditReport keeps the parts' own report objects; `to_json()` is the versioned document
+every renderer reads (see graphaudit/report/schema.json).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from typing import TYPE_CHECKING
+
+from graphaudit._version import __version__
+from graphaudit.errors import UsageError
+from graphaudit.progress import Progress, silent
+from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
+from graphaudit.verdict import CLAIMS, ClaimCheck, Verdict, check_claim, decide
+
+if TYPE_CHECKING:
+    from graphaudit.data import InputData
+    from graphaudit.load import LoadedModel
+
+# Importing this module stays light (no numpy, onnx or runtime): `graphaudit/__init__.py`
+# re-exports `audit` from it. Everything heavy is imported where the audit runs.
+
+ZOO = ("dense", "featuregate", "mudd", "moe", "earlyexit")
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """The three parts' reports (None where a part did not run), the verdict and notes."""
+
+    model: str
+    inputs: dict
+    static: Any | None  # graphaudit.analyses.static.StaticReport
+    replay: Any | None  # graphaudit.replay.ReplayReport
+    profile: Any | None  # graphaudit.profile.ProfileReport
+    verdict: Verdict
+    notes: tuple[str, ...] = ()
+    claims: tuple[ClaimCheck, ...] = ()
+    _parts: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def check(self, claim: str) -> ClaimCheck:
+        """Whether this audit supports `claim` (dynamic-inference or compute-savings)."""
+        return check_claim(self.verdict, claim)
+
+    def to_json(self) -> dict:
+        """The audit as the versioned JSON document (schema: graphaudit/report/schema.json)."""
+        doc = {
+            "version": SCHEMA_VERSION,
+            "graphaudit_version": __version__,
+            "model": self.model,
+            "inputs": dict(self.inputs),
+            "notes": list(self.notes),
+            **{name: self._parts.get(name) for name in ("static", "replay", "profile")},
+            "verdict": self.verdict.to_json(),
+            "claims": [c.to_json() for c in self.claims],
+        }
+        means = (doc["replay"] or {}).get("coefficient_means")
+        if means:
+            doc["coefficient_means"] = means
+        return plain(doc)
+
+    def render(self, fmt: str = "text") -> str:
+        """The report as text, json, markdown or html."""
+        from graphaudit.report import render
+
+        return render(self.to_json(), fmt)
+
+
+def audit(
+    model: str | os.PathLike | LoadedModel,
+    calib: str | os.PathLike | InputData,
+    data: str | os.PathLike | InputData | None = None,
+    baseline: str | os.PathLike | LoadedModel | None = None,
+    coefficients: Sequence[str] = (),
+    provider: str = "auto",
+    *,
+    seed: int = 0,
+    block_pattern: str | None = None,
+    claims: Sequence[str] = (),
+    runs: int = 20,
+    warmup: int = 3,
+    profile_runs: int = 3,
+    profile_limit: int | None = None,
+    batch_size: int = 16,
+    resamples: int = 1000,
+    progress: Progress | None = None,
+) -> AuditReport:
+    """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
+
+    `calib` calibrates the static profiles of the replay; `data` is replayed and profiled
+    (without it the replay splits `calib` into disjoint halves and the profile runs on
+    `calib`). `baseline` is a dense model taking the same inputs. `profile_limit` profiles
+    only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds.
+    """
+    for claim in claims:
+        if claim not in CLAIMS:
+            raise UsageError(f"expected a claim among {', '.join(CLAIMS)}, found {claim!r}")
+    if "compute-savings" in claims and baseline is None:
+        raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
+    from graphaudit.load import LoadedModel, load_model
+
+    report = progress or silent
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    notes: list[str] = []
+    is_baseline = _same_file(model, baseline)
+    if is_baseline:
+        baseline = None
+        notes.append("the model is its own baseline: it was not timed against itself")
+
+    report("static audit", 0, 1)
+    static = _static(loaded, block_pattern, coefficients, _shapes(loaded, data if data is not None else calib))
+    report("static audit", 1, 1)
+
+    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
+    if replayed is None:
+        notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
+                      "--coefficients): the frozen replay did not run, so coefficient variation and functional "
+                      "dependence are not measured")
+
+    report("profile", 0, 1)
+    profiled = _profile(loaded, data if data is not None else calib, baseline, provider, runs, warmup,
+                        profile_runs, profile_limit)
+    report("profile", 1, 1)
+
+    parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
+    verdict = decide(parts["static"], parts["replay"], parts["profile"])
+    inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
+              "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
+              "provider": provider, "seed": seed}
+    if is_baseline:
+        inputs["is_baseline"] = True
+    return AuditReport(
+        model=_source(model), inputs=inputs, static=static, replay=replayed, profile=profiled, verdict=verdict,
+        notes=tuple(notes), claims=tuple(check_claim(verdict, c) for c in claims), _parts=parts)
+
+
+def audit_zoo(folder: str | os.PathLike, *, names: Sequence[str] = ZOO, baseline: str = "dense",
+              progress: Progress | None = None, **options) -> list[tuple[str, AuditReport]]:
+    """Audit each zoo model found under `folder` (`<name>/model.onnx`, calib.npz, eval.npz) against `baseline`."""
+    root = Path(folder)
+    found = [n for n in names if (root / n / "model.onnx").is_file()]
+    if not found:
+        raise UsageError(f"expected the zoo's models under {root} ({', '.join(names)}/model.onnx), found none; "
+                         "regenerate them with `python -m exporters.build --out fixtures` or pass --fixtures")
+    base = root / baseline / "model.onnx"
+    results = []
+    for name in found:
+        folder_n = root / name
+        data = folder_n / "eval.npz"
+        results.append((name, audit(folder_n / "model.onnx", folder_n / "calib.npz",
+                                    data if data.is_file() else None, base if base.is_file() else None,
+                                    progress=_prefixed(progress, name), **options)))
+    return results
+
+
+def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
+    from graphaudit.analyses.static import audit_static
+
+    return audit_static(loaded, block_pattern=block_pattern, coefficients=tuple(coefficients), shapes=shapes)
+
+
+def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress):
+    from graphaudit.replay import replay
+
+    result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
+                    batch_size=batch_size, resamples=resamples, progress=progress)
+    return result if result.coefficients else None
+
+
+def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit):
+    from graphaudit.profile import profile_model
+
+    return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
+                         batch_size=1, provider=provider, limit=limit)
+
+
+def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:
+    """The shape of one input (batch 1) of `data`, per graph input, for the static FLOP count."""
+    from graphaudit.data import InputData, input_specs, load_data
+
+    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
+    return {name: (1, *array.shape[1:]) for name, array in inputs.arrays.items()}
+
+
+def _json(part) -> dict | None:
+    return None if part is None else plain(part.to_json())
+
+
+def _source(value) -> str:
+    if isinstance(value, (str, os.PathLike)):
+        return str(value)
+    if hasattr(value, "weights_loaded"):  # a LoadedModel
+        return str(value.path) if value.path is not None else value.name
+    return getattr(value, "source", None) or type(value).__name__
+
+
+def _same_file(model, baseline) -> bool:
+    paths = [getattr(m, "path", None) if hasattr(m, "weights_loaded") else m for m in (model, baseline)]
+    if any(p is None or not isinstance(p, (str, os.PathLike)) for p in paths):
+        return False
+    return Path(paths[0]).resolve() == Path(paths[1]).resolve()
+
+
+def _prefixed(progress: Progress | None, name: str) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda stage, done, total: progress(f"{name}: {stage}", done, total)

@@ -1,0 +1,72 @@
+"""`graphaudit run`: the three-property audit of a model, its verdict, and claims for CI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from graphaudit.audit import audit
+from graphaudit.progress import ProgressBar
+from graphaudit.report import FORMATS
+from graphaudit.verdict import CLAIMS
+
+EPILOG = """\b
+Exit status: 0 when the audit ran (and every --claim is supported), 1 for a problem with
+the model or data, 2 for bad usage, 3 when the audit refutes a --claim or did not measure
+what it needs.
+"""
+
+
+@click.command("run", epilog=EPILOG)
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--calib", required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="Calibration inputs (.npz keyed by graph-input name); the static profiles come from them.")
+@click.option("--data", type=click.Path(dir_okay=False, path_type=str),
+              help="Evaluation inputs, disjoint from --calib, replayed and profiled "
+                   "(default: the calibration inputs, split in halves for the replay).")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
+              help="A dense model taking the same inputs; latency is compared against it.")
+@click.option("--coefficients", "coefficients", multiple=True,
+              help="Coefficient tensor name or glob (repeatable; default: those the model's metadata declares).")
+@click.option("--block-pattern", help="Regular expression naming the blocks (default: found from the graph).")
+@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
+              help="ONNX Runtime execution provider.")
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True,
+              help="Report format.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the report to this file instead of standard output.")
+@click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIMS)),
+              help="Exit with status 3 unless the audit supports this claim (repeatable).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the replay's permutations and bootstrap.")
+@click.option("--runs", default=20, show_default=True, help="Timed rounds of the profile.")
+@click.option("--warmup", default=3, show_default=True, help="Profile rounds run first and discarded.")
+@click.option("--profile-runs", default=3, show_default=True, help="Rounds run with ONNX Runtime's profiler on.")
+@click.option("--limit", type=int, help="Profile only the first N inputs.")
+@click.option("--resamples", default=1000, show_default=True, help="Bootstrap resamples for the intervals.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
+@click.pass_context
+def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, provider, fmt, output, claims, seed,
+            runs, warmup, profile_runs, limit, resamples, quiet) -> None:
+    """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
+
+    Runs the static audit of the graph, the frozen-controller replay (only when the model
+    has coefficient tensors) and the runtime profile, then answers each question in plain
+    words with the evidence it rests on.
+    """
+    with ProgressBar(quiet=quiet) as bar:
+        report = audit(model, calib, data, baseline, coefficients, provider, seed=seed, block_pattern=block_pattern,
+                       claims=claims, runs=runs, warmup=warmup, profile_runs=profile_runs, profile_limit=limit,
+                       resamples=resamples, progress=bar)
+    text = report.render(fmt)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+        if not quiet:
+            click.echo(f"graphaudit: wrote the {fmt} report to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+    refuted = [c for c in report.claims if not c.supported]
+    for check in refuted:
+        click.echo(f"graphaudit: claim {check.claim} {check.reason}", err=True)
+    if refuted:
+        ctx.exit(3)
