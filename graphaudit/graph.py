@@ -101,6 +101,22 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class Body:
+    """One body of a control-flow node or function call: its formal inputs and outputs.
+
+    For a subgraph, `inputs` are the body's own formal inputs (in its scope); for a function
+    call, the caller's tensors bound to the function's parameters. `outputs` are the values
+    the body gives back, in order, resolved in its scope (None where a name is unresolved).
+    """
+
+    kind: str  # "then_branch" | "else_branch" | "body" | "function" | another graph attribute
+    owner: str
+    scope: str
+    inputs: tuple[TensorRef | None, ...]
+    outputs: tuple[TensorRef | None, ...]
+
+
+@dataclass(frozen=True)
 class ModelGraph:
     """The whole model as one graph of nodes, with tables of nodes and tensors."""
 
@@ -110,6 +126,11 @@ class ModelGraph:
     inputs: tuple[TensorRef, ...]
     outputs: tuple[TensorRef, ...]
     initializers: frozenset[str] = field(repr=False)
+    body_table: dict[str, tuple[Body, ...]] = field(default_factory=dict, repr=False)
+
+    def bodies(self, node_id: str) -> tuple[Body, ...]:
+        """The bodies (If branches, Loop/Scan body, function body) owned by `node_id`."""
+        return self.body_table.get(node_id, ())
 
     def node(self, node_id: str) -> Node:
         return self.nodes[node_id]
@@ -209,6 +230,7 @@ class _Builder:
         self.tensors: dict[TensorRef, TensorInfo] = {}
         self.value_info: dict[str, onnx.ValueInfoProto] = {}
         self.scope_depth: dict[str, int] = {"": 0}
+        self.bodies: dict[str, tuple[Body, ...]] = {}
         # Pre-order list of every node occurrence (function bodies expanded per call) so
         # that ids are decided once, over the whole model, before edges are drawn.
         self._ids: Iterator[str] | None = None
@@ -231,7 +253,7 @@ class _Builder:
         self._add_graph(graph, scopes=(), env=[env], function_stack=())
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
-        return ModelGraph(self.g, self.nodes, self.tensors, inputs, outputs, initializers)
+        return ModelGraph(self.g, self.nodes, self.tensors, inputs, outputs, initializers, self.bodies)
 
     # -- ids -------------------------------------------------------------------------------
     def _walk(self, graph: onnx.GraphProto, function_stack: tuple) -> Iterator[tuple[str, str]]:
@@ -342,17 +364,23 @@ class _Builder:
         key = _scope_key(inner_scopes)
         self.scope_depth[key] = len(inner_scopes)
         local: dict[str, TensorRef] = {}
+        formal: list[TensorRef] = []
         for t in sub.initializer:
             self._define(TensorRef(t.name, key), "initializer", None, local, dims=tuple(t.dims), elem=t.data_type)
         for vi in sub.input:
             ref = TensorRef(vi.name, key)
             self._define(ref, "subgraph_input", owner.id, local, vi=vi)
+            formal.append(ref)
         self._add_graph(sub, inner_scopes, env + [local], function_stack)
-        for out in sub.output:
-            ref = self._lookup(env + [local], out.name)
+        results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
+        self._add_body(Body(attr, owner.id, key, tuple(formal), results))
+        for out, ref in zip(sub.output, results):
             info = self.tensors.get(ref) if ref else None
             if info is not None and info.kind == "node_output" and info.producer is not None:
                 self.g.add_edge(info.producer, owner.id, key=f"{key}->{out.name}", tensor=ref, via="subgraph_output")
+
+    def _add_body(self, body: Body) -> None:
+        self.bodies[body.owner] = self.bodies.get(body.owner, ()) + (body,)
 
     def _add_call(self, call: Node, fn: onnx.FunctionProto, scopes, env, function_stack):
         scope = Scope(kind="function", owner=call.id, owner_op=fn.name)
@@ -366,8 +394,9 @@ class _Builder:
         }
         for proto in fn.node:
             self._add_node(proto, inner_scopes, [local], function_stack)
-        for out in fn.output:
-            ref = local.get(out)
+        results = tuple(local.get(out) for out in fn.output)
+        self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
+        for out, ref in zip(fn.output, results):
             info = self.tensors.get(ref) if ref else None
             if info is not None and info.kind == "node_output" and info.producer is not None:
                 self.g.add_edge(info.producer, call.id, key=f"{key}->{out}", tensor=ref, via="function_output")

@@ -20,6 +20,7 @@ from graphaudit.errors import GraphAuditError
 COMMANDS = {
     "demo": "graphaudit.cli.demo:demo",
     "inspect": "graphaudit.cli.inspect:inspect_cmd",
+    "static": "graphaudit.cli.static:static_cmd",
     "profile": "graphaudit.cli.profile:profile_cmd",
     "run": "graphaudit.cli.run:run_cmd",
     "replay": "graphaudit.cli.replay:replay_cmd",

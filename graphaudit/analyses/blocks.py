@@ -1,0 +1,393 @@
+"""Which nodes form layer i: blocks found from names, metadata, weights or structure.
+
+Every node offers *candidates* — (container, index) pairs such as ("blocks", 3) — read from,
+in order of trust:
+
+1. torch's name-scope metadata (`namespace`, else `pkg.torch.onnx.name_scopes`): the module
+   path of the deepest module the node was traced in;
+2. the parameters named in torch's `pkg.torch.onnx.fx_node` metadata (`%p_blocks_2_fc_weight`),
+   which survive inside `If` branches where the name scope is cut short;
+3. the node's own name when it is a TorchScript-style path (`/model/layers.3/mlp/MatMul`);
+4. the names of the initializers it reads (`gpt_neox.layers.3.mlp.weight`), when it is their
+   only reader (exporters share de-duplicated weights between layers).
+
+The container offered by the most nodes (at least two indices where any has two) names the
+blocks. A `--block-pattern` regex replaces the candidates with its own matches. Nodes nested
+in a body without candidates of their own take their owner's block, or the block of their
+neighbours among those the owner's metadata names. With no names at all, blocks are cut
+along the residual chain: the longest run of Add nodes, each adding to the previous one's
+output, grouped by the period of their repeating operator pattern.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from graphaudit.errors import UsageError
+from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.analyses.order import execution_order, nodes_by_scope
+
+NAMESPACE = "namespace"
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+FX_NODE = "pkg.torch.onnx.fx_node"
+_FX_PARAM = re.compile(r"%[pb]_([A-Za-z0-9_]+)")
+_SEPARATORS = re.compile(r"[^0-9A-Za-z]+")
+
+SOURCES = {
+    "pattern": "--block-pattern",
+    "metadata": "torch name-scope metadata",
+    "fx_params": "parameters named in torch fx metadata",
+    "node_names": "node names",
+    "initializers": "initializer names",
+    "owner": "the enclosing control-flow node",
+    "neighbours": "neighbouring nodes",
+    "structure": "the residual chain",
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    """One repeated layer of the model and the ids of the nodes it is made of."""
+
+    index: int
+    name: str
+    node_ids: frozenset[str] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BlockMap:
+    """The blocks of a model, how they were found, and which block each node is in."""
+
+    blocks: tuple[Block, ...]
+    method: str
+    sources: tuple[tuple[str, int], ...] = ()  # (source, nodes attributed by it)
+    _by_node: Mapping[str, Block] = field(default_factory=dict, repr=False, compare=False)
+
+    def block_of(self, node_id: str) -> Block | None:
+        """The block node `node_id` belongs to, or None when it is outside every block."""
+        return self._by_node.get(node_id)
+
+    def by_index(self, index: int) -> Block | None:
+        return next((b for b in self.blocks if b.index == index), None)
+
+
+def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
+    """Return the BlockMap of `mg`, from `pattern` when given, else from names or structure."""
+    regex = _compile(pattern) if pattern is not None else None
+    finder = _Finder(mg, regex)
+    found = finder.by_names()
+    if found is not None:
+        return found
+    if regex is not None:
+        raise UsageError(
+            f"expected --block-pattern {pattern!r} to match node names, name scopes or "
+            f"initializer names, found no match among {len(mg.nodes)} nodes (e.g. "
+            f"{', '.join(repr(n) for n in finder.examples())})"
+        )
+    return _structural(mg)
+
+
+def _compile(pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as err:
+        raise UsageError(f"expected --block-pattern to be a regular expression, found {pattern!r} ({err})") from None
+
+
+def _key(container: str) -> str:
+    return _SEPARATORS.sub(".", container).strip(".").lower()
+
+
+def _path_candidates(parts: list[str]) -> list[tuple[str, int]]:
+    """("blocks", "1", "ffn", "experts", "0") → [("blocks", 1), ("blocks.1.ffn.experts", 0)]."""
+    return [(".".join(parts[:i]), int(p)) for i, p in enumerate(parts) if i > 0 and p.isdigit()]
+
+
+def _module_paths(node: Node) -> list[str] | None:
+    """The module paths torch recorded for `node`, outermost first; None when it recorded none."""
+    namespace = node.meta(NAMESPACE)
+    if namespace is not None:
+        segments = namespace.split("/")[:-1]  # the last one names the operation itself
+        return [s.split(": ")[0].strip() for s in segments if s.split(": ")[0].strip()]
+    scopes = node.meta(NAME_SCOPES)
+    if scopes is not None:
+        try:
+            parsed = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            return None
+        if isinstance(parsed, (list, tuple)):
+            return [str(p) for p in parsed[:-1] if p]
+    return None
+
+
+class _Finder:
+    def __init__(self, mg: ModelGraph, regex: re.Pattern | None):
+        self.mg = mg
+        self.regex = regex
+        self._unnumbered: dict[str, int] = {}
+        self.readers = Counter(r.name for n in mg.nodes.values() for r in n.inputs
+                               if r is not None and r.name in mg.initializers)
+
+    # -- candidates ------------------------------------------------------------------------
+    def texts(self, node: Node) -> list[tuple[str, list[str]]]:
+        """(source, texts) for `node`, most trusted source first."""
+        out: list[tuple[str, list[str]]] = []
+        paths = _module_paths(node)
+        if paths:
+            out.append(("metadata", paths[-1:]))
+        fx = node.meta(FX_NODE)
+        if fx:
+            params = _FX_PARAM.findall(fx)
+            if params:
+                out.append(("fx_params", params))
+        if "/" in node.name:
+            parts = [p for p in node.name.split("/") if p][:-1]
+            if parts:
+                out.append(("node_names", [".".join(parts)]))
+        inits = [r.name for r in node.inputs if r is not None and not r.scope
+                 and r.name in self.mg.initializers and self.readers[r.name] == 1]
+        if inits:
+            out.append(("initializers", inits))
+        return out
+
+    def candidates(self, node: Node) -> list[tuple[str, list[tuple[str, int, str]]]]:
+        """(source, [(key, index, display name)]) for `node`, most trusted source first."""
+        found = []
+        for source, texts in self.texts(node):
+            cands: list[tuple[str, int, str]] = []
+            for text in texts:
+                if self.regex is not None:
+                    m = self.regex.search(text)
+                    if m:
+                        cands.append(("pattern", self._pattern_index(m), m.group(0)))
+                    continue
+                parts = text.split("_") if source == "fx_params" else re.split(r"[./]", text)
+                for container, index in _path_candidates([p for p in parts if p]):
+                    cands.append((_key(container), index, f"{container}.{index}"))
+            if cands:
+                found.append((source, cands))
+        return found
+
+    def _pattern_index(self, m: re.Match) -> int:
+        """The block number a --block-pattern match gives: its `index` group, else its first
+        numeric group, else the order in which the matched text first appears."""
+        groups = m.groupdict()
+        text = groups.get("index") or next((g for g in m.groups() if g and g.isdigit()), None)
+        if text is not None:
+            return int(text)
+        return self._unnumbered.setdefault(m.group(0), len(self._unnumbered))
+
+    def examples(self) -> list[str]:
+        seen = [t for n in list(self.mg.nodes.values())[:50] for _, ts in self.texts(n) for t in ts]
+        return seen[:3] or [n.name for n in list(self.mg.nodes.values())[:3]]
+
+    # -- assignment ------------------------------------------------------------------------
+    def by_names(self) -> BlockMap | None:
+        mg = self.mg
+        per_node = {nid: self.candidates(n) for nid, n in mg.nodes.items()}
+        coverage: Counter = Counter()
+        indices: dict[str, set[int]] = {}
+        for cands in per_node.values():
+            keys = {(k, i) for _, cs in cands for k, i, _ in cs}
+            for k in {k for k, _ in keys}:
+                coverage[k] += 1
+            for k, i in keys:
+                indices.setdefault(k, set()).add(i)
+        if not coverage:
+            return None
+        multi = [k for k in coverage if len(indices[k]) >= 2] or list(coverage)
+        chosen = max(multi, key=lambda k: (coverage[k], -len(k)))
+        assigned: dict[str, int] = {}
+        names: dict[int, str] = {}
+        how: dict[str, str] = {}
+        informative: set[str] = set()
+        for nid, cands in per_node.items():
+            node = mg.nodes[nid]
+            if not node.scopes and (node.metadata or "/" in node.name):
+                informative.add(nid)
+            for source, cs in cands:
+                hits = [(i, name) for k, i, name in cs if k == chosen]
+                if not hits:
+                    continue
+                votes = Counter(i for i, _ in hits)
+                index = votes.most_common(1)[0][0] if source != "fx_params" or len(votes) == 1 else None
+                if index is None:
+                    continue
+                assigned[nid] = index
+                names.setdefault(index, next(name for i, name in hits if i == index))
+                how[nid] = source
+                break
+        self._fill(assigned, how, informative, chosen)
+        blocks = _make_blocks(assigned, names)
+        label = (names[min(names)].rsplit(".", 1)[0] if names else chosen) if chosen != "pattern" \
+            else self.regex.pattern
+        counts = Counter(how.values())
+        main = counts.most_common(1)[0][0] if counts else "pattern"
+        method = (f"{SOURCES[main]}: {len(blocks)} blocks under `{label}`"
+                  if main != "pattern" else f"--block-pattern {label!r}: {len(blocks)} blocks")
+        extra = [f"{n} nodes by {SOURCES[s]}" for s, n in counts.most_common() if s != main]
+        if extra:
+            method += " (" + "; ".join(extra) + ")"
+        return _block_map(blocks, method, counts)
+
+    def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str], chosen: str) -> None:
+        """Attribute nested or unnamed nodes through their owner, else their neighbours."""
+        mg = self.mg
+        allowed: dict[str, set[int]] = {}  # owner id -> the blocks its metadata names
+        for nid, node in mg.nodes.items():
+            if mg.bodies(nid) and nid not in assigned:
+                cands = self.candidates(node)
+                allowed[nid] = {i for _, cs in cands for k, i, _ in cs if k == chosen}
+        pending = [n for n in mg.nodes.values() if n.id not in assigned and n.id not in informative]
+        for node in pending:
+            for scope in reversed(node.scopes):
+                if scope.owner in assigned:
+                    assigned[node.id], how[node.id] = assigned[scope.owner], "owner"
+                    break
+        pending = [n for n in pending if n.id not in assigned]
+        if not pending:
+            return
+        waiting = {n.id for n in pending}
+        order = [n for n in execution_order(mg) if n.id in waiting]
+        for node in order:  # forward: the latest block among what it reads
+            found = [assigned[p.id] for r in node.inputs if r is not None
+                     for p in [mg.producer(r)] if p is not None and p.id in assigned]
+            if found:
+                assigned[node.id], how[node.id] = self._clip(max(found), node, allowed), "neighbours"
+        for node in reversed(order):  # backward: the earliest block among its readers
+            if node.id in assigned:
+                continue
+            found = [assigned[c.id] for r in node.outputs if r is not None
+                     for c in mg.consumers(r) if c.id in assigned]
+            if found:
+                assigned[node.id], how[node.id] = self._clip(min(found), node, allowed), "neighbours"
+
+    @staticmethod
+    def _clip(index: int, node: Node, allowed: dict[str, set[int]]) -> int:
+        for scope in reversed(node.scopes):
+            names = allowed.get(scope.owner)
+            if names:
+                if index in names:
+                    return index
+                return min(names) if index < min(names) else max(n for n in names if n <= index)
+        return index
+
+
+def _make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
+    members: dict[int, set[str]] = {}
+    for nid, index in assigned.items():
+        members.setdefault(index, set()).add(nid)
+    return tuple(Block(i, names.get(i, f"block.{i}"), frozenset(members[i])) for i in sorted(members))
+
+
+def _block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
+    by_node = {nid: b for b in blocks for nid in b.node_ids}
+    return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node))
+
+
+# Operators that only move or reshape data: left out of the pattern that blocks repeat.
+_PLUMBING = frozenset({
+    "Shape", "Size", "Constant", "ConstantOfShape", "Gather", "Concat", "Unsqueeze", "Squeeze",
+    "Slice", "Cast", "Range", "Reshape", "Expand", "Identity",
+})
+
+
+# -- structure -----------------------------------------------------------------------------
+def _structural(mg: ModelGraph) -> BlockMap:
+    """Blocks cut along the residual chain, for a graph whose names say nothing."""
+    chain = _residual_chain(mg)
+    if len(chain) < 2:
+        return BlockMap((), "no blocks: no layer names, no --block-pattern, and no residual chain "
+                            f"of Add nodes ({len(chain)} found)")
+    position = {nid: i for i, nid in enumerate(chain)}
+    segment: dict[str, int] = dict(position)
+    top = [n for n in mg.nodes.values() if not n.scopes]
+    for node in reversed(top):  # each node joins the first residual Add it feeds
+        if node.id in segment:
+            continue
+        found = [segment[c.id] for r in node.outputs if r is not None for c in mg.consumers(r)
+                 if c.id in segment]
+        if found:
+            segment[node.id] = min(found)
+    start = _stream_input(mg, chain)
+    before = _ancestors(mg, start) if start is not None else set()
+    for nid in before:  # the embedding and everything before the first block
+        segment.pop(nid, None)
+    nested = [n for n in mg.nodes.values() if n.scopes]
+    for node in nested:
+        owner = node.scopes[0].owner
+        if owner in segment:
+            segment[node.id] = segment[owner]
+    period = _period([Counter(mg.nodes[n].op_type for n, s in segment.items()
+                              if s == i and mg.nodes[n].op_type not in _PLUMBING)
+                      for i in range(len(chain))])
+    assigned = {nid: s // period for nid, s in segment.items()}
+    names = {i: f"block.{i}" for i in set(assigned.values())}
+    blocks = _make_blocks(assigned, names)
+    method = (f"{SOURCES['structure']}: {len(chain)} residual Add nodes, "
+              f"{period} per block, {len(blocks)} blocks (no layer names found)")
+    return _block_map(blocks, method, Counter({"structure": len(assigned)}))
+
+
+def _residual_chain(mg: ModelGraph) -> list[str]:
+    """The longest run of top-level Adds, each adding to the previous one's (shared) output."""
+    def shared(ref):
+        return ref is not None and len(mg.consumers(ref)) >= 2
+
+    # A residual Add adds a branch to a stream that something else reads too.
+    adds = [n for n in mg.nodes.values() if not n.scopes and n.op_type in ("Add", "Sum")
+            and any(shared(r) for r in n.inputs)]
+    residual = {n.id for n in adds}
+    nxt: dict[str, str] = {}
+    has_prev: set[str] = set()
+    for node in adds:
+        for ref in node.inputs:
+            prev = mg.producer(ref) if ref is not None else None
+            if prev is not None and prev.id in residual and shared(ref) and prev.id not in nxt:
+                nxt[prev.id] = node.id
+                has_prev.add(node.id)
+                break
+    best: list[str] = []
+    for node in adds:
+        if node.id in has_prev:
+            continue
+        run = [node.id]
+        while run[-1] in nxt:
+            run.append(nxt[run[-1]])
+        if len(run) > len(best):
+            best = run
+    return best
+
+
+def _stream_input(mg: ModelGraph, chain: list[str]) -> TensorRef | None:
+    """The residual stream entering the first Add: its input shared with the rest of the block."""
+    first = mg.nodes[chain[0]]
+    shared = [r for r in first.inputs if r is not None and len(mg.consumers(r)) >= 2]
+    return shared[0] if shared else None
+
+
+def _ancestors(mg: ModelGraph, ref: TensorRef) -> set[str]:
+    seen: set[str] = set()
+    todo = [ref]
+    while todo:
+        producer = mg.producer(todo.pop())
+        if producer is None or producer.id in seen:
+            continue
+        seen.add(producer.id)
+        todo.extend(r for r in producer.inputs if r is not None)
+    return seen
+
+
+def _period(signatures: list[Counter]) -> int:
+    """The smallest p such that the segments' operator counts repeat every p segments."""
+    n = len(signatures)
+    for p in range(1, n // 2 + 1):
+        # Segment 0 also holds the shape computations every later block reuses: skip it.
+        if n % p == 0 and all(signatures[i] == signatures[i + p] for i in range(1, n - p)):
+            return p
+    return 1

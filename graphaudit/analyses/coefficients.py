@@ -1,0 +1,190 @@
+"""Which tensors are the controller's coefficients: declared, named by the user, or detected.
+
+In order (DESIGN.md, "Coefficients and their axes"): the `graphaudit.coefficients` metadata
+our exporters write; then names or glob patterns the user gives; and only when neither gives
+any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, with a fixed
+width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
+Einsum) or routes one (TopK / ArgMax). Axes not declared are read from the symbolic
+dimensions shape inference carried from the graph inputs: the first input dimension is the
+batch, the second the token.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections import Counter
+from typing import Sequence
+
+import onnx
+
+from graphaudit.coefficients import BATCH, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
+from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.load import LoadedModel
+from graphaudit.analyses.blocks import BlockMap
+from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
+
+SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix"}
+GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
+ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
+# Operators a coefficient may pass through on its way to the node it weights.
+PLUMBING = frozenset({
+    "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
+    "Identity", "Concat", "Flatten", "Add", "Sub",
+})
+_GLOB = re.compile(r"[*?\[]")
+
+
+def resolve_coefficients(
+    loaded_or_model: LoadedModel | onnx.ModelProto,
+    mg: ModelGraph,
+    names: Sequence[str] = (),
+    *,
+    blocks: BlockMap | None = None,
+    dependence: DependenceMap | None = None,
+) -> tuple[Coefficient, ...]:
+    """Return the model's coefficient tensors: declared, then user-named, else detected."""
+    model = loaded_or_model.model if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
+    declared = declared_coefficients(model)
+    for c in declared:
+        if mg.find_tensor(c.tensor) is None:
+            raise GraphAuditError(
+                f"expected the coefficient tensor {c.tensor!r} declared in the model's "
+                f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
+            )
+    known = {c.tensor for c in declared}
+    user = [c for c in _user(mg, names, blocks) if c.tensor not in known]
+    if declared or user:
+        return tuple(declared) + tuple(user)
+    return detect_coefficients(mg, blocks=blocks, dependence=dependence)
+
+
+def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None) -> list[Coefficient]:
+    if not names:
+        return []
+    pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
+    matched: list[str] = []
+    for name in names:
+        hits = fnmatch.filter(pool, name) if _GLOB.search(name) else [n for n in pool if n == name]
+        if not hits:
+            close = difflib.get_close_matches(name, pool, n=5, cutoff=0.5)
+            raise UsageError(
+                f"expected --coefficients {name!r} to name a tensor of the model, found none"
+                + (f"; closest: {', '.join(close)}" if close else f" among {len(pool)} tensor names")
+            )
+        matched.extend(h for h in hits if h not in matched)
+    coefficients = []
+    order: Counter = Counter()
+    for name in matched:
+        ref = mg.find_tensor(name)
+        family = _family_of(name)
+        layer = _layer(mg, ref, name, blocks, order[family])
+        order[family] += 1
+        coefficients.append(Coefficient(name, family, layer, axes_of(mg, ref), source="user"))
+    return coefficients
+
+
+def detect_coefficients(
+    mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None
+) -> tuple[Coefficient, ...]:
+    """Return the tensors that look like a controller's output (DESIGN.md), marked detected."""
+    dm = dependence or analyse_dependence(mg)
+    hidden = _hidden_width(mg)
+    found: list[Coefficient] = []
+    order: Counter = Counter()
+    for node in mg.nodes.values():
+        family = SQUASHING.get(node.op_type) if not node.domain else None
+        out = node.outputs[0] if node.outputs else None
+        if family is None or out is None or dm.of(out) != VALUE:
+            continue
+        shape = mg.tensors[out].shape if out in mg.tensors else None
+        if not shape or not isinstance(shape[-1], int) or (hidden and shape[-1] > hidden):
+            continue
+        axes = axes_of(mg, out)
+        if BATCH not in axes and TOKEN not in axes:
+            continue
+        use = _use(mg, node, out, hidden)
+        if use is None:
+            continue
+        family = "router" if use == "route" else family
+        layer = _layer(mg, out, out.name, blocks, order[family])
+        order[family] += 1
+        found.append(Coefficient(out.name, family, layer, axes, source="detected"))
+    return tuple(found)
+
+
+def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None) -> str | None:
+    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None."""
+    todo, seen = [ref], set()
+    while todo:
+        current = todo.pop()
+        for consumer in mg.consumers(current):
+            if consumer.id in seen:
+                continue
+            seen.add(consumer.id)
+            if consumer.op_type in ROUTING:
+                return "route"
+            if consumer.op_type in GATING:
+                others = [r for r in consumer.inputs if r is not None and r != current]
+                if any(r not in producer.inputs and _width(mg, r) == hidden for r in others):
+                    return "gate"
+            if consumer.op_type in PLUMBING and len(seen) < 16:
+                todo.extend(r for r in consumer.outputs if r is not None)
+    return None
+
+
+def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
+    info = mg.tensors.get(ref)
+    return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
+
+
+def _hidden_width(mg: ModelGraph) -> int | None:
+    """The most common fixed last dimension among tensors that have a token axis."""
+    tokens = _axis_names(mg)[1]
+    widths = Counter(
+        info.shape[-1] for info in mg.tensors.values()
+        if info.kind == "node_output" and info.shape and len(info.shape) >= 2
+        and isinstance(info.shape[-1], int) and any(d in tokens for d in info.shape[:-1])
+    )
+    return widths.most_common(1)[0][0] if widths else None
+
+
+def _axis_names(mg: ModelGraph) -> tuple[set[str], set[str]]:
+    """The symbolic dimension names of the graph inputs' batch and token axes."""
+    batch, token = set(), set()
+    for ref in mg.inputs:
+        shape = mg.tensors[ref].shape if ref in mg.tensors else None
+        if shape and len(shape) >= 1 and isinstance(shape[0], str):
+            batch.add(shape[0])
+        if shape and len(shape) >= 2 and isinstance(shape[1], str):
+            token.add(shape[1])
+    return batch, token - batch
+
+
+def axes_of(mg: ModelGraph, ref: TensorRef | None) -> tuple[str, ...]:
+    """Axis names for `ref` from its symbolic dimensions: batch, token, then slot axes."""
+    info = mg.tensors.get(ref) if ref is not None else None
+    if info is None or info.shape is None:
+        return ()
+    batch, token = _axis_names(mg)
+    names = [BATCH if d in batch else TOKEN if d in token else None for d in info.shape]
+    slots = names.count(None)
+    counter = iter(range(slots))
+    return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
+
+
+def _family_of(name: str) -> str:
+    stem = re.sub(r"[._/:-]*\d+$", "", name.split("/")[-1])
+    return stem or name
+
+
+def _layer(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
+    if blocks is not None and ref is not None:
+        node = mg.producer(ref) or next(iter(mg.consumers(ref)), None)
+        block = blocks.block_of(node.id) if node is not None else None
+        if block is not None:
+            return block.index
+    m = re.search(r"(\d+)$", name)
+    return int(m.group(1)) if m else fallback

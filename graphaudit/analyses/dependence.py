@@ -1,0 +1,300 @@
+"""What every tensor depends on: nothing, the input shapes, or the input values.
+
+`analyse_dependence` walks the model once (bodies of If / Loop / Scan / function calls
+included) and gives back, for every tensor, two points of the lattice
+CONST < SHAPE < VALUE: what its *values* depend on and what its *shape* depends on. A
+tensor's dependence as a whole is the larger of the two (`data_dependence`). It also
+records, for every control-flow node, what decides whether and how often its bodies run.
+
+The rules that matter for an execution audit:
+
+- `Shape` / `Size` reveal only a shape: their value is as dependent as their input's shape.
+  `ConstantOfShape`, `Range`, `Gather` / `Slice` / `Concat` of shapes stay shape-dependent.
+- Ops whose output *extent* is given by an input's values (Reshape, Expand, Tile, Range,
+  Slice, TopK's k, ...) carry that input's value dependence into their shape; NonZero,
+  Compress and Unique have a value-dependent extent whenever their input is.
+- A shape that shape inference gives with integer dimensions only is constant.
+- An `If` output depends on its condition; a `Loop`'s carried values are iterated to a
+  fixed point, and its results depend on the trip count and on the body's condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.analyses.order import nodes_by_scope
+
+
+class Dependence(IntEnum):
+    """How much of the input a tensor reveals: nothing, the shapes, or the values."""
+
+    CONST = 0
+    SHAPE = 1
+    VALUE = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+CONST, SHAPE, VALUE = Dependence.CONST, Dependence.SHAPE, Dependence.VALUE
+
+# Inputs whose *values* set the output's extent.
+SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2), "Slice": (1, 2, 3, 4),
+    "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
+    "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,),
+    "CenterCropPad": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
+    "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
+    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Col2Im": (1, 2),
+    "DFT": (1,), "STFT": (1, 3),
+}
+# Ops whose output has the shape of some inputs only (a scatter keeps its data's shape).
+SHAPE_FROM: dict[str, tuple[int, ...]] = {
+    "ScatterND": (0,), "ScatterElements": (0,), "Scatter": (0,), "TensorScatter": (0,),
+}
+# Ops whose output extent depends on the *values* of their inputs.
+VALUE_SIZED = frozenset({"NonZero", "Compress", "Unique", "NonMaxSuppression", "StringSplit"})
+# Ops whose output values say nothing about the input's values, only about its shape.
+SHAPE_READERS = frozenset({"Shape", "Size"})
+# Ops whose outputs are filled from attributes or a random source, shaped after an input.
+FILLED_LIKE = frozenset({"ConstantOfShape", "RandomNormalLike", "RandomUniformLike", "EyeLike"})
+SOURCES = frozenset({"Constant", "RandomNormal", "RandomUniform"})
+# ONNX Runtime contrib operators whose subgraphs run a value-dependent number of times.
+CONTRIB_LOOPS = frozenset({"BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch"})
+_MAX_ROUNDS = 16
+
+
+@dataclass(frozen=True)
+class Control:
+    """What decides whether, or how often, the bodies of a control-flow node run."""
+
+    node: str
+    op: str
+    dependence: Dependence
+    tensors: tuple[TensorRef, ...]  # the condition / trip-count tensors that decide it
+    reason: str
+
+
+@dataclass(frozen=True)
+class DependenceMap:
+    """Per tensor: what its values and its shape depend on; per control node: its Control."""
+
+    values: dict[TensorRef, Dependence]
+    shapes: dict[TensorRef, Dependence]
+    controls: dict[str, Control]
+
+    def of(self, ref: TensorRef | None) -> Dependence:
+        """The dependence of `ref` as a whole: the larger of its values' and its shape's."""
+        if ref is None:
+            return CONST
+        return max(self.values.get(ref, VALUE), self.shapes.get(ref, VALUE))
+
+    def value(self, ref: TensorRef | None) -> Dependence:
+        return CONST if ref is None else self.values.get(ref, VALUE)
+
+    def shape(self, ref: TensorRef | None) -> Dependence:
+        return CONST if ref is None else self.shapes.get(ref, VALUE)
+
+
+def data_dependence(mg: ModelGraph) -> dict[TensorRef, Dependence]:
+    """Return, for every tensor of `mg`, what it depends on (CONST < SHAPE < VALUE)."""
+    dm = analyse_dependence(mg)
+    return {ref: max(v, dm.shapes.get(ref, VALUE)) for ref, v in dm.values.items()}
+
+
+def analyse_dependence(mg: ModelGraph) -> DependenceMap:
+    """Return the DependenceMap of `mg`: values, shapes and control decisions."""
+    return _Propagation(mg).run()
+
+
+def _static_shape(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+class _Propagation:
+    def __init__(self, mg: ModelGraph):
+        self.mg = mg
+        self.by_scope = nodes_by_scope(mg)
+        self.values: dict[TensorRef, Dependence] = {}
+        self.shapes: dict[TensorRef, Dependence] = {}
+        self.controls: dict[str, Control] = {}
+        self.static = {ref for ref, info in mg.tensors.items() if _static_shape(info.shape)}
+        for ref, info in mg.tensors.items():
+            if info.kind == "initializer":
+                self.values[ref] = self.shapes[ref] = CONST
+            elif info.kind == "input":
+                self.values[ref] = VALUE
+                self.shapes[ref] = CONST if ref in self.static else SHAPE
+            elif info.kind == "undefined":  # nothing defines it: assume the worst
+                self.values[ref] = self.shapes[ref] = VALUE
+
+    def run(self) -> DependenceMap:
+        self._scope("")
+        return DependenceMap(self.values, self.shapes, self.controls)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _v(self, ref: TensorRef | None) -> Dependence:
+        return CONST if ref is None else self.values.get(ref, VALUE)
+
+    def _s(self, ref: TensorRef | None) -> Dependence:
+        return CONST if ref is None else self.shapes.get(ref, VALUE)
+
+    def _set(self, ref: TensorRef | None, value: Dependence, shape: Dependence) -> None:
+        if ref is None:
+            return
+        self.values[ref] = value
+        self.shapes[ref] = CONST if ref in self.static else shape
+
+    def _scope(self, key: str) -> None:
+        for node in self.by_scope.get(key, ()):
+            if self.mg.bodies(node.id):
+                self._owner(node)
+            else:
+                self._plain(node)
+
+    # -- ordinary nodes --------------------------------------------------------------------
+    def _plain(self, node: Node) -> None:
+        ins = node.inputs
+        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+        value = max((self._v(r) for r in ins), default=CONST)
+        shape = max((self._s(r) for r in ins), default=CONST)
+        if op in SOURCES:
+            value = shape = CONST
+        elif op in SHAPE_READERS:
+            value, shape = (self._s(ins[0]) if ins else CONST), CONST
+        elif op in FILLED_LIKE:
+            extent = self._v(ins[0]) if op == "ConstantOfShape" else self._s(ins[0])
+            value = extent if op == "EyeLike" else CONST
+            shape = extent if ins else CONST
+        else:
+            if op in SHAPE_FROM:
+                shape = max((self._s(ins[i]) for i in SHAPE_FROM[op] if i < len(ins)), default=CONST)
+            args = SHAPE_ARGUMENTS.get(op, ())
+            shape = max([shape] + [self._v(ins[i]) for i in args if i < len(ins)])
+            if op in VALUE_SIZED:
+                shape = max(shape, value)
+        for out in node.outputs:
+            self._set(out, value, shape)
+
+    # -- control flow and calls ------------------------------------------------------------
+    def _owner(self, node: Node) -> None:
+        bodies = self.mg.bodies(node.id)
+        if bodies[0].kind == "function":
+            self._scope(bodies[0].scope)
+            for out, res in zip(node.outputs, bodies[0].outputs):
+                self._set(out, self._v(res), self._s(res))
+        elif node.domain in ("", "ai.onnx") and node.op_type == "If":
+            self._if(node, bodies)
+        elif node.domain in ("", "ai.onnx") and node.op_type == "Loop":
+            self._loop(node, bodies[0])
+        elif node.domain in ("", "ai.onnx") and node.op_type == "Scan":
+            self._scan(node, bodies[0])
+        else:
+            self._opaque(node, bodies)
+
+    def _if(self, node: Node, bodies) -> None:
+        cond = node.inputs[0] if node.inputs else None
+        c = self._v(cond)
+        for body in bodies:
+            self._scope(body.scope)
+        for k, out in enumerate(node.outputs):
+            results = [b.outputs[k] for b in bodies if k < len(b.outputs)]
+            value = max([c] + [self._v(r) for r in results])
+            shape = max([self._s(r) for r in results], default=CONST)
+            if c > shape and not self._agreed(out):
+                shape = c
+            self._set(out, value, shape)
+        reason = {CONST: "constant condition", SHAPE: "condition depends only on input shapes",
+                  VALUE: "condition depends on input values"}[c]
+        self.controls[node.id] = Control(node.id, "If", c, (cond,) if cond else (), reason)
+
+    def _agreed(self, ref: TensorRef | None) -> bool:
+        """Whether shape inference gave `ref` every dimension: it clears a dimension on which
+        an If's branches disagree, so a full shape means both branches give it."""
+        info = self.mg.tensors.get(ref) if ref is not None else None
+        return info is not None and info.shape is not None and None not in info.shape
+
+    def _loop(self, node: Node, body) -> None:
+        ins = node.inputs
+        trip, cond = (ins[0] if ins else None), (ins[1] if len(ins) > 1 else None)
+        carried_init = list(ins[2:])
+        n_carried = len(carried_init)
+        formal = body.inputs  # (iteration_num, cond_in, carried...)
+        results = body.outputs  # (cond_out, carried..., scan outputs...)
+        count = max(self._v(trip), self._v(cond))
+        carried = [(self._v(r), self._s(r)) for r in carried_init]
+        cond_out = self._v(cond)
+        for _ in range(_MAX_ROUNDS):
+            if formal:
+                self._set(formal[0], count, CONST)
+            if len(formal) > 1:
+                self._set(formal[1], max(self._v(cond), cond_out), CONST)
+            for ref, (v, s) in zip(formal[2:], carried):
+                self._set(ref, v, s)
+            self._scope(body.scope)
+            cond_out = self._v(results[0]) if results else CONST
+            updated = [
+                (max(v, self._v(r)), max(s, self._s(r)))
+                for (v, s), r in zip(carried, results[1 : 1 + n_carried])
+            ]
+            if updated == carried:
+                break
+            carried = updated
+        decided = max(count, cond_out)
+        for out, (v, s) in zip(node.outputs[:n_carried], carried):
+            self._set(out, max(v, decided), s)
+        for out, r in zip(node.outputs[n_carried:], results[1 + n_carried :]):
+            self._set(out, max(self._v(r), decided), max(self._s(r), decided))
+        tensors = tuple(r for r in (trip, cond, results[0] if results else None) if r is not None)
+        parts = []
+        if self._v(trip) == VALUE:
+            parts.append("trip count depends on input values")
+        if max(self._v(cond), cond_out) == VALUE:
+            parts.append("loop condition depends on input values")
+        if not parts:
+            parts.append("trip count and condition depend only on input shapes" if decided == SHAPE
+                         else "constant trip count and condition")
+        self.controls[node.id] = Control(node.id, "Loop", decided, tensors, "; ".join(parts))
+
+    def _scan(self, node: Node, body) -> None:
+        n_scan = next((a.i for a in node.proto.attribute if a.name == "num_scan_inputs"), 0)
+        ins = list(node.inputs)
+        n_state = len(ins) - n_scan
+        states = [(self._v(r), self._s(r)) for r in ins[:n_state]]
+        scanned = ins[n_state:]
+        count = max((self._s(r) for r in scanned), default=CONST)
+        for _ in range(_MAX_ROUNDS):
+            for ref, (v, s) in zip(body.inputs[:n_state], states):
+                self._set(ref, v, s)
+            for ref, src in zip(body.inputs[n_state:], scanned):
+                self._set(ref, self._v(src), self._s(src))
+            self._scope(body.scope)
+            updated = [(max(v, self._v(r)), max(s, self._s(r))) for (v, s), r in zip(states, body.outputs)]
+            if updated == states:
+                break
+            states = updated
+        for out, (v, s) in zip(node.outputs[:n_state], states):
+            self._set(out, v, s)
+        for out, r in zip(node.outputs[n_state:], body.outputs[n_state:]):
+            self._set(out, max(self._v(r), count), max(self._s(r), count))
+        reason = "iterates over the scanned axis (its length is an input shape)"
+        self.controls[node.id] = Control(node.id, "Scan", count, tuple(r for r in scanned if r), reason)
+
+    def _opaque(self, node: Node, bodies) -> None:
+        """A node with subgraphs whose semantics we do not model: its bodies see values."""
+        for body in bodies:
+            for ref in body.inputs:
+                self._set(ref, VALUE, VALUE)
+            self._scope(body.scope)
+        value = max([self._v(r) for r in node.inputs] + [self._v(r) for b in bodies for r in b.outputs],
+                    default=CONST)
+        for out in node.outputs:
+            self._set(out, value, value)
+        if node.op_type in CONTRIB_LOOPS:
+            self.controls[node.id] = Control(
+                node.id, node.op_type, VALUE, tuple(r for r in node.inputs[:1] if r),
+                f"{node.domain or 'ai.onnx'}.{node.op_type} runs its decoder until every sequence ends "
+                "(end-of-sequence tokens depend on input values)",
+            )

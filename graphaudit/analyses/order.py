@@ -1,0 +1,42 @@
+"""The order in which an analysis visits nodes: producers first, bodies before their owner.
+
+ONNX keeps every graph's nodes topologically sorted. Visiting the main graph in file order,
+and the bodies of an If / Loop / Scan / function call just before the node that owns them,
+means every value a node reads has been visited before it, including the results a body
+hands back to its owner.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from graphaudit.graph import ModelGraph, Node
+
+
+def nodes_by_scope(mg: ModelGraph) -> dict[str, list[Node]]:
+    """The nodes of each scope (keyed by scope path, "" for the main graph), in file order."""
+    table: dict[str, list[Node]] = {}
+    for node in mg.nodes.values():
+        table.setdefault(node.scope_path, []).append(node)
+    return table
+
+
+def execution_order(mg: ModelGraph, by_scope: dict[str, list[Node]] | None = None) -> Iterator[Node]:
+    """Every node once, each body's nodes just before the node that owns the body."""
+    by_scope = by_scope if by_scope is not None else nodes_by_scope(mg)
+    # An explicit stack instead of recursion: deep nesting must not hit the recursion limit.
+    stack: list[tuple[Iterator[Node], Node | None]] = [(iter(by_scope.get("", ())), None)]
+    while stack:
+        nodes, owner = stack[-1]
+        node = next(nodes, None)
+        if node is None:
+            stack.pop()
+            if owner is not None:
+                yield owner
+            continue
+        bodies = mg.bodies(node.id)
+        if not bodies:
+            yield node
+            continue
+        inner = [n for body in bodies for n in by_scope.get(body.scope, ())]
+        stack.append((iter(inner), node))

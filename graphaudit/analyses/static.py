@@ -1,0 +1,180 @@
+"""The static execution audit: every analysis of the graph alone, assembled in one report.
+
+`audit_static(loaded)` builds the graph, finds its blocks and coefficients, reads what every
+tensor depends on, gives each block a verdict with its evidence and, for concrete input
+shapes, counts FLOPs per block and the share that sits where compute can be skipped or
+shrunk (the upper bound on what dynamic execution could save).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import onnx
+
+from graphaudit.coefficients import Coefficient
+from graphaudit.graph import build_graph
+from graphaudit.load import LoadedModel, load_model
+from graphaudit.analyses.blocks import find_blocks
+from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.dependence import analyse_dependence
+from graphaudit.analyses.flops import FlopCount, count_flops
+from graphaudit.analyses.verdicts import Evidence, execution_verdicts
+
+CLAIMS = ("dynamic", "static")
+
+
+@dataclass(frozen=True)
+class BlockReport:
+    """One block: its verdict, evidence, size in nodes and, given shapes, its FLOPs."""
+
+    index: int
+    name: str
+    verdict: str
+    evidence: tuple[Evidence, ...]
+    nodes: int
+    flops: int | None
+    skippable_flops: int | None
+
+    def to_json(self) -> dict:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "verdict": self.verdict,
+            "flops": self.flops,
+            "skippable_flops": self.skippable_flops,
+            "nodes": self.nodes,
+            "evidence": [e.to_json() for e in self.evidence],
+        }
+
+
+@dataclass(frozen=True)
+class FlopSummary:
+    """FLOPs at the given input shapes: in total, in blocks, and where they can be saved."""
+
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    total: int
+    skippable: int
+    outside_blocks: int
+    count: FlopCount
+
+    @property
+    def skippable_share(self) -> float | None:
+        return self.skippable / self.total if self.total else None
+
+    def to_json(self) -> dict:
+        return {
+            "shapes": {name: list(dims) for name, dims in self.shapes},
+            "total": self.total,
+            "skippable": self.skippable,
+            "skippable_share": self.skippable_share,
+            "outside_blocks": self.outside_blocks,
+            **{k: v for k, v in self.count.to_json().items() if k != "total"},
+            "note": "every If branch and Loop body counted once: an upper bound for branches, "
+                    "a per-iteration count for loops",
+        }
+
+
+@dataclass(frozen=True)
+class StaticReport:
+    """What the graph alone says about execution: blocks, verdicts, coefficients, FLOPs."""
+
+    model: str
+    node_count: int
+    nested_node_count: int
+    block_method: str
+    blocks: tuple[BlockReport, ...]
+    coefficients: tuple[Coefficient, ...]
+    conditional_execution: bool
+    data_dependent_compute: bool
+    controls: tuple[Evidence, ...]
+    outside_blocks: tuple[Evidence, ...]
+    flops: FlopSummary | None
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether any compute can be skipped or shrunk for some inputs."""
+        return self.conditional_execution or self.data_dependent_compute
+
+    def contradiction(self, claim: str) -> str | None:
+        """Why the graph contradicts `claim` ("dynamic" or "static"), or None when it does not."""
+        if claim == "static" and self.dynamic:
+            found = [e for e in self.controls if e.dependence == "value"] + [
+                e for b in self.blocks if b.verdict in ("branch", "subset") for e in b.evidence[:1]
+            ] + list(self.outside_blocks)
+            where = "; ".join(dict.fromkeys(f"{e.op} `{e.node}`" for e in found))
+            where = "; ".join(where.split("; ")[:3])
+            what = "conditional execution" if self.conditional_execution else "data-dependent compute"
+            return f"expected static execution, found {what} ({where})"
+        if claim == "dynamic" and not self.dynamic:
+            verdicts = sorted({b.verdict for b in self.blocks}) or ["no blocks"]
+            return (f"expected dynamic execution, found every node running at a size set by input shapes "
+                    f"(block verdicts: {', '.join(verdicts)}; no value-dependent If, Loop or selection)")
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model,
+            "nodes": self.node_count,
+            "nested_nodes": self.nested_node_count,
+            "block_method": self.block_method,
+            "blocks": [b.to_json() for b in self.blocks],
+            "coefficients": [c.to_json() for c in self.coefficients],
+            "conditional_execution": self.conditional_execution,
+            "data_dependent_compute": self.data_dependent_compute,
+            "dynamic": self.dynamic,
+            "control_flow": [e.to_json() for e in self.controls],
+            "outside_blocks": [e.to_json() for e in self.outside_blocks],
+            "flops": self.flops.to_json() if self.flops else None,
+        }
+
+
+def audit_static(
+    loaded: LoadedModel | onnx.ModelProto,
+    *,
+    block_pattern: str | None = None,
+    coefficients: Sequence[str] = (),
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> StaticReport:
+    """Return the StaticReport of `loaded`; FLOPs are counted when `shapes` are given (or
+    every input shape is fixed)."""
+    if isinstance(loaded, onnx.ModelProto):
+        loaded = load_model(loaded)
+    mg = build_graph(loaded.model)
+    dm = analyse_dependence(mg)
+    blocks = find_blocks(mg, block_pattern)
+    coefs = resolve_coefficients(loaded, mg, coefficients, blocks=blocks, dependence=dm)
+    verdicts = execution_verdicts(mg, blocks, coefs, dm)
+    fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
+                for r in mg.inputs if r in mg.tensors)
+    count = count_flops(mg, shapes or {}) if shapes is not None or fixed else None
+    reports = []
+    for bv in verdicts.blocks:
+        ids = bv.block.node_ids
+        flops = sum(count.per_node.get(n, 0) for n in ids) if count else None
+        skippable = sum(count.per_node.get(n, 0) for n in bv.skippable) if count else None
+        reports.append(BlockReport(bv.block.index, bv.block.name, bv.verdict, bv.evidence, len(ids), flops, skippable))
+    summary = None
+    if count is not None:
+        inside = {n for b in blocks.blocks for n in b.node_ids}
+        summary = FlopSummary(
+            shapes=tuple((k, tuple(int(d) for d in v)) for k, v in (shapes or {}).items()),
+            total=count.total,
+            skippable=sum(count.per_node.get(n, 0) for n in verdicts.skippable),
+            outside_blocks=sum(f for n, f in count.per_node.items() if n not in inside),
+            count=count,
+        )
+    return StaticReport(
+        model=loaded.name,
+        node_count=len(mg.nodes),
+        nested_node_count=sum(1 for n in mg.nodes.values() if n.scopes),
+        block_method=blocks.method,
+        blocks=tuple(reports),
+        coefficients=coefs,
+        conditional_execution=verdicts.conditional_execution,
+        data_dependent_compute=verdicts.data_dependent_compute,
+        controls=verdicts.controls,
+        outside_blocks=verdicts.outside,
+        flops=summary,
+    )

@@ -1,0 +1,323 @@
+"""Can a block be skipped or shrunk for some inputs? One verdict per block, with evidence.
+
+Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
+
+- `branch`: the block's compute sits in an If branch or Loop body whose condition or trip
+  count depends on input values (or in an ONNX Runtime search operator's decoder);
+- `subset`: its compute reads rows picked by value — Gather / Slice / Compress driven by
+  NonZero, TopK indices, ArgMax — or tensors whose extent depends on values (a fixed-size
+  pick is a *capacity*; a NonZero-sized one is data-dependent); ONNX Runtime's MoE too;
+- `masked`: routing exists (TopK / ArgMax / NonZero of values) but every path is computed
+  at full size and then multiplied or selected by the routing result;
+- `gated`: a coefficient tensor weights the block's output (Mul / MatMul / Einsum);
+- `always`: none of the above: every node runs for every input, at a size set by shapes.
+
+Only `branch` and `subset` can save compute. An If or Loop decided by a constant or by
+input shapes alone is not dynamic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphaudit.coefficients import Coefficient
+from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.analyses.blocks import Block, BlockMap
+from graphaudit.analyses.coefficients import GATING, PLUMBING
+from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
+from graphaudit.analyses.flops import is_counted
+from graphaudit.analyses.order import execution_order
+
+ALWAYS, GATED, MASKED, SUBSET, BRANCH = "always", "gated", "masked", "subset", "branch"
+VERDICTS = (ALWAYS, GATED, MASKED, SUBSET, BRANCH)  # weakest to strongest
+SAVES_COMPUTE = frozenset({SUBSET, BRANCH})
+
+ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero", "Unique"})
+SELECTING = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Compress"})
+SCATTERING = frozenset({"ScatterND", "ScatterElements", "Scatter", "TensorScatter"})
+MASKING = frozenset({"Mul", "Where", "Div"})
+NORMALISING = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization",
+                         "BatchNormalization", "InstanceNormalization"})
+CONTRIB_ROUTED = frozenset({"MoE", "QMoE", "SparseMoE"})
+_INDEX_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})  # (u)int8..64 and bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fact in the graph behind a verdict."""
+
+    kind: str  # branch | loop | selection | extent | routing mask | gate | contrib
+    node: str
+    op: str
+    tensor: str | None
+    dependence: str | None  # const | shape | value: what decides it
+    detail: str
+    size: str | None = None  # for a selection: "fixed (capacity)" | "data-dependent"
+
+    def to_json(self) -> dict:
+        out = {"kind": self.kind, "node": self.node, "op": self.op, "tensor": self.tensor,
+               "dependence": self.dependence, "detail": self.detail}
+        if self.size is not None:
+            out["size"] = self.size
+        return out
+
+
+@dataclass(frozen=True)
+class BlockVerdict:
+    """A block's verdict, the evidence for it, and the nodes that can be skipped or shrunk."""
+
+    block: Block
+    verdict: str
+    evidence: tuple[Evidence, ...]
+    skippable: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ExecutionVerdicts:
+    """Per-block verdicts, every control-flow decision, and the graph-level facts."""
+
+    blocks: tuple[BlockVerdict, ...]
+    controls: tuple[Evidence, ...]  # every If / Loop / Scan / search operator, dynamic or not
+    outside: tuple[Evidence, ...]  # dynamic evidence on nodes that are in no block
+    conditional_execution: bool  # some node runs or not, or a varying number of times, by value
+    data_dependent_compute: bool  # some compute runs on a value-dependent subset
+    skippable: frozenset[str]  # every node that can be skipped or shrunk, in a block or not
+
+
+def execution_verdicts(
+    mg: ModelGraph, blocks: BlockMap, coefficients: tuple[Coefficient, ...], dependence: DependenceMap
+) -> ExecutionVerdicts:
+    """Return the ExecutionVerdicts of `mg` with its blocks, coefficients and dependence."""
+    return _Audit(mg, blocks, coefficients, dependence).run()
+
+
+def _op(node: Node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+class _Audit:
+    def __init__(self, mg, blocks, coefficients, dm):
+        self.mg, self.blocks, self.coefficients, self.dm = mg, blocks, coefficients, dm
+        self.evidence: dict[str, list[Evidence]] = {}  # node id -> evidence found at it
+        self.kinds: dict[str, str] = {}  # node id -> verdict that evidence supports
+        self.skippable: set[str] = set()
+        self.selector_of: dict[str, tuple] = {}  # selection node -> (data, chooser, routing node)
+
+    def note(self, at: str, verdict: str, ev: Evidence) -> None:
+        self.evidence.setdefault(at, []).append(ev)
+        self.kinds.setdefault(at, verdict)
+
+    def run(self) -> ExecutionVerdicts:
+        controls, dynamic = self._controls()
+        self._regions(dynamic)
+        self._flow()
+        self._gates()
+        per_block = tuple(self._verdict(b) for b in self.blocks.blocks)
+        inside = {nid for b in self.blocks.blocks for nid in b.node_ids}
+        outside = tuple(ev for nid, evs in self.evidence.items() if nid not in inside
+                        for ev in evs if self.kinds[nid] in SAVES_COMPUTE and ev.kind not in ("branch", "loop"))
+        return ExecutionVerdicts(
+            blocks=per_block,
+            controls=controls,
+            outside=_dedupe(outside),
+            conditional_execution=bool(dynamic),
+            data_dependent_compute=any(k == SUBSET for k in self.kinds.values()),
+            skippable=frozenset(self.skippable),
+        )
+
+    # -- control flow ----------------------------------------------------------------------
+    def _controls(self) -> tuple[tuple[Evidence, ...], dict[str, Evidence]]:
+        found, dynamic = [], {}
+        for node in self.mg.nodes.values():
+            control = self.dm.controls.get(node.id)
+            contrib_loop = node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS
+            if control is None and not contrib_loop:
+                continue
+            dep = "value" if contrib_loop else str(control.dependence)
+            tensors = ", ".join(r.name for r in control.tensors) if control else None
+            reason = control.reason if control else f"{_op(node)} decodes until every sequence ends"
+            kind = "branch" if node.op_type == "If" else "loop"
+            ev = Evidence(kind, node.id, _op(node), tensors or None, dep,
+                          f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}"
+                          + ("" if dep == "value" else "; not dynamic"))
+            found.append(ev)
+            if dep == "value":
+                dynamic[node.id] = ev
+        return tuple(found), dynamic
+
+    def _regions(self, dynamic: dict[str, Evidence]) -> None:
+        """Mark every node under a dynamic If / Loop / search operator as skippable."""
+        self.region: dict[str, str] = {}
+        for node in self.mg.nodes.values():
+            owner = next((s.owner for s in node.scopes if s.owner in dynamic), None)
+            if owner is not None:
+                self.region[node.id] = owner
+                self.skippable.add(node.id)
+        self.dynamic = dynamic
+        for owner in dynamic:
+            self.kinds.setdefault(owner, BRANCH)
+            self.evidence.setdefault(owner, []).append(dynamic[owner])
+
+    # -- data flow: routing, selection, masks ----------------------------------------------
+    def _flow(self) -> None:
+        mg, dm = self.mg, self.dm
+        routed: dict[TensorRef, str] = {}  # index / mask tensors derived from a routing op
+        selected: dict[TensorRef, str] = {}  # activations picked by a routed index
+        mask: dict[TensorRef, str] = {}  # anything computed from a routing decision
+        computed: set[TensorRef] = set()  # activations downstream of a compute operator
+        for node in execution_order(mg):
+            ins = [r for r in node.inputs if r is not None]
+            outs = [r for r in node.outputs if r is not None]
+            op = node.op_type if node.domain in ("", "ai.onnx") else None
+            counted = is_counted(node)
+            if op in ROUTING and ins and dm.value(ins[0]) == VALUE:
+                for k, out in enumerate(outs):
+                    mask[out] = node.id
+                    if op != "TopK" or k == 1:
+                        routed[out] = node.id
+            elif not counted and any(r in routed for r in ins):
+                origin = next(routed[r] for r in ins if r in routed)
+                for out in outs:
+                    if self._index_like(out):
+                        routed[out] = origin
+            if op in SELECTING and len(ins) >= 2:
+                self._select(node, routed, selected)
+            elif any(r in selected for r in ins) and op not in SCATTERING and op not in ("Shape", "Size"):
+                origin = next(selected[r] for r in ins if r in selected)
+                for out in outs:
+                    selected.setdefault(out, origin)
+            if counted:
+                self._compute(node, selected)
+            if node.domain == "com.microsoft" and node.op_type in CONTRIB_ROUTED:
+                self.note(node.id, SUBSET, Evidence(
+                    "contrib", node.id, _op(node), node.inputs[1].name if len(node.inputs) > 1 and node.inputs[1] else None,
+                    "value", f"{_op(node)} `{node.id}` routes each token to its top-k experts inside the "
+                             "operator: each expert runs on a value-dependent subset of tokens",
+                    "data-dependent"))
+                self.skippable.add(node.id)
+            mask_in = [r for r in ins if r in mask]
+            dense = [r for r in ins if r in computed and r not in mask and r not in selected]
+            if mask_in and dense and op in MASKING:
+                origin = mg.nodes[mask[mask_in[0]]]
+                self.note(node.id, MASKED, Evidence(
+                    "routing mask", node.id, _op(node), mask_in[0].name, "value",
+                    f"{_op(node)} `{node.id}` weights `{dense[0].name}`, computed at full size, "
+                    f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"))
+            elif mask_in and not counted and op not in NORMALISING:
+                for out in outs:
+                    mask.setdefault(out, mask[mask_in[0]])
+            if counted or any(r in computed for r in ins):
+                computed.update(outs)
+
+    def _index_like(self, ref: TensorRef) -> bool:
+        info = self.mg.tensors.get(ref)
+        return info is None or info.elem_type is None or info.elem_type in _INDEX_TYPES
+
+    def _select(self, node: Node, routed, selected) -> None:
+        ins = node.inputs
+        data = ins[0]
+        if data is None or self.dm.value(data) != VALUE:
+            return
+        if node.op_type == "Compress":
+            chooser = ins[1] if self.dm.value(ins[1]) == VALUE else None
+        elif node.op_type == "Slice":
+            chooser = next((r for r in ins[1:3] if r is not None and r in routed), None)
+        else:
+            chooser = ins[1] if ins[1] in routed else None
+        if chooser is None:
+            return
+        for out in node.outputs:
+            if out is not None:
+                selected[out] = node.id
+        self.selector_of[node.id] = (data, chooser, routed.get(chooser))
+
+    def _compute(self, node: Node, selected) -> None:
+        mg, dm = self.mg, self.dm
+        picked = next((r for r in node.inputs if r is not None and r in selected), None)
+        if picked is not None:
+            sel = mg.nodes[selected[picked]]
+            data, chooser, origin = self.selector_of[sel.id]
+            size = "data-dependent" if dm.shape(picked) == VALUE else "fixed (capacity)"
+            source = f" (from {_op(mg.nodes[origin])} `{origin}`)" if origin else ""
+            ev = Evidence("selection", sel.id, _op(sel), chooser.name, "value",
+                          f"{_op(sel)} `{sel.id}` picks rows of `{data.name}` by `{chooser.name}`{source}, "
+                          f"feeding {_op(node)} `{node.id}`; selected size {size}", size)
+        else:
+            varying = next((r for r in node.inputs if r is not None and dm.shape(r) == VALUE), None)
+            if varying is None:
+                return
+            ev = Evidence("extent", node.id, _op(node), varying.name, "value",
+                          f"{_op(node)} `{node.id}` reads `{varying.name}`, whose extent depends on input "
+                          "values", "data-dependent")
+        self.note(node.id, SUBSET, ev)
+        self.skippable.add(node.id)
+
+    # -- coefficients ----------------------------------------------------------------------
+    def _gates(self) -> None:
+        mg = self.mg
+        self.gate_of: dict[int, list[Evidence]] = {}
+        for c in self.coefficients:
+            ref = mg.find_tensor(c.tensor)
+            if ref is None:
+                continue
+            for node in _gating_consumers(mg, ref):
+                ev = Evidence("gate", node.id, _op(node), c.tensor, str(self.dm.of(ref)),
+                              f"coefficient `{c.tensor}` ({c.family}, layer {c.layer}) weights "
+                              f"{_op(node)} `{node.id}`")
+                block = self.blocks.block_of(node.id) or self.blocks.by_index(c.layer)
+                if block is not None:
+                    self.gate_of.setdefault(block.index, []).append(ev)
+
+    # -- verdict ---------------------------------------------------------------------------
+    def _verdict(self, block: Block) -> BlockVerdict:
+        mg = self.mg
+        ids = block.node_ids
+        compute = {n for n in ids if is_counted(mg.nodes[n])} or set(ids)
+        found: dict[str, list[Evidence]] = {}
+        owners: dict[str, list[str]] = {}
+        for nid in compute:
+            if nid in self.region:
+                owners.setdefault(self.region[nid], []).append(nid)
+        for owner, members in owners.items():
+            control = self.dynamic[owner]
+            scope = next(s for s in mg.nodes[members[0]].scopes if s.owner == owner)
+            found.setdefault(BRANCH, []).append(Evidence(
+                control.kind, owner, control.op, control.tensor, "value",
+                f"{len(members)} of the block's {len(compute)} compute nodes run only in the "
+                f"{scope.describe()}; {control.detail.split(': ', 1)[-1]}"))
+        for nid in sorted(ids):
+            for ev in self.evidence.get(nid, ()):
+                if self.kinds[nid] != BRANCH:
+                    found.setdefault(self.kinds[nid], []).append(ev)
+        if self.gate_of.get(block.index):
+            found[GATED] = self.gate_of[block.index]
+        verdict = next((v for v in reversed(VERDICTS) if found.get(v)), ALWAYS)
+        evidence = [ev for v in reversed(VERDICTS) for ev in found.get(v, ())]
+        return BlockVerdict(block, verdict, _dedupe(evidence), frozenset(ids & self.skippable))
+
+
+def _gating_consumers(mg: ModelGraph, ref: TensorRef) -> list[Node]:
+    """The Mul / MatMul / Einsum / Where nodes `ref` reaches through reshapes and slices."""
+    found, todo, seen = [], [ref], set()
+    while todo:
+        current = todo.pop()
+        for consumer in mg.consumers(current):
+            if consumer.id in seen:
+                continue
+            seen.add(consumer.id)
+            if consumer.op_type in GATING:
+                found.append(consumer)
+            elif consumer.op_type in PLUMBING and len(seen) < 64:
+                todo.extend(r for r in consumer.outputs if r is not None)
+    return found
+
+
+def _dedupe(evidence) -> tuple[Evidence, ...]:
+    seen, out = set(), []
+    for ev in evidence:
+        key = (ev.kind, ev.node, ev.tensor)
+        if key not in seen:
+            seen.add(key)
+            out.append(ev)
+    return tuple(out)

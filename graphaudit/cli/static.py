@@ -1,0 +1,133 @@
+"""`graphaudit static`: can any block be skipped or shrunk, read from the graph alone."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import click
+import numpy as np
+from tabulate import tabulate
+
+from graphaudit.analyses.static import CLAIMS, StaticReport, audit_static
+from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.load import load_model
+
+
+@click.command("static")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--block-pattern", metavar="REGEX",
+              help="Regex that names a block in node names, name scopes or initializer names "
+                   "(its first numeric group, or a group named `index`, is the block number).")
+@click.option("--coefficients", "coefficients", multiple=True, metavar="NAME_OR_GLOB",
+              help="A coefficient tensor, by name or glob pattern (repeatable); added to the ones "
+                   "the model's metadata declares.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS",
+              help="Concrete shape of a graph input for FLOP counting, e.g. input_ids=1,128 (repeatable).")
+@click.option("--data", type=click.Path(dir_okay=False, path_type=str),
+              help="An .npz file whose arrays (named after graph inputs) give the input shapes.")
+@click.option("--graph-only", is_flag=True, help="Do not read external weight files.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+@click.option("--expect", type=click.Choice(CLAIMS),
+              help="A claim to check: exit with status 3 when the graph contradicts it.")
+@click.pass_context
+def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only, fmt, expect) -> None:
+    """Audit MODEL's execution statically: blocks, per-block verdicts, coefficients and FLOPs.
+
+    Verdicts: always, gated, masked (every path computed, then masked), subset (runs on a
+    value-dependent subset of tokens) and branch (can be skipped). Only subset and branch
+    can save compute.
+    """
+    given = _npz_shapes(data) if data else {}
+    given.update(_parse_shape(s) for s in shapes)
+    loaded = load_model(model, weights=not graph_only)
+    report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients,
+                          shapes=given or None)
+    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    problem = report.contradiction(expect) if expect else None
+    if problem:
+        click.echo(f"graphaudit: claim refuted: {problem}", err=True)
+        ctx.exit(3)
+
+
+def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, sep, dims = text.partition("=")
+    try:
+        values = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        values = ()
+    if not sep or not name or not values or any(v <= 0 for v in values):
+        raise UsageError(f"expected --shape NAME=DIMS with positive integer dims (e.g. input_ids=1,128), found {text!r}")
+    return name, values
+
+
+def _npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every array in an .npz file, read from the array headers alone."""
+    shapes = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shapes[member[:-4]] = tuple(header(f)[0])
+    except (OSError, zipfile.BadZipFile, ValueError) as err:
+        raise GraphAuditError(f"expected an .npz file of arrays at {path}, found an error: {err}") from None
+    if not shapes:
+        raise GraphAuditError(f"expected arrays in {Path(path).name}, found none")
+    return shapes
+
+
+def _flops(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return str(n)
+
+
+def render_text(r: StaticReport) -> str:
+    """The report as terminal text."""
+    lines = [
+        f"model: {r.model}  ({r.node_count} nodes, {r.nested_node_count} inside control flow or functions)",
+        f"blocks: {r.block_method}",
+        "",
+    ]
+    if r.blocks:
+        rows = [(b.index, b.name, b.verdict, _flops(b.flops), b.evidence[0].detail if b.evidence else "")
+                for b in r.blocks]
+        lines.append(tabulate(rows, headers=["#", "block", "verdict", "FLOPs", "evidence"],
+                              maxcolwidths=[None, None, None, None, 80]))
+        lines.append("")
+    if r.coefficients:
+        lines.append(tabulate([(c.tensor, c.family, c.layer, " × ".join(c.axes), c.source) for c in r.coefficients],
+                              headers=["coefficient", "family", "layer", "axes", "source"]))
+    else:
+        lines.append("coefficients: none declared, named or detected")
+    lines.append("")
+    for ev in r.controls:
+        lines.append(f"control flow: {ev.detail}")
+    for ev in r.outside_blocks:
+        lines.append(f"outside blocks: {ev.detail}")
+    lines.append(f"conditional execution: {'yes' if r.conditional_execution else 'no'}; "
+                 f"data-dependent compute: {'yes' if r.data_dependent_compute else 'no'}")
+    if r.flops is None:
+        lines.append("FLOPs: not counted (give --shape NAME=DIMS or --data FILE.npz)")
+    else:
+        f = r.flops
+        share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
+        lines.append(f"FLOPs: {_flops(f.total)} in total, {_flops(f.skippable)} skippable ({share}, "
+                     "the upper bound on savings)")
+        if f.count.unknown_shape:
+            lines.append(f"  not counted, size unknown (value-dependent or not inferred): "
+                         f"{len(f.count.unknown_shape)} nodes, e.g. {', '.join(f.count.unknown_shape[:3])}")
+        if f.count.uncounted:
+            lines.append("  operators without a FLOP formula: "
+                         + ", ".join(f"{op} {n}" for op, n in f.count.uncounted))
+    return "\n".join(lines)
