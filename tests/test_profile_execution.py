@@ -10,7 +10,7 @@ import pytest
 from graphaudit.graph import build_graph
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import parse_profile
-from graphaudit.profile.execution import block_work, read_execution
+from graphaudit.profile.execution import aligned_inputs, block_work, read_execution
 from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.trace import block_segments, trace_events
 from test_profile_models import dynamic_model, prefix_blocks
@@ -82,6 +82,17 @@ def test_executed_flops_follow_the_shapes_run(evidence):
     assert per_input == [0, 2 * 6 * 8 * 8, 0, 2 * 6 * 8 * 8]
     assert blocks["moe"].flops.min < blocks["moe"].flops.max  # expert FLOPs track the routed tokens
     assert evidence.mean_flops() == pytest.approx(np.mean([sum(i.flops.values()) for i in evidence.inputs]))
+
+
+def test_event_shapes_line_up_with_the_nodes_inputs():
+    mg = build_graph(dynamic_model())
+    run = parse_profile(PROFILES / "dynamic_disable_all.json").runs[1]
+    events = {ev.name: ev for ev in run.events}
+    matmul = events["/block1/MatMul"]
+    assert matmul.input_shapes == ((1, 6, 8),)  # ORT prepacked the weight: no shape recorded for it
+    assert aligned_inputs(mg.nodes["/block1/MatMul"], matmul.input_shapes, mg) == ((1, 6, 8), (8, 8))
+    greater = events["/exit/Greater"]  # an initializer ORT does list stays where it is
+    assert aligned_inputs(mg.nodes["/exit/Greater"], greater.input_shapes, mg) == greater.input_shapes
 
 
 def test_block_work_leaves_out_control_flow_owners():

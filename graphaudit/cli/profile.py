@@ -78,6 +78,14 @@ def render_text(r: ProfileReport) -> str:
         ))
     lines.append(tabulate(rows, headers=["block", "median ms", "share", "executed", "nodes ran",
                                          "FLOPs/input", "value-dependent shapes"]))
+    groups = r.by_blocks_ran()
+    if len(groups) > 1:
+        every = set.intersection(*(set(g["blocks_ran"]) for g in groups))
+        lines += ["", "inputs by the blocks that ran for them:"]
+        for g in groups:
+            extra = [b for b in g["blocks_ran"] if b not in every]
+            lines.append(f"  {g['inputs']} inputs ran {', '.join(extra) if extra else 'only the blocks common to all'}: "
+                         f"median {g['latency_ms']:.3f} ms")
     varying = [(b.name, v) for b in r.execution.blocks for v in b.value_dependent]
     if varying:
         lines += ["", "shapes that changed between inputs of the same shape:"]

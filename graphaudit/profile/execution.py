@@ -150,7 +150,8 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_
             continue
         ran.setdefault(node_id, []).append(signature(ev))
         if flop_counter is not None and ev.input_shapes is not None:
-            count = flop_counter(mg.nodes[node_id], ev.input_shapes, ev.output_shapes or ())
+            node = mg.nodes[node_id]
+            count = flop_counter(node, aligned_inputs(node, ev.input_shapes, mg), ev.output_shapes or ())
             block = blocks.block_of(node_id)
             if count is not None:
                 flops[block] = flops.get(block, 0) + int(count)
@@ -184,6 +185,40 @@ def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
             keep = ordered if len(ordered) <= _MAX_SHAPES else ordered[:_MAX_SHAPES // 2] + ordered[-_MAX_SHAPES // 2:]
             found.append(ShapeVariation(node_id, mg.nodes[node_id].op_type, len(seen), tuple(keep)))
     return tuple(found)
+
+
+def aligned_inputs(node: Node, shapes: Sequence[tuple[int, ...]], mg: ModelGraph) -> tuple:
+    """The event's input shapes lined up with the node's inputs.
+
+    ORT leaves out inputs it holds no tensor for at run time, typically weights it prepacked
+    (a MatMul's B), so the list can be shorter than the node's inputs. A constant input's
+    shape is known from the graph; events are consumed only where they can belong.
+    """
+    inputs = [ref for ref in node.inputs if ref is not None]
+    if len(shapes) >= len(inputs):
+        return tuple(shapes)
+    aligned: list = []
+    p = 0
+    for j, ref in enumerate(inputs):
+        known = _constant_shape(ref, mg)
+        left_inputs = sum(_constant_shape(r, mg) is None for r in inputs[j + 1:])
+        take = p < len(shapes) and (known is None or (tuple(shapes[p]) == known and len(shapes) - p > left_inputs))
+        if take:
+            aligned.append(tuple(shapes[p]))
+            p += 1
+        else:
+            aligned.append(known)
+    return tuple(aligned)
+
+
+def _constant_shape(ref, mg: ModelGraph) -> tuple[int, ...] | None:
+    info = mg.tensors.get(ref)
+    if info is None or info.shape is None or not all(isinstance(d, int) for d in info.shape):
+        return None
+    producer = mg.producer(ref)
+    if info.kind == "initializer" or (producer is not None and producer.op_type == "Constant"):
+        return tuple(info.shape)
+    return None
 
 
 def signature(ev: NodeEvent) -> str:

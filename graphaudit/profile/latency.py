@@ -1,8 +1,8 @@
 """Wall-clock latency of whole runs, timed with perf_counter_ns, warm-up rounds discarded.
 
 A *round* runs every batch of the data once. `time_rounds` times each batch of each round
-for one or more sessions, alternating their order from round to round (A B, B A, ...) so
-that drift (thermal, other processes) falls on both alike. On CUDA the inputs are copied
+for one or more sessions, interleaved batch by batch and in alternating order (A B, B A,
+...), so that drift and bursts of load from other processes fall on both alike. On CUDA the inputs are copied
 to the device once, outputs are bound on the device, and each run is synchronised before
 the clock stops (I/O binding), so the time is the GPU's and not the launch's.
 """
@@ -75,12 +75,11 @@ def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int)
     """Nanoseconds per batch, shape (runner, round, batch), warm-up rounds dropped."""
     samples = np.zeros((len(runners), warmup + runs, batches), dtype=np.int64)
     for r in range(warmup + runs):
-        order = range(len(runners)) if r % 2 == 0 else reversed(range(len(runners)))
-        for k in order:
-            run = runners[k]
-            for b in range(batches):
+        for b in range(batches):
+            order = range(len(runners)) if (r + b) % 2 == 0 else reversed(range(len(runners)))
+            for k in order:
                 start = time.perf_counter_ns()
-                run(b)
+                runners[k](b)
                 samples[k, r, b] = time.perf_counter_ns() - start
     return samples[:, warmup:, :]
 

@@ -62,7 +62,7 @@ def profile_model(
     base = None
     if baseline is not None:
         base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
-        check_same_inputs(input_specs(loaded.model), input_specs(base.model), base.name)
+        check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
         from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
     providers = resolve_providers(provider)
     batches = list(inputs.batches(batch_size))
@@ -107,12 +107,12 @@ def profile_model(
         times = breakdown(timed_runs, node_map, blocks)
         trace_path = None
         if trace is not None:
-            events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {loaded.name}")
-            trace_path = str(write_trace(trace, events, {"model": loaded.name, "opt_level": opt_level}))
+            events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {_label(loaded)}")
+            trace_path = str(write_trace(trace, events, {"model": _label(loaded), "opt_level": opt_level}))
 
     notes = _notes(blocks, execution, runnable.renamed, opt_level != "disable" and optimised is None)
     return ProfileReport(
-        model=loaded.name,
+        model=_label(loaded),
         data=inputs.source,
         provider=providers[0],
         opt_level=ORT_LEVEL_NAMES[opt_level],
@@ -133,7 +133,7 @@ def profile_model(
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
-        baseline=compare(base.name, samples[0], samples[1], base_flops) if base is not None else None,
+        baseline=compare(_label(base), samples[0], samples[1], base_flops) if base is not None else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,
@@ -164,6 +164,10 @@ def _evidence_runs(runnable: RunnableModel, providers, feeds, threads, prefix: P
 
 def _one_to_one(mg, runs) -> NodeMap:
     return one_to_one(mg, {ev.name for run in runs for ev in run.events})
+
+
+def _label(loaded: LoadedModel) -> str:
+    return str(loaded.path) if loaded.path is not None else loaded.name
 
 
 def _flop_counter():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from graphaudit.profile.baseline import BaselineComparison
 from graphaudit.profile.breakdown import Breakdown
 from graphaudit.profile.execution import Execution
@@ -55,6 +57,14 @@ class ProfileReport:
     def overhead(self) -> float:
         """Profiled over un-profiled median latency."""
         return self.profiled_latency_ms.median / self.latency_ms.median
+
+    def by_blocks_ran(self) -> list[dict]:
+        """Inputs grouped by the set of blocks that ran for them, with their median latency."""
+        groups: dict[tuple[str, ...], list[float]] = {}
+        for inp, ms in zip(self.execution.inputs, self.input_latency_ms):
+            groups.setdefault(inp.blocks_ran, []).append(ms)
+        return [{"blocks_ran": list(key), "inputs": len(values), "latency_ms": float(np.median(values))}
+                for key, values in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
 
     def block(self, name: str) -> dict:
         """The JSON entry of block `name`."""
@@ -108,6 +118,7 @@ class ProfileReport:
             "nodes": [n.to_json() for n in self.breakdown.nodes],
             "flops_executed": self.execution.mean_flops(),
             "per_input": inputs,
+            "by_blocks_ran": self.by_blocks_ran(),
             "baseline": self.baseline.to_json() if self.baseline else None,
             "trace": self.trace,
             "renamed_nodes": self.renamed_nodes,
