@@ -69,7 +69,11 @@ class Estimate:
 
 
 def estimate(value: float | None, samples: np.ndarray, level: float) -> Estimate:
-    return Estimate(value, interval(samples, level) if value is not None else None)
+    """`value` with the percentile interval of its resampled `samples`; None where undefined (NaN)."""
+    if value is None or not np.isfinite(value):
+        return Estimate(None, None)
+    ci = interval(samples, level)
+    return Estimate(value, ci if all(np.isfinite(ci)) else None)
 
 
 def difference(a: ConditionStats, b: ConditionStats, name: str, level: float) -> Estimate:

@@ -1,0 +1,156 @@
+"""Tiny ONNX models with a controller, for the surgery, capture and replay tests.
+
+`gated_lm`: a byte-level "language model" small enough to read. Per layer i a controller
+computes `gate.i = Sigmoid(x·Wg_i + bg_i)`, shape (batch, token, feature), and the block
+adds `gate.i ⊙ tanh(causal_mean(x)·W_i)` to the residual stream; CumSum makes each token
+see the ones before it, so token order matters. `mixing_lm`: a MUDD-like model whose
+coefficient `mix.0` has axes (way, batch, token, source), the batch not first. Both declare
+their coefficients in the metadata. The tests here check the builders themselves: checker-
+clean, and ONNX Runtime agreeing with onnx.reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from graphaudit.coefficients import Coefficient, metadata_entry
+
+VOCAB, WIDTH = 11, 4
+
+
+def _weights(rng: np.random.Generator, name: str, *shape: int, scale: float = 1.0) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _finish(nodes, inits, name: str, coefficients, extra_outputs=()) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB]), *extra_outputs],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    if coefficients:
+        model.metadata_props.append(metadata_entry(coefficients))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _embed_and_causal(rng, nodes, inits) -> str:
+    inits += [_weights(rng, "emb", VOCAB, WIDTH), _weights(rng, "head", WIDTH, VOCAB),
+              numpy_helper.from_array(np.array(1, dtype=np.int64), "axis1"),
+              numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one")]
+    nodes.append(helper.make_node("Gather", ["emb", "input_ids"], ["x0"], name="embed"))
+    # positions 1..T along the token axis, for a causal mean
+    nodes += [helper.make_node("Shape", ["input_ids"], ["ids_shape"], name="shape"),
+              helper.make_node("ConstantOfShape", ["ids_shape"], ["ones"], name="ones",
+                               value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
+              helper.make_node("CumSum", ["ones", "axis1"], ["positions"], name="positions"),
+              helper.make_node("Unsqueeze", ["positions", "axis_last"], ["positions3"], name="positions3")]
+    inits.append(numpy_helper.from_array(np.array([-1], dtype=np.int64), "axis_last"))
+    return "x0"
+
+
+def gated_lm(layers: int = 2, seed: int = 0) -> onnx.ModelProto:
+    """A gated causal LM with coefficients gate.0 … gate.{layers-1} of shape (batch, token, feature)."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    x = _embed_and_causal(rng, nodes, inits)
+    for i in range(layers):
+        inits += [_weights(rng, f"wg.{i}", WIDTH, WIDTH), _weights(rng, f"bg.{i}", WIDTH, scale=0.5),
+                  _weights(rng, f"w.{i}", WIDTH, WIDTH)]
+        nodes += [
+            helper.make_node("MatMul", [x, f"wg.{i}"], [f"gh.{i}"], name=f"gate{i}/matmul"),
+            helper.make_node("Add", [f"gh.{i}", f"bg.{i}"], [f"gz.{i}"], name=f"gate{i}/add"),
+            helper.make_node("Sigmoid", [f"gz.{i}"], [f"gate.{i}"], name=f"gate{i}/sigmoid"),
+            helper.make_node("CumSum", [x, "axis1"], [f"cs.{i}"], name=f"block{i}/cumsum"),
+            helper.make_node("Div", [f"cs.{i}", "positions3"], [f"cm.{i}"], name=f"block{i}/mean"),
+            helper.make_node("MatMul", [f"cm.{i}", f"w.{i}"], [f"bh.{i}"], name=f"block{i}/matmul"),
+            helper.make_node("Tanh", [f"bh.{i}"], [f"bt.{i}"], name=f"block{i}/tanh"),
+            helper.make_node("Mul", [f"gate.{i}", f"bt.{i}"], [f"gated.{i}"], name=f"block{i}/gate"),
+            helper.make_node("Add", [x, f"gated.{i}"], [f"x.{i + 1}"], name=f"block{i}/residual"),
+        ]
+        x = f"x.{i + 1}"
+    nodes.append(helper.make_node("MatMul", [x, "head"], ["logits"], name="head"))
+    coefficients = [Coefficient(f"gate.{i}", "gate", i, ("batch", "token", "feature")) for i in range(layers)]
+    return _finish(nodes, inits, "gated_lm", coefficients)
+
+
+def mixing_lm(seed: int = 0) -> onnx.ModelProto:
+    """A model whose coefficient mix.0 has axes (way, batch, token, source): batch on axis 1."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    x = _embed_and_causal(rng, nodes, inits)
+    inits += [_weights(rng, "w1", WIDTH, WIDTH), _weights(rng, "wc", WIDTH, 6),
+              numpy_helper.from_array(np.array([0, 0, 2, 3], dtype=np.int64), "mix_shape"),
+              numpy_helper.from_array(np.array([0], dtype=np.int64), "axis0")]
+    nodes += [
+        helper.make_node("CumSum", [x, "axis1"], ["cs"], name="block/cumsum"),
+        helper.make_node("Div", ["cs", "positions3"], ["cm"], name="block/mean"),
+        helper.make_node("MatMul", ["cm", "w1"], ["bh"], name="block/matmul"),
+        helper.make_node("Tanh", ["bh"], ["x1"], name="block/tanh"),
+        helper.make_node("MatMul", ["x1", "wc"], ["mz"], name="mix/matmul"),
+        helper.make_node("Reshape", ["mz", "mix_shape"], ["mr"], name="mix/reshape"),
+        helper.make_node("Softmax", ["mr"], ["ms"], name="mix/softmax", axis=-1),
+        helper.make_node("Transpose", ["ms"], ["mix.0"], name="mix/transpose", perm=[2, 0, 1, 3]),
+        helper.make_node("Unsqueeze", [x, "axis0"], ["s0"], name="stack/s0"),
+        helper.make_node("Unsqueeze", ["x1", "axis0"], ["s1"], name="stack/s1"),
+        helper.make_node("Unsqueeze", ["cm", "axis0"], ["s2"], name="stack/s2"),
+        helper.make_node("Concat", ["s0", "s1", "s2"], ["sources"], name="stack/concat", axis=0),
+        helper.make_node("Einsum", ["mix.0", "sources"], ["streams"], name="mix/apply", equation="cbts,sbtd->cbtd"),
+        helper.make_node("ReduceSum", ["streams", "axis0"], ["x2"], name="mix/sum", keepdims=0),
+        helper.make_node("MatMul", ["x2", "head"], ["logits"], name="head"),
+    ]
+    return _finish(nodes, inits, "mixing_lm", [Coefficient("mix.0", "mix", 0, ("way", "batch", "token", "source"))])
+
+
+def gate_in_branch() -> onnx.ModelProto:
+    """A model whose coefficient `gate.b` is computed inside the then-branch of an If."""
+    then = helper.make_graph(
+        [helper.make_node("Sigmoid", ["x0"], ["gate.b"], name="branch/sigmoid"),
+         helper.make_node("Mul", ["gate.b", "x0"], ["y_then"], name="branch/mul")],
+        "then", [], [helper.make_tensor_value_info("y_then", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["x0"], ["y_else"], name="else/identity")],
+                              "else", [], [helper.make_tensor_value_info("y_else", TensorProto.FLOAT, None)])
+    rng = np.random.default_rng(0)
+    inits = [_weights(rng, "emb", VOCAB, WIDTH), _weights(rng, "head", WIDTH, VOCAB)]
+    nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["x0"], name="embed"),
+             helper.make_node("ReduceMean", ["x0"], ["m"], name="mean", keepdims=0),
+             helper.make_node("Constant", [], ["zero"], name="zero", value_float=0.0),
+             helper.make_node("Greater", ["m", "zero"], ["cond"], name="cond"),
+             helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then, else_branch=other),
+             helper.make_node("MatMul", ["y", "head"], ["logits"], name="head")]
+    return _finish(nodes, inits, "gate_in_branch", [Coefficient("gate.b", "gate", 0, ("batch", "token", "feature"))])
+
+
+def token_ids(count: int, length: int = 6, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, (count, length), dtype=np.int64)
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict, outputs=None) -> list[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(outputs, feeds)
+
+
+def test_builders_are_checker_clean_and_agree_with_the_reference_evaluator():
+    ids = token_ids(3)
+    for model in (gated_lm(), mixing_lm(), gate_in_branch()):
+        onnx.checker.check_model(model, full_check=True)
+        (expected,) = ReferenceEvaluator(model).run(None, {"input_ids": ids})
+        (got,) = run_ort(model, {"input_ids": ids})
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gated_lm_is_causal():
+    ids = token_ids(1, 6)
+    changed = ids.copy()
+    changed[0, 4] = (changed[0, 4] + 1) % VOCAB
+    (a,), (b,) = run_ort(gated_lm(), {"input_ids": ids}), run_ort(gated_lm(), {"input_ids": changed})
+    np.testing.assert_array_equal(a[0, :4], b[0, :4])
+    assert not np.allclose(a[0, 4:], b[0, 4:])

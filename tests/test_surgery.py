@@ -1,0 +1,142 @@
+"""Graph surgery: the trace graph exposes coefficients, the frozen graph takes them as inputs."""
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx.reference import ReferenceEvaluator
+
+from graphaudit.cli import cli
+from graphaudit.coefficients import Coefficient, declared_coefficients
+from graphaudit.errors import GraphAuditError
+from graphaudit.load import load_model
+from graphaudit.surgery import controller_nodes, freeze, frozen_graph, trace_graph
+from test_replay_models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _traced(model):
+    coefs = declared_coefficients(model)
+    trace = trace_graph(model, coefs)
+    names = [o.name for o in trace.graph.output]
+    ids = token_ids(3)
+    return coefs, ids, dict(zip(names, run_ort(trace, {"input_ids": ids})))
+
+
+@pytest.mark.parametrize("build", [gated_lm, mixing_lm])
+def test_trace_graph_outputs_coefficients_and_leaves_the_argument_alone(build):
+    model = build()
+    before = model.SerializeToString()
+    coefs, ids, outputs = _traced(model)
+    assert model.SerializeToString() == before
+    onnx.checker.check_model(trace_graph(model, coefs), full_check=True)
+    (live,) = run_ort(model, {"input_ids": ids})
+    np.testing.assert_array_equal(outputs["logits"], live)
+    for c in coefs:
+        assert outputs[c.tensor].shape[c.axes.index("batch")] == 3
+        assert outputs[c.tensor].shape[c.axes.index("token")] == 6
+
+
+@pytest.mark.parametrize("build", [gated_lm, mixing_lm])
+def test_frozen_graph_fed_the_traced_coefficients_reproduces_the_live_model(build):
+    model = build()
+    before = model.SerializeToString()
+    coefs, ids, outputs = _traced(model)
+    frozen = frozen_graph(model, coefs)
+    assert model.SerializeToString() == before
+    onnx.checker.check_model(frozen, full_check=True)
+    feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
+    (got,) = run_ort(frozen, feeds, ["logits"])
+    np.testing.assert_array_equal(got, outputs["logits"])
+    (reference,) = ReferenceEvaluator(frozen).run(["logits"], feeds)
+    np.testing.assert_allclose(reference, outputs["logits"], rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_graph_names_batch_and_token_axes_and_drops_the_controller():
+    model = gated_lm(layers=2)
+    coefs = declared_coefficients(model)
+    frozen = frozen_graph(model, coefs)
+    inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in frozen.graph.input}
+    assert inputs == {"input_ids": ["batch", "seq"], "gate.0": ["batch", "seq", 4], "gate.1": ["batch", "seq", 4]}
+    names = {n.name for n in frozen.graph.node}
+    assert not any(n.startswith("gate") for n in names)
+    assert {f"block{i}/{part}" for i in range(2) for part in ("matmul", "gate", "residual")} <= names
+    assert not {"wg.0", "bg.0", "wg.1", "bg.1"} & {t.name for t in frozen.graph.initializer}
+    assert set(controller_nodes(model, coefs)) == {f"gate{i}/{p}" for i in range(2) for p in ("matmul", "add", "sigmoid")}
+
+
+def test_freezing_one_coefficient_keeps_the_other_controller():
+    model = gated_lm(layers=2)
+    result = freeze(model, [declared_coefficients(model)[1]])
+    onnx.checker.check_model(result.frozen, full_check=True)
+    assert "gate0/sigmoid" in {n.name for n in result.frozen.graph.node}
+    assert result.removed == ("gate1/matmul", "gate1/add", "gate1/sigmoid")
+
+
+def test_coefficient_inside_a_branch_is_refused_with_where_it_is():
+    model = gate_in_branch()
+    with pytest.raises(GraphAuditError, match=r"expected coefficient 'gate.b' in the main graph, found it inside "
+                                              r"the then-branch of If `branch`"):
+        frozen_graph(model, declared_coefficients(model))
+    with pytest.raises(GraphAuditError, match="inside"):
+        trace_graph(model, declared_coefficients(model))
+
+
+def test_unknown_constant_and_already_frozen_coefficients_are_refused():
+    model = gated_lm()
+    with pytest.raises(GraphAuditError, match=r"expected a tensor named 'nope' in the model, found none"):
+        trace_graph(model, [Coefficient("nope", "gate", 0, ("batch", "token", "feature"))])
+    with pytest.raises(GraphAuditError, match="found a constant initializer"):
+        frozen_graph(model, [Coefficient("wg.0", "gate", 0, ("batch", "token", "feature"))])
+    coefs = declared_coefficients(model)
+    with pytest.raises(GraphAuditError, match="already frozen"):
+        trace_graph(frozen_graph(model, coefs), coefs)
+    with pytest.raises(GraphAuditError, match="at least one coefficient"):
+        frozen_graph(model, [])
+
+
+def test_freeze_command_writes_both_graphs(tmp_path):
+    path = tmp_path / "gated.onnx"
+    onnx.save(gated_lm(), path)
+    result = CliRunner().invoke(cli, ["freeze", str(path), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "2 coefficient tensors" in result.output and "6 controller nodes removed" in result.output
+    trace, frozen = (load_model(tmp_path / "out" / f"gated.{k}.onnx").model for k in ("trace", "frozen"))
+    assert [o.name for o in trace.graph.output] == ["logits", "gate.0", "gate.1"]
+    assert [i.name for i in frozen.graph.input] == ["input_ids", "gate.0", "gate.1"]
+    assert path.read_bytes() == gated_lm().SerializeToString()
+
+
+def test_freeze_command_on_a_model_without_a_controller(tmp_path):
+    model = gated_lm()
+    del model.metadata_props[:]
+    onnx.save(model, tmp_path / "plain.onnx")
+    result = CliRunner().invoke(cli, ["freeze", str(tmp_path / "plain.onnx"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and "no controller" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+ZOO = [n for n in ("featuregate", "mudd", "moe", "earlyexit") if (FIXTURES / n / "model.onnx").is_file()]
+
+
+@pytest.mark.skipif(not ZOO, reason="no trained zoo models in fixtures/ (python -m exporters.build writes them)")
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_frozen_graph_matches_the_exported_frozen_graph(name):
+    loaded = load_model(FIXTURES / name / "model.onnx")
+    coefs = declared_coefficients(loaded.model)
+    result = freeze(loaded.model, coefs)
+    onnx.checker.check_model(result.frozen, full_check=True)
+    onnx.checker.check_model(result.trace, full_check=True)
+    exported = onnx.load(FIXTURES / name / "model.frozen.onnx")
+    assert [i.name for i in result.frozen.graph.input] == [i.name for i in exported.graph.input]
+    ids = np.load(FIXTURES / name / "eval.npz")["input_ids"][:2]
+    names = [o.name for o in result.trace.graph.output]
+    outputs = dict(zip(names, run_ort(result.trace, {"input_ids": ids})))
+    feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
+    (ours,) = run_ort(result.frozen, feeds, ["logits"])
+    (theirs,) = run_ort(exported, feeds, ["logits"])
+    np.testing.assert_allclose(ours, outputs["logits"], atol=1e-5)
+    np.testing.assert_allclose(theirs, outputs["logits"], atol=1e-4)
