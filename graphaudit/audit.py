@@ -50,6 +50,7 @@ class AuditReport:
     verdict: Verdict
     notes: tuple[str, ...] = ()
     claims: tuple[ClaimCheck, ...] = ()
+    baseline_flops: float | None = None  # the baseline graph's FLOPs per input, at the profiled shape
     _parts: dict = field(default_factory=dict, repr=False, compare=False)
 
     def check(self, claim: str) -> ClaimCheck:
@@ -65,6 +66,7 @@ class AuditReport:
             "inputs": dict(self.inputs),
             "notes": list(self.notes),
             **{name: self._parts.get(name) for name in ("static", "replay", "profile")},
+            "baseline_flops": self.baseline_flops,
             "verdict": self.verdict.to_json(),
             "claims": [c.to_json() for c in self.claims],
         }
@@ -122,7 +124,13 @@ def audit(
         notes.append("the model is its own baseline: it was not timed against itself")
 
     report("static audit", 0, 1)
-    static = _static(loaded, block_pattern, coefficients, _shapes(loaded, data if data is not None else calib))
+    shapes = _shapes(loaded, data if data is not None else calib)
+    static = _static(loaded, block_pattern, coefficients, shapes)
+    baseline_flops = None
+    if baseline is not None:
+        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        baseline = base
+        baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
 
     replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
@@ -137,7 +145,7 @@ def audit(
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
-    verdict = decide(parts["static"], parts["replay"], parts["profile"])
+    verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops)
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
               "provider": provider, "seed": seed}
@@ -145,7 +153,8 @@ def audit(
         inputs["is_baseline"] = True
     return AuditReport(
         model=_source(model), inputs=inputs, static=static, replay=replayed, profile=profiled, verdict=verdict,
-        notes=tuple(notes), claims=tuple(check_claim(verdict, c) for c in claims), _parts=parts)
+        notes=tuple(notes), claims=tuple(check_claim(verdict, c) for c in claims), baseline_flops=baseline_flops,
+        _parts=parts)
 
 
 def audit_zoo(folder: str | os.PathLike, *, names: Sequence[str] = ZOO, baseline: str = "dense",
@@ -194,6 +203,11 @@ def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:
 
     inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
     return {name: (1, *array.shape[1:]) for name, array in inputs.arrays.items()}
+
+
+def _total_flops(static) -> float | None:
+    flops = getattr(static, "flops", None)
+    return None if flops is None else float(flops.total)
 
 
 def _json(part) -> dict | None:

@@ -86,13 +86,17 @@ class ClaimCheck:
         return {"claim": self.claim, "supported": self.supported, "reason": self.reason}
 
 
-def decide(static: dict | None, replay: dict | None, profile: dict | None) -> Verdict:
-    """Return the four findings from the sub-reports' JSON documents (None: not run)."""
+def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
+           baseline_flops: float | None = None) -> Verdict:
+    """Return the four findings from the sub-reports' JSON documents (None: not run).
+
+    `baseline_flops` is the baseline graph's FLOP count per input at the profiled shape.
+    """
     return Verdict(
         coefficient_variation=coefficient_variation(static, replay),
         functional_dependence=functional_dependence(replay),
         conditional_execution=conditional_execution(static, profile),
-        compute_savings=compute_savings(static, profile),
+        compute_savings=compute_savings(static, profile, baseline_flops),
     )
 
 
@@ -220,6 +224,14 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         evidence.append(Evidence("static", f"{len(blocks)} blocks: {summary}"))
         if skippable:
             evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
+        flops = static.get("flops") or {}
+        if _num(flops.get("skippable_share")) is not None:
+            evidence.append(Evidence("static", (
+                f"{_pct(flops['skippable_share'])} of the graph's FLOPs sit where they can be skipped or shrunk "
+                "(the most dynamic execution could save)")))
+        for item in (static.get("outside_blocks") or [])[:2]:
+            if isinstance(item, dict) and item.get("detail"):
+                evidence.append(Evidence("static", f"outside the blocks: {item['detail']}"))
     reduced: list[str] = []
     inputs = None
     if profile is not None:
@@ -298,7 +310,7 @@ def shrunk(block: dict) -> str | None:
 
 # -- compute savings ---------------------------------------------------------------------
 
-def compute_savings(static: dict | None, profile: dict | None) -> Finding:
+def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
     """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
     if profile is None:
         return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
@@ -316,22 +328,24 @@ def compute_savings(static: dict | None, profile: dict | None) -> Finding:
     evidence = [Evidence("profile", (
         f"median latency {_fmt(latency)} ms against {name}'s {_fmt(_median(baseline.get('latency_ms')))} ms, "
         f"ratio {ratio:.2f}×{spread_text} (paired rounds on {profile.get('provider', 'the runtime')})"))]
-    executed = [_num((b.get("executed_flops") or {}).get("median")) for b in profiled_blocks(profile)]
-    full = {b.get("name"): _num(b.get("flops")) for b in (static or {}).get("blocks") or []}
-    if executed and all(e is not None for e in executed):
-        text = f"executed FLOPs per input in the blocks: median {sum(executed):,.0f}"
-        total = sum(v for v in full.values() if v)
-        if total:
-            text += f", {sum(executed) / total:.0%} of the graph's full-size count {total:,.0f}"
-        evidence.append(Evidence("profile", text))
-    elif any(full.values()):
-        evidence.append(Evidence("static", f"{sum(v for v in full.values() if v):,.0f} FLOPs in the blocks at "
-                                           "full size (per graph); executed FLOPs not counted"))
+    flops_words = ""
+    executed = _num(profile.get("flops_executed"))
+    full = _num(((static or {}).get("flops") or {}).get("total"))
+    if executed is not None and baseline_flops:
+        flops_words = f"; it executes {executed / baseline_flops:.2f}× the baseline's FLOPs"
+        evidence.append(Evidence("profile", (
+            f"executed FLOPs per input {executed:,.0f} (measured) against the baseline's {baseline_flops:,.0f} "
+            f"(its graph at the same input shape): {executed / baseline_flops:.2f}×")))
+    elif executed is not None:
+        evidence.append(Evidence("profile", f"executed FLOPs per input {executed:,.0f}"
+                                 + (f", {executed / full:.0%} of the graph's full count" if full else "")))
+    elif full is not None:
+        evidence.append(Evidence("static", f"{full:,.0f} FLOPs per input in the graph; executed FLOPs not counted"))
     low, high = _num(spread.get("p10")), _num(spread.get("p90"))
     words = _latency_words(ratio, low, high)
     if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
-        return Finding(YES, f"Yes: {words}.", tuple(evidence))
-    return Finding(NO, f"No: {words}; a saving needs a median ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
+        return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
+    return Finding(NO, f"No: {words}{flops_words}; a saving needs a median ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
                        "with the spread below 1×.", tuple(evidence))
 
 

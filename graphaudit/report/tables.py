@@ -119,11 +119,17 @@ def static_table(doc: dict) -> Table | None:
     for b in static.get("blocks") or []:
         evidence = b.get("evidence")
         if isinstance(evidence, (list, tuple)):
-            evidence = "; ".join(str(e) if not isinstance(e, dict) else e.get("text", str(e)) for e in evidence[:2])
+            evidence = "; ".join(str(e) if not isinstance(e, dict) else e.get("detail") or e.get("text") or str(e)
+                                 for e in evidence[:2])
         flops = num(b.get("flops"))
         rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""),
-                     "—" if flops is None else f"{flops:,.0f}", _short(evidence or "", 70)))
-    note = f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}"
+                     "—" if flops is None else f"{flops:,.0f}", _short(evidence or "", 80)))
+    note = (f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}; "
+            f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
+    flops = static.get("flops") or {}
+    if num(flops.get("total")) is not None:
+        note += (f"; {num(flops['total']):,.0f} FLOPs per input at {flops.get('shapes') or 'the given shapes'}, "
+                 f"{pct(flops.get('skippable_share'))} where they can be skipped or shrunk")
     return Table("Static audit (graph)", ("#", "block", "verdict", "FLOPs", "evidence"), rows, note)
 
 
@@ -190,31 +196,42 @@ def _short(text: str, limit: int) -> str:
 
 # -- the zoo comparison (graphaudit demo) ------------------------------------------------
 
-COMPARISON_HEADERS = ("model", "coefficients vary", "layer η²", "ΔNLL cross-input", "ΔNLL token-shuffle",
-                      "retained gap", "skippable (graph)", "skipped (measured)", "latency vs baseline", "verdict")
+COMPARISON_ROWS = ("coefficients vary with input", "layer identity (η²)", "ΔNLL cross-input",
+                   "ΔNLL token shuffle", "retained gap, static layer", "skippable blocks (graph)",
+                   "skipped or shrunk (measured)", "latency vs baseline", "dynamic inference", "verdict")
 
 
-def comparison_row(name: str, doc: dict) -> tuple:
-    """One model's line of the side-by-side table."""
+def comparison_table(named: list[tuple[str, dict]], baseline: str = "baseline") -> Table:
+    """The models side by side (one column each), one row per measured property."""
+    columns = [comparison_column(doc) for _, doc in named]
+    rows = [(label, *(col[i] for col in columns)) for i, label in enumerate(COMPARISON_ROWS)]
+    rows[7] = (f"latency vs {baseline}", *rows[7][1:])
+    return Table("graphaudit demo: the zoo side by side", ("", *(name for name, _ in named)), rows)
+
+
+def comparison_column(doc: dict) -> tuple[str, ...]:
+    """One model's entries of the side-by-side table, in the order of COMPARISON_ROWS."""
     verdict = doc.get("verdict") or {}
     replay = doc.get("replay") or {}
     answer = lambda k: (verdict.get(k) or {}).get("answer", NOT_MEASURED)  # noqa: E731
+    no_replay = "—" if doc.get("replay") is None else "?"
     etas = [num(v.get("eta2_layer")) for v in (replay.get("variance") or {}).values()]
     etas = [e for e in etas if e is not None]
-    eta = "—" if not etas else pct(etas[0]) if len(etas) == 1 else f"{pct(min(etas))}–{pct(max(etas))}"
+    eta = no_replay if not etas else pct(etas[0]) if len(etas) == 1 else f"{pct(min(etas))}–{pct(max(etas))}"
     conditions = replay.get("conditions") or {}
 
     def delta(name: str) -> str:
         c = conditions.get(name) or {}
+        if num(c.get("delta_nll")) is None:
+            return no_replay
         lo, hi = interval(c.get("ci"))
         value = signed(c.get("delta_nll"), 3)
         return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
 
     blocks = (doc.get("static") or {}).get("blocks") or []
     skippable = [b for b in blocks if b.get("verdict") in ("branch", "subset")]
-    graph = "—" if doc.get("static") is None else (
-        f"{len(skippable)}/{len(blocks)} ({', '.join(sorted({b['verdict'] for b in skippable}))})" if skippable
-        else f"0/{len(blocks)}")
+    kinds = ", ".join(sorted({b["verdict"] for b in skippable}))
+    graph = "—" if doc.get("static") is None else f"{len(skippable)}/{len(blocks)}" + (f" {kinds}" if kinds else "")
     profile = doc.get("profile")
     if profile is None:
         measured = "—"
@@ -223,11 +240,12 @@ def comparison_row(name: str, doc: dict) -> tuple:
         reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or shrunk(b)]
         measured = f"{len(reduced)}/{len(pblocks)}"
     ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
-    latency = "baseline" if (doc.get("inputs") or {}).get("is_baseline") else (
+    latency = "(baseline)" if (doc.get("inputs") or {}).get("is_baseline") else (
         "—" if ratio is None else f"{ratio:.2f}×")
-    return (name, answer("coefficient_variation"), eta, delta("cross_input"), delta("token_shuffle"),
-            pct((replay.get("retained_gap") or {}).get("static_layer")), graph, measured, latency,
-            summary_phrase(doc))
+    gap = (replay.get("retained_gap") or {}).get("static_layer")
+    return (answer("coefficient_variation") if doc.get("replay") is not None else "— (none)", eta,
+            delta("cross_input"), delta("token_shuffle"), no_replay if num(gap) is None else pct(gap), graph,
+            measured, latency, answer("conditional_execution"), summary_phrase(doc))
 
 
 def summary_phrase(doc: dict) -> str:
@@ -238,8 +256,7 @@ def summary_phrase(doc: dict) -> str:
     if executes == YES:
         return "dynamic inference"
     if executes == NO and varies == YES:
-        return "dynamic parameters, static inference"
+        return "dynamic parameters only"
     if executes == NO:
         return "static"
     return "execution not measured"
-

@@ -47,3 +47,23 @@ def render_table(table: Table, tablefmt: str) -> list[str]:
     if table.note:
         out.append(table.note)
     return out
+
+
+COMPARISON_LEGEND = """\
+How to read it: coefficients vary = the input and token levels explain part of the
+controller's coefficients' variance; layer identity (η²) = the share layer identity alone
+explains; ΔNLL = nats lost when the frozen model is fed another input's coefficients or its
+own shuffled over tokens (± half the 95% interval); retained gap = share of the
+global-mean → correct improvement that a static per-layer profile keeps; skippable = blocks
+the graph lets be skipped (branch) or shrunk (subset); measured = blocks that were, on the
+profiled inputs; dynamic inference = some block was skipped or shrunk at run time."""
+
+
+def render_comparison(named: list[tuple[str, dict]], baseline: str = "baseline", tablefmt: str = "simple") -> str:
+    """The audited models side by side as a table, with how to read it."""
+    from graphaudit.report.tables import comparison_table
+
+    table = comparison_table(named, baseline)
+    body = tabulate(table.rows, headers=table.headers, tablefmt=tablefmt, disable_numparse=True)
+    legend = COMPARISON_LEGEND if tablefmt != "github" else " ".join(COMPARISON_LEGEND.split())
+    return f"{body}\n\n{legend}\n"
