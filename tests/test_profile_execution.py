@@ -2,12 +2,14 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import onnx
 import pytest
 
 from graphaudit.graph import build_graph
+from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import parse_profile
 from graphaudit.profile.execution import aligned_inputs, block_work, read_execution
@@ -136,3 +138,17 @@ def test_trace_has_block_spans_that_do_not_overlap(tmp_path):
     assert spans and all(e["ph"] == "X" and e["dur"] >= 0 for e in spans)
     assert next(e for e in nodes if e["name"] == "/block1/Relu")["args"]["block"] == "block1"
     assert [e["args"]["input"] for e in events if e.get("cat") == "run"] == [0, 1, 2, 3]
+
+
+def test_static_verdicts_are_confirmed_or_contradicted_by_the_run(evidence):
+    static = SimpleNamespace(blocks=[SimpleNamespace(name=n, verdict=v) for n, v in (
+        ("block0", "always"), ("block1", "branch"), ("moe", "subset"), ("loop", "always"), ("absent", "gated"))])
+    outcomes = {a.block: a for a in compare_verdicts(static, evidence.blocks)}
+    assert set(outcomes) == {"block0", "block1", "moe", "loop"}
+    assert outcomes["block0"].outcome == "confirmed"
+    assert outcomes["block1"].outcome == "confirmed" and "25%" in outcomes["block1"].detail
+    assert outcomes["moe"].outcome == "confirmed" and "value-dependent" in outcomes["moe"].detail
+    wrong = SimpleNamespace(blocks=[SimpleNamespace(name="moe", verdict="gated"),
+                                    SimpleNamespace(name="block0", verdict="branch")])
+    outcomes = {a.block: a.outcome for a in compare_verdicts(wrong, evidence.blocks)}
+    assert outcomes == {"moe": "contradicted", "block0": "not_observed"}

@@ -7,6 +7,8 @@ import json
 import click
 from tabulate import tabulate
 
+from graphaudit.analyses.static import audit_static
+from graphaudit.load import load_model
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
 from graphaudit.profile.session import OPT_LEVELS
@@ -31,6 +33,7 @@ _TOP_NODES = 10
 @click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all", show_default=True,
               help="ORT graph optimisation level; 'disable' maps events one-to-one to nodes.")
 @click.option("--threads", type=int, help="ORT intra-op threads (default: ORT's choice).")
+@click.option("--block-pattern", help="Regex naming blocks (see graphaudit static); default: found from names.")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=str),
               help="Write a Chrome-trace / Perfetto file with block annotations here.")
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
@@ -38,11 +41,17 @@ _TOP_NODES = 10
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, limit, provider, opt_level,
-                threads, trace, keep_profiles, fmt) -> None:
-    """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran."""
-    report = profile_model(model, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
+                threads, block_pattern, trace, keep_profiles, fmt) -> None:
+    """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
+
+    Each block's static verdict (graphaudit static) is checked against what ran.
+    """
+    loaded = load_model(model)
+    static = audit_static(loaded, block_pattern=block_pattern)
+    report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
                            batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
-                           limit=limit, trace=trace, keep_profiles=keep_profiles)
+                           limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
+                           static=static)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 
@@ -70,14 +79,18 @@ def render_text(r: ProfileReport) -> str:
     for entry in r.to_json()["blocks"]:
         flops = entry.get("executed_flops")
         varying = entry.get("value_dependent_shapes") or []
+        nodes = entry.get("node_fraction")
         rows.append((
             entry["name"], _ms(entry["median_ms"]), _pct(entry["share"]), _pct(entry["executed_fraction"]),
-            "" if not entry.get("node_fraction") else _pct(entry["node_fraction"]["median"]),
-            "" if not flops else f"{_si(flops['min'])}..{_si(flops['max'])}",
+            "" if not nodes else _pct(nodes["min"]) if nodes["min"] == nodes["max"] else
+            f"{_pct(nodes['min'])}..{_pct(nodes['max'])}",
+            "" if not flops else _si(flops["min"]) if flops["min"] == flops["max"] else
+            f"{_si(flops['min'])}..{_si(flops['max'])}",
             f"{len(varying)} nodes" if varying else "",
+            " ".join(x for x in (entry.get("static_verdict"), entry.get("runtime_outcome")) if x),
         ))
-    lines.append(tabulate(rows, headers=["block", "median ms", "share", "executed", "nodes ran",
-                                         "FLOPs/input", "value-dependent shapes"]))
+    lines.append(tabulate(rows, headers=["block", "median ms", "share", "inputs ran", "nodes ran",
+                                         "FLOPs/input", "value-dependent shapes", "static verdict: run"]))
     groups = r.by_blocks_ran()
     if len(groups) > 1:
         every = set.intersection(*(set(g["blocks_ran"]) for g in groups))

@@ -113,7 +113,7 @@ def through_optimised(mg: ModelGraph, optimised: onnx.ModelProto, opt_level: str
     return NodeMap("optimised-model", opt_level, nodes, how, fused)
 
 
-def assign_blocks(mg: ModelGraph, block_map: Any | None = None) -> BlockAssignment:
+def assign_blocks(mg: ModelGraph, block_map: Any | None = None, pattern: str | None = None) -> BlockAssignment:
     """Each node's block, from `block_map` (a BlockMap) or from the static block finder."""
     method = "given"
     if block_map is None:
@@ -121,7 +121,7 @@ def assign_blocks(mg: ModelGraph, block_map: Any | None = None) -> BlockAssignme
             from graphaudit.analyses.blocks import find_blocks
         except ImportError:
             return BlockAssignment((OTHER,), {}, "none (graphaudit.analyses.blocks is not available)")
-        block_map = find_blocks(mg)
+        block_map = find_blocks(mg, pattern)
         method = str(getattr(block_map, "method", "find_blocks"))
     of_node: dict[str, str] = {}
     ordered = sorted(block_map.blocks, key=lambda b: b.index)

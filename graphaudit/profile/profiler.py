@@ -22,6 +22,7 @@ from graphaudit.data import InputData, from_arrays, input_specs, load_data
 from graphaudit.errors import UsageError
 from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_model
+from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import Run, parse_profile
@@ -51,9 +52,17 @@ def profile_model(
     trace: str | os.PathLike | None = None,
     keep_profiles: str | os.PathLike | None = None,
     block_map: Any | None = None,
+    block_pattern: str | None = None,
+    static: Any | None = None,
 ) -> ProfileReport:
-    """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs)."""
+    """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs).
+
+    Blocks come from `block_map` if given, else from the static block finder (with
+    `block_pattern`); a StaticReport given as `static` has its block verdicts checked
+    against what ran.
+    """
     _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs, batch_size=batch_size)
+    session_options(opt_level)  # an unknown level is refused before anything runs
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
     if limit is not None:
@@ -71,7 +80,7 @@ def profile_model(
     feed_shapes = [tuple((k, tuple(v.shape)) for k, v in sorted(feed.items())) for feed in feeds]
     runnable = runnable_model(loaded)
     mg = build_graph(runnable.model)
-    blocks = assign_blocks(mg, block_map)
+    blocks = assign_blocks(mg, block_map, block_pattern)
     flop_counter = _flop_counter()
     n = len(feeds)
 
@@ -137,6 +146,7 @@ def profile_model(
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,
+        agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
     )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphaudit.profile.agreement import Agreement
 from graphaudit.profile.baseline import BaselineComparison
 from graphaudit.profile.breakdown import Breakdown
 from graphaudit.profile.execution import Execution
@@ -48,6 +49,7 @@ class ProfileReport:
     trace: str | None
     renamed_nodes: int
     notes: tuple[str, ...]
+    agreements: tuple[Agreement, ...] = ()  # static verdicts against the run, when given
 
     @property
     def coverage(self) -> float:
@@ -75,6 +77,7 @@ class ProfileReport:
 
     def _blocks(self) -> list[dict]:
         executed = {b.name: b for b in self.execution.blocks}
+        agreed = {a.block: a for a in self.agreements}
         entries = []
         for t in self.breakdown.blocks:
             ex = executed.get(t.name)
@@ -82,6 +85,8 @@ class ProfileReport:
                      "executed_fraction": ex.executed_fraction if ex else None}
             if ex is not None:
                 entry.update({k: v for k, v in ex.to_json().items() if k not in entry})
+            if t.name in agreed:
+                entry.update({"static_verdict": agreed[t.name].verdict, "runtime_outcome": agreed[t.name].outcome})
             entries.append(entry)
         return entries
 
@@ -122,6 +127,7 @@ class ProfileReport:
             "baseline": self.baseline.to_json() if self.baseline else None,
             "trace": self.trace,
             "renamed_nodes": self.renamed_nodes,
+            "static_agreement": [a.to_json() for a in self.agreements],
             "notes": list(self.notes),
         }
         return _clean(data)

@@ -1,0 +1,66 @@
+"""The runtime evidence held against each block's static verdict.
+
+A static verdict says what the graph allows; the profile says what happened on the inputs
+given. Per block, the outcome is one of:
+
+- `confirmed`: the run matches the verdict (an `always` / `gated` / `masked` block ran in
+  full at shape-set sizes on every input; a `branch` block was skipped or cut short on some
+  input; a `subset` block ran at value-dependent sizes);
+- `not_observed`: the graph allows skipping or shrinking, but these inputs never did it
+  (the data may not exercise it);
+- `contradicted`: the graph says every node always runs at shape-set sizes, yet the
+  block was skipped, cut short or ran at value-dependent sizes (a static-analysis miss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from graphaudit.profile.execution import BlockExecution
+
+SAVES_COMPUTE = frozenset({"branch", "subset"})
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One block's static verdict and what the run made of it."""
+
+    block: str
+    verdict: str
+    outcome: str  # confirmed | not_observed | contradicted
+    detail: str
+
+    def to_json(self) -> dict:
+        return {"block": self.block, "static_verdict": self.verdict, "outcome": self.outcome, "detail": self.detail}
+
+
+def compare_verdicts(static: Any, executed: tuple[BlockExecution, ...]) -> tuple[Agreement, ...]:
+    """An Agreement for each block of `static` (a StaticReport) that the profile also saw."""
+    seen = {b.name: b for b in executed}
+    found = []
+    for block in static.blocks:
+        ex = seen.get(block.name)
+        if ex is not None:
+            found.append(_judge(block.name, block.verdict, ex))
+    return tuple(found)
+
+
+def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
+    skipped = ex.executed_fraction < 1.0 or ex.node_fraction.min < 1.0
+    resized = bool(ex.value_dependent)
+    facts = []
+    if ex.executed_fraction < 1.0:
+        facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
+    elif ex.node_fraction.min < 1.0:
+        facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran on some input")
+    if resized:
+        facts.append(f"{len(ex.value_dependent)} nodes ran at value-dependent shapes")
+    seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
+    if verdict == "branch":
+        outcome = "confirmed" if skipped else "not_observed"
+    elif verdict == "subset":
+        outcome = "confirmed" if resized or skipped else "not_observed"
+    else:
+        outcome = "contradicted" if skipped or resized else "confirmed"
+    return Agreement(name, verdict, outcome, seen)
