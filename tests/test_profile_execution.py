@@ -11,7 +11,7 @@ import pytest
 from graphaudit.graph import build_graph
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.breakdown import breakdown
-from graphaudit.profile.events import parse_profile
+from graphaudit.profile.events import NodeEvent, Run, parse_profile
 from graphaudit.profile.execution import aligned_inputs, block_work, read_execution
 from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.trace import block_segments, trace_events
@@ -152,3 +152,21 @@ def test_static_verdicts_are_confirmed_or_contradicted_by_the_run(evidence):
                                     SimpleNamespace(name="block0", verdict="branch")])
     outcomes = {a.block: a.outcome for a in compare_verdicts(wrong, evidence.blocks)}
     assert outcomes == {"moe": "contradicted", "block0": "not_observed"}
+
+
+def test_breakdown_takes_each_inputs_median_over_rounds():
+    mg = build_graph(dynamic_model())
+
+    def run(k, a_us, b_us):
+        events = (NodeEvent("/block0/Relu", "Relu", "CPUExecutionProvider", 0, a_us, 1, None, None, None, None, a_us),
+                  NodeEvent("/head/MatMul", "MatMul", "CPUExecutionProvider", a_us, b_us, 1, None, None, None, None, b_us))
+        return Run(k, 0, a_us + b_us, events)
+
+    # two inputs, three rounds; round 2 of input 0 was preempted (1000 µs)
+    runs = [run(0, 10, 10), run(1, 20, 10), run(2, 10, 10), run(3, 20, 10), run(4, 1000, 10), run(5, 20, 10)]
+    names = {"/block0/Relu", "/head/MatMul"}
+    times = breakdown(runs, one_to_one(mg, names), assign_blocks(mg, prefix_blocks(mg)), inputs=2)
+    relu = next(n for n in times.nodes if n.name == "/block0/Relu")
+    assert relu.mean_ms == pytest.approx((10 + 20) / 2 / 1e3)
+    assert relu.share == pytest.approx(30 / 50)
+    assert times.coverage == pytest.approx(1.0) and times.runs == 6

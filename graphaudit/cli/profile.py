@@ -14,6 +14,7 @@ from graphaudit.profile.report import NODE_TIME_KINDS
 from graphaudit.profile.session import OPT_LEVELS
 
 _TOP_NODES = 10
+_COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})
 
 
 @click.command("profile")
@@ -100,6 +101,7 @@ def render_text(r: ProfileReport) -> str:
             lines.append(f"  {g['inputs']} inputs ran {', '.join(extra) if extra else 'only the blocks common to all'}: "
                          f"median {g['latency_ms']:.3f} ms")
     varying = [(b.name, v) for b in r.execution.blocks for v in b.value_dependent]
+    varying.sort(key=lambda bv: bv[1].op_type not in _COMPUTE_OPS)  # the compute that shrank first
     if varying:
         lines += ["", "shapes that changed between inputs of the same shape:"]
         for block, v in varying[:_TOP_NODES]:

@@ -1,10 +1,15 @@
 """Where the time goes: per node, per block and per operator type, from profiled runs.
 
 A node's time in a run is the sum of the self times of its events there (a Loop body node
-runs many times; an If's own time excludes its branch). Per node and per block: median
-and mean over runs of that time, and its share of all run time (sum over runs of its time
-over the sum of the runs' durations). Coverage is the time covered by node events over
-run time: what the profile accounts for; the rest is the session's own overhead.
+runs many times; an If's own time excludes its branch). Runs come in rounds over the same
+inputs; each figure is first reduced to its median over rounds for each input, so that one
+preempted kernel does not skew it, and then:
+
+- `median_ms` / `mean_ms`: median / mean over inputs;
+- `share`: the sum over inputs over the same sum of run durations.
+
+Coverage is, in the same way, the time covered by node events over run time: what the
+profile accounts for; the rest is the session's own overhead.
 """
 
 from __future__ import annotations
@@ -57,37 +62,51 @@ class Breakdown:
     run_ms: float  # median profiled run duration
 
 
-def breakdown(runs: Sequence[Run], node_map: NodeMap, blocks: BlockAssignment) -> Breakdown:
-    """The Breakdown of `runs` (warm-up runs already left out)."""
-    n = len(runs)
+def breakdown(runs: Sequence[Run], node_map: NodeMap, blocks: BlockAssignment, inputs: int | None = None) -> Breakdown:
+    """The Breakdown of `runs` (warm-up left out); run k served input k % `inputs`."""
+    inputs = inputs or len(runs)
+    rounds = len(runs) // inputs
     per_node: dict[str, np.ndarray] = {}
     calls: dict[str, int] = {}
     ops: dict[str, str] = {}
-    for r, run in enumerate(runs):
+    for k, run in enumerate(runs[: rounds * inputs]):
         for ev in run.events:
-            per_node.setdefault(ev.name, np.zeros(n))[r] += ev.self_dur if ev.self_dur is not None else ev.dur
+            times = per_node.setdefault(ev.name, np.zeros((rounds, inputs)))
+            times[k // inputs, k % inputs] += ev.self_dur if ev.self_dur is not None else ev.dur
             calls[ev.name] = calls.get(ev.name, 0) + 1
             ops.setdefault(ev.name, ev.op_type or "?")
-    total_us = float(sum(run.dur for run in runs)) or float("nan")
+    used = runs[: rounds * inputs]
+    durations = _per_input(np.array([run.dur for run in used], dtype=float).reshape(rounds, inputs))
+    total_us = float(durations.sum()) or float("nan")
     nodes = []
     for name, times in per_node.items():
         node = node_map.node_of(name)
-        nodes.append(NodeTime(name, node, ops[name], blocks.block_of(node), calls[name] / n,
-                              float(np.median(times)) / 1e3, float(times.mean()) / 1e3, float(times.sum()) / total_us))
+        t = _per_input(times)
+        nodes.append(NodeTime(name, node, ops[name], blocks.block_of(node), calls[name] / len(used),
+                              float(np.median(t)) / 1e3, float(t.mean()) / 1e3, float(t.sum()) / total_us))
     nodes.sort(key=lambda t: -t.share)
     block_names = list(blocks.names) + ([UNMAPPED] if any(t.block == UNMAPPED for t in nodes) else [])
-    by_block = _group(per_node, {t.name: t.block for t in nodes}, block_names, n, total_us)
-    by_op = sorted(_group(per_node, ops, sorted(set(ops.values())), n, total_us), key=lambda g: -g.share)
-    busy = sum(run.busy_us() for run in runs)
+    by_block = _group(per_node, {t.name: t.block for t in nodes}, block_names, total_us)
+    by_op = sorted(_group(per_node, ops, sorted(set(ops.values())), total_us), key=lambda g: -g.share)
+    busy = _per_input(np.array([run.busy_us() for run in used], dtype=float).reshape(rounds, inputs))
     unmapped = sum(t.share for t in nodes if t.block == UNMAPPED)
     return Breakdown(tuple(nodes), tuple(g for g in by_block if g.share > 0 or g.name in blocks.names),
-                     tuple(by_op), busy / total_us, unmapped, n,
-                     float(np.median([run.dur for run in runs])) / 1e3 if runs else float("nan"))
+                     tuple(by_op), float(busy.sum()) / total_us, unmapped, len(used),
+                     float(np.median(durations)) / 1e3)
 
 
-def _group(per_node, key_of, names, n, total_us) -> list[GroupTime]:
-    sums = {name: np.zeros(n) for name in names}
+def _per_input(times: np.ndarray) -> np.ndarray:
+    """(round, input) → input: the median over rounds."""
+    return np.median(times, axis=0)
+
+
+def _group(per_node, key_of, names, total_us) -> list[GroupTime]:
+    sums: dict[str, np.ndarray] = {}
     for node, times in per_node.items():
-        sums[key_of[node]] += times
-    return [GroupTime(name, float(np.median(t)) / 1e3, float(t.mean()) / 1e3, float(t.sum()) / total_us)
-            for name, t in sums.items()]
+        key = key_of[node]
+        sums[key] = sums[key] + times if key in sums else times.copy()
+    groups = []
+    for name in names:
+        t = _per_input(sums[name]) if name in sums else np.zeros(1)
+        groups.append(GroupTime(name, float(np.median(t)) / 1e3, float(t.mean()) / 1e3, float(t.sum()) / total_us))
+    return groups

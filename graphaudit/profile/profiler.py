@@ -113,7 +113,7 @@ def profile_model(
             base_runs = _evidence_runs(base_runnable, providers, feeds, threads, work / "baseline")
             base_flops = read_execution(base_runs, rows, feed_shapes, base_mg, _one_to_one(base_mg, base_runs),
                                         assign_blocks(base_mg), flop_counter).mean_flops()
-        times = breakdown(timed_runs, node_map, blocks)
+        times = breakdown(timed_runs, node_map, blocks, n)
         trace_path = None
         if trace is not None:
             events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {_label(loaded)}")
