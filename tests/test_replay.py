@@ -1,0 +1,196 @@
+"""The frozen replay end to end: parity first, every condition, the report, the command."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from graphaudit.capture import capture, native
+from graphaudit.cli import cli, main
+from graphaudit.conditions import CONDITIONS, conditions
+from graphaudit.data import from_arrays, input_specs, load_data
+from graphaudit.errors import GraphAuditError
+from graphaudit.coefficients import declared_coefficients
+from graphaudit.load import load_model
+from graphaudit.replay import ParityError, check_parity, replay
+from graphaudit.runtime import create_session
+from graphaudit.surgery import frozen_graph, trace_graph
+from test_replay_models import gated_lm, mixing_lm, token_ids
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+ZOO = [n for n in ("featuregate", "mudd", "moe", "earlyexit") if (FIXTURES / n / "model.onnx").is_file()]
+NO_ZOO = "no trained zoo models in fixtures/ (python -m exporters.build writes them)"
+
+
+@pytest.fixture()
+def files(tmp_path):
+    onnx.save(gated_lm(), tmp_path / "gated.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(12, seed=1))
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(10, seed=2))
+    return tmp_path
+
+
+def _without_timing(doc):
+    return {k: v for k, v in doc.items() if k != "timing"}
+
+
+def test_replay_reports_every_condition_with_parity_first(files):
+    report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=200)
+    doc = report.to_json()
+    assert doc["parity"]["ok"] and doc["parity"]["max_abs_diff"] <= 1e-6 and doc["parity"]["inputs"] == 4
+    assert list(doc["conditions"]) == list(CONDITIONS)
+    correct = doc["conditions"]["correct"]
+    assert correct["delta_nll"] == 0 and correct["kl"] == 0 and correct["ci"] == [0, 0]
+    for name in CONDITIONS[1:]:
+        c = doc["conditions"][name]
+        assert c["nll"] == pytest.approx(correct["nll"] + c["delta_nll"])
+        assert c["ci"][0] <= c["delta_nll"] <= c["ci"][1] and c["kl"] > 0
+    assert set(doc["retained_gap"]) == {"static_layer", "static_position"}
+    shares = doc["variance"]["gate"]
+    assert shares["layer_slot_share"] + shares["input_share"] + shares["token_share"] == pytest.approx(1)
+    assert doc["seed"] == 0 and doc["data"]["split"] is False and doc["data"]["evaluation_inputs"] == 10
+    assert len(doc["coefficient_means"]["gate"]["values"]) == 2
+    json.dumps(doc, allow_nan=False)
+
+
+def test_replay_is_reproducible_for_a_seed(files):
+    args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
+    a = replay(*args, batch_size=4, seed=7, resamples=100).to_json()
+    b = replay(*args, batch_size=4, seed=7, resamples=100).to_json()
+    c = replay(*args, batch_size=4, seed=8, resamples=100).to_json()
+    assert _without_timing(a) == _without_timing(b)
+    assert a["conditions"]["cross_input"]["nll"] != c["conditions"]["cross_input"]["nll"]
+
+
+def test_without_data_the_calibration_inputs_are_split_in_disjoint_halves(files):
+    report = replay(files / "gated.onnx", files / "calib.npz", batch_size=4, resamples=50,
+                    conditions=["correct", "static_layer"])
+    assert report.data.split and report.data.calibration_inputs == 6 and report.data.evaluation_inputs == 6
+    assert [c.name for c in report.conditions] == ["correct", "static_layer"]
+    assert report.retained_gap == ()
+
+
+def test_way_first_coefficients_replay(tmp_path):
+    onnx.save(mixing_lm(), tmp_path / "mix.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    doc = replay(tmp_path / "mix.onnx", tmp_path / "calib.npz", batch_size=3, resamples=50).to_json()
+    assert doc["parity"]["ok"] and doc["conditions"]["cross_input"]["kl"] > 0
+    assert set(doc["variance"]) == {"mix"}
+
+
+def test_model_without_a_controller_says_so(tmp_path, files):
+    model = gated_lm()
+    del model.metadata_props[:]
+    onnx.save(model, tmp_path / "plain.onnx")
+    report = replay(tmp_path / "plain.onnx", files / "calib.npz")
+    assert not report.controller and report.to_json()["conditions"] == {}
+    result = CliRunner().invoke(cli, ["replay", str(tmp_path / "plain.onnx"), "--calib", str(files / "calib.npz")])
+    assert result.exit_code == 0 and "no controller" in result.output
+
+
+def test_user_named_coefficients_without_metadata(tmp_path, files):
+    model = gated_lm()
+    del model.metadata_props[:]
+    onnx.save(model, tmp_path / "plain.onnx")
+    report = replay(tmp_path / "plain.onnx", files / "calib.npz", files / "eval.npz", coefficients=["gate.*"],
+                    batch_size=5, resamples=50, conditions=["correct", "cross_input"])
+    assert [c.tensor for c in report.coefficients] == ["gate.0", "gate.1"] and report.parity.ok
+    with pytest.raises(GraphAuditError, match="expected --coefficients 'nothing.*' to name a tensor"):
+        replay(tmp_path / "plain.onnx", files / "calib.npz", coefficients=["nothing.*"])
+
+
+def test_parity_failure_stops_the_audit_naming_the_largest_difference():
+    model = gated_lm()
+    coefs = declared_coefficients(model)
+    data = from_arrays({"input_ids": token_ids(6)}, input_specs(model))
+    with capture(trace_graph(model, coefs), coefs, data, batch_size=3) as cache:
+        cache.live = {"logits": cache.live["logits"].copy()}
+        cache.live["logits"][1, 2, 3] += 0.5
+        feeds = conditions(["correct"], cache, cache, 0)
+        session = create_session(frozen_graph(model, coefs))
+        with pytest.raises(ParityError, match=r"within 0.001, found max \|Δ\| 0.5 at logits\[1, 2, 3\]") as err:
+            check_parity(session, feeds["correct"], coefs, cache, data, 3, 1e-3)
+        assert not err.value.parity.ok and err.value.parity.index == (1, 2, 3)
+
+
+def test_command_json_and_text(files):
+    args = ["replay", str(files / "gated.onnx"), "--calib", str(files / "calib.npz"), "--data",
+            str(files / "eval.npz"), "--batch-size", "5", "--resamples", "50", "--seed", "3"]
+    result = CliRunner().invoke(cli, [*args, "--format", "json", "--conditions", "correct,cross_input"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["seed"] == 3 and list(doc["conditions"]) == ["correct", "cross_input"]
+    assert {"max_abs_diff", "ok"} <= set(doc["parity"]) and {"nll", "delta_nll", "ci", "kl"} <= set(
+        doc["conditions"]["cross_input"])
+    text = CliRunner().invoke(cli, args)
+    assert text.exit_code == 0 and "parity: max |Δ|" in text.output and "static_layer" in text.output
+    split = CliRunner().invoke(cli, args[:4] + ["--resamples", "20"])
+    assert "split into disjoint halves" in split.output
+
+
+def _main(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_command_errors_are_one_line(files, tmp_path, capsys):
+    np.savez(tmp_path / "bad.npz", tokens=token_ids(4))
+    code, err = _main(["replay", str(files / "gated.onnx"), "--calib", str(tmp_path / "bad.npz")], capsys)
+    assert code == 1 and err.startswith("graphaudit: error: expected bad.npz to hold arrays") and err.count("\n") == 1
+    code, err = _main(["replay", str(files / "gated.onnx"), "--calib", str(files / "calib.npz"),
+                       "--conditions", "correct,sideways"], capsys)
+    assert code == 2 and "found sideways" in err
+    np.savez(tmp_path / "three.npz", input_ids=token_ids(3))
+    code, err = _main(["replay", str(files / "gated.onnx"), "--calib", str(tmp_path / "three.npz")], capsys)
+    assert code == 1 and "expected at least 4 calibration inputs" in err
+
+
+@pytest.mark.skipif(not ZOO, reason=NO_ZOO)
+@pytest.mark.parametrize("name", ZOO)
+def test_parity_on_the_zoo(name):
+    report = replay(FIXTURES / name / "model.onnx", FIXTURES / name / "calib.npz", FIXTURES / name / "eval.npz",
+                    conditions=["correct"], batch_size=16, resamples=20)
+    assert report.parity.ok and report.parity.max_abs_diff <= 1e-4
+
+
+TORCH_TOLERANCE = 1e-4  # absolute, on logits: float32 ONNX Runtime against float32 PyTorch
+
+
+@pytest.mark.skipif(not {"featuregate", "mudd"} & set(ZOO), reason=NO_ZOO)
+@pytest.mark.parametrize("name", [n for n in ("featuregate", "mudd") if n in ZOO])
+def test_ort_replay_equals_pytorch_with_the_same_substituted_coefficients(name):
+    torch = pytest.importorskip("torch")
+    zoo = pytest.importorskip("exporters.zoo")
+    loaded = load_model(FIXTURES / name / "model.onnx")
+    coefs = declared_coefficients(loaded.model)
+    specs = input_specs(loaded.model)
+    calib, evaluation = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
+    trace = trace_graph(loaded.model, coefs)
+    session = create_session(frozen_graph(loaded.model, coefs))
+    model = zoo.load_trained(name, FIXTURES)
+    ids = evaluation.arrays["input_ids"]
+    rows = np.arange(evaluation.count)
+    torch_nll = {}
+    with capture(trace, coefs, calib, batch_size=16) as cal, capture(trace, coefs, evaluation, batch_size=16) as ev:
+        feeds = conditions(["cross_input", "static_layer"], ev, cal, seed=0)
+        for condition in ("cross_input", "static_layer"):
+            fed = {c.tensor: native(c, feeds[condition](c, rows)) for c in coefs}
+            (ours,) = session.run(["logits"], {"input_ids": ids, **fed})
+            with torch.no_grad():
+                theirs, computed = model(torch.from_numpy(ids),
+                                         coefficients={k: torch.from_numpy(v) for k, v in fed.items()})
+            assert computed == {}  # the controller did not run
+            torch_nll[condition] = float(torch.nn.functional.cross_entropy(
+                theirs[:, :-1].reshape(-1, theirs.shape[-1]), torch.from_numpy(ids[:, 1:]).reshape(-1)))
+            np.testing.assert_allclose(ours, theirs.numpy(), rtol=0, atol=TORCH_TOLERANCE)
+            if condition == "cross_input":
+                assert not np.allclose(ours, session.run(["logits"], {"input_ids": ids, **{
+                    c.tensor: native(c, feeds["correct"](c, rows)) for c in coefs}})[0], atol=1e-3)
+    report = replay(loaded, calib, evaluation, conditions=["correct", "cross_input", "static_layer"],
+                    batch_size=16, seed=0, resamples=20)
+    for condition, nll in torch_nll.items():
+        assert report.condition(condition).nll.value == pytest.approx(nll, abs=1e-5)
