@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from typing import TYPE_CHECKING
 
 from graphaudit._version import __version__
-from graphaudit.errors import UsageError
+from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.progress import Progress, silent
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
 from graphaudit.verdict import CLAIMS, ClaimCheck, Verdict, check_claim, decide
@@ -163,7 +163,7 @@ def audit_zoo(folder: str | os.PathLike, *, names: Sequence[str] = ZOO, baseline
     root = Path(folder)
     found = [n for n in names if (root / n / "model.onnx").is_file()]
     if not found:
-        raise UsageError(f"expected the zoo's models under {root} ({', '.join(names)}/model.onnx), found none; "
+        raise GraphAuditError(f"expected the zoo's models under {root} ({', '.join(names)}/model.onnx), found none; "
                          "regenerate them with `python -m exporters.build --out fixtures` or pass --fixtures")
     base = root / baseline / "model.onnx"
     results = []

@@ -225,7 +225,9 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         if skippable:
             evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
         flops = static.get("flops") or {}
-        if _num(flops.get("skippable_share")) is not None:
+        share = _num(flops.get("skippable_share"))
+        # A zero share beside skippable blocks means their sizes were unknown, not that they cost nothing.
+        if share is not None and (share > 0 or not skippable):
             evidence.append(Evidence("static", (
                 f"{_pct(flops['skippable_share'])} of the graph's FLOPs sit where they can be skipped or shrunk "
                 "(the most dynamic execution could save)")))
@@ -295,9 +297,7 @@ def shrunk(block: dict) -> str | None:
         return f"ran only {_pct(nodes['min'])} of its nodes on some input"
     varying = block.get("value_dependent_shapes") or []
     if varying:
-        ops = sorted({v.get("op_type", "?") for v in varying})
-        return (f"ran at input-dependent sizes ({len(varying)} nodes, {', '.join(ops[:4])}, "
-                "changed shape between inputs of the same shape)")
+        return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
     flops = block.get("executed_flops") or {}
     if _num(flops.get("min")) is not None and _num(flops.get("max")) is not None and flops["min"] < flops["max"]:
         return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
