@@ -111,3 +111,21 @@ def test_trace_event_object_and_bad_files(tmp_path):
         parse_profile({"events": []})
     with pytest.raises(GraphAuditError, match="expected an ONNX Runtime profile"):
         parse_profile(tmp_path / "missing.json")
+
+
+def test_gpu_kernel_events_are_attributed_to_the_node_before_them():
+    raw = [
+        {"cat": "Session", "name": "model_run", "ph": "X", "ts": 0, "dur": 100, "pid": 1, "tid": 1, "args": {}},
+        {"cat": "Node", "name": "mm_kernel_time", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 1,
+         "args": {"op_name": "MatMul", "provider": "CUDAExecutionProvider"}},
+        {"cat": "Kernel", "name": "sgemm_a", "ph": "X", "ts": 12, "dur": 30, "pid": 1, "tid": 9, "args": {}},
+        {"cat": "Kernel", "name": "sgemm_b", "ph": "X", "ts": 45, "dur": 7, "pid": 1, "tid": 9, "args": {}},
+        {"cat": "Node", "name": "relu_kernel_time", "ph": "X", "ts": 20, "dur": 3, "pid": 1, "tid": 1,
+         "args": {"op_name": "Relu", "provider": "CUDAExecutionProvider"}},
+    ]
+    profile = parse_profile(raw)
+    assert profile.kernel_events == 2 and profile.node_time_kind() == "gpu_kernel"
+    assert {ev.name: ev.kernel_dur for ev in profile.runs[0].events} == {"mm": 37, "relu": 0}
+    launch_only = parse_profile([e for e in raw if e["cat"] != "Kernel"])
+    assert launch_only.node_time_kind() == "host_launch"
+    assert parse_profile(PROFILES / "dynamic_disable_all.json").node_time_kind() == "kernel"

@@ -1,7 +1,8 @@
 """Where the time goes: per node, per block and per operator type, from profiled runs.
 
 A node's time in a run is the sum of the self times of its events there (a Loop body node
-runs many times; an If's own time excludes its branch). Runs come in rounds over the same
+runs many times; an If's own time excludes its branch), or of the GPU kernel times they
+launched when the profile has kernel events. Runs come in rounds over the same
 inputs; each figure is first reduced to its median over rounds for each input, so that one
 preempted kernel does not skew it, and then:
 
@@ -72,7 +73,7 @@ def breakdown(runs: Sequence[Run], node_map: NodeMap, blocks: BlockAssignment, i
     for k, run in enumerate(runs[: rounds * inputs]):
         for ev in run.events:
             times = per_node.setdefault(ev.name, np.zeros((rounds, inputs)))
-            times[k // inputs, k % inputs] += ev.self_dur if ev.self_dur is not None else ev.dur
+            times[k // inputs, k % inputs] += _time(ev)
             calls[ev.name] = calls.get(ev.name, 0) + 1
             ops.setdefault(ev.name, ev.op_type or "?")
     used = runs[: rounds * inputs]
@@ -93,6 +94,13 @@ def breakdown(runs: Sequence[Run], node_map: NodeMap, blocks: BlockAssignment, i
     return Breakdown(tuple(nodes), tuple(g for g in by_block if g.share > 0 or g.name in blocks.names),
                      tuple(by_op), float(busy.sum()) / total_us, unmapped, len(used),
                      float(np.median(durations)) / 1e3)
+
+
+def _time(ev) -> float:
+    """GPU kernel time where the profile has it, else the event's own (self) time."""
+    if ev.kernel_dur is not None:
+        return ev.kernel_dur
+    return ev.self_dur if ev.self_dur is not None else ev.dur
 
 
 def _per_input(times: np.ndarray) -> np.ndarray:

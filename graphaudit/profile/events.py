@@ -10,7 +10,9 @@ node events whose interval falls inside it, in time order. Two layouts are accep
 Either may be a bare JSON array or a Chrome-trace object with `traceEvents`. A control-flow
 node's event (If, Loop, Scan) encloses the events of the body it ran, so each event also
 gets its *self* time: its duration less that of the events directly nested in it.
-GPU kernel events (`cat == "Kernel"`, only in builds with CUDA profiling) are kept apart.
+GPU kernel events (`cat == "Kernel"`, only in builds with CUDA profiling) follow, in file
+order, the node event that launched them; their durations are added to that node's
+`kernel_dur`, the GPU's time for it, where the node event itself times the launch.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class NodeEvent:
     self_dur: float | None = None  # dur less directly nested events; set when grouped
     graph_index: int | None = None  # fenced layout only
     plan_index: int | None = None  # node_index, or exec_plan_index in the fenced layout
+    kernel_dur: float | None = None  # GPU kernel time it launched, when kernel events exist
 
     @property
     def end(self) -> float:
@@ -87,13 +90,13 @@ class Profile:
     layout: str  # "current" | "fenced"
     runs: tuple[Run, ...]
     outside_runs: int  # node events in no model_run window (session start, warm-up of EPs)
-    kernel_events: tuple[dict, ...]  # GPU kernel events, raw
+    kernel_events: int  # GPU kernel events, attributed to the node events before them
     source: str
 
     def node_time_kind(self) -> str:
         """What per-node durations measure: "kernel" (CPU), "host_launch" (GPU EP), "gpu_kernel"."""
         if self.kernel_events:
-            return "gpu_kernel"
+            return "gpu_kernel"  # breakdowns then use each event's kernel_dur
         providers = {ev.provider for run in self.runs for ev in run.events}
         return "host_launch" if providers - {"CPUExecutionProvider", None} else "kernel"
 
@@ -115,7 +118,8 @@ def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
         )
     windows: list[tuple[float, float]] = []
     nodes: list[NodeEvent] = []
-    kernels: list[dict] = []
+    kernel_us: dict[int, float] = {}  # index in nodes -> GPU time of the kernels that followed it
+    kernels = 0
     fenced = False
     for item in raw:
         if not isinstance(item, dict) or item.get("ph", "X") != "X":
@@ -124,15 +128,19 @@ def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
         if cat == "Session" and name == "model_run":
             windows.append((_num(item.get("ts")), _num(item.get("dur"))))
         elif cat == "Kernel":
-            kernels.append(item)
+            kernels += 1
+            if nodes:
+                kernel_us[len(nodes) - 1] = kernel_us.get(len(nodes) - 1, 0.0) + _num(item.get("dur"))
         elif cat == "Node":
             if name.endswith(FENCE_SUFFIXES):
                 fenced = True
             elif name.endswith(KERNEL_SUFFIX):
                 nodes.append(_node_event(item, name[: -len(KERNEL_SUFFIX)]))
+    if kernels:
+        nodes = [replace(ev, kernel_dur=kernel_us.get(i, 0.0)) for i, ev in enumerate(nodes)]
     args_fenced = any(ev.graph_index is not None for ev in nodes)
     runs, outside = group_runs(nodes, sorted(windows))
-    return Profile("fenced" if fenced or args_fenced else "current", runs, outside, tuple(kernels), label)
+    return Profile("fenced" if fenced or args_fenced else "current", runs, outside, kernels, label)
 
 
 def group_runs(events: Sequence[NodeEvent], windows: Sequence[tuple[float, float]]) -> tuple[tuple[Run, ...], int]:
