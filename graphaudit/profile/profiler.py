@@ -63,16 +63,7 @@ def profile_model(
     """
     _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs, batch_size=batch_size)
     session_options(opt_level)  # an unknown level is refused before anything runs
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
-    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
-    if limit is not None:
-        _check_counts(limit=limit)
-        inputs = inputs.subset(slice(0, limit))
-    base = None
-    if baseline is not None:
-        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
-        check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
-        from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
+    loaded, inputs, base = _load(model, data, baseline, limit)
     providers = resolve_providers(provider)
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
@@ -85,12 +76,14 @@ def profile_model(
     n = len(feeds)
 
     with _workdir(keep_profiles) as work:
+        # latency: un-profiled, interleaved with the baseline's
         timed = [make_runner(open_session(runnable, providers, session_options(opt_level, threads)), feeds)]
         if base is not None:
             base_runnable = runnable_model(base)
             timed.append(make_runner(open_session(base_runnable, providers, session_options(opt_level, threads)), feeds))
         samples = time_rounds(timed, n, runs, warmup)
 
+        # per-node time: profiled at the same level, mapped through ORT's optimised graph
         optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
         profiled_ns = time_rounds([make_runner(profiled, feeds)], n, profile_runs, warmup)[0]
@@ -99,6 +92,7 @@ def profile_model(
         timed_runs = profile.runs[warmup * n:]
         names = {ev.name for run in timed_runs for ev in run.events}
         optimised = load_optimised(optimised_path) if optimised_path else None
+        # execution evidence: one run per input at ORT_DISABLE_ALL (the profile above when it was)
         if opt_level == "disable":
             node_map = one_to_one(mg, names)
             evidence_runs = timed_runs[:n]
@@ -148,6 +142,21 @@ def profile_model(
         notes=notes,
         agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
     )
+
+
+def _load(model, data, baseline, limit) -> tuple[LoadedModel, InputData, LoadedModel | None]:
+    """The model, its inputs (the first `limit`), and a baseline checked to take the same."""
+    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
+    if limit is not None:
+        _check_counts(limit=limit)
+        inputs = inputs.subset(slice(0, limit))
+    base = None
+    if baseline is not None:
+        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
+        from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
+    return loaded, inputs, base
 
 
 @contextlib.contextmanager
