@@ -220,7 +220,7 @@ class _Finder:
                     continue
                 assigned[nid] = index
                 names.setdefault(index, next(name for i, name in hits if i == index))
-                how[nid] = source
+                how[nid] = "pattern" if self.regex is not None else source
                 break
         self._fill(assigned, how, informative, chosen)
         blocks = _make_blocks(assigned, names)
@@ -238,11 +238,16 @@ class _Finder:
     def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str], chosen: str) -> None:
         """Attribute nested or unnamed nodes through their owner, else their neighbours."""
         mg = self.mg
-        allowed: dict[str, set[int]] = {}  # owner id -> the blocks its metadata names
+        # owner id -> the blocks its metadata names and those its nested nodes were put in
+        allowed: dict[str, set[int]] = {}
         for nid, node in mg.nodes.items():
             if mg.bodies(nid) and nid not in assigned:
                 cands = self.candidates(node)
                 allowed[nid] = {i for _, cs in cands for k, i, _ in cs if k == chosen}
+        for nid, node in mg.nodes.items():
+            for scope in node.scopes:
+                if nid in assigned and scope.owner in allowed:
+                    allowed[scope.owner].add(assigned[nid])
         pending = [n for n in mg.nodes.values() if n.id not in assigned and n.id not in informative]
         for node in pending:
             for scope in reversed(node.scopes):
@@ -255,6 +260,8 @@ class _Finder:
         waiting = {n.id for n in pending}
         order = [n for n in execution_order(mg) if n.id in waiting]
         for node in order:  # forward: the latest block among what it reads
+            if not node.scopes and not any(mg.consumers(r) for r in node.outputs if r is not None):
+                continue  # an unnamed sink at the top (e.g. an Identity to an output) is no block's
             found = [assigned[p.id] for r in node.inputs if r is not None
                      for p in [mg.producer(r)] if p is not None and p.id in assigned]
             if found:
@@ -337,7 +344,7 @@ def _structural(mg: ModelGraph) -> BlockMap:
 def _residual_chain(mg: ModelGraph) -> list[str]:
     """The longest run of top-level Adds, each adding to the previous one's (shared) output."""
     def shared(ref):
-        return ref is not None and len(mg.consumers(ref)) >= 2
+        return ref is not None and len({c.id for c in mg.consumers(ref)}) >= 2
 
     # A residual Add adds a branch to a stream that something else reads too.
     adds = [n for n in mg.nodes.values() if not n.scopes and n.op_type in ("Add", "Sum")
@@ -367,7 +374,7 @@ def _residual_chain(mg: ModelGraph) -> list[str]:
 def _stream_input(mg: ModelGraph, chain: list[str]) -> TensorRef | None:
     """The residual stream entering the first Add: its input shared with the rest of the block."""
     first = mg.nodes[chain[0]]
-    shared = [r for r in first.inputs if r is not None and len(mg.consumers(r)) >= 2]
+    shared = [r for r in first.inputs if r is not None and len({c.id for c in mg.consumers(r)}) >= 2]
     return shared[0] if shared else None
 
 

@@ -57,7 +57,7 @@ class Evidence:
 
     def to_json(self) -> dict:
         out = {"kind": self.kind, "node": self.node, "op": self.op, "tensor": self.tensor,
-               "dependence": self.dependence, "detail": self.detail}
+               "dependence": self.dependence, "text": self.detail}
         if self.size is not None:
             out["size"] = self.size
         return out

@@ -40,9 +40,9 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only
     value-dependent subset of tokens) and branch (can be skipped). Only subset and branch
     can save compute.
     """
-    given = _npz_shapes(data) if data else {}
-    given.update(_parse_shape(s) for s in shapes)
     loaded = load_model(model, weights=not graph_only)
+    given = _npz_shapes(data, [i.name for i in loaded.model.graph.input]) if data else {}
+    given.update(_parse_shape(s) for s in shapes)
     report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients,
                           shapes=given or None)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
@@ -63,23 +63,27 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, values
 
 
-def _npz_shapes(path: str) -> dict[str, tuple[int, ...]]:
-    """The shape of every array in an .npz file, read from the array headers alone."""
+def _npz_shapes(path: str, inputs: list[str]) -> dict[str, tuple[int, ...]]:
+    """The shape of one input (batch 1) per graph input in an .npz file whose arrays stack
+    inputs along their first axis, read from the array headers alone."""
     shapes = {}
     try:
         with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
-                if not member.endswith(".npy"):
+                if not member.endswith(".npy") or member[:-4] not in inputs:
                     continue
                 with archive.open(member) as f:
                     version = np.lib.format.read_magic(f)
                     header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                               else np.lib.format.read_array_header_2_0)
-                    shapes[member[:-4]] = tuple(header(f)[0])
+                    shape = tuple(header(f)[0])
+                    shapes[member[:-4]] = (1, *shape[1:]) if shape else shape
     except (OSError, zipfile.BadZipFile, ValueError) as err:
         raise GraphAuditError(f"expected an .npz file of arrays at {path}, found an error: {err}") from None
     if not shapes:
-        raise GraphAuditError(f"expected arrays in {Path(path).name}, found none")
+        raise GraphAuditError(
+            f"expected arrays named after the graph inputs ({', '.join(inputs)}) in {Path(path).name}, found none"
+        )
     return shapes
 
 
