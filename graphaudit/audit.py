@@ -123,6 +123,9 @@ def audit(
         baseline = None
         notes.append("the model is its own baseline: it was not timed against itself")
 
+    if data is None:
+        notes.append("no evaluation data given: the replay split the calibration inputs into disjoint halves "
+                     "(profiles from one, replay on the other) and the profile ran on the calibration inputs")
     report("static audit", 0, 1)
     shapes = _shapes(loaded, data if data is not None else calib)
     static = _static(loaded, block_pattern, coefficients, shapes)

@@ -58,3 +58,20 @@ def test_readme_shows_the_demo_and_the_python_api():
         assert name in excerpt
     assert "graphaudit.audit(" in text and "graphaudit run " in text
     assert "apt-get install" in text and "chromium" in text.lower()
+
+
+def test_readme_python_example_runs(monkeypatch):
+    import graphaudit
+
+    if not (built("dense") and built("mudd")):
+        pytest.skip("zoo fixtures dense and mudd are not built")
+    text = (ROOT / "README.md").read_text()
+    code = text.split("### From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    real = graphaudit.audit
+    fast = dict(provider="cpu", runs=2, warmup=1, profile_runs=1, profile_limit=4, resamples=50)
+    monkeypatch.setattr(graphaudit, "audit", lambda *a, **k: real(*a, **{**fast, **k}))
+    monkeypatch.chdir(ROOT)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["report"].check("dynamic-inference").supported is False
+    assert namespace["document"]["version"] and namespace["page"].startswith("<!DOCTYPE html>")
