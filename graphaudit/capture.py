@@ -5,14 +5,17 @@ unperturbed trajectory, stored with the batch axis first (`(inputs, ...)`) so th
 rows of any inputs can be read in one slice. A cache that fits under `memory_limit` bytes
 stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
 folder that goes away on `close()`, or under `cache_dir`, where it stays and is reused by a
-later capture of the same trace graph, data and batch size. The live outputs of the first
-batch are kept beside the coefficients for the parity check.
+later capture of the same trace graph, data and batch size. The pages of a mapped cache are
+released after every batch written and every rows read, so the process's resident memory
+does not grow with the number of inputs (the data stays in the OS page cache and on disk).
+The live outputs of the first batch are kept beside the coefficients for the parity check.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -43,10 +46,15 @@ class CoefficientCache:
     location: Path | None = None  # folder of the .npy files; None in memory
     reused: bool = False
     _owned: Path | None = field(default=None, repr=False)  # temporary folder removed on close
+    _maps: dict[str, mmap.mmap] = field(default_factory=dict, repr=False)
 
     def rows(self, c: Coefficient, rows: np.ndarray | slice) -> np.ndarray:
         """The cached values of `c` for the inputs at `rows`, batch axis first."""
-        return np.asarray(self.arrays[c.tensor][rows])
+        if c.tensor not in self._maps:
+            return np.asarray(self.arrays[c.tensor][rows])
+        values = np.array(self.arrays[c.tensor][rows])
+        _release(self._maps[c.tensor])
+        return values
 
     def shape(self, c: Coefficient) -> tuple[int, ...]:
         return tuple(self.arrays[c.tensor].shape)
@@ -64,6 +72,12 @@ class CoefficientCache:
     def close(self) -> None:
         """Drop the arrays and remove a temporary folder (a `cache_dir` folder stays)."""
         self.arrays = {}
+        for mapping in self._maps.values():
+            try:
+                mapping.close()
+            except BufferError:  # a caller still holds a view; the mapping goes with it
+                pass
+        self._maps = {}
         if self._owned is not None:
             shutil.rmtree(self._owned, ignore_errors=True)
             self._owned = None
@@ -115,6 +129,7 @@ def capture(
             f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
         )
     arrays: dict[str, np.ndarray] = {}
+    maps: dict[str, mmap.mmap] = {}
     live: dict[str, np.ndarray] = {}
     owned = None
     for rows, feeds in data.batches(batch_size):
@@ -124,16 +139,22 @@ def capture(
             per_input = sum(outputs[c.tensor].nbytes for c in coefficients) / (rows.stop - rows.start)
             if folder is None and per_input * data.count > memory_limit:
                 owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
-            if folder is not None:
-                folder.mkdir(parents=True, exist_ok=True)
-            arrays = {c.tensor: _allocate(c, outputs[c.tensor], data.count, folder) for c in coefficients}
+            for c in coefficients:
+                shape = (data.count, *batch_first(c, outputs[c.tensor]).shape[1:])
+                if folder is None:
+                    arrays[c.tensor] = np.empty(shape, dtype=outputs[c.tensor].dtype)
+                else:
+                    folder.mkdir(parents=True, exist_ok=True)
+                    arrays[c.tensor], maps[c.tensor] = _create_npy(folder / _file(c), shape, outputs[c.tensor].dtype)
         for c in coefficients:
             arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
+            if c.tensor in maps:
+                _release(maps[c.tensor])
     if folder is not None:
-        _save(folder, key, coefficients, arrays, live, data.count)
-        if owned is None:
-            arrays = _load_arrays(folder, coefficients)
-    return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned)
+        for mapping in maps.values():
+            mapping.flush()
+        _save(folder, key, coefficients, live, data.count)
+    return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
 
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
@@ -146,11 +167,32 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
     return first
 
 
-def _allocate(c: Coefficient, first_batch: np.ndarray, count: int, folder: Path | None) -> np.ndarray:
-    shape = (count, *batch_first(c, first_batch).shape[1:])
-    if folder is None:
-        return np.empty(shape, dtype=first_batch.dtype)
-    return np.lib.format.open_memmap(folder / _file(c), mode="w+", dtype=first_batch.dtype, shape=shape)
+def _create_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap]:
+    """A new .npy file at `path`, memory-mapped for writing."""
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_2_0(f, header)
+        f.truncate(f.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
+    return _map_npy(path, writable=True)
+
+
+def _map_npy(path: Path, writable: bool = False) -> tuple[np.ndarray, mmap.mmap]:
+    """The array in the .npy file at `path`, memory-mapped, and its mapping (to release pages)."""
+    with open(path, "r+b" if writable else "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+        offset = f.tell()
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+    if fortran:
+        raise GraphAuditError(f"expected a C-ordered array in the cache file {path}, found Fortran order")
+    return np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset), mapping
+
+
+def _release(mapping: mmap.mmap) -> None:
+    """Drop the mapping's resident pages; their contents stay in the page cache and the file."""
+    if hasattr(mmap, "MADV_DONTNEED"):
+        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _batch_axis(c: Coefficient) -> int:
@@ -179,18 +221,11 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int)
     return digest.hexdigest()
 
 
-def _save(folder: Path, key: str, coefficients, arrays, live, count: int) -> None:
-    for array in arrays.values():
-        if isinstance(array, np.memmap):
-            array.flush()
+def _save(folder: Path, key: str, coefficients, live, count: int) -> None:
     np.savez(folder / "live.npz", **live)
     manifest = {"format": _FORMAT, "key": key, "count": count,
                 "tensors": {c.tensor: _file(c) for c in coefficients}}
     (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def _load_arrays(folder: Path, coefficients) -> dict[str, np.ndarray]:
-    return {c.tensor: np.load(folder / _file(c), mmap_mode="r") for c in coefficients}
 
 
 def _reuse(folder: Path, key: str, coefficients) -> CoefficientCache | None:
@@ -199,11 +234,13 @@ def _reuse(folder: Path, key: str, coefficients) -> CoefficientCache | None:
         manifest = json.loads((folder / _MANIFEST).read_text())
         if manifest.get("key") != key or manifest.get("format") != _FORMAT:
             return None
-        arrays = _load_arrays(folder, coefficients)
+        mapped = {c.tensor: _map_npy(folder / _file(c)) for c in coefficients}
         with np.load(folder / "live.npz", allow_pickle=False) as archive:
             live = {k: archive[k] for k in archive.files}
     except (OSError, ValueError, KeyError):
         return None
+    arrays = {k: a for k, (a, _) in mapped.items()}
     if any(a.shape[0] != manifest["count"] for a in arrays.values()):
         return None
-    return CoefficientCache(tuple(coefficients), arrays, manifest["count"], live, folder, True)
+    return CoefficientCache(tuple(coefficients), arrays, manifest["count"], live, folder, True,
+                            _maps={k: m for k, (_, m) in mapped.items()})

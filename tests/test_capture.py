@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import graphaudit.capture as capture_module
+from graphaudit.capture import _file as cache_module_file
 from graphaudit.capture import batch_first, capture, native
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.data import from_arrays, input_specs
@@ -47,7 +48,9 @@ def test_capture_past_the_memory_limit_is_memory_mapped_and_removed_on_close():
     cache = capture(trace, coefs, data, batch_size=3, memory_limit=100)
     folder = cache.location
     assert folder is not None and folder.is_dir()
-    assert all(isinstance(a, np.memmap) for a in cache.arrays.values())
+    assert sorted(p.suffix for p in folder.iterdir()) == [".json", ".npy", ".npy", ".npz"]
+    for c in coefs:  # the files are plain .npy arrays
+        np.testing.assert_array_equal(np.load(folder / cache_module_file(c)), cache.arrays[c.tensor])
     for c in coefs:
         np.testing.assert_allclose(cache.arrays[c.tensor], expected[c.tensor], rtol=1e-6, atol=1e-7)
     cache.close()
