@@ -47,11 +47,21 @@ def _attr(proto, name: str, default=None):
     return default
 
 
-def _matmul(a_index: int = 0):
+def _matmul(a_index: int = 0, b_index: int = 1):
     def rule(proto, ins, outs):
-        a, out = _need(ins, a_index), _need(outs, 0)
-        k = a[-1] if a else 1
-        return 2 * math.prod(out) * k
+        a = _need(ins, a_index)
+        try:  # from both operands, with numpy's broadcasting of the batch dimensions
+            b = _need(ins, b_index)
+            a2 = a if len(a) >= 2 else (1,) + a
+            b2 = b if len(b) >= 2 else b + (1,)
+            batch_a, batch_b = a2[:-2], b2[:-2]
+            width = max(len(batch_a), len(batch_b))
+            batch_a = (1,) * (width - len(batch_a)) + batch_a
+            batch_b = (1,) * (width - len(batch_b)) + batch_b
+            batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b))
+            return 2 * batch * a2[-2] * a2[-1] * b2[-1]
+        except _Unknown:
+            return 2 * math.prod(_need(outs, 0)) * (a[-1] if a else 1)
     return rule
 
 
@@ -143,7 +153,7 @@ def _moe(proto, ins, outs):
 RULES: dict[tuple[str, str], Callable] = {
     ("", "MatMul"): _matmul(),
     ("", "MatMulInteger"): _matmul(),
-    ("", "QLinearMatMul"): _matmul(0),
+    ("", "QLinearMatMul"): _matmul(0, 3),
     ("", "Gemm"): _gemm,
     ("", "Conv"): _conv(),
     ("", "ConvInteger"): _conv(),

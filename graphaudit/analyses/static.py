@@ -58,6 +58,7 @@ class FlopSummary:
     skippable: int
     outside_blocks: int
     count: FlopCount
+    skippable_uncounted: int = 0  # skippable compute nodes whose size is unknown (value-dependent)
 
     @property
     def skippable_share(self) -> float | None:
@@ -69,6 +70,7 @@ class FlopSummary:
             "total": self.total,
             "skippable": self.skippable,
             "skippable_share": self.skippable_share,
+            "skippable_uncounted_nodes": self.skippable_uncounted,
             "outside_blocks": self.outside_blocks,
             **{k: v for k, v in self.count.to_json().items() if k != "total"},
             "note": "every If branch and Loop body counted once: an upper bound for branches, "
@@ -164,6 +166,7 @@ def audit_static(
             skippable=sum(count.per_node.get(n, 0) for n in verdicts.skippable),
             outside_blocks=sum(f for n, f in count.per_node.items() if n not in inside),
             count=count,
+            skippable_uncounted=len(set(count.unknown_shape) & verdicts.skippable),
         )
     return StaticReport(
         model=loaded.name,

@@ -126,8 +126,13 @@ def render_text(r: StaticReport) -> str:
     else:
         f = r.flops
         share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
-        lines.append(f"FLOPs: {_flops(f.total)} in total, {_flops(f.skippable)} skippable ({share}, "
-                     "the upper bound on savings)")
+        if f.skippable_uncounted:
+            lines.append(f"FLOPs: {_flops(f.total)} counted, at least {_flops(f.skippable)} skippable "
+                         f"({share}): {f.skippable_uncounted} skippable compute nodes have a value-dependent "
+                         "size and are not counted")
+        else:
+            lines.append(f"FLOPs: {_flops(f.total)} in total, {_flops(f.skippable)} skippable ({share}, "
+                         "the upper bound on savings)")
         if f.count.unknown_shape:
             lines.append(f"  not counted, size unknown (value-dependent or not inferred): "
                          f"{len(f.count.unknown_shape)} nodes, e.g. {', '.join(f.count.unknown_shape[:3])}")

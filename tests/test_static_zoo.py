@@ -1,0 +1,73 @@
+"""The reference zoo's verdicts: the positive and negative controls of the static audit.
+
+Dense runs every block; FeatureGate and MUDD gate every block but skip nothing; MoE runs
+its routed layers on value-chosen tokens; EarlyExit can skip the blocks after its exit.
+Each model is checked live (`model.onnx`) and frozen (`model.frozen.onnx`).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from graphaudit.analyses.static import audit_static
+from graphaudit.load import load_model
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FILES = ("model.onnx", "model.frozen.onnx")
+
+
+def report_of(name: str, file: str):
+    path = FIXTURES / name / file
+    if not path.is_file():
+        pytest.skip(f"{path.relative_to(FIXTURES.parent)} is not there (regenerate with `python -m exporters.build`)")
+    return audit_static(load_model(path), shapes={"input_ids": (1, 64)})
+
+
+def layers(report, family: str) -> set[int]:
+    return {c.layer for c in report.coefficients if c.family == family}
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_dense_runs_every_block(file):
+    if file != "model.onnx":
+        pytest.skip("Dense has no coefficients, hence no frozen graph")
+    report = report_of("dense", file)
+    assert [b.verdict for b in report.blocks] == ["always"] * 4
+    assert not report.conditional_execution and not report.dynamic
+    assert report.flops.skippable == 0
+
+
+@pytest.mark.parametrize("name", ["featuregate", "mudd"])
+@pytest.mark.parametrize("file", FILES)
+def test_gated_models_skip_nothing(name, file):
+    report = report_of(name, file)
+    assert len(report.blocks) == 4
+    assert {b.verdict for b in report.blocks} <= {"gated", "always"}
+    assert "gated" in {b.verdict for b in report.blocks}
+    assert not report.conditional_execution and not report.data_dependent_compute
+    assert report.contradiction("static") is None
+    assert {c.source for c in report.coefficients} == {"metadata"}
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_moe_routed_layers_run_on_a_subset(file):
+    report = report_of("moe", file)
+    routed = layers(report, "router")
+    assert routed  # declared in the metadata
+    for block in report.blocks:
+        assert block.verdict == ("subset" if block.index in routed else "always"), block.name
+    ev = report.blocks[min(routed)].evidence[0]
+    assert ev.kind == "selection" and ev.size == "data-dependent" and "NonZero" in ev.detail
+    assert report.data_dependent_compute and not report.conditional_execution
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_earlyexit_late_blocks_are_a_branch(file):
+    report = report_of("earlyexit", file)
+    (exit_layer,) = layers(report, "exit")
+    for block in report.blocks:
+        assert block.verdict == ("branch" if block.index > exit_layer else "always"), block.name
+    assert report.conditional_execution
+    (control,) = report.controls
+    assert control.op == "If" and control.dependence == "value"
+    assert 0 < report.flops.skippable_share < 1
