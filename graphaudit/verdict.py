@@ -196,15 +196,19 @@ def functional_dependence(replay: dict | None) -> Finding:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
     gap_words = ""
-    if _num(gap.get("static_layer")) is not None:
+    global_gap = _num((conditions.get("global_mean") or {}).get("delta_nll"))
+    if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
+        gap_words = "; one global mean does as well as the correct coefficients, so no gap is left for a profile"
+    elif _num(gap.get("static_layer")) is not None:
         gap_words = (f"; a static per-layer profile keeps {_pct(gap['static_layer'])} of what the "
                      "coefficients contribute over one global mean")
     if hurts:
         parts = [f"{n.replace('_', '-')} +{_fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
                              f"({', '.join(parts)}){gap_words}."), tuple(evidence))
-    return Finding(NO, (f"No: reassigning coefficients across inputs or tokens costs no more than "
-                        f"{_fmt(MATERIAL_NATS)} nats measurably{gap_words}."), tuple(evidence))
+    return Finding(NO, (f"No: feeding the frozen model another input's coefficients, or its own shuffled over "
+                        f"tokens, raises its NLL by no measurable amount above {MATERIAL_NATS:g} nats{gap_words}."),
+                   tuple(evidence))
 
 
 # -- conditional execution ---------------------------------------------------------------

@@ -19,6 +19,14 @@ def default_fixtures() -> Path:
     return Path(__file__).resolve().parents[2] / "fixtures"
 
 
+def _display(path: Path) -> Path:
+    """`path` relative to the working directory when it lies below it (shorter commands to copy)."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
 @click.command("demo")
 @click.option("--fixtures", "fixtures", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder holding the zoo, one folder per model (default: the checkout's fixtures/).")
@@ -34,7 +42,7 @@ def demo(fixtures: Path | None, provider: str, fmt: str, quiet: bool) -> None:
     on the first 12 evaluation inputs, 300 bootstrap resamples); `graphaudit run` on one
     model gives the full report.
     """
-    folder = fixtures or default_fixtures()
+    folder = _display(fixtures or default_fixtures())
     with ProgressBar(quiet=quiet) as bar:
         results = audit_zoo(folder, baseline="dense", provider=provider, progress=bar, **DEMO_SETTINGS)
     names = ", ".join(name for name, _ in results)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, profiled_blocks, shrunk
+from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, profiled_blocks, shrunk
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -243,8 +243,12 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
     latency = "(baseline)" if (doc.get("inputs") or {}).get("is_baseline") else (
         "—" if ratio is None else f"{ratio:.2f}×")
     gap = (replay.get("retained_gap") or {}).get("static_layer")
+    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
+    gap_text = no_replay if num(gap) is None else pct(gap)
+    if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
+        gap_text = "no gap"  # one global mean is as good as the correct coefficients: 0/0
     return (answer("coefficient_variation") if doc.get("replay") is not None else "— (none)", eta,
-            delta("cross_input"), delta("token_shuffle"), no_replay if num(gap) is None else pct(gap), graph,
+            delta("cross_input"), delta("token_shuffle"), gap_text, graph,
             measured, latency, answer("conditional_execution"), summary_phrase(doc))
 
 
