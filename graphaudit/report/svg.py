@@ -160,11 +160,11 @@ def shares(labels: list[str], parts: dict[str, list[float | None]], *, title: st
             mx = left + plot_w * m
             body.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{y0 - 3}" y2="{y0 + row_h - 5}" stroke="#000" '
                         f'stroke-width="2"><title>{escape(marker_name)}: {m * 100:.1f}%</title></line>')
-    body += _legend(names, width - right + 10, top_margin + 10)
+    body += _legend(names, width - right + 24, top_margin + 10)
     if marker_name and markers:
         ly = top_margin + 10 + len(names) * 14
-        body.append(f'<line x1="{width - right + 15}" x2="{width - right + 15}" y1="{ly - 9}" y2="{ly + 2}" '
-                    f'stroke="#000" stroke-width="2"/><text x="{width - right + 24}" y="{ly + 1}">'
+        body.append(f'<line x1="{width - right + 29}" x2="{width - right + 29}" y1="{ly - 9}" y2="{ly + 2}" '
+                    f'stroke="#000" stroke-width="2"/><text x="{width - right + 38}" y="{ly + 1}">'
                     f"{escape(marker_name)}</text>")
     return _svg(width, height, title, body, "shares")
 
