@@ -21,10 +21,12 @@ import numpy as np
 import onnxruntime as ort
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
-from graphaudit.coefficients import BATCH, TOKEN, Coefficient, declared_coefficients
+from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
 from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
+from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
                                 difference, retained_gap, score, task_for)
@@ -287,20 +289,11 @@ def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:
-    """The coefficients to freeze: declared ones, or those matching `names` (exact names or globs)."""
-    declared = declared_coefficients(loaded.model)
+    """The coefficients to freeze: those matching `names` (names or globs), else all the model has."""
+    found = resolve_coefficients(loaded, build_graph(loaded.model), names)
     if not names:
-        return declared
-    values = {o for n in loaded.model.graph.node for o in n.output if o}
-    found: dict[str, Coefficient] = {}
-    for index, pattern in enumerate(names):
-        matched = [c for c in declared if fnmatch.fnmatchcase(c.tensor, pattern)]
-        matched = matched or [Coefficient(v, v.split(".")[0], index, (BATCH, TOKEN, "slot"), "user")
-                              for v in sorted(values) if fnmatch.fnmatchcase(v, pattern)]
-        if not matched:
-            raise GraphAuditError(f"expected --coefficients {pattern!r} to name a tensor of the model, found none")
-        found.update((c.tensor, c) for c in matched)
-    return tuple(found.values())
+        return found
+    return tuple(c for c in found if any(fnmatch.fnmatchcase(c.tensor, n) for n in names))
 
 
 def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, InputData, DataUse]:

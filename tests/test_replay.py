@@ -82,8 +82,7 @@ def test_way_first_coefficients_replay(tmp_path):
 
 
 def test_model_without_a_controller_says_so(tmp_path, files):
-    model = gated_lm()
-    del model.metadata_props[:]
+    model = gated_lm(layers=0)  # embedding and head only: nothing declared, nothing detected
     onnx.save(model, tmp_path / "plain.onnx")
     report = replay(tmp_path / "plain.onnx", files / "calib.npz")
     assert not report.controller and report.to_json()["conditions"] == {}
@@ -98,6 +97,10 @@ def test_user_named_coefficients_without_metadata(tmp_path, files):
     report = replay(tmp_path / "plain.onnx", files / "calib.npz", files / "eval.npz", coefficients=["gate.*"],
                     batch_size=5, resamples=50, conditions=["correct", "cross_input"])
     assert [c.tensor for c in report.coefficients] == ["gate.0", "gate.1"] and report.parity.ok
+    assert {c.source for c in report.coefficients} == {"user"}
+    declared = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", coefficients=["gate.1"],
+                      batch_size=5, resamples=50, conditions=["correct"])
+    assert [(c.tensor, c.source) for c in declared.coefficients] == [("gate.1", "metadata")]
     with pytest.raises(GraphAuditError, match="expected --coefficients 'nothing.*' to name a tensor"):
         replay(tmp_path / "plain.onnx", files / "calib.npz", coefficients=["nothing.*"])
 

@@ -111,8 +111,7 @@ def test_freeze_command_writes_both_graphs(tmp_path):
 
 
 def test_freeze_command_on_a_model_without_a_controller(tmp_path):
-    model = gated_lm()
-    del model.metadata_props[:]
+    model = gated_lm(layers=0)
     onnx.save(model, tmp_path / "plain.onnx")
     result = CliRunner().invoke(cli, ["freeze", str(tmp_path / "plain.onnx"), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0 and "no controller" in result.output

@@ -1,7 +1,8 @@
 """Bootstrap over inputs, in streaming form: Poisson(1) resampling weights keyed by input.
 
-Each input gets, for every resample r, a weight w[r] ~ Poisson(1) drawn from a generator
-seeded by (seed, input index). A statistic's resample r is then the same statistic with
+Each input gets, for every resample r, a weight w[r] ~ Poisson(1): a uniform number made by
+hashing (seed, input index, r) with the SplitMix64 finaliser, turned into a count through
+the Poisson(1) distribution function. A statistic's resample r is then the same statistic with
 every input counted w[r] times. Because a weight depends only on the seed and the input's
 index, sums can be accumulated batch by batch, shards can be merged by adding them, and
 every condition and every figure sees the same resamples (paired differences).
@@ -9,10 +10,14 @@ every condition and every figure sees the same resamples (paired differences).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 DEFAULT_RESAMPLES = 1000
-_STREAM = 0x6761  # separates these draws from the replay's permutations of the same seed
+# P(W <= k) for W ~ Poisson(1), k = 0 … 19 (the remaining mass is below 1e-18)
+_POISSON_CDF = np.cumsum([math.exp(-1) / math.factorial(k) for k in range(20)])
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 class PoissonBootstrap:
@@ -29,9 +34,25 @@ class PoissonBootstrap:
         rows = np.asarray(rows, dtype=np.int64)
         key = rows.tobytes()
         if self._last is None or self._last[0] != key:
-            columns = [np.random.default_rng([self.seed, _STREAM, int(i)]).poisson(1.0, self.resamples) for i in rows]
-            self._last = (key, np.stack(columns, axis=1).astype(np.float64))
+            uniform = _uniform(self.seed, rows, self.resamples)
+            self._last = (key, np.searchsorted(_POISSON_CDF, uniform, side="right").astype(np.float64))
         return self._last[1]
+
+
+def _uniform(seed: int, rows: np.ndarray, resamples: int) -> np.ndarray:
+    """Uniform numbers in [0, 1), shape (resamples, len(rows)), a pure function of their keys."""
+    with np.errstate(over="ignore"):
+        state = (np.uint64(seed & (2**64 - 1)) * _GOLDEN
+                 + _mix(rows.astype(np.uint64)[None, :] + _GOLDEN)
+                 + _mix(np.arange(resamples, dtype=np.uint64)[:, None] * _GOLDEN + _MIX1))
+        return (_mix(state) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """The SplitMix64 finaliser: a bijection of 64-bit integers that scrambles every bit."""
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    return x ^ (x >> np.uint64(31))
 
 
 def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:

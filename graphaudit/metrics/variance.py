@@ -93,14 +93,14 @@ def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, tokens
     """Shares for each row of (cell sums (K × cells), scalars (K × 3)); NaN where nothing varies."""
     inputs, squares, within_cells = scalars.T
     counts = inputs[:, None] * tokens[None]  # values per cell
-    grand = cell_sum.sum(axis=1) ** 2 / counts.sum(axis=1)
-    cells = (cell_sum**2 / counts).sum(axis=1)
     layer_ids = np.unique(layer)
     by_layer = np.stack([cell_sum[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
     layer_counts = np.stack([counts[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
-    layers = (by_layer**2 / layer_counts).sum(axis=1)
-    total = squares - grand
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample may draw no input at all
+        grand = cell_sum.sum(axis=1) ** 2 / counts.sum(axis=1)
+        cells = (cell_sum**2 / counts).sum(axis=1)
+        layers = (by_layer**2 / layer_counts).sum(axis=1)
+        total = squares - grand
         ok = total > 1e-12 * np.maximum(squares, 1e-300)
         share = lambda part: np.where(ok, np.clip(part / total, 0.0, 1.0), np.nan)  # noqa: E731
         return {
