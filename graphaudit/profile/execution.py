@@ -2,11 +2,16 @@
 
 Read from a profile taken at ORT_DISABLE_ALL, one run per input (batch), where every event
 is one node of the graph, nested If / Loop bodies included. Per block it gives the fraction
-of inputs for which the block ran (any of its nodes), the fraction of its nodes that ran,
-the FLOPs executed (static FLOP counts evaluated at the shapes the profiler recorded), and
-the nodes whose shapes changed between inputs of the same input shape: the evidence of
-value-dependent sizes (token dispatch, pruning). Constant nodes (folded into initializers
-at load), control-flow owners and inlined function bodies are not counted as block work.
+of inputs for which the block ran, the fraction of its nodes that ran, the FLOPs executed
+(static FLOP counts evaluated at the shapes the profiler recorded), and the nodes whose
+shapes changed between inputs of the same input shape: the evidence of value-dependent
+sizes (token dispatch, pruning).
+
+A block *ran* for an input when one of its compute nodes (those the FLOP counter counts:
+MatMul, Gemm, Conv, attention...) ran; a block without any runs when any of its nodes
+did. A pass-through left in the skipping branch (an Identity) is not the block running.
+Constant nodes (folded into initializers at load), Identity, control-flow owners and
+inlined function bodies are not counted as block work.
 """
 
 from __future__ import annotations
@@ -107,12 +112,15 @@ class Execution:
         return float(np.mean([sum(v or 0 for v in inp.flops.values()) for inp in self.inputs]))
 
 
+NOT_WORK = frozenset({"Constant", "Identity"}) | CONTROL_FLOW_OPS
+
+
 def block_work(mg: ModelGraph, blocks: BlockAssignment) -> dict[str, list[str]]:
     """Block -> its nodes that do work when they run (see the module docstring)."""
     callers = {s.owner for n in mg.nodes.values() for s in n.scopes if s.kind == "function"}
     work: dict[str, list[str]] = {name: [] for name in blocks.names}
     for node in mg.nodes.values():
-        if node.op_type == "Constant" or node.op_type in CONTROL_FLOW_OPS or node.id in callers:
+        if node.op_type in NOT_WORK or node.id in callers:
             continue
         if any(s.kind == "function" for s in node.scopes):
             continue
@@ -131,8 +139,9 @@ def read_execution(
 ) -> Execution:
     """Execution evidence from `runs`, one per input in order, mapped one-to-one."""
     work = block_work(mg, blocks)
+    compute = {b: [n for n in ids if _is_compute(mg.nodes[n])] or ids for b, ids in work.items()}
     inputs = tuple(
-        _read_input(i, run, rows[i], feed_shapes[i], mg, node_map, blocks, work, flop_counter)
+        _read_input(i, run, rows[i], feed_shapes[i], mg, node_map, blocks, compute, flop_counter)
         for i, run in enumerate(runs)
     )
     summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None)
@@ -141,9 +150,9 @@ def read_execution(
     return Execution(inputs, summaries, name)
 
 
-def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_counter) -> InputExecution:
+def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, compute, flop_counter) -> InputExecution:
     ran: dict[str, list[str]] = {}
-    flops: dict[str, int] = {b: 0 for b in work} if flop_counter else {}
+    flops: dict[str, int] = {b: 0 for b in compute} if flop_counter else {}
     for ev in run.events:
         node_id = node_map.node_of(ev.name)
         if node_id is None:
@@ -155,7 +164,7 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, work, flop_
             block = blocks.block_of(node_id)
             if count is not None:
                 flops[block] = flops.get(block, 0) + int(count)
-    blocks_ran = tuple(b for b, ids in work.items() if any(n in ran for n in ids))
+    blocks_ran = tuple(b for b, ids in compute.items() if any(n in ran for n in ids))
     return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)
 
 
@@ -185,6 +194,14 @@ def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
             keep = ordered if len(ordered) <= _MAX_SHAPES else ordered[:_MAX_SHAPES // 2] + ordered[-_MAX_SHAPES // 2:]
             found.append(ShapeVariation(node_id, mg.nodes[node_id].op_type, len(seen), tuple(keep)))
     return tuple(found)
+
+
+def _is_compute(node: Node) -> bool:
+    try:
+        from graphaudit.analyses.flops import is_counted
+    except ImportError:
+        return False
+    return is_counted(node)
 
 
 def aligned_inputs(node: Node, shapes: Sequence[tuple[int, ...]], mg: ModelGraph) -> tuple:
