@@ -17,14 +17,17 @@ missing; the original name stays on the node.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import networkx as nx
 import onnx
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,12 @@ class Scope:
         return f"{self.owner}/{self.kind}"
 
 
-@dataclass(frozen=True)
-class TensorRef:
-    """A value of the model: its name and the scope (path of Scope keys) it is defined in."""
+class TensorRef(NamedTuple):
+    """A value of the model: its name and the scope (path of Scope keys) it is defined in.
+
+    A named tuple rather than a dataclass: analyses key dictionaries by it hundreds of
+    thousands of times, and a tuple hashes in C.
+    """
 
     name: str
     scope: str = ""  # "" for the main graph
@@ -118,15 +124,29 @@ class Body:
 
 @dataclass(frozen=True)
 class ModelGraph:
-    """The whole model as one graph of nodes, with tables of nodes and tensors."""
+    """The whole model as one graph of nodes, with tables of nodes and tensors.
 
-    graph: nx.MultiDiGraph = field(repr=False)
+    `graph` (the networkx view) is built on first use: the analyses read the tables, and
+    handing a large model's edges to networkx costs as much as reading the model.
+    """
+
     nodes: dict[str, Node] = field(repr=False)
     tensors: dict[TensorRef, TensorInfo] = field(repr=False)
     inputs: tuple[TensorRef, ...]
     outputs: tuple[TensorRef, ...]
     initializers: frozenset[str] = field(repr=False)
     body_table: dict[str, tuple[Body, ...]] = field(default_factory=dict, repr=False)
+    edge_list: tuple[tuple[str, str, str, dict], ...] = field(default=(), repr=False)  # (u, v, key, data)
+
+    @property
+    def graph(self) -> nx.MultiDiGraph:
+        cached = self.__dict__.get("_graph")
+        if cached is None:
+            cached = nx.MultiDiGraph()
+            cached.add_nodes_from((nid, {"node": node}) for nid, node in self.nodes.items())
+            cached.add_edges_from(self.edge_list)
+            object.__setattr__(self, "_graph", cached)
+        return cached
 
     def bodies(self, node_id: str) -> tuple[Body, ...]:
         """The bodies (If branches, Loop/Scan body, function body) owned by `node_id`."""
@@ -175,23 +195,37 @@ class ModelGraph:
 
 def build_graph(model: onnx.ModelProto) -> ModelGraph:
     """Return the ModelGraph of `model` (which is read, never changed)."""
-    return _Builder(model).build()
+    with paused_gc():
+        return _Builder(model).build()
+
+
+@contextmanager
+def paused_gc():
+    """Pause the cyclic garbage collector while a large, acyclic structure is built.
+
+    Building a graph allocates a few objects per node and frees none; every collection
+    the allocations trigger would walk all of them again, which makes the build
+    quadratic-looking on large models (measured in benchmarks/static_bench.py).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:
-    if not type_proto.HasField("tensor_type"):
+    if type_proto.WhichOneof("value") != "tensor_type":
         return None, None
     tt = type_proto.tensor_type
     if not tt.HasField("shape"):
         return tt.elem_type or None, None
     dims: list[int | str | None] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(d.dim_value)
-        elif d.HasField("dim_param"):
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
+        which = d.WhichOneof("value")
+        dims.append(d.dim_value if which == "dim_value" else d.dim_param if which == "dim_param" else None)
     return tt.elem_type or None, tuple(dims)
 
 
@@ -225,12 +259,14 @@ class _Builder:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.functions = {(f.domain, f.name): f for f in model.functions}
-        self.g = nx.MultiDiGraph()
         self.nodes: dict[str, Node] = {}
         self.tensors: dict[TensorRef, TensorInfo] = {}
         self.value_info: dict[str, onnx.ValueInfoProto] = {}
         self.scope_depth: dict[str, int] = {"": 0}
         self.bodies: dict[str, tuple[Body, ...]] = {}
+        self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
+        self._shapes: dict[bytes, tuple] = {}  # serialized TypeProto -> (elem, shape): types repeat
+        self._graph_edges: list[tuple[str, str, str, dict]] = []
         # Pre-order list of every node occurrence (function bodies expanded per call) so
         # that ids are decided once, over the whole model, before edges are drawn.
         self._ids: Iterator[str] | None = None
@@ -253,7 +289,8 @@ class _Builder:
         self._add_graph(graph, scopes=(), env=[env], function_stack=())
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
-        return ModelGraph(self.g, self.nodes, self.tensors, inputs, outputs, initializers, self.bodies)
+        return ModelGraph(self.nodes, self.tensors, inputs, outputs, initializers, self.bodies,
+                          tuple(self._graph_edges))
 
     # -- ids -------------------------------------------------------------------------------
     def _walk(self, graph: onnx.GraphProto, function_stack: tuple) -> Iterator[tuple[str, str]]:
@@ -280,7 +317,11 @@ class _Builder:
             vi = self.value_info.get(ref.name)
         shape = tuple(dims) if dims is not None else None
         if vi is not None:
-            elem, shape = _shape_of(vi.type)
+            key = vi.type.SerializeToString()
+            known = self._shapes.get(key)
+            if known is None:
+                known = self._shapes[key] = _shape_of(vi.type)
+            elem, shape = known
         self.tensors[ref] = TensorInfo(ref, kind, producer, elem, shape)
         env[ref.name] = ref
 
@@ -298,11 +339,21 @@ class _Builder:
         for proto in graph.node:
             self._add_node(proto, scopes, env, function_stack)
 
+    def _key(self, scopes: tuple[Scope, ...]) -> str:
+        key = self._scope_keys.get(scopes)
+        if key is None:
+            key = self._scope_keys[scopes] = _scope_key(scopes)
+            self.scope_depth[key] = len(scopes)
+        return key
+
     def _add_node(self, proto: onnx.NodeProto, scopes, env, function_stack):
         node_id = next(self._ids)
-        scope_key = _scope_key(scopes)
-        self.scope_depth[scope_key] = len(scopes)
-        inputs = tuple(self._resolve(name, env) for name in proto.input)
+        scope_key = self._key(scopes)
+        if len(env) == 1:  # the main graph or a function body: one table of names
+            names = env[0]
+            inputs = tuple(names.get(n) or self._resolve(n, env) if n else None for n in proto.input)
+        else:
+            inputs = tuple(self._resolve(name, env) for name in proto.input)
         outputs = tuple(TensorRef(o, scope_key) if o else None for o in proto.output)
         node = Node(
             id=node_id,
@@ -316,7 +367,6 @@ class _Builder:
             proto=proto,
         )
         self.nodes[node_id] = node
-        self.g.add_node(node_id, node=node)
         for ref in inputs:
             if ref is not None:
                 self._edge_from(ref, node_id, scopes)
@@ -325,15 +375,16 @@ class _Builder:
             if ref is not None:
                 self._define(ref, "node_output", node_id, local)
         for attr in proto.attribute:
-            bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else (
-                list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
-            )
-            for sub in bodies:
-                self._add_subgraph(node, attr.name, sub, scopes, env, function_stack)
-        fn_key = (proto.domain, proto.op_type)
-        fn = self.functions.get(fn_key)
-        if fn is not None and fn_key not in function_stack:
-            self._add_call(node, fn, scopes, env, function_stack + (fn_key,))
+            if attr.type == _GRAPH:
+                self._add_subgraph(node, attr.name, attr.g, scopes, env, function_stack)
+            elif attr.type == _GRAPHS:
+                for sub in attr.graphs:
+                    self._add_subgraph(node, attr.name, sub, scopes, env, function_stack)
+        if self.functions:
+            fn_key = (proto.domain, proto.op_type)
+            fn = self.functions.get(fn_key)
+            if fn is not None and fn_key not in function_stack:
+                self._add_call(node, fn, scopes, env, function_stack + (fn_key,))
 
     def _resolve(self, name: str, env) -> TensorRef | None:
         if not name:
@@ -351,12 +402,12 @@ class _Builder:
         # cycle (owner -> body -> owner), so the tensor table records it instead.
         if info is None or info.producer is None or info.kind != "node_output":
             return
-        depth = self.scope_depth.get(ref.scope, 0)
+        depth = self.scope_depth.get(ref.scope, 0) if ref.scope else 0
         if depth == len(scopes):
             via = "tensor"
         else:  # the first scope entered between the value's definition and its reader
             via = "function_input" if scopes[depth].kind == "function" else "outer"
-        self.g.add_edge(info.producer, consumer, key=str(ref), tensor=ref, via=via)
+        self._graph_edges.append((info.producer, consumer, str(ref), {"tensor": ref, "via": via}))
 
     def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack):
         scope = Scope(kind=attr, owner=owner.id, owner_op=owner.op_type)
@@ -377,7 +428,8 @@ class _Builder:
         for out, ref in zip(sub.output, results):
             info = self.tensors.get(ref) if ref else None
             if info is not None and info.kind == "node_output" and info.producer is not None:
-                self.g.add_edge(info.producer, owner.id, key=f"{key}->{out.name}", tensor=ref, via="subgraph_output")
+                self._graph_edges.append(
+                    (info.producer, owner.id, f"{key}->{out.name}", {"tensor": ref, "via": "subgraph_output"}))
 
     def _add_body(self, body: Body) -> None:
         self.bodies[body.owner] = self.bodies.get(body.owner, ()) + (body,)
@@ -399,4 +451,5 @@ class _Builder:
         for out, ref in zip(fn.output, results):
             info = self.tensors.get(ref) if ref else None
             if info is not None and info.kind == "node_output" and info.producer is not None:
-                self.g.add_edge(info.producer, call.id, key=f"{key}->{out}", tensor=ref, via="function_output")
+                self._graph_edges.append(
+                    (info.producer, call.id, f"{key}->{out}", {"tensor": ref, "via": "function_output"}))

@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from graphaudit.errors import UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
@@ -37,6 +37,9 @@ NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 FX_NODE = "pkg.torch.onnx.fx_node"
 _FX_PARAM = re.compile(r"%[pb]_([A-Za-z0-9_]+)")
 _SEPARATORS = re.compile(r"[^0-9A-Za-z]+")
+# A number that is a whole component of a module path: `layers.3.mlp`, `/blocks.0/`, `blocks_2_fc`.
+_PATH_NUMBER = re.compile(r"(?<=[./])(\d+)(?=[./]|$)")
+_FX_NUMBER = re.compile(r"(?<=_)(\d+)(?=_|$)")
 
 SOURCES = {
     "pattern": "--block-pattern",
@@ -103,11 +106,6 @@ def _key(container: str) -> str:
     return _SEPARATORS.sub(".", container).strip(".").lower()
 
 
-def _path_candidates(parts: list[str]) -> list[tuple[str, int]]:
-    """("blocks", "1", "ffn", "experts", "0") → [("blocks", 1), ("blocks.1.ffn.experts", 0)]."""
-    return [(".".join(parts[:i]), int(p)) for i, p in enumerate(parts) if i > 0 and p.isdigit()]
-
-
 def _module_paths(node: Node) -> list[str] | None:
     """The module paths torch recorded for `node`, outermost first; None when it recorded none."""
     namespace = node.meta(NAMESPACE)
@@ -130,47 +128,57 @@ class _Finder:
         self.mg = mg
         self.regex = regex
         self._unnumbered: dict[str, int] = {}
+        self._parsed: dict[tuple[str, str], list[tuple[str, int, str]]] = {}  # layers repeat texts
+        self._keys: dict[str, str] = {}
         self.readers = Counter(r.name for n in mg.nodes.values() for r in n.inputs
                                if r is not None and r.name in mg.initializers)
 
     # -- candidates ------------------------------------------------------------------------
-    def texts(self, node: Node) -> list[tuple[str, list[str]]]:
-        """(source, texts) for `node`, most trusted source first."""
-        out: list[tuple[str, list[str]]] = []
-        paths = _module_paths(node)
-        if paths:
-            out.append(("metadata", paths[-1:]))
-        fx = node.meta(FX_NODE)
-        if fx:
-            params = _FX_PARAM.findall(fx)
-            if params:
-                out.append(("fx_params", params))
+    def texts(self, node: Node) -> Iterator[tuple[str, list[str]]]:
+        """(source, texts) for `node`, most trusted source first (lazily: most nodes need one)."""
+        if node.metadata:
+            paths = _module_paths(node)
+            if paths:
+                yield "metadata", paths[-1:]
+            fx = node.meta(FX_NODE)
+            if fx:
+                params = _FX_PARAM.findall(fx)
+                if params:
+                    yield "fx_params", params
         if "/" in node.name:
             parts = [p for p in node.name.split("/") if p][:-1]
             if parts:
-                out.append(("node_names", [".".join(parts)]))
+                yield "node_names", [".".join(parts)]
         inits = [r.name for r in node.inputs if r is not None and not r.scope
                  and r.name in self.mg.initializers and self.readers[r.name] == 1]
         if inits:
-            out.append(("initializers", inits))
-        return out
+            yield "initializers", inits
 
-    def candidates(self, node: Node) -> list[tuple[str, list[tuple[str, int, str]]]]:
+    def candidates(self, node: Node) -> Iterator[tuple[str, list[tuple[str, int, str]]]]:
         """(source, [(key, index, display name)]) for `node`, most trusted source first."""
-        found = []
         for source, texts in self.texts(node):
             cands: list[tuple[str, int, str]] = []
             for text in texts:
-                if self.regex is not None:
-                    m = self.regex.search(text)
-                    if m:
-                        cands.append(("pattern", self._pattern_index(m), m.group(0)))
-                    continue
-                parts = text.split("_") if source == "fx_params" else re.split(r"[./]", text)
-                for container, index in _path_candidates([p for p in parts if p]):
-                    cands.append((_key(container), index, f"{container}.{index}"))
+                parsed = self._parsed.get((source, text))
+                if parsed is None:
+                    parsed = self._parsed[(source, text)] = self._parse(source, text)
+                cands.extend(parsed)
             if cands:
-                found.append((source, cands))
+                yield source, cands
+
+    def _parse(self, source: str, text: str) -> list[tuple[str, int, str]]:
+        if self.regex is not None:
+            m = self.regex.search(text)
+            return [("pattern", self._pattern_index(m), m.group(0))] if m else []
+        numbered = _FX_NUMBER if source == "fx_params" else _PATH_NUMBER
+        found = []
+        for m in numbered.finditer(text):
+            container = text[: m.start()].strip("./_")
+            if container:
+                key = self._keys.get(container)
+                if key is None:
+                    key = self._keys[container] = _key(container)
+                found.append((key, int(m.group(1)), f"{container}.{m.group(1)}"))
         return found
 
     def _pattern_index(self, m: re.Match) -> int:
@@ -189,11 +197,19 @@ class _Finder:
     # -- assignment ------------------------------------------------------------------------
     def by_names(self) -> BlockMap | None:
         mg = self.mg
-        per_node = {nid: self.candidates(n) for nid, n in mg.nodes.items()}
+        # Each node votes with its most trusted source that names any numbered container.
+        first = {nid: next(self.candidates(n), None) for nid, n in mg.nodes.items()}
         coverage: Counter = Counter()
         indices: dict[str, set[int]] = {}
-        for cands in per_node.values():
-            keys = {(k, i) for _, cs in cands for k, i, _ in cs}
+        for found in first.values():
+            if found is None:
+                continue
+            if len(found[1]) == 1:  # the common case, kept cheap
+                k, i, _ = found[1][0]
+                coverage[k] += 1
+                indices.setdefault(k, set()).add(i)
+                continue
+            keys = {(k, i) for k, i, _ in found[1]}
             for k in {k for k, _ in keys}:
                 coverage[k] += 1
             for k, i in keys:
@@ -206,11 +222,21 @@ class _Finder:
         names: dict[int, str] = {}
         how: dict[str, str] = {}
         informative: set[str] = set()
-        for nid, cands in per_node.items():
+        for nid, found in first.items():
             node = mg.nodes[nid]
             if not node.scopes and (node.metadata or "/" in node.name):
                 informative.add(nid)
-            for source, cs in cands:
+            if found is None:
+                continue
+            if len(found[1]) == 1 and found[1][0][0] == chosen:  # the common case, kept cheap
+                _, index, name = found[1][0]
+                assigned[nid] = index
+                if index not in names:
+                    names[index] = name
+                how[nid] = "pattern" if self.regex is not None else found[0]
+                continue
+            sources = [found] if any(k == chosen for k, _, _ in found[1]) else self.candidates(node)
+            for source, cs in sources:
                 hits = [(i, name) for k, i, name in cs if k == chosen]
                 if not hits:
                     continue

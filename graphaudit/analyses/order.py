@@ -15,9 +15,13 @@ from graphaudit.graph import ModelGraph, Node
 
 def nodes_by_scope(mg: ModelGraph) -> dict[str, list[Node]]:
     """The nodes of each scope (keyed by scope path, "" for the main graph), in file order."""
-    table: dict[str, list[Node]] = {}
+    table: dict[str, list[Node]] = {"": []}
+    keys: dict[tuple, str] = {(): ""}
     for node in mg.nodes.values():
-        table.setdefault(node.scope_path, []).append(node)
+        key = keys.get(node.scopes)
+        if key is None:
+            key = keys[node.scopes] = node.scope_path
+        table.setdefault(key, []).append(node)
     return table
 
 

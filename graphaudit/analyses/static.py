@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from graphaudit.coefficients import Coefficient
-from graphaudit.graph import build_graph
+from graphaudit.graph import build_graph, paused_gc
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
@@ -143,6 +143,11 @@ def audit_static(
     every input shape is fixed)."""
     if isinstance(loaded, onnx.ModelProto):
         loaded = load_model(loaded)
+    with paused_gc():
+        return _audit(loaded, block_pattern, coefficients, shapes)
+
+
+def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes) -> StaticReport:
     mg = build_graph(loaded.model)
     dm = analyse_dependence(mg)
     blocks = find_blocks(mg, block_pattern)
