@@ -15,6 +15,7 @@ from graphaudit.cli import main
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
 from graphaudit.profile import ProfileReport, profile_model
+from graphaudit.profile.baseline import compare
 from graphaudit.profile.latency import spread, time_rounds
 from test_profile_models import dense_model, dynamic_model, feeds_for, prefix_blocks, transformer_model
 
@@ -127,7 +128,7 @@ def test_cli_json_and_text(files, capsys):
         main(args + ["--opt-level", "disable"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0
-    assert "latency:" in out and "coverage" in out and "kernel times measured on the CPU" in out
+    assert "latency per input:" in out and "coverage" in out and "kernel times measured on the CPU" in out
     assert "one-to-one" in out and "/moe/NonZero" in out
 
 
@@ -146,3 +147,17 @@ def test_rounds_alternate_order_and_drop_warmup():
     assert [c[1] for c in calls[:4]] == [0, 0, 1, 1]
     s = spread([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s.median == 3.0 and s.p10 < s.median < s.p90 and s.n == 5
+
+
+def test_ratio_is_the_workloads_and_a_preempted_run_does_not_move_it():
+    rng = np.random.default_rng(0)
+    base = rng.normal(1e6, 1e4, (10, 6))  # (round, input) ns
+    model = base * np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])  # half the inputs twice as slow
+    model[3, 0] = 50e6  # one call preempted by another process
+    result = compare("dense", model, base)
+    assert result.ratio == pytest.approx(1.5, rel=0.02)
+    assert result.ratio_spread.p10 < result.ratio < result.ratio_spread.p90 < 2.0
+    assert result.to_json()["ratio"] == result.ratio and "bootstrap" in result.to_json()["ratio_method"]
+    same = compare("dense", base, base)
+    assert same.ratio == 1.0 and same.ratio_spread.p10 == same.ratio_spread.p90 == 1.0
+    assert compare("dense", model, base).ratio_spread == result.ratio_spread  # seeded

@@ -63,13 +63,13 @@ def render_text(r: ProfileReport) -> str:
         f"model: {r.model}  on {r.provider}, {r.opt_level}",
         f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
-        f"latency: {lat.median:.3f} ms per batch (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}); profiled "
-        f"{prof.median:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
+        f"latency per input: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
+        f"profiled mean {prof.mean:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
     ]
     if r.baseline is not None:
         b = r.baseline
-        lines.append(f"baseline {b.model}: {b.latency_ms.median:.3f} ms per batch; ratio {b.ratio.median:.3f} "
-                     f"(p10 {b.ratio.p10:.3f}, p90 {b.ratio.p90:.3f}): {b.describe()}")
+        lines.append(f"baseline {b.model}: median {b.latency_ms.median:.3f} ms, mean {b.latency_ms.mean:.3f}; "
+                     f"ratio {b.ratio:.3f} (p10 {b.ratio_spread.p10:.3f}, p90 {b.ratio_spread.p90:.3f}): {b.describe()}")
     lines += [
         f"node times: {NODE_TIME_KINDS[r.node_time_kind]}",
         f"mapping: {r.mapping}" + (f" ({r.fused_nodes} fused or replaced nodes)" if r.fused_nodes else ""),

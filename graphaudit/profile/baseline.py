@@ -1,9 +1,11 @@
 """A dense baseline doing the same job: same inputs, timed in alternation, the latency ratio.
 
 The baseline must take exactly the model's inputs (names, element types, fixed sizes);
-anything else is refused before any timing. Both are timed round by round in alternating
-order (see latency.time_rounds); the ratio is taken per round (model round time over
-baseline round time), so its spread is that of paired measurements.
+anything else is refused before any timing. Both are timed on the same inputs, interleaved
+(see latency.time_rounds). The ratio is that of the whole workload: the sum over inputs of
+each input's median latency, model over baseline. Its spread (median, 10th and 90th
+percentiles) comes from a seeded bootstrap that resamples both the inputs and the rounds,
+so it holds the variation between inputs and the noise of the measurement.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ import numpy as np
 
 from graphaudit.data import InputSpec
 from graphaudit.errors import GraphAuditError
-from graphaudit.profile.latency import Spread, batch_latency_ms, spread
+from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
+
+RESAMPLES = 500
+RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline; spread from a "
+                "bootstrap over inputs and rounds (seed 0)")
 
 
 @dataclass(frozen=True)
@@ -24,13 +30,14 @@ class BaselineComparison:
 
     model: str
     latency_ms: Spread
-    ratio: Spread  # model / baseline, per round
+    ratio: float  # model / baseline, whole workload
+    ratio_spread: Spread  # bootstrap over inputs and rounds
     flops_executed: float | None = None  # the baseline's mean FLOPs per input
 
     @property
     def slower_pct(self) -> float:
         """How much slower the model is, in percent (negative: faster)."""
-        return (self.ratio.median - 1.0) * 100.0
+        return (self.ratio - 1.0) * 100.0
 
     def describe(self) -> str:
         word = "slower" if self.slower_pct >= 0 else "faster"
@@ -38,9 +45,9 @@ class BaselineComparison:
 
     def to_json(self) -> dict:
         return {"model": self.model, "latency_ms": self.latency_ms.median,
-                "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio.median,
-                "ratio_spread": self.ratio.to_json(), "slower_pct": self.slower_pct,
-                "flops_executed": self.flops_executed}
+                "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio,
+                "ratio_spread": self.ratio_spread.to_json(), "ratio_method": RATIO_METHOD,
+                "slower_pct": self.slower_pct, "flops_executed": self.flops_executed}
 
 
 def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec], name: str) -> None:
@@ -68,8 +75,15 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
         )
 
 
-def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray,
-            flops_executed: float | None = None) -> BaselineComparison:
-    """The comparison from paired (round, batch) nanosecond samples of model and baseline."""
-    ratios = model_ns.sum(axis=1) / baseline_ns.sum(axis=1)
-    return BaselineComparison(name, batch_latency_ms(baseline_ns), spread(ratios), flops_executed)
+def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_executed: float | None = None,
+            resamples: int = RESAMPLES, seed: int = 0) -> BaselineComparison:
+    """The comparison from (round, batch) nanosecond samples of model and baseline."""
+    ratio = float(per_input_ms(model_ns).sum() / per_input_ms(baseline_ns).sum())
+    rng = np.random.default_rng(seed)
+    rounds, inputs = model_ns.shape
+    boot = np.empty(resamples)
+    for k in range(resamples):
+        r = rng.integers(0, rounds, rounds)[:, None]
+        i = rng.integers(0, inputs, inputs)[None, :]
+        boot[k] = per_input_ms(model_ns[r, i]).sum() / per_input_ms(baseline_ns[r, i]).sum()
+    return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed)

@@ -1,6 +1,8 @@
 """Wall-clock latency of whole runs, timed with perf_counter_ns, warm-up rounds discarded.
 
-A *round* runs every batch of the data once. `time_rounds` times each batch of each round
+A *round* runs every batch of the data once. Each input's latency is its median over
+rounds; the latency reported is their spread across inputs (and their mean, the cost of
+the whole workload per input). `time_rounds` times each batch of each round
 for one or more sessions, interleaved batch by batch and in alternating order (A B, B A,
 ...), so that drift and bursts of load from other processes fall on both alike. On CUDA the inputs are copied
 to the device once, outputs are bound on the device, and each run is synchronised before
@@ -21,15 +23,16 @@ Runner = Callable[[int], None]  # runs batch i once
 
 @dataclass(frozen=True)
 class Spread:
-    """Median and 10th / 90th percentiles of a sample, and its size."""
+    """Median, 10th / 90th percentiles and mean of a sample, and its size."""
 
     median: float
     p10: float
     p90: float
     n: int
+    mean: float = float("nan")
 
     def to_json(self) -> dict:
-        return {"median": self.median, "p10": self.p10, "p90": self.p90, "n": self.n}
+        return {"median": self.median, "p10": self.p10, "p90": self.p90, "mean": self.mean, "n": self.n}
 
 
 def spread(values: Sequence[float] | np.ndarray) -> Spread:
@@ -38,7 +41,7 @@ def spread(values: Sequence[float] | np.ndarray) -> Spread:
     if a.size == 0:
         return Spread(float("nan"), float("nan"), float("nan"), 0)
     p10, median, p90 = np.percentile(a, [10, 50, 90])
-    return Spread(float(median), float(p10), float(p90), int(a.size))
+    return Spread(float(median), float(p10), float(p90), int(a.size), float(a.mean()))
 
 
 def make_runner(session: ort.InferenceSession, feeds: Sequence[Mapping[str, np.ndarray]]) -> Runner:
@@ -84,6 +87,13 @@ def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int)
     return samples[:, warmup:, :]
 
 
+def per_input_ms(samples: np.ndarray) -> np.ndarray:
+    """Each input's latency in ms: its median over rounds, from (round, batch) nanoseconds.
+
+    The median drops the rounds in which another process preempted the run."""
+    return np.median(samples, axis=0) / 1e6
+
+
 def batch_latency_ms(samples: np.ndarray) -> Spread:
-    """Spread over rounds of the mean time per batch, in ms, from (round, batch) nanoseconds."""
-    return spread(samples.mean(axis=1) / 1e6)
+    """The spread across inputs of their latencies (ms), from (round, batch) nanoseconds."""
+    return spread(per_input_ms(samples))

@@ -40,8 +40,8 @@ class ProfileReport:
     runs: int
     warmup: int
     profile_runs: int
-    latency_ms: Spread  # un-profiled, per batch
-    profiled_latency_ms: Spread  # the same runs with the profiler on, per batch
+    latency_ms: Spread  # un-profiled, across inputs (batches) of their median over rounds
+    profiled_latency_ms: Spread  # the same with the profiler on
     input_latency_ms: tuple[float, ...]  # per input (batch), median over rounds
     breakdown: Breakdown
     execution: Execution
@@ -57,8 +57,8 @@ class ProfileReport:
 
     @property
     def overhead(self) -> float:
-        """Profiled over un-profiled median latency."""
-        return self.profiled_latency_ms.median / self.latency_ms.median
+        """Profiled over un-profiled latency, for the whole workload (means over inputs)."""
+        return self.profiled_latency_ms.mean / self.latency_ms.mean
 
     def by_blocks_ran(self) -> list[dict]:
         """Inputs grouped by the set of blocks that ran for them, with their median latency."""
