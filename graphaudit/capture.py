@@ -50,6 +50,8 @@ class CoefficientCache:
 
     def rows(self, c: Coefficient, rows: np.ndarray | slice) -> np.ndarray:
         """The cached values of `c` for the inputs at `rows`, batch axis first."""
+        if isinstance(rows, np.ndarray) and len(rows) > 0 and np.all(np.diff(rows) == 1):
+            rows = slice(int(rows[0]), int(rows[-1]) + 1)  # consecutive inputs: a view, not a copy
         if c.tensor not in self._maps:
             return np.asarray(self.arrays[c.tensor][rows])
         values = np.array(self.arrays[c.tensor][rows])

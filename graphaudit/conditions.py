@@ -16,7 +16,7 @@ coefficients that `correct`, `cross_input` and `token_shuffle` rearrange.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
@@ -40,6 +40,17 @@ class Profiles:
     position: Mapping[str, np.ndarray]  # tensor -> batch-first, batch axis of size 1
     family: Mapping[str, float]
     count: int  # calibration inputs
+    dtype: np.dtype = np.dtype(np.float32)  # of the values fed
+    _filled: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def filled(self, kind: str, c: Coefficient, shape: tuple[int, ...], mean: Callable[[], np.ndarray]) -> np.ndarray:
+        """The `kind` profile of `c` broadcast to `shape`: contiguous, read-only, made once per shape."""
+        key = (kind, c.tensor, shape)
+        if key not in self._filled:
+            full = np.ascontiguousarray(np.broadcast_to(mean().astype(self.dtype), shape))
+            full.flags.writeable = False
+            self._filled[key] = full
+        return self._filled[key]
 
 
 def token_axis(c: Coefficient) -> int | None:
@@ -67,7 +78,8 @@ def profiles(calib: CoefficientCache, chunk: int = 64) -> Profiles:
         family_sum[c.family] = family_sum.get(c.family, 0.0) + float(sums[c.tensor].sum())
         family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
     family = {f: family_sum[f] / family_count[f] for f in family_sum}
-    return Profiles(layer, position, family, calib.count)
+    dtype = next(iter(calib.arrays.values())).dtype if calib.arrays else np.dtype(np.float32)
+    return Profiles(layer, position, family, calib.count, dtype)
 
 
 def correct(cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
@@ -88,31 +100,23 @@ def token_shuffle(cache: CoefficientCache, orders: np.ndarray, c: Coefficient, r
 
 
 def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return _broadcast(prof.layer[c.tensor], cache, c, rows)
+    return prof.filled("layer", c, (len(rows), *cache.shape(c)[1:]), lambda: prof.layer[c.tensor])
 
 
 def static_position(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     t = token_axis(c)
     mean = prof.position[c.tensor]
-    if t is not None:
-        length = cache.shape(c)[t]
-        if mean.shape[t] < length:
-            raise GraphAuditError(
-                f"expected calibration inputs at least as long as the evaluation inputs for static_position, "
-                f"found {mean.shape[t]} positions for {c.tensor!r} against {length}"
-            )
-        mean = np.take(mean, np.arange(length), axis=t)
-    return _broadcast(mean, cache, c, rows)
+    if t is not None and mean.shape[t] < cache.shape(c)[t]:
+        raise GraphAuditError(
+            f"expected calibration inputs at least as long as the evaluation inputs for static_position, "
+            f"found {mean.shape[t]} positions for {c.tensor!r} against {cache.shape(c)[t]}"
+        )
+    shape = (len(rows), *cache.shape(c)[1:])
+    return prof.filled("position", c, shape, lambda: mean if t is None else np.take(mean, range(shape[t]), axis=t))
 
 
 def global_mean(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return _broadcast(np.asarray(prof.family[c.family]), cache, c, rows)
-
-
-def _broadcast(mean: np.ndarray, cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    shape = (len(rows), *cache.shape(c)[1:])
-    dtype = cache.arrays[c.tensor].dtype
-    return np.broadcast_to(mean.astype(dtype, copy=False), shape)
+    return prof.filled("global", c, (len(rows), *cache.shape(c)[1:]), lambda: np.asarray(prof.family[c.family]))
 
 
 def derangement(count: int, rng: np.random.Generator) -> np.ndarray:

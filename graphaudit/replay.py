@@ -33,7 +33,7 @@ from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, Poisso
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
 from graphaudit.runtime import create_session, resolve_providers
-from graphaudit.surgery import frozen_graph, trace_graph
+from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_TOLERANCE = 1e-4
 
@@ -189,8 +189,12 @@ def replay(
             for label, d in (("calibration", calibration), ("evaluation", evaluation))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
-        session = create_session(frozen_graph(loaded.model, coefs), providers)
-        parity, task = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        task = _task(caches[1], evaluation, batch_size)
+        frozen = frozen_graph(loaded.model, coefs)
+        if task.logits:
+            frozen = with_log_softmax(frozen, task.output, task.fetch)
+        session = create_session(frozen, providers)
+        parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
         stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress)
@@ -218,18 +222,18 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         reference = None
         for name, feed in feeds.items():  # `correct` first: the reference for KL
             fed = {c.tensor: native(c, feed(c, index)) for c in coefficients}
-            (out,) = session.run([task.output], {**inputs, **fed})
+            (out,) = session.run([task.fetch], {**inputs, **fed})
             reference = reference if reference is not None else Reference.of(task, out)
             stats[name].update(score(task, out, inputs, labels, reference), weights)
     return stats
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],
-                 cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float) -> tuple[Parity, Task]:
+                 cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float) -> Parity:
     """Compare the frozen graph fed `correct` with the live outputs of the first batch; raise on failure."""
     rows, inputs = next(data.batches(batch_size))
     index = np.arange(rows.start, rows.stop)
-    names = [o.name for o in session.get_outputs()]
+    names = [o.name for o in session.get_outputs() if o.name in cache.live]
     fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}
     outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
     worst = None
@@ -247,7 +251,13 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
     parity = Parity(value <= tolerance, value, tolerance, name, at, live_v, frozen_v, len(index))
     if not parity.ok:
         raise ParityError(parity)
-    return parity, task_for(outputs, inputs, {k: v[rows] for k, v in data.labels.items()})
+    return parity
+
+
+def _task(cache: CoefficientCache, data: InputData, batch_size: int) -> Task:
+    """What the outputs mean, read from the live outputs of the first batch."""
+    rows, inputs = next(data.batches(batch_size))
+    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()})
 
 
 def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, level: float) -> ConditionResult:

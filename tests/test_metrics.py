@@ -6,7 +6,7 @@ import pytest
 from graphaudit.coefficients import Coefficient
 from graphaudit.metrics import (ConditionStats, FamilyVariance, PoissonBootstrap, Reference, Task, difference,
                                 interval, retained_gap, score, task_for)
-from graphaudit.metrics.outputs import column
+from graphaudit.metrics.outputs import column, log_softmax
 
 
 def _log_softmax(x):
@@ -17,6 +17,13 @@ def _log_softmax(x):
 def _batch(b=3, t=5, v=7, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal((b, t, v)).astype(np.float32) * 2, rng.integers(0, v, (b, t))
+
+
+def test_log_softmax_matches_float64_and_the_replay_graph_output_name():
+    logits, _ = _batch()
+    np.testing.assert_allclose(log_softmax(logits), _log_softmax(logits), atol=1e-5)
+    assert Task("causal_lm", "logits", "input_ids").fetch == "graphaudit.log_probs"
+    assert Task("regression", "y", labels="targets").fetch == "y"
 
 
 def test_task_detection():
@@ -31,7 +38,7 @@ def test_task_detection():
 def test_causal_nll_is_next_token_cross_entropy_per_input():
     logits, ids = _batch()
     task = Task("causal_lm", "logits", "input_ids")
-    sums = score(task, logits, {"input_ids": ids}, {}, None)
+    sums = score(task, log_softmax(logits), {"input_ids": ids}, {}, None)
     lp = _log_softmax(logits)
     expected = -np.take_along_axis(lp[:, :-1], ids[:, 1:, None], -1)[..., 0].sum(1)
     np.testing.assert_allclose(sums[:, column("nll")], expected, rtol=1e-5)
@@ -43,7 +50,7 @@ def test_labels_replace_ids_and_minus_100_is_left_out():
     labels = ids.copy()
     labels[0, 2:] = -100
     task = Task("causal_lm", "logits", "input_ids", "labels")
-    sums = score(task, logits, {"input_ids": np.zeros_like(ids)}, {"labels": labels}, None)
+    sums = score(task, log_softmax(logits), {"input_ids": np.zeros_like(ids)}, {"labels": labels}, None)
     lp = _log_softmax(logits)
     picked = -np.take_along_axis(lp[0, :1], ids[0, 1:2, None], -1).sum()
     assert sums[0, column("targets")] == 1 and sums[0, column("nll")] == pytest.approx(picked, rel=1e-5)
@@ -55,9 +62,9 @@ def test_kl_from_correct_is_zero_for_correct_and_matches_the_definition():
     logits, ids = _batch()
     other, _ = _batch(seed=1)
     task = Task("causal_lm", "logits", "input_ids")
-    ref = Reference.of(task, logits)
-    assert np.all(score(task, logits, {"input_ids": ids}, {}, ref)[:, column("divergence")] == 0)
-    sums = score(task, other, {"input_ids": ids}, {}, ref)
+    ref = Reference.of(task, log_softmax(logits))
+    assert np.all(score(task, ref.output, {"input_ids": ids}, {}, ref)[:, column("divergence")] == 0)
+    sums = score(task, log_softmax(other), {"input_ids": ids}, {}, ref)
     p, q = _log_softmax(logits), _log_softmax(other)
     expected = (np.exp(p) * (p - q)).sum(-1).sum(1)
     np.testing.assert_allclose(sums[:, column("divergence")], expected, rtol=1e-4)
@@ -67,7 +74,7 @@ def test_kl_from_correct_is_zero_for_correct_and_matches_the_definition():
 def test_classification_and_regression():
     rng = np.random.default_rng(0)
     logits, labels = rng.standard_normal((4, 3)).astype(np.float32), np.array([0, 2, 1, 1])
-    sums = score(Task("classification", "y", labels="labels"), logits, {}, {"labels": labels}, None)
+    sums = score(Task("classification", "y", labels="labels"), log_softmax(logits), {}, {"labels": labels}, None)
     np.testing.assert_allclose(sums[:, column("nll")], -_log_softmax(logits)[np.arange(4), labels], rtol=1e-5)
     np.testing.assert_array_equal(sums[:, column("hits")], logits.argmax(1) == labels)
     out, targets = rng.standard_normal((4, 2)), rng.standard_normal((4, 2))

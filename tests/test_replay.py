@@ -185,7 +185,7 @@ def test_ort_replay_equals_pytorch_with_the_same_substituted_coefficients(name):
             (ours,) = session.run(["logits"], {"input_ids": ids, **fed})
             with torch.no_grad():
                 theirs, computed = model(torch.from_numpy(ids),
-                                         coefficients={k: torch.from_numpy(v) for k, v in fed.items()})
+                                         coefficients={k: torch.tensor(v) for k, v in fed.items()})
             assert computed == {}  # the controller did not run
             torch_nll[condition] = float(torch.nn.functional.cross_entropy(
                 theirs[:, :-1].reshape(-1, theirs.shape[-1]), torch.from_numpy(ids[:, 1:]).reshape(-1)))

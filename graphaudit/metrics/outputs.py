@@ -1,7 +1,9 @@
 """Per-input sums from one batch of model outputs: NLL, KL from `correct`, accuracy, MSE.
 
 `task_for` decides once what the outputs mean; `score` turns one batch of outputs into a
-(inputs × QUANTITIES) array of sums — nothing per token survives the batch, so memory does
+(inputs × QUANTITIES) array of sums. For logits, `score` takes their log-softmax, which the
+replay graph computes as an extra output (`LOG_PROBS`, see `surgery.with_log_softmax`), so
+that the one pass over the vocabulary runs in ONNX Runtime's kernels — nothing per token survives the batch, so memory does
 not grow with the number of inputs. Figures are ratios of those sums (e.g. NLL = Σ nll /
 Σ targets, token-weighted), computed in `metrics.stats`.
 
@@ -26,6 +28,7 @@ import numpy as np
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
+LOG_PROBS = "graphaudit.log_probs"  # the replay graph's log-softmax of the scored logits
 _COL = {q: i for i, q in enumerate(QUANTITIES)}
 IGNORE_INDEX = -100
 
@@ -42,6 +45,11 @@ class Task:
     @property
     def logits(self) -> bool:
         return self.kind in ("causal_lm", "classification")
+
+    @property
+    def fetch(self) -> str:
+        """The replay graph output `score` reads: log-probabilities for logits, else the output."""
+        return LOG_PROBS if self.logits else self.output
 
     @property
     def divergence(self) -> str:
@@ -72,24 +80,22 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
 
 def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray],
           reference: "Reference | None") -> np.ndarray:
-    """Per-input sums of QUANTITIES for one batch, shape (inputs, len(QUANTITIES))."""
+    """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.logits:
-        logits = out.astype(np.float32, copy=False)
-        lse = _logsumexp(logits)
         targets, mask = _targets(task, feeds, labels)
         if targets is not None:
-            lg, ls = (logits[:, :-1], lse[:, :-1]) if task.kind == "causal_lm" else (logits, lse)
-            picked = np.take_along_axis(lg, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0]
-            sums[:, _COL["nll"]] = _per_input((ls - picked) * mask)
+            logp = out[:, :-1] if task.kind == "causal_lm" else out
+            picked = np.take_along_axis(logp, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0]
+            sums[:, _COL["nll"]] = -_per_input(picked * mask)
             sums[:, _COL["targets"]] = _per_input(mask)
             if task.labels is not None:
-                hits = (lg.argmax(-1) == targets) & mask
-                sums[:, _COL["hits"]] = _per_input(hits)
+                sums[:, _COL["hits"]] = _per_input((logp.argmax(-1) == targets) & mask)
         if reference is not None and reference.output is not out:
-            cross = np.einsum("...v,...v->...", reference.probs, logits)
-            sums[:, _COL["divergence"]] = _per_input(reference.neg_entropy - cross + lse)
-        sums[:, _COL["positions"]] = lse[0].size
+            # KL(correct ‖ this) = Σ p log p − Σ p log q; ≥ 0 but rounding can dip a hair below
+            kl = reference.neg_entropy - np.einsum("...v,...v->...", reference.probs, out)
+            sums[:, _COL["divergence"]] = _per_input(np.maximum(kl, 0.0))
+        sums[:, _COL["positions"]] = out[0].size // out.shape[-1]
     else:
         if task.labels is not None:
             diff = out - labels[task.labels]
@@ -112,23 +118,22 @@ class Reference:
 
     @classmethod
     def of(cls, task: Task, out: np.ndarray) -> "Reference":
+        """The reference for `out`, the `correct` condition's scored output (log-probabilities for logits)."""
         if not task.logits:
             return cls(out)
-        logits = out.astype(np.float32, copy=False)
-        logp = logits - _logsumexp(logits)[..., None]
-        probs = np.exp(logp)
-        return cls(out, probs, np.einsum("...v,...v->...", probs, logp))
+        probs = np.exp(out)
+        return cls(out, probs, np.einsum("...v,...v->...", probs, out))
 
 
 def column(name: str) -> int:
     return _COL[name]
 
 
-def _logsumexp(x: np.ndarray) -> np.ndarray:
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """log-softmax over the last axis, in NumPy (what the replay graph's LOG_PROBS output holds)."""
     top = x.max(axis=-1, keepdims=True)
-    shifted = np.subtract(x, top)
-    np.exp(shifted, out=shifted)
-    return np.log(shifted.sum(axis=-1)) + top[..., 0]
+    shifted = x - top
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray | None]:

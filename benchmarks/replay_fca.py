@@ -1,0 +1,242 @@
+"""Frozen-controller replay: overhead over bare ONNX Runtime, ORT vs PyTorch hooks, memory at 4× inputs.
+
+    python benchmarks/replay_fca.py [--models featuregate,mudd] [--repeats 7] [--batch-size 16]
+                                    [--threads 2] [--inputs 128] [--skip overhead,torch,memory]
+
+1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
+   cache, ORT run, metrics) against the sum of bare `session.run` calls on the same,
+   precomputed feeds, in the same process, alternating, warm-up discarded; median ratio.
+2. torch: the same loop in ONNX Runtime against PyTorch eager, where forward hooks on the
+   controller modules substitute the same coefficients (and the same NLL/KL sums are kept);
+   both on the same number of threads; the NLL of each condition is checked to agree.
+3. memory: `replay()` in a fresh subprocess on N and 4N inputs (windows of the zoo's data,
+   rolled), peak RSS (ru_maxrss) and peak traced Python/NumPy heap (tracemalloc), with the
+   cache in memory (default limit) and memory-mapped (limit 0).
+Prints Markdown tables for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from graphaudit.capture import capture, native  # noqa: E402
+from graphaudit.coefficients import declared_coefficients  # noqa: E402
+from graphaudit.conditions import CONDITIONS, conditions  # noqa: E402
+from graphaudit.data import input_specs, load_data  # noqa: E402
+from graphaudit.load import load_model  # noqa: E402
+from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
+from graphaudit.replay import check_parity, run_conditions  # noqa: E402
+from graphaudit.runtime import create_session  # noqa: E402
+from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
+
+FIXTURES = ROOT / "fixtures"
+# coefficient family -> the controller module whose output a forward hook replaces
+HOOKED_MODULES = {"gate": "blocks.{layer}.gate", "mudd": "blocks.{layer}.mudd"}
+
+
+class Setup:
+    """One zoo model's captured coefficients, condition feeds and frozen session."""
+
+    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0):
+        self.name, self.batch_size = name, batch_size
+        loaded = load_model(FIXTURES / name / "model.onnx")
+        self.coefs = declared_coefficients(loaded.model)
+        specs = input_specs(loaded.model)
+        self.calib, self.eval = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
+        trace = trace_graph(loaded.model, self.coefs)
+        self.caches = [capture(trace, self.coefs, d, batch_size=batch_size) for d in (self.calib, self.eval)]
+        self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
+        frozen = with_log_softmax(frozen_graph(loaded.model, self.coefs), self.task.output, self.task.fetch)
+        self.session = create_session(frozen, options=options)
+        check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval, batch_size, 1e-4)
+        self.seed = seed
+
+    def replay_loop(self):
+        return run_conditions(self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,
+                              PoissonBootstrap(self.seed, 1000))
+
+    def prepared_feeds(self) -> list[dict]:
+        out = []
+        for rows, inputs in self.eval.batches(self.batch_size):
+            index = np.arange(rows.start, rows.stop)
+            for feed in self.feeds.values():
+                out.append({**inputs, **{c.tensor: native(c, feed(c, index)) for c in self.coefs}})
+        return out
+
+
+def timed(fn) -> float:
+    start = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - start) / 1e6
+
+
+def side_by_side(a, b, repeats: int) -> tuple[list[float], list[float]]:
+    """Alternate a and b `repeats` times after one discarded warm-up each; milliseconds."""
+    a(), b()
+    ta, tb = [], []
+    for _ in range(repeats):
+        ta.append(timed(a))
+        tb.append(timed(b))
+    return ta, tb
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ms (min {min(values):.1f}, max {max(values):.1f})"
+
+
+def overhead(setup: Setup, repeats: int) -> dict:
+    prepared = setup.prepared_feeds()
+    output = [setup.task.output]  # the frozen graph's own output: what a bare replay would fetch
+    bare = lambda: [setup.session.run(output, f) for f in prepared]  # noqa: E731
+    replay_ms, bare_ms = side_by_side(setup.replay_loop, bare, repeats)
+    ratios = [r / b for r, b in zip(replay_ms, bare_ms)]
+    return {"model": setup.name, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
+            "ratio_median": statistics.median(ratios), "ratio_of_medians":
+                statistics.median(replay_ms) / statistics.median(bare_ms)}
+
+
+def torch_replay(setup: Setup, threads: int):
+    """A PyTorch eager replay of the same conditions: forward hooks substitute the coefficients."""
+    import torch
+    from exporters.zoo import load_trained
+
+    torch.set_num_threads(threads)
+    model = load_trained(setup.name, FIXTURES)
+    current: dict[str, torch.Tensor] = {}
+    for c in setup.coefs:
+        module = model.get_submodule(HOOKED_MODULES[c.family].format(layer=c.layer))
+        module.register_forward_hook(lambda mod, args, out, key=c.tensor: current[key])
+
+    def loop() -> dict[str, float]:
+        totals = {name: [0.0, 0.0] for name in setup.feeds}
+        with torch.inference_mode():
+            for rows, inputs in setup.eval.batches(setup.batch_size):
+                index = np.arange(rows.start, rows.stop)
+                ids = torch.from_numpy(inputs["input_ids"])
+                reference = None
+                for name, feed in setup.feeds.items():
+                    current.update({c.tensor: torch.from_numpy(native(c, feed(c, index))) for c in setup.coefs})
+                    logits, _ = model(ids)
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    nll = -logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1).sum(-1)
+                    reference = logp if reference is None else reference
+                    kl = (reference.exp() * (reference - logp)).sum(-1).sum(-1)
+                    totals[name][0] += float(nll.sum())
+                    totals[name][1] += float(kl.sum())
+        targets = setup.eval.count * (setup.eval.arrays["input_ids"].shape[1] - 1)
+        return {name: nll / targets for name, (nll, _) in totals.items()}
+
+    return loop
+
+
+def versus_torch(setup: Setup, repeats: int, threads: int) -> dict:
+    loop = torch_replay(setup, threads)
+    ort_ms, torch_ms = side_by_side(setup.replay_loop, loop, repeats)
+    stats, torch_nll = setup.replay_loop(), loop()
+    agreement = max(abs(stats[n].figure("nll")[0] - torch_nll[n]) for n in stats)
+    return {"model": setup.name, "ort_ms": ort_ms, "torch_ms": torch_ms,
+            "speedup": statistics.median(torch_ms) / statistics.median(ort_ms), "max_nll_diff": agreement}
+
+
+MEMORY_CHILD = r"""
+import json, resource, sys, tracemalloc
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from graphaudit.data import from_arrays, input_specs
+from graphaudit.load import load_model
+from graphaudit.replay import replay
+model, count, limit = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+loaded = load_model(model)
+specs = input_specs(loaded.model)
+rng = np.random.default_rng(0)
+base = np.concatenate([np.load(p)["input_ids"] for p in sys.argv[5:]])
+def windows(n, seed):
+    rows = np.random.default_rng(seed).integers(0, len(base), n)
+    shifts = np.random.default_rng(seed + 1).integers(0, base.shape[1], n)
+    return np.stack([np.roll(base[r], s) for r, s in zip(rows, shifts)])
+calib = from_arrays({"input_ids": windows(64, 1)}, specs, "calib")
+data = from_arrays({"input_ids": windows(count, 2)}, specs, "eval")
+tracemalloc.start()
+report = replay(loaded, calib, data, batch_size=16, memory_limit=limit, resamples=1000)
+_, heap = tracemalloc.get_traced_memory()
+print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "heap_mib": heap / 2**20,
+                  "cache_mib": report.settings["cache"]["bytes"] / 2**20, "nll": report.condition("correct").nll.value}))
+"""
+
+
+def memory(name: str, inputs: int) -> list[dict]:
+    model = FIXTURES / name / "model.onnx"
+    sources = [str(FIXTURES / name / f"{k}.npz") for k in ("calib", "eval")]
+    rows = []
+    for label, limit in (("in memory (default limit)", 256 * 2**20), ("memory-mapped (limit 0)", 0)):
+        for count in (inputs, 4 * inputs):
+            out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(ROOT), str(model), str(count), str(limit),
+                                  *sources], capture_output=True, text=True, check=True)
+            rows.append({"model": name, "cache": label, "inputs": count, **json.loads(out.stdout.splitlines()[-1])})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="featuregate,mudd")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--inputs", type=int, default=128, help="N for the memory benchmark (also runs 4N)")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: overhead, torch, memory")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    names = [n for n in args.models.split(",") if (FIXTURES / n / "model.onnx").is_file()]
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
+          f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}")
+    results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
+    for name in names:
+        setup = Setup(name, args.batch_size, args.threads)
+        if "overhead" not in skip:
+            results["overhead"].append(overhead(setup, args.repeats))
+        if "torch" not in skip:
+            results["torch"].append(versus_torch(setup, args.repeats, args.threads))
+        if "memory" not in skip:
+            results["memory"] += memory(name, args.inputs)
+    if results["overhead"]:
+        print("\n| model | ORT runs per loop | replay loop | bare `run` calls | ratio (median of pairs) |")
+        print("|---|---|---|---|---|")
+        for r in results["overhead"]:
+            print(f"| {r['model']} | {r['runs_per_loop']} | {spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
+                  f"{r['ratio_median']:.3f} |")
+    if results["torch"]:
+        print("\n| model | ORT frozen replay | PyTorch eager + hooks | speed-up | max |ΔNLL| between them |")
+        print("|---|---|---|---|---|")
+        for r in results["torch"]:
+            print(f"| {r['model']} | {spread(r['ort_ms'])} | {spread(r['torch_ms'])} | {r['speedup']:.2f}× | "
+                  f"{r['max_nll_diff']:.1e} |")
+    if results["memory"]:
+        print("\n| model | coefficient cache | inputs | cache size | peak RSS | peak traced heap |")
+        print("|---|---|---|---|---|---|")
+        for r in results["memory"]:
+            print(f"| {r['model']} | {r['cache']} | {r['inputs']} | {r['cache_mib']:.1f} MiB | {r['rss_mib']:.1f} MiB | "
+                  f"{r['heap_mib']:.1f} MiB |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
