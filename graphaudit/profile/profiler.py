@@ -1,9 +1,10 @@
 """`profile_model`: time, profile and read the execution of a model on given inputs.
 
-Three sessions, each with one job: an un-profiled one for latency (alternating with the
+Three sessions, each with one job: an un-profiled one for latency (interleaved with the
 baseline's, when there is one), a profiled one at the same optimisation level for per-node
-and per-block shares, and, unless that level is already ORT_DISABLE_ALL, a profiled one at
-ORT_DISABLE_ALL, run once per input, for the execution evidence (every event one node).
+and per-block shares (its rounds interleaved with un-profiled ones, for the overhead), and,
+unless that level is already ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL, run once
+per input, for the execution evidence (every event one node).
 Profiler files and ORT's optimised model go to a temporary folder that is removed after,
 unless `keep_profiles` names a folder to keep them in.
 """
@@ -27,7 +28,7 @@ from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import Run, parse_profile
 from graphaudit.profile.execution import read_execution
-from graphaudit.profile.latency import batch_latency_ms, make_runner, time_rounds
+from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_ms, time_rounds
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
@@ -86,7 +87,8 @@ def profile_model(
         # per-node time: profiled at the same level, mapped through ORT's optimised graph
         optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
-        profiled_ns = time_rounds([make_runner(profiled, feeds)], n, profile_runs, warmup)[0]
+        # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
+        plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup)
         profile = parse_profile(profiled.end_profiling())
         _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
         timed_runs = profile.runs[warmup * n:]
@@ -133,6 +135,7 @@ def profile_model(
         profile_runs=profile_runs,
         latency_ms=batch_latency_ms(samples[0]),
         profiled_latency_ms=batch_latency_ms(profiled_ns),
+        overhead=float(per_input_ms(profiled_ns).sum() / per_input_ms(plain_ns).sum()),
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,

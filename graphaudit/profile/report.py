@@ -42,6 +42,7 @@ class ProfileReport:
     profile_runs: int
     latency_ms: Spread  # un-profiled, across inputs (batches) of their median over rounds
     profiled_latency_ms: Spread  # the same with the profiler on
+    overhead: float  # profiled over un-profiled workload time, from rounds interleaved with each other
     input_latency_ms: tuple[float, ...]  # per input (batch), median over rounds
     breakdown: Breakdown
     execution: Execution
@@ -54,11 +55,6 @@ class ProfileReport:
     @property
     def coverage(self) -> float:
         return self.breakdown.coverage
-
-    @property
-    def overhead(self) -> float:
-        """Profiled over un-profiled latency, for the whole workload (means over inputs)."""
-        return self.profiled_latency_ms.mean / self.latency_ms.mean
 
     def by_blocks_ran(self) -> list[dict]:
         """Inputs grouped by the set of blocks that ran for them, with their median latency."""
