@@ -21,15 +21,15 @@ _INLINE_LIMIT = 2**31 - 2**20
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder to write MODEL.trace.onnx and MODEL.frozen.onnx into (created if missing).")
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
-              help="Coefficient tensors to freeze (repeatable; default: those the metadata declares).")
+              help="Coefficient tensors to freeze (repeatable; default: declared in the metadata, else detected).")
 def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...]) -> None:
     """Write MODEL's trace graph (coefficients as extra outputs) and frozen graph (coefficients
     as inputs, controller nodes removed), for replaying the model elsewhere."""
     loaded = load_model(model)
     coefficients = resolve(loaded, _split(names))
     if not coefficients:
-        click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors and none were "
-                   "given (--coefficients); nothing to freeze")
+        click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors, none were given "
+                   "(--coefficients) and none were detected; nothing to freeze")
         return
     result = freeze(loaded.model, coefficients)
     stem = Path(model).name.removesuffix(".onnx")

@@ -22,7 +22,7 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
 @click.option("--data", type=click.Path(path_type=str),
               help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
-              help="Coefficient tensors (repeatable or comma-separated; default: those the metadata declares).")
+              help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
 @click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
@@ -35,11 +35,13 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
               help="Largest absolute output difference the parity check accepts.")
 @click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Bootstrap resamples over inputs for the confidence intervals.")
+@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
+              help="ONNX Runtime execution provider for the capture and the replay.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
 def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
-               fmt, quiet) -> None:
+               provider, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -48,7 +50,7 @@ def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cac
     if unknown:
         raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
     report = replay(model, calib, data, coefficients=_split(names), conditions=conditions, batch_size=batch_size,
-                    seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
+                    seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples, provider=provider,
                     progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
@@ -60,8 +62,8 @@ def _split(values: tuple[str, ...]) -> tuple[str, ...]:
 def render_text(r: ReplayReport) -> str:
     """The report as terminal text."""
     if not r.controller:
-        return (f"{r.model}: no controller — the model declares no coefficient tensors and none were given "
-                "(--coefficients); there is nothing to freeze or replay")
+        return (f"{r.model}: no controller — the model declares no coefficient tensors, none were given "
+                "(--coefficients) and none were detected; there is nothing to freeze or replay")
     families = sorted({c.family for c in r.coefficients})
     lines = [f"model: {r.model} — {len(r.coefficients)} coefficient tensor{'s' if len(r.coefficients) != 1 else ''} ({', '.join(families)})"]
     d = r.data
