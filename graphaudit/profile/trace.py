@@ -30,7 +30,7 @@ def trace_events(runs: Sequence[Run], inputs_per_round: int, node_map: NodeMap,
           for tid, name in ((_RUNS, "runs"), (_BLOCKS, "blocks"), (_NODES, "nodes"))),
     ]
     for k, run in enumerate(runs):
-        events.append(_span(_RUNS, "run", run.ts, run.dur, "run",
+        events.append(_span(_RUNS, f"input {k % inputs_per_round}", run.ts, run.dur, "run",
                             {"input": k % inputs_per_round, "round": k // inputs_per_round}))
         for name, start, end in block_segments(run, node_map, blocks):
             events.append(_span(_BLOCKS, name, start, end - start, "block", {"block": name}))
