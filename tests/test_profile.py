@@ -120,10 +120,11 @@ def test_cli_json_and_text(files, capsys):
     args = ["profile", str(files / "dynamic.onnx"), "--data", str(files / "data.npz"), "--runs", "2",
             "--warmup", "1", "--profile-runs", "1", "--threads", "1", "--limit", "2"]
     with pytest.raises(SystemExit) as exit_info:
-        main(args + ["--format", "json", "--baseline", str(files / "dense.onnx")])
+        main(args + ["--format", "json", "--baseline", str(files / "dense.onnx"), "--provider", "auto"])
     assert exit_info.value.code == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inputs"] == 2 and doc["baseline"]["ratio"] > 0
+    assert doc["provider"] == ("CUDAExecutionProvider" if HAS_CUDA else "CPUExecutionProvider")
     with pytest.raises(SystemExit) as exit_info:
         main(args + ["--opt-level", "disable"])
     out = capsys.readouterr().out
