@@ -313,14 +313,15 @@ def test_ort_moe_operator_is_subset():
     assert report.blocks[1].flops == 2 * 4 * 2 * 2 + 2 * 4 * 1 * (2 * 3 + 3 * 2)  # router + one expert per token
 
 
-def test_ort_beam_search_decoder_is_conditional():
+@pytest.mark.parametrize("op", ["BeamSearch", "GreedySearch"])
+def test_ort_search_decoder_is_conditional(op):
     text = """
     <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
     g (int32[B, T] input_ids, int32[1] max_length, int32[1] min_length, int32[1] num_beams,
        int32[1] num_return, float[1] length_penalty, float[1] repetition_penalty) => (int32[B, R, S] sequences)
       <float[2, 2] "decoder.layers.0.fc.weight" = {1.0, 0.0, 0.0, 1.0},
        float[2, 2] "decoder.layers.1.fc.weight" = {1.0, 0.0, 0.0, 1.0}> {
-        ["/search/BeamSearch"] sequences = com.microsoft.BeamSearch (input_ids, max_length, min_length, num_beams,
+        ["/search/BeamSearch"] sequences = com.microsoft.OP (input_ids, max_length, min_length, num_beams,
                                                    num_return, length_penalty, repetition_penalty) <
             eos_token_id = 2, pad_token_id = 0, model_type = 0,
             decoder = dec (int32[B, S] ids, int32[B, S] mask) => (float[B, S, 2] logits) {
@@ -335,12 +336,13 @@ def test_ort_beam_search_decoder_is_conditional():
                 ["/decoder/layers.1/Add"] logits = Add (x1, h1)
             }
         >
-    }"""
+    }""".replace("OP", op)
     report = audit(text)
     assert verdicts(report) == ["branch", "branch"]
     assert report.conditional_execution
     (control,) = report.controls
-    assert control.op == "com.microsoft.BeamSearch" and control.dependence == "value"
+    assert control.op == f"com.microsoft.{op}" and control.dependence == "value"
+    assert "decoder of" in report.blocks[0].evidence[0].detail
 
 
 # -- FLOPs ---------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Iterator, Mapping
 
 from graphaudit.errors import UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
-from graphaudit.analyses.order import execution_order, nodes_by_scope
+from graphaudit.analyses.order import execution_order
 
 NAMESPACE = "namespace"
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"
