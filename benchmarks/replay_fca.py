@@ -1,14 +1,17 @@
 """Frozen-controller replay: overhead over bare ONNX Runtime, ORT vs PyTorch hooks, memory at 4× inputs.
 
     python benchmarks/replay_fca.py [--models featuregate,mudd] [--repeats 7] [--batch-size 16]
-                                    [--threads 2] [--inputs 128] [--skip overhead,torch,memory]
+                                    [--torch-batch-sizes 1,4,16] [--threads 2] [--inputs 128]
+                                    [--skip overhead,torch,memory]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
-   cache, ORT run, metrics) against the sum of bare `session.run` calls on the same,
-   precomputed feeds, in the same process, alternating, warm-up discarded; median ratio.
+   cache, ORT run of the frozen graph plus its log-softmax output, metrics) against the sum
+   of bare `session.run` calls of the frozen graph alone on the same, precomputed feeds, in
+   the same process, alternating, warm-up discarded; median of the per-pair ratios.
 2. torch: the same loop in ONNX Runtime against PyTorch eager, where forward hooks on the
    controller modules substitute the same coefficients (and the same NLL/KL sums are kept);
-   both on the same number of threads; the NLL of each condition is checked to agree.
+   both on the same number of threads and batch size (each of --torch-batch-sizes); the NLL
+   of each condition is checked to agree.
 3. memory: `replay()` in a fresh subprocess on N and 4N inputs (windows of the zoo's data,
    rolled), peak RSS (ru_maxrss) and peak traced Python/NumPy heap (tracemalloc), with the
    cache in memory (default limit) and memory-mapped (limit 0).
@@ -63,8 +66,9 @@ class Setup:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
-        frozen = with_log_softmax(frozen_graph(loaded.model, self.coefs), self.task.output, self.task.fetch)
-        self.session = create_session(frozen, options=options)
+        frozen = frozen_graph(loaded.model, self.coefs)
+        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch), options=options)
+        self.bare_session = create_session(frozen, options=options)  # the frozen graph alone
         check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval, batch_size, 1e-4)
         self.seed = seed
 
@@ -103,20 +107,23 @@ def spread(values: list[float]) -> str:
 
 def overhead(setup: Setup, repeats: int) -> dict:
     prepared = setup.prepared_feeds()
-    output = [setup.task.output]  # the frozen graph's own output: what a bare replay would fetch
-    bare = lambda: [setup.session.run(output, f) for f in prepared]  # noqa: E731
+    output = [setup.task.output]
+    bare = lambda: [setup.bare_session.run(output, f) for f in prepared]  # noqa: E731
     replay_ms, bare_ms = side_by_side(setup.replay_loop, bare, repeats)
     ratios = [r / b for r, b in zip(replay_ms, bare_ms)]
-    return {"model": setup.name, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
+    return {"model": setup.name, "batch_size": setup.batch_size, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
             "ratio_median": statistics.median(ratios), "ratio_of_medians":
                 statistics.median(replay_ms) / statistics.median(bare_ms)}
 
 
 def torch_replay(setup: Setup, threads: int):
     """A PyTorch eager replay of the same conditions: forward hooks substitute the coefficients."""
+    import warnings
+
     import torch
     from exporters.zoo import load_trained
 
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # static feeds are read-only
     torch.set_num_threads(threads)
     model = load_trained(setup.name, FIXTURES)
     current: dict[str, torch.Tensor] = {}
@@ -151,7 +158,7 @@ def versus_torch(setup: Setup, repeats: int, threads: int) -> dict:
     ort_ms, torch_ms = side_by_side(setup.replay_loop, loop, repeats)
     stats, torch_nll = setup.replay_loop(), loop()
     agreement = max(abs(stats[n].figure("nll")[0] - torch_nll[n]) for n in stats)
-    return {"model": setup.name, "ort_ms": ort_ms, "torch_ms": torch_ms,
+    return {"model": setup.name, "batch_size": setup.batch_size, "ort_ms": ort_ms, "torch_ms": torch_ms,
             "speedup": statistics.median(torch_ms) / statistics.median(ort_ms), "max_nll_diff": agreement}
 
 
@@ -198,6 +205,7 @@ def main() -> None:
     parser.add_argument("--models", default="featuregate,mudd")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--torch-batch-sizes", default="1,4,16")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--inputs", type=int, default=128, help="N for the memory benchmark (also runs 4N)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: overhead, torch, memory")
@@ -209,24 +217,24 @@ def main() -> None:
           f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
     for name in names:
-        setup = Setup(name, args.batch_size, args.threads)
         if "overhead" not in skip:
-            results["overhead"].append(overhead(setup, args.repeats))
+            results["overhead"].append(overhead(Setup(name, args.batch_size, args.threads), args.repeats))
         if "torch" not in skip:
-            results["torch"].append(versus_torch(setup, args.repeats, args.threads))
+            for size in map(int, args.torch_batch_sizes.split(",")):
+                results["torch"].append(versus_torch(Setup(name, size, args.threads), args.repeats, args.threads))
         if "memory" not in skip:
             results["memory"] += memory(name, args.inputs)
     if results["overhead"]:
-        print("\n| model | ORT runs per loop | replay loop | bare `run` calls | ratio (median of pairs) |")
-        print("|---|---|---|---|---|")
+        print("\n| model | batch | ORT runs per loop | replay loop | bare `run` calls | ratio (median of pairs) |")
+        print("|---|---|---|---|---|---|")
         for r in results["overhead"]:
-            print(f"| {r['model']} | {r['runs_per_loop']} | {spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
+            print(f"| {r['model']} | {r['batch_size']} | {r['runs_per_loop']} | {spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
                   f"{r['ratio_median']:.3f} |")
     if results["torch"]:
-        print("\n| model | ORT frozen replay | PyTorch eager + hooks | speed-up | max |ΔNLL| between them |")
-        print("|---|---|---|---|---|")
+        print("\n| model | batch | ORT frozen replay | PyTorch eager + hooks | speed-up | max abs ΔNLL between them |")
+        print("|---|---|---|---|---|---|")
         for r in results["torch"]:
-            print(f"| {r['model']} | {spread(r['ort_ms'])} | {spread(r['torch_ms'])} | {r['speedup']:.2f}× | "
+            print(f"| {r['model']} | {r['batch_size']} | {spread(r['ort_ms'])} | {spread(r['torch_ms'])} | {r['speedup']:.2f}× | "
                   f"{r['max_nll_diff']:.1e} |")
     if results["memory"]:
         print("\n| model | coefficient cache | inputs | cache size | peak RSS | peak traced heap |")
