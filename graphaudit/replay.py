@@ -121,7 +121,8 @@ class ReplayReport:
     conditions: tuple[ConditionResult, ...] = ()
     retained_gap: tuple[tuple[str, Estimate], ...] = ()
     variance: tuple[tuple[str, Mapping[str, Estimate]], ...] = ()
-    coefficient_means: tuple[tuple[str, tuple[int, ...], np.ndarray], ...] = field(default=(), repr=False)
+    # per family: the layers, and for each tensor its mean over inputs and slots at each position
+    coefficient_means: tuple[tuple[str, tuple[int, ...], tuple[np.ndarray, ...]], ...] = field(default=(), repr=False)
     settings: Mapping[str, object] = field(default_factory=dict)
     timing: Mapping[str, float] = field(default_factory=dict)
 
@@ -148,7 +149,7 @@ class ReplayReport:
             "variance": {family: {**{k: e.value for k, e in shares.items()},
                                   "ci": {k: _ci(e) for k, e in shares.items()}}
                          for family, shares in self.variance},
-            "coefficient_means": {family: {"layers": list(layers), "values": np.round(values, 6).tolist()}
+            "coefficient_means": {family: {"layers": list(layers), "values": [np.round(v, 6).tolist() for v in values]}
                                   for family, layers, values in self.coefficient_means},
             "settings": dict(self.settings),
             "timing": dict(self.timing),
@@ -182,11 +183,11 @@ def replay(
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
+    trace = trace_graph(loaded.model, coefs)
     with ExitStack() as stack:
-        caches = [stack.enter_context(capture(
-            trace_graph(loaded.model, coefs), coefs, d, batch_size=batch_size, cache_dir=cache_dir,
-            memory_limit=memory_limit, label=label, providers=providers))
-            for label, d in (("calibration", calibration), ("evaluation", evaluation))]
+        caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
+                                              memory_limit=memory_limit, label=label, providers=providers))
+                  for label, d in (("calibration", calibration), ("evaluation", evaluation))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
         task = _task(caches[1], evaluation, batch_size)
@@ -283,11 +284,10 @@ def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chu
             f.update(values, axes, weights)
         for c in cache.coefficients:
             position[c.tensor] = position[c.tensor] + values[c.tensor].sum(axis=0, dtype=np.float64)
-    means = []
-    for f, cs in families.items():
-        rows = [_per_position(position[c.tensor] / cache.count, axes[c.tensor]) for c in cs]
-        means.append((f, tuple(c.layer for c in cs), np.stack(rows) if len({len(r) for r in rows}) == 1 else rows[0][None]))
-    return tuple((f, s.shares(level)) for f, s in sums.items()), tuple(means)
+    means = tuple((f, tuple(c.layer for c in cs),
+                   tuple(_per_position(position[c.tensor] / cache.count, axes[c.tensor]) for c in cs))
+                  for f, cs in families.items())
+    return tuple((f, s.shares(level)) for f, s in sums.items()), means
 
 
 def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
