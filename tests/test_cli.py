@@ -52,7 +52,7 @@ def test_user_error_is_one_line_and_status_1(tmp_path, capsys):
 
 def test_bad_usage_is_status_2(capsys):
     code, out, err = run_main(["inspect"], capsys)
-    assert code == 2 and "Missing argument" in err
+    assert code == 2 and err == "graphaudit: error: expected the argument 'MODEL', found none (see graphaudit inspect --help)\n"
     code, out, err = run_main(["no-such-command"], capsys)
     assert code == 2
 

@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module, parses its options, calls one public library
 function and renders the result. Errors raised as GraphAuditError become one line on
-stderr and the error's exit status; nothing else is caught.
+stderr and the error's exit status; click's objections to the command line become one
+line and status 2; nothing else is caught.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def main(argv: list[str] | None = None) -> None:
     except GraphAuditError as err:
         click.echo(f"graphaudit: error: {err}", err=True)
         sys.exit(err.exit_code)
+    except click.exceptions.NoArgsIsHelpError as err:
+        err.show()  # `graphaudit` alone: the help text, not an error line
+        sys.exit(err.exit_code)
+    except click.UsageError as err:
+        click.echo(f"graphaudit: error: {usage_line(err)}", err=True)
+        sys.exit(err.exit_code)
     except click.exceptions.Abort:
         click.echo("graphaudit: aborted", err=True)
         sys.exit(130)
@@ -70,3 +77,23 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(1)
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def usage_line(err: click.UsageError) -> str:
+    """click's objection to a command line, as one "expected ..., found ..." line."""
+    where = err.ctx.command_path if err.ctx is not None else "graphaudit"
+    see = f" (see {where} --help)"
+    message = " ".join(err.format_message().split()).rstrip(".")
+    if isinstance(err, click.NoSuchOption):
+        close = f"; closest: {', '.join(err.possibilities)}" if err.possibilities else ""
+        return f"expected an option of {where}, found {err.option_name}{close}{see}"
+    if isinstance(err, click.exceptions.NoSuchCommand):
+        return f"expected a command among {', '.join(sorted(COMMANDS))}, found {err.command_name!r}{see}"
+    param = getattr(err, "param", None)
+    name = param.get_error_hint(err.ctx) if param is not None and err.ctx is not None else None
+    if isinstance(err, click.MissingParameter) and name:
+        kind = err.param_type or param.param_type_name
+        return f"expected the {kind} {name}, found none{see}"
+    if isinstance(err, click.BadParameter) and name:
+        return f"expected a valid value for {name}, found {' '.join(str(err.message).split()).rstrip('.')}{see}"
+    return f"expected a valid command line for {where}, found: {message}{see}"
