@@ -132,6 +132,7 @@ def audit(
     baseline_flops = None
     if baseline is not None:
         base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        _check_baseline_inputs(loaded, base)
         baseline = base
         baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
@@ -206,6 +207,14 @@ def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:
 
     inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
     return {name: (1, *array.shape[1:]) for name, array in inputs.arrays.items()}
+
+
+def _check_baseline_inputs(loaded: LoadedModel, base: LoadedModel) -> None:
+    """Refuse a baseline whose inputs differ from the model's before anything is counted or run."""
+    from graphaudit.data import input_specs
+    from graphaudit.profile.baseline import check_same_inputs
+
+    check_same_inputs(input_specs(loaded.model), input_specs(base.model), _source(base))
 
 
 def _total_flops(static) -> float | None:

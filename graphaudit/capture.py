@@ -28,7 +28,7 @@ import onnx
 from graphaudit.coefficients import BATCH, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
-from graphaudit.runtime import create_session
+from graphaudit.runtime import create_session, running
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _MANIFEST = "manifest.json"
@@ -135,7 +135,9 @@ def capture(
     live: dict[str, np.ndarray] = {}
     owned = None
     for rows, feeds in data.batches(batch_size):
-        outputs = dict(zip(names, session.run(names, feeds)))
+        with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
+            outputs = dict(zip(names, session.run(names, feeds)))
+        _check_finite(coefficients, outputs, rows, label)
         if not arrays:
             live = {n: v for n, v in outputs.items() if n not in wanted}
             per_input = sum(outputs[c.tensor].nbytes for c in coefficients) / (rows.stop - rows.start)
@@ -157,6 +159,34 @@ def capture(
             mapping.flush()
         _save(folder, key, coefficients, live, data.count)
     return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
+
+
+def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.ndarray], rows: slice,
+                  label: str) -> None:
+    """Refuse NaN/Inf coefficients and NaN outputs: no figure computed from them would mean anything."""
+    wanted = {c.tensor: c for c in coefficients}
+    for name, values in sorted(outputs.items(), key=lambda item: item[0] not in wanted):  # coefficients first
+        if not np.issubdtype(values.dtype, np.floating):
+            continue
+        c = wanted.get(name)
+        values = batch_first(c, values) if c is not None else values
+        bad = ~np.isfinite(values) if c is not None else np.isnan(values)
+        if not bad.any():
+            continue
+        where = np.argwhere(bad)
+        if c is None:  # an output's axes are not declared: name the batch
+            raise GraphAuditError(
+                f"expected no NaN in the output {name!r}, found {len(where)} NaN values for {label} inputs "
+                f"{rows.start}..{rows.stop - 1}; the model produces them from these inputs, so no replay "
+                "figure would mean anything"
+            )
+        inputs = sorted({rows.start + int(i) for i in where[:, 0]})
+        shown = ", ".join(map(str, inputs[:5])) + (" ..." if len(inputs) > 5 else "")
+        raise GraphAuditError(
+            f"expected finite values in the coefficient {name!r}, found {len(where)} NaN/Inf values for {label} "
+            f"input{'s' if len(inputs) > 1 else ''} {shown} (first at index {tuple(int(i) for i in where[0][1:])}); "
+            "the controller produces them from these inputs, so no replay figure would mean anything"
+        )
 
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:

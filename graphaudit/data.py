@@ -3,9 +3,10 @@
 `load_data` gives back an InputData whose arrays are keyed by graph-input name, all with
 the same leading (batch) axis. Pickled objects are never loaded (`allow_pickle=False`);
 missing or unexpected keys, wrong dtypes or ranks, fixed dimensions that disagree,
-batches of different sizes, empty arrays and NaN/Inf values each raise a GraphAuditError
-that names what was expected and what was found. `labels` and `targets` are accepted
-beside the inputs for the metrics.
+batches of different sizes, empty arrays, NaN/Inf values and indices past the table an
+input indexes (token ids past the embedding) each raise a GraphAuditError that names what
+was expected and what was found. `labels` (integers) and `targets` (finite numbers) are
+accepted beside the inputs for the metrics. `data_shapes` reads only the array headers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class InputSpec:
     name: str
     dtype: np.dtype
     shape: tuple[int | str | None, ...] | None  # None: rank unknown
+    # rows of the table this input indexes directly (an embedding's Gather), and the table's name
+    index_limit: int | None = None
+    index_table: str | None = None
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
@@ -67,6 +71,7 @@ class InputData:
 def input_specs(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[InputSpec, ...]:
     """The graph inputs of `model` that data must feed (initializers and `exclude` left out)."""
     inits = {t.name for t in model.graph.initializer}
+    tables = _indexed_tables(model)
     specs = []
     for vi in model.graph.input:
         if vi.name in inits or vi.name in exclude:
@@ -78,29 +83,60 @@ def input_specs(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[In
             shape = tuple(
                 d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
             )
-        specs.append(InputSpec(vi.name, dtype, shape))
+        limit, table = tables.get(vi.name, (None, None))
+        specs.append(InputSpec(vi.name, dtype, shape, limit, table))
     return tuple(specs)
+
+
+def _indexed_tables(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
+    """Graph inputs used directly as Gather indices into an initializer: input -> (rows, table)."""
+    dims = {t.name: tuple(t.dims) for t in model.graph.initializer}
+    found: dict[str, tuple[int, str]] = {}
+    for node in model.graph.node:
+        if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            continue
+        table, indices = node.input[0], node.input[1]
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        shape = dims.get(table)
+        if shape is None or not -len(shape) <= axis < len(shape):
+            continue
+        rows = int(shape[axis])
+        if indices not in found or rows < found[indices][0]:
+            found[indices] = (rows, table)
+    return found
 
 
 def load_data(path: str | os.PathLike, specs: Sequence[InputSpec]) -> InputData:
     """Return the arrays of the .npz at `path`, checked against `specs`."""
     path = Path(path)
     raw = _read_npz(path)
-    expected = {s.name for s in specs}
-    missing = [s for s in specs if s.name not in raw]
-    extra = sorted(k for k in raw if k not in expected and k not in LABEL_KEYS)
-    if missing:
-        raise GraphAuditError(
-            f"expected {path.name} to hold arrays for the model's inputs "
-            f"({', '.join(s.describe() for s in specs)}), found keys {sorted(raw)}; "
-            f"missing {', '.join(s.name for s in missing)}"
-        )
-    if extra:
-        raise GraphAuditError(
-            f"expected {path.name} to hold only the model's inputs ({', '.join(sorted(expected))}) "
-            f"and optionally {' / '.join(LABEL_KEYS)}, found unexpected keys {extra}"
-        )
+    _check_keys(raw, specs, path.name)
     return from_arrays(raw, specs, source=path.name)
+
+
+def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec]) -> dict[str, tuple[int, ...]]:
+    """The shape of one example (batch 1) of each input in the .npz at `path`, read from the
+    array headers alone (no values are read), checked against `specs` as `load_data` checks."""
+    path = Path(path)
+    _require_zip(path)
+    headers: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if member.endswith(".npy"):
+                    with archive.open(member) as f:
+                        version = np.lib.format.read_magic(f)
+                        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                else np.lib.format.read_array_header_2_0)
+                        shape, _, dtype = read(f)
+                    headers[member[:-4]] = (np.dtype(dtype), tuple(shape))
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
+        raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
+    _check_keys(headers, specs, path.name)
+    for spec in specs:
+        _check_header(*headers[spec.name], spec, f"{spec.name!r} in {path.name}")
+    _check_counts({name: shape[0] for name, (_, shape) in headers.items() if shape}, path.name)
+    return {spec.name: (1, *headers[spec.name][1][1:]) for spec in specs}
 
 
 def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str = "<arrays>") -> InputData:
@@ -108,27 +144,53 @@ def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], sourc
     arrays: dict[str, np.ndarray] = {}
     for spec in specs:
         arrays[spec.name] = _check_array(raw[spec.name], spec, source)
-    labels = {k: np.asarray(raw[k]) for k in LABEL_KEYS if k in raw}
-    for key, value in labels.items():
-        if value.dtype == object:
-            raise GraphAuditError(f"expected numeric {key} in {source}, found object dtype")
+    labels = {k: _check_labels(k, np.asarray(raw[k]), source) for k in LABEL_KEYS if k in raw}
     counts = {name: a.shape[0] for name, a in {**arrays, **labels}.items()}
+    _check_counts(counts, source)
+    count = next(iter(counts.values()), 0)
+    return InputData(arrays, labels, count, source)
+
+
+def _check_keys(keys: Mapping[str, object], specs: Sequence[InputSpec], source: str) -> None:
+    expected = {s.name for s in specs}
+    missing = [s for s in specs if s.name not in keys]
+    extra = sorted(k for k in keys if k not in expected and k not in LABEL_KEYS)
+    if missing:
+        raise GraphAuditError(
+            f"expected {source} to hold arrays for the model's inputs "
+            f"({', '.join(s.describe() for s in specs)}), found keys {sorted(keys)}; "
+            f"missing {', '.join(s.name for s in missing)}"
+        )
+    if extra:
+        raise GraphAuditError(
+            f"expected {source} to hold only the model's inputs ({', '.join(sorted(expected))}) "
+            f"and optionally {' / '.join(LABEL_KEYS)}, found unexpected keys {extra}"
+        )
+
+
+def _check_counts(counts: Mapping[str, int], source: str) -> None:
     if len(set(counts.values())) > 1:
         raise GraphAuditError(
             f"expected every array in {source} to have the same number of examples on axis 0, "
             f"found {', '.join(f'{k}: {v}' for k, v in counts.items())}"
         )
-    count = next(iter(counts.values()), 0)
-    return InputData(arrays, labels, count, source)
+
+
+def _check_labels(key: str, a: np.ndarray, source: str) -> np.ndarray:
+    """`labels` are integer class or token ids (-100: left out); `targets` are finite numbers."""
+    integer = np.issubdtype(a.dtype, np.integer)
+    if a.dtype == bool or not (integer or (key == "targets" and np.issubdtype(a.dtype, np.floating))):
+        kind = "integer" if key == "labels" else "numeric"
+        raise GraphAuditError(f"expected {kind} {key} in {source}, found dtype {a.dtype}")
+    if a.ndim == 0:
+        raise GraphAuditError(f"expected {key} in {source} to have a batch axis, found a scalar")
+    if not integer and not np.isfinite(a).all():
+        raise GraphAuditError(f"expected finite {key} in {source}, found {int((~np.isfinite(a)).sum())} NaN/Inf values")
+    return a
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise GraphAuditError(f"expected a data file (.npz) at {path}, found {'a directory' if path.is_dir() else 'nothing'}")
-    if not zipfile.is_zipfile(path):
-        raise GraphAuditError(
-            f"expected a NumPy .npz archive (a zip of .npy arrays) at {path}, found a file that is not a zip archive"
-        )
+    _require_zip(path)
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
@@ -143,29 +205,55 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
 
 
+def _require_zip(path: Path) -> None:
+    if not path.is_file():
+        raise GraphAuditError(f"expected a data file (.npz) at {path}, found {'a directory' if path.is_dir() else 'nothing'}")
+    if not zipfile.is_zipfile(path):
+        raise GraphAuditError(
+            f"expected a NumPy .npz archive (a zip of .npy arrays) at {path}, found a file that is not a zip archive"
+        )
+
+
 def _check_array(value: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
     a = np.asarray(value)
     where = f"{spec.name!r} in {source}"
-    if a.dtype != spec.dtype:
-        same_kind = np.issubdtype(a.dtype, np.integer) and np.issubdtype(spec.dtype, np.integer)
-        if same_kind and np.can_cast(a.dtype, spec.dtype, "safe"):
-            a = a.astype(spec.dtype)  # e.g. int32 token ids for an int64 input: lossless
-        else:
-            raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {a.dtype}")
-    if spec.shape is not None:
-        if a.ndim != len(spec.shape):
-            raise GraphAuditError(
-                f"expected {where} to have rank {len(spec.shape)} (shape {spec.describe().split(' ', 2)[2]}), "
-                f"found rank {a.ndim} (shape {a.shape})"
-            )
-        for axis, (want, got) in enumerate(zip(spec.shape, a.shape)):
-            if isinstance(want, int) and want > 0 and axis > 0 and want != got:
-                raise GraphAuditError(f"expected {where} to have size {want} on axis {axis}, found {got}")
-    if a.ndim == 0:
-        raise GraphAuditError(f"expected {where} to have a batch axis, found a scalar")
-    if a.size == 0:
-        raise GraphAuditError(f"expected {where} to hold data, found an empty array of shape {a.shape}")
+    if _check_header(a.dtype, a.shape, spec, where):
+        a = a.astype(spec.dtype)  # e.g. int32 token ids for an int64 input: lossless
     if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
         bad = int((~np.isfinite(a)).sum())
         raise GraphAuditError(f"expected finite values in {where}, found {bad} NaN/Inf values")
+    if spec.index_limit is not None and np.issubdtype(a.dtype, np.integer):
+        low, high = int(a.min()), int(a.max())
+        if low < 0 or high >= spec.index_limit:
+            raise GraphAuditError(
+                f"expected {where} to hold indices 0..{spec.index_limit - 1} (rows of {spec.index_table!r}, "
+                f"which it indexes), found values from {low} to {high}"
+            )
     return a
+
+
+def _check_header(dtype: np.dtype, shape: tuple[int, ...], spec: InputSpec, where: str) -> bool:
+    """Check an array's dtype and shape against `spec`; True when it is to be widened to spec.dtype."""
+    if dtype == object:
+        raise GraphAuditError(f"expected numeric values for {where}, found pickled Python objects; graphaudit "
+                              "never loads pickles (they can run code)")
+    widen = False
+    if dtype != spec.dtype:
+        same_kind = np.issubdtype(dtype, np.integer) and np.issubdtype(spec.dtype, np.integer)
+        if not (same_kind and np.can_cast(dtype, spec.dtype, "safe")):
+            raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
+        widen = True
+    if spec.shape is not None:
+        if len(shape) != len(spec.shape):
+            raise GraphAuditError(
+                f"expected {where} to have rank {len(spec.shape)} (shape {spec.describe().split(' ', 2)[2]}), "
+                f"found rank {len(shape)} (shape {tuple(shape)})"
+            )
+        for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+            if isinstance(want, int) and want > 0 and axis > 0 and want != got:
+                raise GraphAuditError(f"expected {where} to have size {want} on axis {axis}, found {got}")
+    if len(shape) == 0:
+        raise GraphAuditError(f"expected {where} to have a batch axis, found a scalar")
+    if 0 in shape:
+        raise GraphAuditError(f"expected {where} to hold data, found an empty array of shape {tuple(shape)}")
+    return widen

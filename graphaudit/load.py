@@ -211,7 +211,7 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
 
 
 def _check(model: onnx.ModelProto, path: Path | None) -> None:
-    where = f" {path}" if path else ""
+    where = f" in {path}" if path else ""
     try:
         if model.ByteSize() > _PROTOBUF_LIMIT:
             # check_model cannot serialise a proto past 2 GiB; its graph-only checks still apply.

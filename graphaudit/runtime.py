@@ -2,19 +2,28 @@
 
 Every part of graphaudit that runs a model (capture, replay, profile) creates its session
 through `create_session`, so that a model with an operator ONNX Runtime lacks, or a CUDA
-request on a machine without CUDA, gives the same clear error everywhere.
+request on a machine without CUDA, gives the same clear error everywhere. ONNX Runtime's
+own log lines are silenced: every failure it reports also comes back as an exception,
+which graphaudit words as one line. `running` does the same for a run that the user's
+inputs make fail (an index past a table, a sequence longer than the model takes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
+from typing import Iterator
 
 import onnx
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from graphaudit.errors import GraphAuditError
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+# What ONNX Runtime raises when a run fails on the inputs it was given.
+RUN_ERRORS = (_ort_state.Fail, _ort_state.InvalidArgument, _ort_state.RuntimeException)
+_FATAL_ONLY = 4  # ORT log severity: only fatal errors, which end the process anyway
 # Operator domains ONNX Runtime implements kernels for (everything else is custom).
 RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
                              "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
@@ -72,6 +81,8 @@ def create_session(
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none."""
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    options = options or ort.SessionOptions()
+    options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
     try:
         return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]])
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
@@ -80,7 +91,7 @@ def create_session(
         missing = re.findall(r"([\w.]*:\w+)\(-?\d+\) is not a registered function/op", message)
         missing += re.findall(r"Could not find an implementation for (\w+\(\d+\))", message)
         if custom or missing:
-            ops = ", ".join(custom or missing)
+            ops = ", ".join(custom or [m.replace(":", ".") for m in missing])
             raise GraphAuditError(
                 f"expected operators ONNX Runtime implements, found {ops}, which it lacks; "
                 "the static audit (graphaudit static) still works, the runtime parts cannot run"
@@ -91,3 +102,24 @@ def create_session(
                 f"expected an ONNX opset ONNX Runtime supports (up to {opset.group(2)}), found opset {opset.group(1)}"
             ) from None
         raise GraphAuditError(f"expected a model ONNX Runtime can load, found its objection: {message[:400]}") from None
+
+
+@contextlib.contextmanager
+def running(what: str) -> Iterator[None]:
+    """Turn ONNX Runtime's objection to running `what` on the user's inputs into a GraphAuditError."""
+    try:
+        yield
+    except RUN_ERRORS as err:
+        raise GraphAuditError(f"expected inputs that {what} can run on, found {describe_run_error(err)}") from None
+
+
+def describe_run_error(err: BaseException) -> str:
+    """ONNX Runtime's run error in a few words: the node, its operator and the message."""
+    message = " ".join(str(err).split())
+    node = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", message)
+    if node:
+        op, name, detail = node.groups()
+        detail = re.sub(r"^/\S+:\d+ \S+ ", "", detail)  # the C++ source location
+        return f"ONNX Runtime's error in node {name!r} ({op}): {detail[:300]}"
+    message = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", message)
+    return f"ONNX Runtime's error: {message[:400]}"

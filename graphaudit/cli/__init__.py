@@ -9,12 +9,14 @@ line and status 2; nothing else is caught.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from pathlib import Path
 
 import click
 
 from graphaudit._version import __version__
-from graphaudit.errors import GraphAuditError
+from graphaudit.errors import GraphAuditError, UsageError
 
 # name -> "module:attribute"; modules are imported only when their command runs or when
 # help lists them, so `graphaudit --version` stays fast.
@@ -97,3 +99,16 @@ def usage_line(err: click.UsageError) -> str:
     if isinstance(err, click.BadParameter) and name:
         return f"expected a valid value for {name}, found {' '.join(str(err.message).split()).rstrip('.')}{see}"
     return f"expected a valid command line for {where}, found: {message}{see}"
+
+
+def check_output(path: str | os.PathLike, option: str, inputs) -> None:
+    """Refuse to write `path` when it is one of the command's input files or has no folder to go in."""
+    target = Path(path).resolve()
+    for given in inputs:
+        if given is not None and Path(given).resolve() == target:
+            raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
+                             "an input; graphaudit never overwrites the files it audits")
+    if target.is_dir():
+        raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
+    if not target.parent.is_dir():
+        raise GraphAuditError(f"expected {option} to name a file in an existing folder, found no folder {target.parent}")

@@ -8,6 +8,7 @@ import click
 from tabulate import tabulate
 
 from graphaudit.analyses.static import audit_static
+from graphaudit.cli import check_output
 from graphaudit.load import load_model
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
@@ -47,6 +48,8 @@ def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, l
 
     Each block's static verdict (graphaudit static) is checked against what ran.
     """
+    if trace is not None:
+        check_output(trace, "--trace", (model, data, baseline))
     loaded = load_model(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,

@@ -27,7 +27,7 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Inputs per ONNX Runtime run (capture and replay use the same batches).")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run.")
@@ -39,7 +39,7 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
               help="ONNX Runtime execution provider for the capture and the replay.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
-@click.option("--quiet", is_flag=True, help="No progress bar on stderr.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
                provider, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,

@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from graphaudit.audit import audit
+from graphaudit.cli import check_output
+from graphaudit.errors import GraphAuditError
 from graphaudit.progress import ProgressBar
 from graphaudit.report import FORMATS
 from graphaudit.verdict import CLAIMS
@@ -38,12 +40,14 @@ what it needs.
               help="Write the report to this file instead of standard output.")
 @click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIMS)),
               help="Exit with status 3 unless the audit supports this claim (repeatable).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the replay's permutations and bootstrap.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the replay's permutations and bootstrap.")
 @click.option("--runs", default=20, show_default=True, help="Timed rounds of the profile.")
 @click.option("--warmup", default=3, show_default=True, help="Profile rounds run first and discarded.")
 @click.option("--profile-runs", default=3, show_default=True, help="Rounds run with ONNX Runtime's profiler on.")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
-@click.option("--resamples", default=1000, show_default=True, help="Bootstrap resamples for the intervals.")
+@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Bootstrap resamples for the intervals.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
 def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, provider, fmt, output, claims, seed,
@@ -54,13 +58,18 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, prov
     has coefficient tensors) and the runtime profile, then answers each question in plain
     words with the evidence it rests on.
     """
+    if output is not None:  # before the audit, which can take long
+        check_output(output, "-o", (model, calib, data, baseline))
     with ProgressBar(quiet=quiet) as bar:
         report = audit(model, calib, data, baseline, coefficients, provider, seed=seed, block_pattern=block_pattern,
                        claims=claims, runs=runs, warmup=warmup, profile_runs=profile_runs, profile_limit=limit,
                        resamples=resamples, progress=bar)
     text = report.render(fmt)
     if output is not None:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise GraphAuditError(f"expected a writable report file at {output}, found: {err.strerror}") from None
         if not quiet:
             click.echo(f"graphaudit: wrote the {fmt} report to {output}", err=True)
     else:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import zipfile
-from pathlib import Path
 
 import click
-import numpy as np
 from tabulate import tabulate
 
 from graphaudit.analyses.static import CLAIMS, StaticReport, audit_static
-from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.data import data_shapes, input_specs
+from graphaudit.errors import UsageError
 from graphaudit.load import load_model
+from graphaudit.runtime import custom_operators
 
 
 @click.command("static")
@@ -41,11 +40,17 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only
     can save compute.
     """
     loaded = load_model(model, weights=not graph_only)
-    given = _npz_shapes(data, [i.name for i in loaded.model.graph.input]) if data else {}
+    given = data_shapes(data, input_specs(loaded.model)) if data else {}
     given.update(_parse_shape(s) for s in shapes)
     report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients,
                           shapes=given or None)
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
+    lacking = custom_operators(loaded.model)
+    if fmt == "json":
+        click.echo(json.dumps({**report.to_json(), "runtime_lacks": lacking}, indent=2))
+    else:
+        click.echo(render_text(report) + (f"\nONNX Runtime lacks {', '.join(lacking)}: graphaudit replay, profile "
+                                          "and run cannot run this model" if lacking else ""))
     problem = report.contradiction(expect) if expect else None
     if problem:
         click.echo(f"graphaudit: claim refuted: {problem}", err=True)
@@ -61,30 +66,6 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     if not sep or not name or not values or any(v <= 0 for v in values):
         raise UsageError(f"expected --shape NAME=DIMS with positive integer dims (e.g. input_ids=1,128), found {text!r}")
     return name, values
-
-
-def _npz_shapes(path: str, inputs: list[str]) -> dict[str, tuple[int, ...]]:
-    """The shape of one input (batch 1) per graph input in an .npz file whose arrays stack
-    inputs along their first axis, read from the array headers alone."""
-    shapes = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if not member.endswith(".npy") or member[:-4] not in inputs:
-                    continue
-                with archive.open(member) as f:
-                    version = np.lib.format.read_magic(f)
-                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                              else np.lib.format.read_array_header_2_0)
-                    shape = tuple(header(f)[0])
-                    shapes[member[:-4]] = (1, *shape[1:]) if shape else shape
-    except (OSError, zipfile.BadZipFile, ValueError) as err:
-        raise GraphAuditError(f"expected an .npz file of arrays at {path}, found an error: {err}") from None
-    if not shapes:
-        raise GraphAuditError(
-            f"expected arrays named after the graph inputs ({', '.join(inputs)}) in {Path(path).name}, found none"
-        )
-    return shapes
 
 
 def _flops(n: int | None) -> str:

@@ -85,6 +85,7 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
     if task.logits:
         targets, mask = _targets(task, feeds, labels)
         if targets is not None:
+            _check_range(task, targets, mask, out.shape[-1])
             logp = out[:, :-1] if task.kind == "causal_lm" else out
             picked = np.take_along_axis(logp, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0]
             sums[:, _COL["nll"]] = -_per_input(picked * mask)
@@ -145,6 +146,17 @@ def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray |
     else:
         return None, None
     return targets, targets != IGNORE_INDEX
+
+
+def _check_range(task: Task, targets: np.ndarray, mask: np.ndarray, classes: int) -> None:
+    """Refuse targets outside the model's classes, which NumPy would wrap or fail on."""
+    bad = mask & ((targets < 0) | (targets >= classes))
+    if bad.any():
+        ignored = f", or {IGNORE_INDEX} to leave a position out" if task.labels else ""
+        raise GraphAuditError(
+            f"expected {task.labels or task.ids} in 0..{classes - 1} (the classes of the output "
+            f"{task.output!r}{ignored}), found {int(targets[bad][0])}"
+        )
 
 
 def _per_input(values: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ from graphaudit.profile.report import ProfileReport
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
-from graphaudit.runtime import resolve_providers
+from graphaudit.runtime import resolve_providers, running
 
 
 def profile_model(
@@ -82,7 +82,9 @@ def profile_model(
         if base is not None:
             base_runnable = runnable_model(base)
             timed.append(make_runner(open_session(base_runnable, providers, session_options(opt_level, threads)), feeds))
-        samples = time_rounds(timed, n, runs, warmup)
+        # the first round runs every input: where the inputs cannot run, it says so here
+        with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
+            samples = time_rounds(timed, n, runs, warmup)
 
         # per-node time: profiled at the same level, mapped through ORT's optimised graph
         optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
