@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +47,15 @@ def snapshot(paths) -> dict:
 
 
 def invoke(args) -> int:
-    with pytest.raises(SystemExit) as info:
-        main([str(a) for a in args])
+    """Run `graphaudit ARGS` in-process; return its exit status. A warning the user would see
+    (Python prints all but deprecations to stderr) fails the test: it would be a second line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SystemExit) as info:
+            main([str(a) for a in args])
+    shown = [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught
+             if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    assert not shown, shown
     return info.value.code
 
 
