@@ -24,9 +24,6 @@ from torch import Tensor, nn
 from exporters.backbone import Block, Config, LanguageModel, next_token_nll
 from graphaudit.coefficients import Coefficient
 
-EXIT_AFTER = 1
-
-
 class ExitTest(nn.Module):
     """The controller: how sure the model's own head already is after the early block."""
 
@@ -38,8 +35,10 @@ class ExitTest(nn.Module):
 class EarlyExit(LanguageModel):
     name = "earlyexit"
 
-    def __init__(self, cfg: Config = Config(), exit_after: int = EXIT_AFTER):
+    def __init__(self, cfg: Config = Config(), exit_after: int | None = None):
         super().__init__(cfg)
+        # By default after the first half of the blocks (block 1 of four).
+        exit_after = cfg.n_layers // 2 - 1 if exit_after is None else exit_after
         if not 0 <= exit_after < cfg.n_layers - 1:
             raise ValueError(
                 f"expected exit_after in 0..{cfg.n_layers - 2} (some block after it to skip), "

@@ -15,6 +15,7 @@ depend on the machine that wrote them.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -84,18 +85,25 @@ def _dims(model: LanguageModel) -> tuple[Dim, Dim]:
 
 def _export(model, args, kwargs, dynamic_shapes, input_names, output_names) -> onnx.ModelProto:
     model.eval()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(
-            model,
-            args,
-            kwargs=kwargs,
-            dynamo=True,
-            dynamic_shapes=dynamic_shapes,
-            input_names=input_names,
-            output_names=output_names,
-            verbose=False,
-        )
+    # The exporter logs a warning per missing optional package (torchvision) on every call.
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(
+                model,
+                args,
+                kwargs=kwargs,
+                dynamo=True,
+                dynamic_shapes=dynamic_shapes,
+                input_names=input_names,
+                output_names=output_names,
+                verbose=False,
+            )
+    finally:
+        logger.setLevel(level)
     return program.model_proto
 
 

@@ -81,7 +81,7 @@ class MoE(LanguageModel):
         super().__init__(cfg)
         # By default every other layer, starting at 1 (layers 1 and 3 of four).
         self.moe_layers = tuple(range(1, cfg.n_layers, 2) if moe_layers is None else moe_layers)
-        self.n_experts = n_experts
+        self.n_experts, self.top_k = n_experts, top_k
         self.blocks = nn.ModuleList(
             MoEBlock(cfg, n_experts, top_k) if i in self.moe_layers else Block(cfg)
             for i in range(cfg.n_layers)
@@ -116,7 +116,7 @@ class MoE(LanguageModel):
         balance = logits.new_zeros(())
         for probs in computed.values():
             probs = probs.reshape(-1, self.n_experts)
-            chosen = probs.topk(self.blocks[self.moe_layers[0]].ffn.top_k, dim=-1).indices
+            chosen = probs.topk(self.top_k, dim=-1).indices
             share = torch.zeros_like(probs).scatter(1, chosen, 1.0).mean(0)
             balance = balance + self.n_experts * (share * probs.mean(0)).sum()
         return nll + BALANCE_WEIGHT * balance, nll

@@ -12,8 +12,8 @@ def render_readme(zoo: dict) -> str:
         "",
         "Small byte-level causal language models, trained briefly and exported to ONNX with",
         "their coefficient metadata (`graphaudit.coefficients`). Written by `exporters/build.py`;",
-        "do not edit by hand. Regenerate (from the repository root, about "
-        f"{_minutes(zoo['seconds'])} on 2 CPU cores):",
+        "do not edit by hand. Regenerate from the repository root (about ten minutes; it",
+        "trains on one CPU thread):",
         "",
         "```",
         zoo["command"],
@@ -51,11 +51,12 @@ def render_readme(zoo: dict) -> str:
         k, n = ee["exit_after"], ee["config"]["n_layers"]
         lines += [
             "",
-            f"EarlyExit skips blocks {k + 1}–{n - 1} when every input of the batch has a mean "
-            f"top-probability (`exit.{k}`, averaged over tokens) above {ee['threshold']:.4f}, the median "
-            f"over the calibration inputs: {ee['calib_exits']} of {zoo['data']['calib'][0]} "
-            f"calibration and {ee['eval_exits']} of {zoo['data']['eval'][0]} eval inputs exit "
-            "early when run one per batch. Its eval NLL is measured that way.",
+            f"EarlyExit skips blocks {k + 1}–{n - 1} when every input of the batch has a "
+            f"mean top-probability (`exit.{k}`, averaged over tokens) above "
+            f"{ee['threshold']:.4f}, the median over the calibration inputs: "
+            f"{ee['calib_exits']} of {zoo['data']['calib'][0]} calibration and "
+            f"{ee['eval_exits']} of {zoo['data']['eval'][0]} eval inputs exit early when run "
+            "one per batch. Its eval NLL is measured that way.",
         ]
     steps = [row["step"] for row in next(iter(models.values()))["curve"]]
     for key, title in (("train_nll", "Train"), ("eval_nll", "Eval")):
@@ -87,10 +88,6 @@ def render_readme(zoo: dict) -> str:
         "",
     ]
     return "\n".join(lines)
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} minutes" if seconds >= 90 else f"{seconds:.0f} seconds"
 
 
 def _schedule(s: dict) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,7 +36,7 @@ def train(
     opt = torch.optim.AdamW(
         model.parameters(), lr=schedule.lr, betas=(0.9, 0.95), weight_decay=schedule.weight_decay
     )
-    curve, recent, start = [], [], time.perf_counter()
+    curve, recent = [], []
     for step in range(1, schedule.steps + 1):
         for group in opt.param_groups:
             group["lr"] = schedule.lr * _lr_factor(step, schedule)
@@ -55,7 +54,6 @@ def train(
                     "step": step,
                     "train_nll": round(float(np.mean(recent)), 4),
                     "eval_nll": round(eval_nll(model, eval_ids), 4),
-                    "seconds": round(time.perf_counter() - start, 1),
                 }
             )
             recent = []
