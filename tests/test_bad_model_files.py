@@ -72,8 +72,15 @@ BAD_MODEL_FILES = {
     "opset-newer-than-onnx": (lambda: tiny(relu(), opset=onnx.defs.onnx_opset_version() + 5),
                               r"expected an ai.onnx opset up to \d+ .*found opset \d+"),
     "ir-newer-than-onnx": (_ir_too_new, r"expected an ONNX IR version up to \d+ .*found \d+"),
+    "non-utf8-node-name": (lambda: _non_utf8_name(), r"expected node and value names that are UTF-8 text .*damaged or not ONNX"),
     "unknown-standard-op": (lambda: tiny([helper.make_node("Frobnicate", ["x"], ["y"])]), r"No Op registered for Frobnicate"),
 }
+
+
+def _non_utf8_name() -> bytes:
+    """A node name whose bytes are not UTF-8: protobuf hands it back as bytes, not text."""
+    return tiny([helper.make_node("Relu", ["x"], ["y"], name="relu_name")]).SerializeToString().replace(
+        b"relu_name", b"\x80elu_name")
 
 
 def _npz_bytes() -> bytes:

@@ -54,6 +54,21 @@ def test_mutated_model_bytes_keep_the_contract(tmp_path_factory, capsys, content
     assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(content).digest()
 
 
+@FUZZ
+@given(content=mutated_model())
+def test_mutated_model_bytes_keep_the_contract_in_the_static_audit(tmp_path_factory, capfd, content):
+    """The static audit reads more of the graph than inspect: names, scopes, shapes, FLOPs."""
+    path = tmp_path_factory.mktemp("fuzz") / "m.onnx"
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as info:
+        main(["static", str(path), "--format", "json", "--shape", "input_ids=1,4"])
+    out, err = capfd.readouterr()
+    assert info.value.code in (0, 1, 2), err
+    if info.value.code:
+        assert err.startswith("graphaudit: error: expected") and err.count("\n") == 1, err
+    assert path.read_bytes() == content
+
+
 array_strategy = st.one_of(
     st.builds(lambda n, t: np.zeros((n, t), np.int64), st.integers(0, 3), st.integers(0, 4)),
     st.builds(lambda s: np.full(s, np.nan, np.float32), st.lists(st.integers(1, 3), min_size=1, max_size=3)),
