@@ -13,7 +13,7 @@
    both on the same number of threads and batch size (each of --torch-batch-sizes); the NLL
    of each condition is checked to agree.
 3. memory: `replay()` in a fresh subprocess on N and 4N inputs (windows of the zoo's data,
-   rolled), peak RSS (ru_maxrss) and peak traced Python/NumPy heap (tracemalloc), with the
+   rolled), peak RSS (VmHWM) and peak traced Python/NumPy heap (tracemalloc), with the
    cache in memory (default limit) and memory-mapped (limit 0).
 Prints Markdown tables for BENCHMARKS.md.
 """
@@ -183,7 +183,10 @@ data = from_arrays({"input_ids": windows(count, 2)}, specs, "eval")
 tracemalloc.start()
 report = replay(loaded, calib, data, batch_size=16, memory_limit=limit, resamples=1000)
 _, heap = tracemalloc.get_traced_memory()
-print(json.dumps({"rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "heap_mib": heap / 2**20,
+# VmHWM: this process's own peak; ru_maxrss would also count the parent's RSS at fork
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+rss = int(status["VmHWM"].split()[0]) if "VmHWM" in status else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"rss_mib": rss / 1024, "heap_mib": heap / 2**20,
                   "cache_mib": report.settings["cache"]["bytes"] / 2**20, "nll": report.condition("correct").nll.value}))
 """
 
@@ -195,7 +198,9 @@ def memory(name: str, inputs: int) -> list[dict]:
     for label, limit in (("in memory (default limit)", 256 * 2**20), ("memory-mapped (limit 0)", 0)):
         for count in (inputs, 4 * inputs):
             out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(ROOT), str(model), str(count), str(limit),
-                                  *sources], capture_output=True, text=True, check=True)
+                                  *sources], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"memory benchmark of {name} at {count} inputs failed:\n{out.stderr[-2000:]}")
             rows.append({"model": name, "cache": label, "inputs": count, **json.loads(out.stdout.splitlines()[-1])})
     return rows
 

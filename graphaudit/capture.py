@@ -68,6 +68,11 @@ class CoefficientCache:
             yield rows, {c.tensor: self.rows(c, slice(rows[0], rows[-1] + 1)) for c in self.coefficients}
 
     @property
+    def temporary(self) -> bool:
+        """True when the arrays live in a temporary folder that `close()` removes."""
+        return self._owned is not None
+
+    @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
 

@@ -202,7 +202,9 @@ def replay(
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
         variance, means = _variance(caches[1], boot, confidence)
         timing["variance_s"] = time.perf_counter() - clock
-        settings["cache"] = {"location": str(caches[1].location) if caches[1].location else "memory",
+        where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
+            caches[1].location)
+        settings["cache"] = {"location": where,
                              "reused": caches[1].reused, "bytes": caches[0].nbytes + caches[1].nbytes}
     results = tuple(_result(name, s, stats["correct"], task, confidence) for name, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
