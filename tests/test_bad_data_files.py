@@ -52,7 +52,8 @@ BAD_DATA = {
     "wrong-rank": ("ids", {"input_ids": IDS[..., None]}, r"rank 2 .*found rank 3", True),
     "batch-sizes-disagree": ("ids", {"input_ids": IDS, "labels": IDS[:3]},
                              r"same number of examples on axis 0, found input_ids: 6, labels: 3", True),
-    "empty-array": ("ids", {"input_ids": IDS[:0]}, r"expected 'input_ids' in .* to hold data, found an empty array", True),
+    "empty-array": ("ids", {"input_ids": IDS[:0]}, r"expected 'input_ids' in .* to hold data, found an empty array",
+                    True),
     "empty-sequence": ("ids", {"input_ids": IDS[:, :0]}, r"found an empty array of shape \(6, 0\)", True),
     "nan-in-inputs": ("float", {"x": np.where(X > 1.9, np.nan, X).astype(np.float32)},
                       r"expected finite values in 'x' in .*, found \d+ NaN/Inf values", False),
@@ -98,7 +99,8 @@ def test_bad_data_file(models, tmp_path, capfd, case):
 def test_labels_outside_the_vocabulary_are_refused_where_they_are_scored(models, tmp_path, capfd):
     model, good = models / "ids.onnx", models / "ids.npz"
     bad = _write(tmp_path, "labels", {"input_ids": IDS, "labels": np.where(IDS > 5, 40, IDS)})
-    message = r"expected labels in 0\.\.10 \(the classes of the output 'logits', or -100 to leave a position out\), found 40"
+    message = (r"expected labels in 0\.\.10 \(the classes of the output 'logits', or -100 to leave a position out\), "
+               r"found 40")
     refused(capfd, ["replay", model, "--calib", good, "--data", bad, *FAST_REPLAY], [model, good, bad], match=message)
     refused(capfd, ["run", model, "--calib", good, "--data", bad, *FAST_RUN], [model, good, bad], match=message)
 

@@ -60,11 +60,14 @@ BAD_MODEL_FILES = {
               r"expected an acyclic ONNX graph .*found a cycle through nodes r[ab] -> r[ab]"),
     "dangling-input": (lambda: tiny([helper.make_node("Add", ["x", "nowhere"], ["y"], name="add")]),
                        r"found node add reads 'nowhere', which no node, input or initializer defines"),
-    "duplicate-node-output": (lambda: tiny([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])]),
+    "duplicate-node-output": (lambda: tiny([helper.make_node("Relu", ["x"], ["y"]),
+                                            helper.make_node("Neg", ["x"], ["y"])]),
                               r"'y' has been used as output names multiple times"),
-    "duplicate-graph-input": (lambda: tiny(relu(), inputs=("x", "x")), r"'x' has been used as graph input names multiple times"),
+    "duplicate-graph-input": (lambda: tiny(relu(), inputs=("x", "x")),
+                              r"'x' has been used as graph input names multiple times"),
     "duplicate-initializer": (lambda: tiny([helper.make_node("Add", ["x", "w"], ["y"])], initializers=[
-        helper.make_tensor("w", TensorProto.FLOAT, [2], [1, 2]), helper.make_tensor("w", TensorProto.FLOAT, [2], [3, 4])]),
+        helper.make_tensor("w", TensorProto.FLOAT, [2], [1, 2]),
+        helper.make_tensor("w", TensorProto.FLOAT, [2], [3, 4])]),
                               r"w initializer name is not unique"),
     "output-nothing-produces": (lambda: tiny([helper.make_node("Relu", ["x"], ["z"])]),
                                 r"Graph output 'y' is not an output of any node"),
@@ -72,8 +75,10 @@ BAD_MODEL_FILES = {
     "opset-newer-than-onnx": (lambda: tiny(relu(), opset=onnx.defs.onnx_opset_version() + 5),
                               r"expected an ai.onnx opset up to \d+ .*found opset \d+"),
     "ir-newer-than-onnx": (_ir_too_new, r"expected an ONNX IR version up to \d+ .*found \d+"),
-    "non-utf8-node-name": (lambda: _non_utf8_name(), r"expected node and value names that are UTF-8 text .*damaged or not ONNX"),
-    "unknown-standard-op": (lambda: tiny([helper.make_node("Frobnicate", ["x"], ["y"])]), r"No Op registered for Frobnicate"),
+    "non-utf8-node-name": (lambda: _non_utf8_name(),
+                           r"expected node and value names that are UTF-8 text .*damaged or not ONNX"),
+    "unknown-standard-op": (lambda: tiny([helper.make_node("Frobnicate", ["x"], ["y"])]),
+                            r"No Op registered for Frobnicate"),
 }
 
 
@@ -149,7 +154,8 @@ def test_missing_external_data_file(tmp_path, capfd):
     files = [path, path.parent / "ids.npz"]
     for command in (["inspect", path], ["static", path], ["profile", path, "--data", files[1], *FAST_PROFILE],
                     ["replay", path, "--calib", files[1], *FAST_REPLAY]):
-        refused(capfd, command, files, match=r"expected the external-data file 'weights.bin' beside the model .*found none")
+        refused(capfd, command, files,
+                match=r"expected the external-data file 'weights.bin' beside the model .*found none")
     # the graph alone never needs the file
     assert "weights not read" in accepted(capfd, ["inspect", path, "--graph-only"], files)
     assert "blocks" in accepted(capfd, ["static", path, "--graph-only"], files)

@@ -111,4 +111,6 @@ def check_output(path: str | os.PathLike, option: str, inputs) -> None:
     if target.is_dir():
         raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
     if not target.parent.is_dir():
-        raise GraphAuditError(f"expected {option} to name a file in an existing folder, found no folder {target.parent}")
+        raise GraphAuditError(
+            f"expected {option} to name a file in an existing folder, found no folder {target.parent}"
+        )
