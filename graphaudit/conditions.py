@@ -94,9 +94,10 @@ def token_shuffle(cache: CoefficientCache, orders: np.ndarray, c: Coefficient, r
     values, t = cache.rows(c, rows), token_axis(c)
     if t is None:
         return values
-    shape = [1] * values.ndim
-    shape[0], shape[t] = len(rows), values.shape[t]
-    return np.take_along_axis(values, orders[rows].reshape(shape), axis=t)
+    index: list = [slice(None)] * values.ndim
+    index[0], index[t] = np.arange(len(rows))[:, None], orders[rows]
+    # advanced indices come out first, as (input, position, other axes…); put positions back at t
+    return np.moveaxis(values[tuple(index)], 1, t)
 
 
 def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
