@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from exporters.backbone import Block, Config, LanguageModel, next_token_nll
 from graphaudit.coefficients import Coefficient
 
+
 class ExitTest(nn.Module):
     """The controller: how sure the model's own head already is after the early block."""
 
@@ -72,6 +73,7 @@ class EarlyExit(LanguageModel):
         return x
 
     def confidence(self, x: Tensor) -> Tensor:
+        """Return the controller's output `exit.{exit_after}` for hidden state x."""
         return self.exit_test(x, self.head)
 
     def exits(self, confidence: Tensor) -> Tensor:
@@ -111,4 +113,6 @@ class EarlyExit(LanguageModel):
 
 
 def _skip(x: Tensor) -> Tensor:
+    # A torch.cond branch may not return its operand itself (aliasing): a copy, which ONNX
+    # Runtime runs as an Identity.
     return x.clone()
