@@ -26,7 +26,7 @@ from exporters.backbone import LanguageModel
 from exporters.corpus import Corpus, load_corpus, unigram_entropy, windows_from_files
 from exporters.earlyexit import EarlyExit
 from exporters.export import export_frozen, export_live
-from exporters.readme import render_readme
+from exporters.readme import measured_sections, render_readme
 from exporters.train import Schedule, eval_nll, train
 from exporters.zoo import MODELS, build_model
 
@@ -68,7 +68,11 @@ def build(out: Path, models: list[str], seed: int, schedule: Schedule) -> dict:
         print(f"{name}: eval NLL {entry['eval_nll']} nats ({seconds:.0f} s)", flush=True)
     zoo["models"] = _merged(out / "zoo.json", zoo)
     (out / "zoo.json").write_text(json.dumps(zoo, indent=1) + "\n")
-    (out / "README.md").write_text(render_readme(zoo))
+    readme = out / "README.md"
+    kept = measured_sections(readme.read_text()) if readme.is_file() else ""
+    readme.write_text(render_readme(zoo) + kept)
+    if kept:
+        print(f"kept the measured sections of {readme}: re-measure them for the new fixtures")
     return zoo
 
 

@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 
+# Sections below this line are measured by graphaudit's own commands (replay, profile) and
+# written by hand or by their scripts; regenerating the zoo keeps them.
+MEASURED_MARKER = "<!-- Measured results below: kept when the zoo is regenerated. -->"
+
+
+def measured_sections(text: str) -> str:
+    """The part of an existing fixtures/README.md from the measured-results marker on."""
+    at = text.find(MEASURED_MARKER)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def render_readme(zoo: dict) -> str:
     """Return the Markdown text of fixtures/README.md for the content of zoo.json."""
     corpus, models = zoo["corpus"], zoo["models"]
