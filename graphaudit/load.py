@@ -22,6 +22,10 @@ from graphaudit.errors import GraphAuditError
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
 _PROTOBUF_LIMIT = 2**31 - 1
+# A TensorProto stored outside serialises data_location (field 14) = EXTERNAL (1) as these bytes.
+_EXTERNAL_MARK = b"\x70\x01"
+# External-data keys onnx accepts without checking their values (offset and length it checks).
+_EXTERNAL_KEYS = frozenset({"checksum", "basepath"})
 
 
 @dataclass(frozen=True)
@@ -188,13 +192,40 @@ def _diagnose_order(model: onnx.ModelProto) -> str | None:
 
 
 def _external_locations(model: onnx.ModelProto) -> list[str]:
-    locations: list[str] = []
-    for tensor in external_data_helper._get_all_tensors(model):
-        if external_data_helper.uses_external_data(tensor):
-            info = external_data_helper.ExternalDataInfo(tensor)
-            if info.location not in locations:
-                locations.append(info.location)
-    return locations
+    """The distinct locations the model's external tensors name, in onnx's tensor order."""
+    locations: dict[str, None] = {}
+    for tensor in _external_tensors(model):
+        locations.setdefault(_location(tensor), None)
+    return list(locations)
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
+    """The tensors stored outside the model, in the order onnx's own helpers list them."""
+    graph = model.graph
+    # Walking every attribute of every node in Python costs about as much as shape inference
+    # of the graph. Where the nodes' and functions' bytes hold no _EXTERNAL_MARK (the usual
+    # case), only the main graph's initializers can be external; a chance match costs the walk.
+    nested = b"".join([n.SerializeToString() for n in graph.node]
+                      + [f.SerializeToString() for f in model.functions])
+    if _EXTERNAL_MARK not in nested:
+        return [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    return [t for t in external_data_helper._get_all_tensors(model)
+            if external_data_helper.uses_external_data(t)]
+
+
+def _location(tensor: onnx.TensorProto) -> str:
+    """The tensor's external-data location, as onnx's ExternalDataInfo reads it."""
+    location = ""
+    for entry in tensor.external_data:
+        key, value = entry.key, entry.value
+        if key == "location":
+            location = value
+        elif key not in _EXTERNAL_KEYS and not (
+            key in ("offset", "length") and value.isascii() and value.isdigit()
+        ):
+            # An unknown key (onnx warns) or an offset or length to validate (onnx raises).
+            return external_data_helper.ExternalDataInfo(tensor).location
+    return location
 
 
 def _check_location(location: str, base: Path, path: Path | None) -> None:
@@ -257,13 +288,16 @@ def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
     copy.CopyFrom(model)
     kept = []
     declared = {vi.name for vi in copy.graph.input}
+    types: dict[tuple, onnx.TypeProto] = {}  # (data type, dims) -> input type: weights repeat shapes
     for tensor in copy.graph.initializer:
-        if external_data_helper.uses_external_data(tensor):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
             if tensor.name in declared:
                 continue
-            copy.graph.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims))
-            )
+            key = (tensor.data_type, *tensor.dims)
+            type_proto = types.get(key)
+            if type_proto is None:
+                type_proto = types[key] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+            copy.graph.input.add(name=tensor.name).type.CopyFrom(type_proto)
         else:
             kept.append(tensor)
     del copy.graph.initializer[:]
