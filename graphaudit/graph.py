@@ -28,6 +28,7 @@ import onnx
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+_new_tuple = tuple.__new__  # TensorRef without the named tuple's Python-level __new__
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,14 @@ class ModelGraph:
     outputs: tuple[TensorRef, ...]
     initializers: frozenset[str] = field(repr=False)
     body_table: dict[str, tuple[Body, ...]] = field(default_factory=dict, repr=False)
-    edge_list: tuple[tuple[str, str, str, dict], ...] = field(default=(), repr=False)  # (u, v, key, data)
+    # (u, v, key, tensor, via) in the order found; key None stands for str(tensor)
+    edge_records: tuple[tuple[str, str, str | None, TensorRef, str], ...] = field(default=(), repr=False)
+
+    @property
+    def edge_list(self) -> list[tuple[str, str, str, dict]]:
+        """The edges as networkx takes them: (u, v, key, {"tensor", "via"})."""
+        return [(u, v, str(ref) if key is None else key, {"tensor": ref, "via": via})
+                for u, v, key, ref, via in self.edge_records]
 
     @property
     def graph(self) -> nx.MultiDiGraph:
@@ -255,7 +263,25 @@ def _unique_ids(names: Iterable[tuple[str, str]]) -> list[str]:
     return ids
 
 
+def _frozen(cls, fields: dict):
+    """An instance of the frozen dataclass `cls` with `fields`, without its __init__.
+
+    A frozen dataclass's __init__ sets each field through object.__setattr__, about half as
+    long again as this for the few objects the builder makes per node.
+    """
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
 class _Builder:
+    """Builds a ModelGraph in two passes over the model.
+
+    The first reads every node occurrence in pre-order (function bodies expanded per call),
+    so that ids are decided over the whole model; the second makes the nodes, tensors and
+    bodies from what the first read, in the same order.
+    """
+
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.functions = {(f.domain, f.name): f for f in model.functions}
@@ -266,23 +292,39 @@ class _Builder:
         self.bodies: dict[str, tuple[Body, ...]] = {}
         self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
         self._shapes: dict[bytes, tuple] = {}  # serialized TypeProto -> (elem, shape): types repeat
-        self._graph_edges: list[tuple[str, str, str, dict]] = []
-        # Pre-order list of every node occurrence (function bodies expanded per call) so
-        # that ids are decided once, over the whole model, before edges are drawn.
-        self._ids: Iterator[str] | None = None
+        # Node output -> the id of the node making it. Subgraph formal inputs come from their
+        # owner: an edge for them would close a cycle (owner -> body -> owner), so they are
+        # not here and the tensor table records where they come from instead.
+        self._producers: dict[TensorRef, str] = {}
+        self._edges: list[tuple] = []  # (u, v, key or None for str(tensor), tensor, via)
+        # Pass 1: every node occurrence in pre-order, its name, and the subgraphs of those
+        # that have any (keyed by position until ids are known, then by id).
+        self._protos: list[onnx.NodeProto] = []
+        self._names: list[str] = []
+        self._subgraphs: dict = {}
+        self._next: Iterator[tuple[onnx.NodeProto, str, str]] | None = None
 
     def build(self) -> ModelGraph:
         graph = self.model.graph
         for vi in [*graph.value_info, *graph.input, *graph.output]:
             self.value_info[vi.name] = vi
-        occurrences = list(self._walk(graph, function_stack=()))
-        self._ids = iter(_unique_ids(occurrences))
-        initializers = frozenset(
-            [t.name for t in graph.initializer] + [t.values.name for t in graph.sparse_initializer]
-        )
+        self._read(graph.node, function_stack=())
+        names = self._names
+        if len(Counter(names)) == len(names) and "" not in names:
+            ids = names  # every node named, each name once: the usual case
+        else:
+            ids = _unique_ids(zip(names, (p.op_type for p in self._protos)))
+        self._subgraphs = {ids[i]: subgraphs for i, subgraphs in self._subgraphs.items()}
+        self._next = zip(self._protos, names, ids)
         env: dict[str, TensorRef] = {}
         for t in graph.initializer:
-            self._define(TensorRef(t.name), "initializer", None, env, dims=tuple(t.dims), elem=t.data_type)
+            name = t.name
+            ref = env[name] = _new_tuple(TensorRef, (name, ""))
+            vi = self.value_info.get(name)
+            elem, shape = self._type(vi) if vi is not None else (t.data_type, tuple(t.dims))
+            self.tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "initializer", "producer": None,
+                                                     "elem_type": elem, "shape": shape})
+        initializers = frozenset(list(env) + [t.values.name for t in graph.sparse_initializer])
         for vi in graph.input:
             if vi.name not in initializers:
                 self._define(TensorRef(vi.name), "input", None, env, vi=vi)
@@ -290,26 +332,32 @@ class _Builder:
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
         return ModelGraph(self.nodes, self.tensors, inputs, outputs, initializers, self.bodies,
-                          tuple(self._graph_edges))
+                          edge_records=tuple(self._edges))
 
-    # -- ids -------------------------------------------------------------------------------
-    def _walk(self, graph: onnx.GraphProto, function_stack: tuple) -> Iterator[tuple[str, str]]:
-        for node in graph.node:
-            yield node.name, node.op_type
-            yield from self._walk_node(node, function_stack)
-
-    def _walk_node(self, node: onnx.NodeProto, function_stack: tuple) -> Iterator[tuple[str, str]]:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from self._walk(attr.g, function_stack)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from self._walk(sub, function_stack)
-        fn = self.functions.get((node.domain, node.op_type))
-        if fn is not None and (node.domain, node.op_type) not in function_stack:
-            for inner in fn.node:
-                yield inner.name, inner.op_type
-                yield from self._walk_node(inner, function_stack + ((node.domain, node.op_type),))
+    # -- pass 1: read ----------------------------------------------------------------------
+    def _read(self, protos, function_stack: tuple) -> None:
+        """Record every node occurrence under `protos`, nested bodies right after their owner."""
+        found, names, functions = self._protos, self._names, self.functions
+        for proto in protos:
+            found.append(proto)
+            names.append(proto.name)
+            subgraphs: tuple = ()
+            for attr in proto.attribute:
+                kind = attr.type
+                if kind == _GRAPH:
+                    subgraphs += ((attr.name, (attr.g,)),)
+                elif kind == _GRAPHS:
+                    subgraphs += ((attr.name, tuple(attr.graphs)),)
+            if subgraphs:
+                self._subgraphs[len(found) - 1] = subgraphs
+                for _, graphs in subgraphs:
+                    for sub in graphs:
+                        self._read(sub.node, function_stack)
+            if functions:
+                fn_key = (proto.domain, proto.op_type)
+                fn = functions.get(fn_key)
+                if fn is not None and fn_key not in function_stack:
+                    self._read(fn.node, function_stack + (fn_key,))
 
     # -- tensors ---------------------------------------------------------------------------
     def _define(self, ref, kind, producer, env, *, vi=None, dims=None, elem=None):
@@ -317,13 +365,21 @@ class _Builder:
             vi = self.value_info.get(ref.name)
         shape = tuple(dims) if dims is not None else None
         if vi is not None:
-            key = vi.type.SerializeToString()
-            known = self._shapes.get(key)
-            if known is None:
-                known = self._shapes[key] = _shape_of(vi.type)
-            elem, shape = known
-        self.tensors[ref] = TensorInfo(ref, kind, producer, elem, shape)
+            elem, shape = self._type(vi)
+        self.tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": kind, "producer": producer,
+                                                 "elem_type": elem, "shape": shape})
+        if kind == "node_output" and producer is not None:
+            self._producers[ref] = producer
+        else:
+            self._producers.pop(ref, None)
         env[ref.name] = ref
+
+    def _type(self, vi: onnx.ValueInfoProto) -> tuple:
+        key = vi.type.SerializeToString()
+        known = self._shapes.get(key)
+        if known is None:
+            known = self._shapes[key] = _shape_of(vi.type)
+        return known
 
     @staticmethod
     def _lookup(envs: list[dict[str, TensorRef]], name: str) -> TensorRef | None:
@@ -332,12 +388,11 @@ class _Builder:
                 return env[name]
         return None
 
-    # -- nodes -----------------------------------------------------------------------------
+    # -- pass 2: nodes ---------------------------------------------------------------------
     def _add_graph(self, graph: onnx.GraphProto, scopes: tuple[Scope, ...], env, function_stack):
         for vi in graph.value_info:
             self.value_info.setdefault(vi.name, vi)
-        for proto in graph.node:
-            self._add_node(proto, scopes, env, function_stack)
+        self._add_nodes(len(graph.node), scopes, env, function_stack)
 
     def _key(self, scopes: tuple[Scope, ...]) -> str:
         key = self._scope_keys.get(scopes)
@@ -346,45 +401,59 @@ class _Builder:
             self.scope_depth[key] = len(scopes)
         return key
 
-    def _add_node(self, proto: onnx.NodeProto, scopes, env, function_stack):
-        node_id = next(self._ids)
+    def _add_nodes(self, count: int, scopes, env, function_stack) -> None:
+        """Add the next `count` nodes read in pass 1, all in `scopes` (this loop is the hot one)."""
         scope_key = self._key(scopes)
-        if len(env) == 1:  # the main graph or a function body: one table of names
-            names = env[0]
-            inputs = tuple(names.get(n) or self._resolve(n, env) if n else None for n in proto.input)
-        else:
-            inputs = tuple(self._resolve(name, env) for name in proto.input)
-        outputs = tuple(TensorRef(o, scope_key) if o else None for o in proto.output)
-        node = Node(
-            id=node_id,
-            name=proto.name,
-            op_type=proto.op_type,
-            domain=proto.domain,
-            inputs=inputs,
-            outputs=outputs,
-            scopes=scopes,
-            metadata=tuple((p.key, p.value) for p in proto.metadata_props),
-            proto=proto,
-        )
-        self.nodes[node_id] = node
-        for ref in inputs:
-            if ref is not None:
-                self._edge_from(ref, node_id, scopes)
+        occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
+        producers, edges, value_info, shapes = self._producers, self._edges, self.value_info, self._shapes
+        # The main graph or a function body: one table of names, read directly (unless it
+        # holds an empty name, which stands for an omitted input, not a value).
+        names = env[0] if len(env) == 1 and "" not in env[0] else None
         local = env[-1]
-        for ref in outputs:
-            if ref is not None:
-                self._define(ref, "node_output", node_id, local)
-        for attr in proto.attribute:
-            if attr.type == _GRAPH:
-                self._add_subgraph(node, attr.name, attr.g, scopes, env, function_stack)
-            elif attr.type == _GRAPHS:
-                for sub in attr.graphs:
-                    self._add_subgraph(node, attr.name, sub, scopes, env, function_stack)
-        if self.functions:
-            fn_key = (proto.domain, proto.op_type)
-            fn = self.functions.get(fn_key)
-            if fn is not None and fn_key not in function_stack:
-                self._add_call(node, fn, scopes, env, function_stack + (fn_key,))
+        for _ in range(count):
+            proto, name, node_id = next(occurrences)
+            op_type, domain, in_names, out_names = proto.op_type, proto.domain, proto.input[:], proto.output[:]
+            metadata = tuple([(p.key, p.value) for p in proto.metadata_props]) if proto.metadata_props else ()
+            if names is not None:
+                inputs = tuple(map(names.get, in_names))
+                if None in inputs:  # an omitted optional input, or a name nothing defines
+                    inputs = tuple(names.get(n) or self._resolve(n, env) if n else None for n in in_names)
+            else:
+                inputs = tuple(self._resolve(n, env) for n in in_names)
+            outputs = tuple([_new_tuple(TensorRef, (o, scope_key)) if o else None for o in out_names])
+            nodes[node_id] = node = _frozen(Node, {
+                "id": node_id, "name": name, "op_type": op_type, "domain": domain, "inputs": inputs,
+                "outputs": outputs, "scopes": scopes, "metadata": metadata, "proto": proto})
+            for ref in inputs:
+                producer = producers.get(ref) if ref is not None else None
+                if producer is not None:
+                    edges.append((producer, node_id, None, ref, self._via(ref, scopes) if scopes else "tensor"))
+            for ref in outputs:
+                if ref is None:
+                    continue
+                vi = value_info.get(ref[0])
+                if vi is None:
+                    elem = shape = None
+                else:
+                    type_key = vi.type.SerializeToString()
+                    known = shapes.get(type_key)
+                    if known is None:
+                        known = shapes[type_key] = _shape_of(vi.type)
+                    elem, shape = known
+                tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "node_output", "producer": node_id,
+                                                    "elem_type": elem, "shape": shape})
+                producers[ref] = node_id
+                local[ref[0]] = ref
+            subgraphs = bodies.get(node_id) if bodies else None
+            if subgraphs is not None:
+                for attr, graphs in subgraphs:
+                    for sub in graphs:
+                        self._add_subgraph(node, attr, sub, scopes, env, function_stack)
+            if self.functions:
+                fn_key = (domain, op_type)
+                fn = self.functions.get(fn_key)
+                if fn is not None and fn_key not in function_stack:
+                    self._add_call(node, fn, scopes, env, function_stack + (fn_key,))
 
     def _resolve(self, name: str, env) -> TensorRef | None:
         if not name:
@@ -393,21 +462,18 @@ class _Builder:
         if found is None:
             # Dangling: an input nothing defines. Record it so analyses can report it.
             found = TensorRef(name)
-            self.tensors.setdefault(found, TensorInfo(found, "undefined", None, None, None))
+            if found not in self.tensors:
+                self.tensors[found] = _frozen(TensorInfo, {"ref": found, "kind": "undefined", "producer": None,
+                                                           "elem_type": None, "shape": None})
         return found
 
-    def _edge_from(self, ref: TensorRef, consumer: str, scopes: tuple[Scope, ...]) -> None:
-        info = self.tensors.get(ref)
-        # Subgraph formal inputs come from their owner: drawing that edge would close a
-        # cycle (owner -> body -> owner), so the tensor table records it instead.
-        if info is None or info.producer is None or info.kind != "node_output":
-            return
+    def _via(self, ref: TensorRef, scopes: tuple[Scope, ...]) -> str:
+        """How a value defined in `ref.scope` reaches a node in `scopes`."""
         depth = self.scope_depth.get(ref.scope, 0) if ref.scope else 0
         if depth == len(scopes):
-            via = "tensor"
-        else:  # the first scope entered between the value's definition and its reader
-            via = "function_input" if scopes[depth].kind == "function" else "outer"
-        self._graph_edges.append((info.producer, consumer, str(ref), {"tensor": ref, "via": via}))
+            return "tensor"
+        # the first scope entered between the value's definition and its reader
+        return "function_input" if scopes[depth].kind == "function" else "outer"
 
     def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack):
         scope = Scope(kind=attr, owner=owner.id, owner_op=owner.op_type)
@@ -426,10 +492,9 @@ class _Builder:
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
         self._add_body(Body(attr, owner.id, key, tuple(formal), results))
         for out, ref in zip(sub.output, results):
-            info = self.tensors.get(ref) if ref else None
-            if info is not None and info.kind == "node_output" and info.producer is not None:
-                self._graph_edges.append(
-                    (info.producer, owner.id, f"{key}->{out.name}", {"tensor": ref, "via": "subgraph_output"}))
+            producer = self._producers.get(ref) if ref else None
+            if producer is not None:
+                self._edges.append((producer, owner.id, f"{key}->{out.name}", ref, "subgraph_output"))
 
     def _add_body(self, body: Body) -> None:
         self.bodies[body.owner] = self.bodies.get(body.owner, ()) + (body,)
@@ -444,12 +509,10 @@ class _Builder:
         local: dict[str, TensorRef] = {
             formal: actual for formal, actual in zip(fn.input, call.inputs) if actual is not None
         }
-        for proto in fn.node:
-            self._add_node(proto, inner_scopes, [local], function_stack)
+        self._add_nodes(len(fn.node), inner_scopes, [local], function_stack)
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
         for out, ref in zip(fn.output, results):
-            info = self.tensors.get(ref) if ref else None
-            if info is not None and info.kind == "node_output" and info.producer is not None:
-                self._graph_edges.append(
-                    (info.producer, call.id, f"{key}->{out}", {"tensor": ref, "via": "function_output"}))
+            producer = self._producers.get(ref) if ref else None
+            if producer is not None:
+                self._edges.append((producer, call.id, f"{key}->{out}", ref, "function_output"))
