@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
+from itertools import chain
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Iterator, Mapping
@@ -130,8 +131,20 @@ class _Finder:
         self._unnumbered: dict[str, int] = {}
         self._parsed: dict[tuple[str, str], list[tuple[str, int, str]]] = {}  # layers repeat texts
         self._keys: dict[str, str] = {}
-        self.readers = Counter(r.name for n in mg.nodes.values() for r in n.inputs
-                               if r is not None and r.name in mg.initializers)
+        self._by_folder: dict[str, list[tuple[str, int, str]]] = {}  # "/model/layers.3/mlp" -> parsed
+        self._readers: Counter | None = None
+
+    @property
+    def readers(self) -> Counter:
+        """How many node inputs read each initializer (counted on first use: few nodes ask)."""
+        if self._readers is None:
+            initializers = self.mg.initializers
+            reads = Counter(chain.from_iterable(n.inputs for n in self.mg.nodes.values()))
+            self._readers = Counter()
+            for ref, count in reads.items():
+                if ref is not None and ref.name in initializers:
+                    self._readers[ref.name] += count
+        return self._readers
 
     # -- candidates ------------------------------------------------------------------------
     def texts(self, node: Node) -> Iterator[tuple[str, list[str]]]:
@@ -166,6 +179,30 @@ class _Finder:
             if cands:
                 yield source, cands
 
+    def first(self, node: Node) -> tuple[str, list[tuple[str, int, str]]] | None:
+        """next(self.candidates(node), None): the candidates by_names asks of every node.
+
+        The usual node (no metadata, a path-like name that names a block) is read here
+        without the generators.
+        """
+        folder, _, last = node.name.rpartition("/")
+        if not node.metadata and last:
+            # Nodes of one module share the folder of their name, hence its text and candidates.
+            parsed = self._by_folder.get(folder)
+            if parsed is None:
+                parts = [p for p in folder.split("/") if p]
+                if parts:
+                    text = ".".join(parts)
+                    parsed = self._parsed.get(("node_names", text))
+                    if parsed is None:
+                        parsed = self._parsed[("node_names", text)] = self._parse("node_names", text)
+                else:
+                    parsed = []
+                self._by_folder[folder] = parsed
+            if parsed:
+                return "node_names", parsed
+        return next(self.candidates(node), None)
+
     def _parse(self, source: str, text: str) -> list[tuple[str, int, str]]:
         if self.regex is not None:
             m = self.regex.search(text)
@@ -198,7 +235,7 @@ class _Finder:
     def by_names(self) -> BlockMap | None:
         mg = self.mg
         # Each node votes with its most trusted source that names any numbered container.
-        first = {nid: next(self.candidates(n), None) for nid, n in mg.nodes.items()}
+        first = {nid: self.first(n) for nid, n in mg.nodes.items()}
         coverage: Counter = Counter()
         indices: dict[str, set[int]] = {}
         for found in first.values():
@@ -207,7 +244,11 @@ class _Finder:
             if len(found[1]) == 1:  # the common case, kept cheap
                 k, i, _ = found[1][0]
                 coverage[k] += 1
-                indices.setdefault(k, set()).add(i)
+                seen = indices.get(k)
+                if seen is None:
+                    indices[k] = {i}
+                else:
+                    seen.add(i)
                 continue
             keys = {(k, i) for k, i, _ in found[1]}
             for k in {k for k, _ in keys}:
@@ -222,8 +263,8 @@ class _Finder:
         names: dict[int, str] = {}
         how: dict[str, str] = {}
         informative: set[str] = set()
-        for nid, found in first.items():
-            node = mg.nodes[nid]
+        for node, found in zip(mg.nodes.values(), first.values()):
+            nid = node.id
             if not node.scopes and (node.metadata or "/" in node.name):
                 informative.add(nid)
             if found is None:
@@ -266,11 +307,11 @@ class _Finder:
         mg = self.mg
         # owner id -> the blocks its metadata names and those its nested nodes were put in
         allowed: dict[str, set[int]] = {}
-        for nid, node in mg.nodes.items():
+        for nid, node in mg.nodes.items() if mg.body_table else ():
             if mg.bodies(nid) and nid not in assigned:
                 cands = self.candidates(node)
                 allowed[nid] = {i for _, cs in cands for k, i, _ in cs if k == chosen}
-        for nid, node in mg.nodes.items():
+        for nid, node in mg.nodes.items() if allowed else ():
             for scope in node.scopes:
                 if nid in assigned and scope.owner in allowed:
                     allowed[scope.owner].add(assigned[nid])

@@ -146,7 +146,7 @@ def _hidden_width(mg: ModelGraph) -> int | None:
     widths = Counter(
         info.shape[-1] for info in mg.tensors.values()
         if info.kind == "node_output" and info.shape and len(info.shape) >= 2
-        and isinstance(info.shape[-1], int) and any(d in tokens for d in info.shape[:-1])
+        and isinstance(info.shape[-1], int) and not tokens.isdisjoint(info.shape[:-1])
     )
     return widths.most_common(1)[0][0] if widths else None
 

@@ -64,6 +64,8 @@ SOURCES = frozenset({"Constant", "RandomNormal", "RandomUniform"})
 # ONNX Runtime contrib operators whose subgraphs run a value-dependent number of times.
 CONTRIB_LOOPS = frozenset({"BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch"})
 _MAX_ROUNDS = 16
+# Ops that need more than "the largest dependence among the inputs" (the rule for the rest).
+_SPECIAL = SOURCES | SHAPE_READERS | FILLED_LIKE | VALUE_SIZED | SHAPE_FROM.keys() | SHAPE_ARGUMENTS.keys()
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,23 @@ class _Propagation:
         self.values: dict[TensorRef, Dependence] = {}
         self.shapes: dict[TensorRef, Dependence] = {}
         self.controls: dict[str, Control] = {}
-        self.static = {ref for ref, info in mg.tensors.items() if _static_shape(info.shape)}
+        self.static: set[TensorRef] = set()
+        static_shape: dict[tuple, bool] = {}  # shape -> all dims fixed: the same shapes recur
         for ref, info in mg.tensors.items():
-            if info.kind == "initializer":
+            shape = info.shape
+            if shape is not None:
+                fixed = static_shape.get(shape)
+                if fixed is None:
+                    fixed = static_shape[shape] = _static_shape(shape)
+                if fixed:
+                    self.static.add(ref)
+            kind = info.kind
+            if kind == "initializer":
                 self.values[ref] = self.shapes[ref] = CONST
-            elif info.kind == "input":
+            elif kind == "input":
                 self.values[ref] = VALUE
                 self.shapes[ref] = CONST if ref in self.static else SHAPE
-            elif info.kind == "undefined":  # nothing defines it: assume the worst
+            elif kind == "undefined":  # nothing defines it: assume the worst
                 self.values[ref] = self.shapes[ref] = VALUE
 
     def run(self) -> DependenceMap:
@@ -148,16 +159,34 @@ class _Propagation:
         self.shapes[ref] = CONST if ref in self.static else shape
 
     def _scope(self, key: str) -> None:
+        owners = self.mg.body_table
+        values, shapes, static = self.values, self.shapes, self.static
         for node in self.by_scope.get(key, ()):
-            if self.mg.bodies(node.id):
+            if node.id in owners:
                 self._owner(node)
-            else:
-                self._plain(node)
+                continue
+            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            if op in _SPECIAL:
+                self._plain(node, op)
+                continue
+            # The common case, inlined: the largest dependence among the inputs, for values
+            # and for shapes alike (a missing input reads as CONST, an unknown one as VALUE).
+            value = shape = CONST
+            for ref in node.inputs:
+                if ref is not None:
+                    v, s = values.get(ref, VALUE), shapes.get(ref, VALUE)
+                    if v > value:
+                        value = v
+                    if s > shape:
+                        shape = s
+            for out in node.outputs:
+                if out is not None:
+                    values[out] = value
+                    shapes[out] = CONST if out in static else shape
 
     # -- ordinary nodes --------------------------------------------------------------------
-    def _plain(self, node: Node) -> None:
+    def _plain(self, node: Node, op: str) -> None:
         ins = node.inputs
-        op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
         value = max((self._v(r) for r in ins), default=CONST)
         shape = max((self._s(r) for r in ins), default=CONST)
         if op in SOURCES:

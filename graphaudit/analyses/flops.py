@@ -181,7 +181,10 @@ def _rule(node):
 
 def is_counted(node) -> bool:
     """Whether node_flops has a formula for this node's operator."""
-    return _rule(node)[1] is not None
+    # A Node and a NodeProto both carry op_type and domain; a Node's are plain attributes,
+    # far cheaper to read than its proto's.
+    domain = node.domain
+    return (("" if domain in ("", "ai.onnx") else domain), node.op_type) in RULES
 
 
 def node_flops(node, input_shapes: Sequence[Shape | None], output_shapes: Sequence[Shape | None]) -> int | None:

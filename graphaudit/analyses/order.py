@@ -15,9 +15,13 @@ from graphaudit.graph import ModelGraph, Node
 
 def nodes_by_scope(mg: ModelGraph) -> dict[str, list[Node]]:
     """The nodes of each scope (keyed by scope path, "" for the main graph), in file order."""
-    table: dict[str, list[Node]] = {"": []}
-    keys: dict[tuple, str] = {(): ""}
+    top: list[Node] = []
+    table: dict[str, list[Node]] = {"": top}
+    keys: dict[tuple, str] = {}
     for node in mg.nodes.values():
+        if not node.scopes:
+            top.append(node)
+            continue
         key = keys.get(node.scopes)
         if key is None:
             key = keys[node.scopes] = node.scope_path
@@ -27,7 +31,12 @@ def nodes_by_scope(mg: ModelGraph) -> dict[str, list[Node]]:
 
 def execution_order(mg: ModelGraph, by_scope: dict[str, list[Node]] | None = None) -> Iterator[Node]:
     """Every node once, each body's nodes just before the node that owns the body."""
-    by_scope = by_scope if by_scope is not None else nodes_by_scope(mg)
+    if not mg.body_table:  # no bodies: every node is top-level, already in file order
+        return iter(mg.nodes.values())
+    return _nested_order(mg, by_scope if by_scope is not None else nodes_by_scope(mg))
+
+
+def _nested_order(mg: ModelGraph, by_scope: dict[str, list[Node]]) -> Iterator[Node]:
     # An explicit stack instead of recursion: deep nesting must not hit the recursion limit.
     stack: list[tuple[Iterator[Node], Node | None]] = [(iter(by_scope.get("", ())), None)]
     while stack:

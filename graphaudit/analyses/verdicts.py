@@ -103,6 +103,7 @@ class _Audit:
         self.kinds: dict[str, str] = {}  # node id -> verdict that evidence supports
         self.skippable: set[str] = set()
         self.selector_of: dict[str, tuple] = {}  # selection node -> (data, chooser, routing node)
+        self.counted: set[str] = set()  # nodes whose FLOPs are counted: the compute nodes
 
     def note(self, at: str, verdict: str, ev: Evidence) -> None:
         self.evidence.setdefault(at, []).append(ev)
@@ -114,8 +115,7 @@ class _Audit:
         self._flow()
         self._gates()
         per_block = tuple(self._verdict(b) for b in self.blocks.blocks)
-        inside = {nid for b in self.blocks.blocks for nid in b.node_ids}
-        outside = tuple(ev for nid, evs in self.evidence.items() if nid not in inside
+        outside = tuple(ev for nid, evs in self.evidence.items() if self.blocks.block_of(nid) is None
                         for ev in evs if self.kinds[nid] in SAVES_COMPUTE and ev.kind not in ("branch", "loop"))
         return ExecutionVerdicts(
             blocks=per_block,
@@ -129,8 +129,11 @@ class _Audit:
     # -- control flow ----------------------------------------------------------------------
     def _controls(self) -> tuple[tuple[Evidence, ...], dict[str, Evidence]]:
         found, dynamic = [], {}
+        controls = self.dm.controls
         for node in self.mg.nodes.values():
-            control = self.dm.controls.get(node.id)
+            if node.id not in controls and node.op_type not in CONTRIB_LOOPS:
+                continue
+            control = controls.get(node.id)
             contrib_loop = node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS
             if control is None and not contrib_loop:
                 continue
@@ -149,7 +152,7 @@ class _Audit:
     def _regions(self, dynamic: dict[str, Evidence]) -> None:
         """Mark every node under a dynamic If / Loop / search operator as skippable."""
         self.region: dict[str, str] = {}
-        for node in self.mg.nodes.values():
+        for node in self.mg.nodes.values() if dynamic else ():
             owner = next((s.owner for s in node.scopes if s.owner in dynamic), None)
             if owner is not None:
                 self.region[node.id] = owner
@@ -171,19 +174,23 @@ class _Audit:
             outs = [r for r in node.outputs if r is not None]
             op = node.op_type if node.domain in ("", "ai.onnx") else None
             counted = is_counted(node)
+            if counted:
+                self.counted.add(node.id)
+            # The tables below stay empty in a dense model: each test reads them only when not.
             if op in ROUTING and ins and dm.value(ins[0]) == VALUE:
                 for k, out in enumerate(outs):
                     mask[out] = node.id
                     if op != "TopK" or k == 1:
                         routed[out] = node.id
-            elif not counted and any(r in routed for r in ins):
+            elif not counted and routed and not routed.keys().isdisjoint(ins):
                 origin = next(routed[r] for r in ins if r in routed)
                 for out in outs:
                     if self._index_like(out):
                         routed[out] = origin
             if op in SELECTING and len(ins) >= 2:
                 self._select(node, routed, selected)
-            elif any(r in selected for r in ins) and op not in SCATTERING and op not in ("Shape", "Size"):
+            elif (selected and not selected.keys().isdisjoint(ins) and op not in SCATTERING
+                  and op not in ("Shape", "Size")):
                 origin = next(selected[r] for r in ins if r in selected)
                 for out in outs:
                     selected.setdefault(out, origin)
@@ -196,8 +203,8 @@ class _Audit:
                              "operator: each expert runs on a value-dependent subset of tokens",
                     "data-dependent"))
                 self.skippable.add(node.id)
-            mask_in = [r for r in ins if r in mask]
-            dense = [r for r in ins if r in computed and r not in mask and r not in selected]
+            mask_in = [r for r in ins if r in mask] if mask else []
+            dense = [r for r in ins if r in computed and r not in mask and r not in selected] if mask_in else []
             if mask_in and dense and op in MASKING:
                 origin = mg.nodes[mask[mask_in[0]]]
                 self.note(node.id, MASKED, Evidence(
@@ -207,7 +214,7 @@ class _Audit:
             elif mask_in and not counted and op not in NORMALISING:
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
-            if counted or any(r in computed for r in ins):
+            if counted or not computed.isdisjoint(ins):
                 computed.update(outs)
 
     def _index_like(self, ref: TensorRef) -> bool:
@@ -234,7 +241,7 @@ class _Audit:
 
     def _compute(self, node: Node, selected) -> None:
         mg, dm = self.mg, self.dm
-        picked = next((r for r in node.inputs if r is not None and r in selected), None)
+        picked = next((r for r in node.inputs if r is not None and r in selected), None) if selected else None
         if picked is not None:
             sel = mg.nodes[selected[picked]]
             data, chooser, origin = self.selector_of[sel.id]
@@ -273,7 +280,7 @@ class _Audit:
     def _verdict(self, block: Block) -> BlockVerdict:
         mg = self.mg
         ids = block.node_ids
-        compute = {n for n in ids if is_counted(mg.nodes[n])} or set(ids)
+        compute = {n for n in ids if n in self.counted} or set(ids)
         found: dict[str, list[Evidence]] = {}
         owners: dict[str, list[str]] = {}
         for nid in compute:
