@@ -197,3 +197,23 @@ def test_ort_replay_equals_pytorch_with_the_same_substituted_coefficients(name):
                     batch_size=16, seed=0, resamples=20)
     for condition, nll in torch_nll.items():
         assert report.condition(condition).nll.value == pytest.approx(nll, abs=1e-5)
+
+
+def test_cache_dir_is_reused_by_a_second_replay(files, tmp_path):
+    args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
+    first = replay(*args, batch_size=4, resamples=50, cache_dir=tmp_path / "cache")
+    second = replay(*args, batch_size=4, resamples=50, cache_dir=tmp_path / "cache")
+    assert not first.settings["cache"]["reused"] and second.settings["cache"]["reused"]
+    assert _without_timing(first.to_json())["conditions"] == _without_timing(second.to_json())["conditions"]
+
+
+def test_labels_add_accuracy(files, tmp_path):
+    ids = token_ids(10, seed=2)
+    np.savez(tmp_path / "labelled.npz", input_ids=ids, labels=ids)
+    doc = replay(files / "gated.onnx", files / "calib.npz", tmp_path / "labelled.npz", batch_size=5,
+                 resamples=50, conditions=["correct", "global_mean"]).to_json()
+    assert doc["task"]["labels"] == "labels"
+    plain = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=5, resamples=50,
+                   conditions=["correct"]).to_json()
+    assert doc["conditions"]["correct"]["nll"] == pytest.approx(plain["conditions"]["correct"]["nll"])
+    assert 0 <= doc["conditions"]["correct"]["accuracy"] <= 1 and "accuracy" not in plain["conditions"]["correct"]
