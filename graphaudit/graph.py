@@ -177,28 +177,50 @@ class ModelGraph:
 
     def inside(self, owner: str) -> list[Node]:
         """Nodes nested (at any depth) inside the control-flow node or call `owner`."""
-        return [n for n in self.nodes.values() if any(s.owner == owner for s in n.scopes)]
+        return list(self._cached("_inside_cache", self._nested_by_owner).get(owner, ()))
 
     def find_tensor(self, name: str) -> TensorRef | None:
         """The tensor called `name`, preferring the main graph, else the shallowest scope."""
         top = TensorRef(name)
         if top in self.tensors:
             return top
-        found = [r for r in self.tensors if r.name == name]
+        found = self._cached("_name_cache", self._nested_by_name).get(name)
         return min(found, key=lambda r: (r.scope.count("/"), r.scope)) if found else None
 
-    @property
-    def _consumers(self) -> dict[TensorRef, tuple[str, ...]]:
-        cache = self.__dict__.get("_consumer_cache")
+    # Tables built on first use and kept (the tables above are never changed after the build),
+    # so that asking for each of many tensors or owners stays linear in the graph's size.
+    def _cached(self, key: str, build):
+        cache = self.__dict__.get(key)
         if cache is None:
-            table: dict[TensorRef, list[str]] = {}
-            for node in self.nodes.values():
-                for ref in node.inputs:
-                    if ref is not None:
-                        table.setdefault(ref, []).append(node.id)
-            cache = {k: tuple(v) for k, v in table.items()}
-            object.__setattr__(self, "_consumer_cache", cache)
+            cache = build()
+            object.__setattr__(self, key, cache)
         return cache
+
+    @property
+    def _consumers(self) -> dict[TensorRef, list[str]]:
+        return self._cached("_consumer_cache", self._consumer_table)
+
+    def _consumer_table(self) -> dict[TensorRef, list[str]]:
+        table: dict[TensorRef, list[str]] = {}
+        for node in self.nodes.values():
+            for ref in node.inputs:
+                if ref is not None:
+                    table.setdefault(ref, []).append(node.id)
+        return table
+
+    def _nested_by_owner(self) -> dict[str, list[Node]]:
+        table: dict[str, list[Node]] = {}
+        for node in self.nodes.values():
+            for owner in dict.fromkeys(s.owner for s in node.scopes):
+                table.setdefault(owner, []).append(node)
+        return table
+
+    def _nested_by_name(self) -> dict[str, list[TensorRef]]:
+        table: dict[str, list[TensorRef]] = {}
+        for ref in self.tensors:
+            if ref.scope:
+                table.setdefault(ref.name, []).append(ref)
+        return table
 
 
 def build_graph(model: onnx.ModelProto) -> ModelGraph:
