@@ -35,3 +35,12 @@ def test_scripts_share_one_environment_setup_and_pin_torch():
     assert "-c \"$root/scripts/constraints.txt\"" in env and "[exporters,dev]" in env
     assert "exec graphaudit demo" in (ROOT / "scripts" / "demo.sh").read_text()
     assert "pytest" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_readme_command_table_lists_every_command():
+    from graphaudit.cli import COMMANDS
+
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Commands"):].split("\n\n")[1]
+    listed = re.findall(r"^\| `graphaudit (\w+)", table, re.M)
+    assert sorted(listed) == sorted(COMMANDS)
