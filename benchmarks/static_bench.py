@@ -100,6 +100,9 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
             blocks = step("audit: blocks", find_blocks, mg)
             coefs = step("audit: coefficients", resolve_coefficients, loaded, mg, (), blocks=blocks, dependence=dm)
             step("audit: verdicts", execution_verdicts, mg, blocks, coefs, dm)
+        # Freed now, as at the end of audit_static: kept alive into the next round, the
+        # graph model's objects would make a garbage collection in the loader's steps slow.
+        del model, copy, inferred, loaded, mg, dm, blocks, coefs
     return {name: statistics.median(v[1:]) for name, v in times.items()}
 
 
