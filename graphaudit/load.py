@@ -72,18 +72,23 @@ def load_model(
     if external and base is not None:
         for location in external:
             _check_location(location, base, path)
+    if weights and external and base is None:
+        raise GraphAuditError(
+            "expected a model with its weights inline when given a ModelProto, found "
+            f"external-data references ({', '.join(external[:3])}); load it from its file"
+        )
     if weights and external:
-        if base is None:
-            raise GraphAuditError(
-                "expected a model with its weights inline when given a ModelProto, found "
-                f"external-data references ({', '.join(external[:3])}); load it from its file"
-            )
-        _load_external(model, base, path)
+        _require_external_files(external, base, path)
+    # The checker and shape inference see the graph with its external weights still on disk:
+    # they need only the weights' types and shapes, and the proto stays far below protobuf's
+    # 2 GiB limit however large the weights are.
     if check:
-        _check(model if weights or not external else _external_as_inputs(model), path)
+        _check(_external_as_inputs(model) if external else model, path)
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
+    if weights and external:
+        _load_external(model, base, path)
     return LoadedModel(
         model=model,
         path=path,
@@ -244,13 +249,16 @@ def _check_location(location: str, base: Path, path: Path | None) -> None:
         )
 
 
-def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
-    for location in _external_locations(model):
+def _require_external_files(external: list[str], base: Path, path: Path | None) -> None:
+    for location in external:
         if not (base / location).is_file():
             raise GraphAuditError(
                 f"expected the external-data file {location!r} beside the model {path}, "
                 "found none; load with weights=False (--graph-only) to audit the graph alone"
             )
+
+
+def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
     try:
         external_data_helper.load_external_data_for_model(model, str(base))
     except (OSError, ValueError, onnx.checker.ValidationError) as err:
@@ -262,7 +270,7 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
 def _check(model: onnx.ModelProto, path: Path | None) -> None:
     where = f" in {path}" if path else ""
     try:
-        if model.ByteSize() > _PROTOBUF_LIMIT:
+        if _byte_size(model) > _PROTOBUF_LIMIT:
             # check_model cannot serialise a proto past 2 GiB; its graph-only checks still apply.
             onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
         else:
@@ -280,6 +288,14 @@ def _check(model: onnx.ModelProto, path: Path | None) -> None:
             f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
             "(the file is damaged or not ONNX)"
         ) from None
+
+
+def _byte_size(model: onnx.ModelProto) -> int:
+    """The model's serialised size; past 2 GiB some protobuf builds refuse to compute it."""
+    try:
+        return model.ByteSize()
+    except Exception:  # noqa: BLE001 - upb raises EncodeError past its limit
+        return _PROTOBUF_LIMIT + 1
 
 
 def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -122,3 +122,24 @@ def test_load_never_changes_its_argument():
     before = model.SerializeToString()
     load_model(model)
     assert model.SerializeToString() == before
+
+
+def test_external_weights_present_load_and_run_like_inline_ones(tmp_path):
+    rng = np.random.default_rng(0)
+    model = transformer_graph(layers=2, hidden=16, heads=2, vocab=23, external=None)
+    for tensor in model.graph.initializer:
+        values = rng.standard_normal(tuple(tensor.dims)).astype(np.float32)
+        tensor.raw_data = values.tobytes()
+    path = tmp_path / "m.onnx"
+    saved = onnx.ModelProto()
+    saved.CopyFrom(model)  # onnx.save moves the weights of what it is given out to the file
+    onnx.save(saved, path, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.weights", size_threshold=0)
+    loaded = load_model(path)
+    assert loaded.weights_loaded and loaded.external_files == ("m.weights",)
+    assert loaded.shape_inference_ok
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in loaded.model.graph.initializer)
+    ids = {"input_ids": rng.integers(0, 23, (2, 5))}
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, ids)[0]
+    np.testing.assert_array_equal(run(loaded.model), run(model))
+    assert build_graph(loaded.model).tensors[build_graph(loaded.model).outputs[0]].shape == ("batch", "seq", 23)
