@@ -130,15 +130,15 @@ def coefficient_variation(static: dict | None, replay: dict | None) -> Finding:
         return Finding(NOT_MEASURED, f"Not measured: {why}.")
     evidence, varying = [], []
     for family, v in sorted(variance.items()):
-        within = _num(v.get("input_share"), 0.0) + _num(v.get("token_share"), 0.0)
-        eta2 = _num(v.get("eta2_layer"))
+        within = num(v.get("input_share"), 0.0) + num(v.get("token_share"), 0.0)
+        eta2 = num(v.get("eta2_layer"))
         if within >= INPUT_SHARE_MIN:
             varying.append(family)
         evidence.append(Evidence("replay", (
             f"{family}: layer identity alone explains {_pct(eta2)} of the variance (η²); "
             f"(layer, slot) {_pct(v.get('layer_slot_share'))}, input {_pct(v.get('input_share'))}, "
             f"token {_pct(v.get('token_share'))}")))
-    etas = [_num(v.get("eta2_layer")) for v in variance.values()]
+    etas = [num(v.get("eta2_layer")) for v in variance.values()]
     etas = [e for e in etas if e is not None]
     eta_words = (f"layer identity alone explains {_pct(min(etas))}–{_pct(max(etas))} of their variance"
                  if etas and len(etas) > 1 else
@@ -174,20 +174,20 @@ def functional_dependence(replay: dict | None) -> Finding:
     hurts, measured = [], []
     for name in REASSIGNMENTS:
         c = conditions.get(name)
-        if not c or _num(c.get("delta_nll")) is None:
+        if not c or num(c.get("delta_nll")) is None:
             continue
         measured.append(name)
-        lo, hi = _interval(c.get("ci"))
+        lo, hi = interval(c.get("ci"))
         evidence.append(Evidence("replay", f"ΔNLL {name} = {_signed(c['delta_nll'])} nats{_ci_text(lo, hi)}"))
         if lo is not None and lo > MATERIAL_NATS:
             hurts.append(name)
-        elif lo is None and _num(c["delta_nll"]) > MATERIAL_NATS:
+        elif lo is None and num(c["delta_nll"]) > MATERIAL_NATS:
             hurts.append(name)
     gap = replay.get("retained_gap") or {}
     gap_ci = replay.get("retained_gap_ci") or {}
     for name in PROFILES:
-        if _num(gap.get(name)) is not None:
-            lo, hi = _interval(gap_ci.get(name))
+        if num(gap.get(name)) is not None:
+            lo, hi = interval(gap_ci.get(name))
             ci = f" (95% CI {_pct(lo)} to {_pct(hi)})" if lo is not None and hi is not None else ""
             evidence.append(Evidence("replay", (
                 f"a {name.replace('_', ' ')} profile retains {_pct(gap[name])}{ci} of the gap between "
@@ -196,10 +196,10 @@ def functional_dependence(replay: dict | None) -> Finding:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
     gap_words = ""
-    global_gap = _num((conditions.get("global_mean") or {}).get("delta_nll"))
+    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
     if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
         gap_words = "; one global mean does as well as the correct coefficients, so no gap is left for a profile"
-    elif _num(gap.get("static_layer")) is not None:
+    elif num(gap.get("static_layer")) is not None:
         gap_words = (f"; a static per-layer profile keeps {_pct(gap['static_layer'])} of what the "
                      "coefficients contribute over one global mean")
     if hurts:
@@ -229,7 +229,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         if skippable:
             evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
         flops = static.get("flops") or {}
-        share = _num(flops.get("skippable_share"))
+        share = num(flops.get("skippable_share"))
         # A zero share beside skippable blocks means their sizes were unknown, not that they cost nothing.
         if share is not None and (share > 0 or not skippable):
             evidence.append(Evidence("static", (
@@ -244,7 +244,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         pblocks = profiled_blocks(profile)
         inputs = profiled_inputs(profile)
         for b in pblocks:
-            fraction = _num(b.get("executed_fraction"))
+            fraction = num(b.get("executed_fraction"))
             if fraction is not None and fraction < 1.0:
                 reduced.append(f"{b.get('name')} ran on {_pct(fraction)} of inputs")
             elif shrunk(b):
@@ -297,16 +297,16 @@ def per_input(profile: dict) -> list[dict]:
 def shrunk(block: dict) -> str | None:
     """How a profiled block ran at less than full size for some input, in words, or None."""
     nodes = (block.get("node_fraction") or {})
-    if _num(nodes.get("min"), 1.0) < 1.0:
+    if num(nodes.get("min"), 1.0) < 1.0:
         return f"ran only {_pct(nodes['min'])} of its nodes on some input"
     varying = block.get("value_dependent_shapes") or []
     if varying:
         return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
     flops = block.get("executed_flops") or {}
-    if _num(flops.get("min")) is not None and _num(flops.get("max")) is not None and flops["min"] < flops["max"]:
+    if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
         return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
     for key in ("work_fraction", "size_fraction"):
-        value = _num(block.get(key))
+        value = num(block.get(key))
         if value is not None and value < 1.0:
             return f"ran at reduced size ({_pct(value)} of its full work)"
     return None
@@ -318,9 +318,9 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
     if profile is None:
         return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
-    latency = _median(profile.get("latency_ms"))
+    latency = median(profile.get("latency_ms"))
     baseline = profile.get("baseline") or {}
-    ratio = _num(baseline.get("ratio"))
+    ratio = num(baseline.get("ratio"))
     if ratio is None:
         return Finding(NOT_MEASURED, (
             "Not measured: no baseline was given to compare against"
@@ -328,13 +328,13 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     name = baseline.get("model") or "the baseline"
     spread = baseline.get("ratio_spread") or {}
     spread_text = (f", p10–p90 {spread['p10']:.2f}–{spread['p90']:.2f}×"
-                   if _num(spread.get("p10")) is not None and _num(spread.get("p90")) is not None else "")
+                   if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
-        f"median latency {_fmt(latency)} ms against {name}'s {_fmt(_median(baseline.get('latency_ms')))} ms, "
+        f"median latency {_fmt(latency)} ms against {name}'s {_fmt(median(baseline.get('latency_ms')))} ms, "
         f"ratio {ratio:.2f}×{spread_text} (paired rounds on {profile.get('provider', 'the runtime')})"))]
     flops_words = ""
-    executed = _num(profile.get("flops_executed"))
-    full = _num(((static or {}).get("flops") or {}).get("total"))
+    executed = num(profile.get("flops_executed"))
+    full = num(((static or {}).get("flops") or {}).get("total"))
     if executed is not None and baseline_flops:
         flops_words = f"; it executes {executed / baseline_flops:.2f}× the baseline's FLOPs"
         evidence.append(Evidence("profile", (
@@ -345,7 +345,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                                  + (f", {executed / full:.0%} of the graph's full count" if full else "")))
     elif full is not None:
         evidence.append(Evidence("static", f"{full:,.0f} FLOPs per input in the graph; executed FLOPs not counted"))
-    low, high = _num(spread.get("p10")), _num(spread.get("p90"))
+    low, high = num(spread.get("p10")), num(spread.get("p90"))
     words = _latency_words(ratio, low, high)
     if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
         return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
@@ -366,7 +366,8 @@ def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
 
 # -- formatting helpers ------------------------------------------------------------------
 
-def _num(value, default=None):
+def num(value, default=None):
+    """`value` as a float, or `default` for None, booleans, text and NaN."""
     if isinstance(value, bool) or value is None:
         return default
     try:
@@ -376,33 +377,34 @@ def _num(value, default=None):
     return default if math.isnan(x) else x
 
 
-def _median(value):
-    """A latency given as a number or as a spread {"median", ...}."""
-    return _num(value.get("median")) if isinstance(value, dict) else _num(value)
+def median(value):
+    """A latency given as a number or as a spread {"median", "p10", "p90"}."""
+    return num(value.get("median")) if isinstance(value, dict) else num(value)
 
 
-def _interval(ci) -> tuple[float | None, float | None]:
+def interval(ci) -> tuple[float | None, float | None]:
+    """(low, high) of a confidence interval given as [lo, hi] or {"low", "high"}."""
     if isinstance(ci, dict):
         ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
     if isinstance(ci, (list, tuple)) and len(ci) == 2:
-        return _num(ci[0]), _num(ci[1])
+        return num(ci[0]), num(ci[1])
     return None, None
 
 
 def _fmt(value) -> str:
-    x = _num(value)
+    x = num(value)
     if x is None:
         return "?"
     return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
 
 
 def _num_text(value) -> str:
-    x = _num(value)
+    x = num(value)
     return "?" if x is None else f"{x:.2e}"
 
 
 def _signed(value) -> str:
-    x = _num(value)
+    x = num(value)
     return "?" if x is None else f"{x:+.4f}"
 
 
@@ -411,5 +413,5 @@ def _ci_text(lo, hi) -> str:
 
 
 def _pct(value) -> str:
-    x = _num(value)
+    x = num(value)
     return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"

@@ -8,10 +8,11 @@ so a saved report renders exactly like a fresh one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, profiled_blocks, shrunk
+from graphaudit.verdict import (
+    FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, interval, median, num, profiled_blocks, shrunk,
+)
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -30,22 +31,6 @@ class Table:
     note: str = ""
 
 
-def num(value, default=None):
-    """`value` as a float, or `default` for None, booleans, text and NaN."""
-    if value is None or isinstance(value, bool):
-        return default
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(x) else x
-
-
-def median(value):
-    """A latency given as a number or as a spread {"median", "p10", "p90"}."""
-    return num(value.get("median")) if isinstance(value, dict) else num(value)
-
-
 def fmt(value, digits: int = 4) -> str:
     x = num(value)
     return "—" if x is None else f"{x:.{digits}f}"
@@ -59,15 +44,6 @@ def signed(value, digits: int = 4) -> str:
 def pct(value) -> str:
     x = num(value)
     return "—" if x is None else f"{x * 100:.1f}%"
-
-
-def interval(ci) -> tuple[float | None, float | None]:
-    """(low, high) of a confidence interval given as [lo, hi] or {"low", "high"}."""
-    if isinstance(ci, dict):
-        ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
-    if isinstance(ci, (list, tuple)) and len(ci) == 2:
-        return num(ci[0]), num(ci[1])
-    return None, None
 
 
 def ci_text(ci, digits: int = 4) -> str:
