@@ -15,7 +15,7 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import onnx
 
@@ -115,8 +115,11 @@ def detect_coefficients(
     return tuple(found)
 
 
-def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None) -> str | None:
-    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None."""
+def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
+    """Each node `ref` reaches through reshapes and slices (PLUMBING), with the tensor it reads.
+
+    The walk stops going further once `limit` nodes have been seen.
+    """
     todo, seen = [ref], set()
     while todo:
         current = todo.pop()
@@ -124,14 +127,20 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None) -> 
             if consumer.id in seen:
                 continue
             seen.add(consumer.id)
-            if consumer.op_type in ROUTING:
-                return "route"
-            if consumer.op_type in GATING:
-                others = [r for r in consumer.inputs if r is not None and r != current]
-                if any(r not in producer.inputs and _width(mg, r) == hidden for r in others):
-                    return "gate"
-            if consumer.op_type in PLUMBING and len(seen) < 16:
+            yield consumer, current
+            if consumer.op_type in PLUMBING and len(seen) < limit:
                 todo.extend(r for r in consumer.outputs if r is not None)
+
+
+def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None) -> str | None:
+    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None."""
+    for consumer, current in reached_consumers(mg, ref, limit=16):
+        if consumer.op_type in ROUTING:
+            return "route"
+        if consumer.op_type in GATING:
+            others = [r for r in consumer.inputs if r is not None and r != current]
+            if any(r not in producer.inputs and _width(mg, r) == hidden for r in others):
+                return "gate"
     return None
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blocks import Block, BlockMap
-from graphaudit.analyses.coefficients import GATING, PLUMBING
+from graphaudit.analyses.coefficients import GATING, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
@@ -306,18 +306,7 @@ class _Audit:
 
 def _gating_consumers(mg: ModelGraph, ref: TensorRef) -> list[Node]:
     """The Mul / MatMul / Einsum / Where nodes `ref` reaches through reshapes and slices."""
-    found, todo, seen = [], [ref], set()
-    while todo:
-        current = todo.pop()
-        for consumer in mg.consumers(current):
-            if consumer.id in seen:
-                continue
-            seen.add(consumer.id)
-            if consumer.op_type in GATING:
-                found.append(consumer)
-            elif consumer.op_type in PLUMBING and len(seen) < 64:
-                todo.extend(r for r in consumer.outputs if r is not None)
-    return found
+    return [node for node, _ in reached_consumers(mg, ref, limit=64) if node.op_type in GATING]
 
 
 def _dedupe(evidence) -> tuple[Evidence, ...]:
