@@ -38,7 +38,8 @@ from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
 from graphaudit.analyses.verdicts import execution_verdicts
-from graphaudit.graph import build_graph, paused_gc
+from graphaudit.graph import build_graph
+from graphaudit.graph_build import paused_gc
 from graphaudit.load import load_model
 from graphaudit.testing.synthetic import transformer_graph
 

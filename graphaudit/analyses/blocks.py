@@ -15,8 +15,7 @@ The container offered by the most nodes (at least two indices where any has two)
 blocks. A `--block-pattern` regex replaces the candidates with its own matches. Nodes nested
 in a body without candidates of their own take their owner's block, or the block of their
 neighbours among those the owner's metadata names. With no names at all, blocks are cut
-along the residual chain: the longest run of Add nodes, each adding to the previous one's
-output, grouped by the period of their repeating operator pattern.
+along the residual chain (graphaudit.analyses.structure).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from graphaudit.errors import UsageError
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph import ModelGraph, Node
 from graphaudit.analyses.order import execution_order
 
 NAMESPACE = "namespace"
@@ -93,7 +92,9 @@ def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
             f"initializer names, found no match among {len(mg.nodes)} nodes (e.g. "
             f"{', '.join(repr(n) for n in finder.examples())})"
         )
-    return _structural(mg)
+    from graphaudit.analyses.structure import structural_blocks  # it builds on this module's types
+
+    return structural_blocks(mg)
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -290,7 +291,7 @@ class _Finder:
                 how[nid] = "pattern" if self.regex is not None else source
                 break
         self._fill(assigned, how, informative, chosen)
-        blocks = _make_blocks(assigned, names)
+        blocks = make_blocks(assigned, names)
         label = (names[min(names)].rsplit(".", 1)[0] if names else chosen) if chosen != "pattern" \
             else self.regex.pattern
         counts = Counter(how.values())
@@ -300,7 +301,7 @@ class _Finder:
         extra = [f"{n} nodes by {SOURCES[s]}" for s, n in counts.most_common() if s != main]
         if extra:
             method += " (" + "; ".join(extra) + ")"
-        return _block_map(blocks, method, counts)
+        return block_map(blocks, method, counts)
 
     def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str], chosen: str) -> None:
         """Attribute nested or unnamed nodes through their owner, else their neighbours."""
@@ -352,116 +353,13 @@ class _Finder:
         return index
 
 
-def _make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
+def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
     members: dict[int, set[str]] = {}
     for nid, index in assigned.items():
         members.setdefault(index, set()).add(nid)
     return tuple(Block(i, names.get(i, f"block.{i}"), frozenset(members[i])) for i in sorted(members))
 
 
-def _block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
+def block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
     by_node = {nid: b for b in blocks for nid in b.node_ids}
     return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node))
-
-
-# Operators that only move or reshape data: left out of the pattern that blocks repeat.
-_PLUMBING = frozenset({
-    "Shape", "Size", "Constant", "ConstantOfShape", "Gather", "Concat", "Unsqueeze", "Squeeze",
-    "Slice", "Cast", "Range", "Reshape", "Expand", "Identity",
-})
-
-
-# -- structure -----------------------------------------------------------------------------
-def _structural(mg: ModelGraph) -> BlockMap:
-    """Blocks cut along the residual chain, for a graph whose names say nothing."""
-    chain = _residual_chain(mg)
-    if len(chain) < 2:
-        return BlockMap((), "no blocks: no layer names, no --block-pattern, and no residual chain "
-                            f"of Add nodes ({len(chain)} found)")
-    position = {nid: i for i, nid in enumerate(chain)}
-    segment: dict[str, int] = dict(position)
-    top = [n for n in mg.nodes.values() if not n.scopes]
-    for node in reversed(top):  # each node joins the first residual Add it feeds
-        if node.id in segment:
-            continue
-        found = [segment[c.id] for r in node.outputs if r is not None for c in mg.consumers(r)
-                 if c.id in segment]
-        if found:
-            segment[node.id] = min(found)
-    start = _stream_input(mg, chain)
-    before = _ancestors(mg, start) if start is not None else set()
-    for nid in before:  # the embedding and everything before the first block
-        segment.pop(nid, None)
-    nested = [n for n in mg.nodes.values() if n.scopes]
-    for node in nested:
-        owner = node.scopes[0].owner
-        if owner in segment:
-            segment[node.id] = segment[owner]
-    period = _period([Counter(mg.nodes[n].op_type for n, s in segment.items()
-                              if s == i and mg.nodes[n].op_type not in _PLUMBING)
-                      for i in range(len(chain))])
-    assigned = {nid: s // period for nid, s in segment.items()}
-    names = {i: f"block.{i}" for i in set(assigned.values())}
-    blocks = _make_blocks(assigned, names)
-    method = (f"{SOURCES['structure']}: {len(chain)} residual Add nodes, "
-              f"{period} per block, {len(blocks)} blocks (no layer names found)")
-    return _block_map(blocks, method, Counter({"structure": len(assigned)}))
-
-
-def _residual_chain(mg: ModelGraph) -> list[str]:
-    """The longest run of top-level Adds, each adding to the previous one's (shared) output."""
-    def shared(ref):
-        return ref is not None and len({c.id for c in mg.consumers(ref)}) >= 2
-
-    # A residual Add adds a branch to a stream that something else reads too.
-    adds = [n for n in mg.nodes.values() if not n.scopes and n.op_type in ("Add", "Sum")
-            and any(shared(r) for r in n.inputs)]
-    residual = {n.id for n in adds}
-    nxt: dict[str, str] = {}
-    has_prev: set[str] = set()
-    for node in adds:
-        for ref in node.inputs:
-            prev = mg.producer(ref) if ref is not None else None
-            if prev is not None and prev.id in residual and shared(ref) and prev.id not in nxt:
-                nxt[prev.id] = node.id
-                has_prev.add(node.id)
-                break
-    best: list[str] = []
-    for node in adds:
-        if node.id in has_prev:
-            continue
-        run = [node.id]
-        while run[-1] in nxt:
-            run.append(nxt[run[-1]])
-        if len(run) > len(best):
-            best = run
-    return best
-
-
-def _stream_input(mg: ModelGraph, chain: list[str]) -> TensorRef | None:
-    """The residual stream entering the first Add: its input shared with the rest of the block."""
-    first = mg.nodes[chain[0]]
-    shared = [r for r in first.inputs if r is not None and len({c.id for c in mg.consumers(r)}) >= 2]
-    return shared[0] if shared else None
-
-
-def _ancestors(mg: ModelGraph, ref: TensorRef) -> set[str]:
-    seen: set[str] = set()
-    todo = [ref]
-    while todo:
-        producer = mg.producer(todo.pop())
-        if producer is None or producer.id in seen:
-            continue
-        seen.add(producer.id)
-        todo.extend(r for r in producer.inputs if r is not None)
-    return seen
-
-
-def _period(signatures: list[Counter]) -> int:
-    """The smallest p such that the segments' operator counts repeat every p segments."""
-    n = len(signatures)
-    for p in range(1, n // 2 + 1):
-        # Segment 0 also holds the shape computations every later block reuses: skip it.
-        if n % p == 0 and all(signatures[i] == signatures[i + p] for i in range(1, n - p)):
-            return p
-    return 1

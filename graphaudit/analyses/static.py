@@ -14,7 +14,8 @@ from typing import Mapping, Sequence
 import onnx
 
 from graphaudit.coefficients import Coefficient
-from graphaudit.graph import build_graph, paused_gc
+from graphaudit.graph import build_graph
+from graphaudit.graph_build import paused_gc
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients

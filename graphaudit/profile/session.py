@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph import _unique_ids
+from graphaudit.graph_build import unique_ids
 from graphaudit.load import LoadedModel
 from graphaudit.runtime import create_session
 
@@ -120,7 +120,7 @@ def _graph_nodes(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.NodeProto]]
 def _name_nodes(model: onnx.ModelProto) -> int:
     """Give the nodes of `model` (a copy) the ids ModelGraph gives them; return how many changed."""
     nodes = [n for _, n in _graph_nodes(model.graph)]
-    ids = _unique_ids((n.name, n.op_type) for n in nodes)
+    ids = unique_ids((n.name, n.op_type) for n in nodes)
     changed = 0
     for node, node_id in zip(nodes, ids):
         if node.name != node_id:
