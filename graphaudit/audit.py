@@ -145,7 +145,7 @@ def audit(
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline, provider, runs, warmup,
-                        profile_runs, profile_limit)
+                        profile_runs, profile_limit, block_pattern, static)
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
@@ -194,11 +194,12 @@ def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resam
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit):
+def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static):
     from graphaudit.profile import profile_model
 
     return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
-                         batch_size=1, provider=provider, limit=limit)
+                         batch_size=1, provider=provider, limit=limit, block_pattern=block_pattern,
+                         static=static)
 
 
 def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:

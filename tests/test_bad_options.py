@@ -105,6 +105,7 @@ def test_invalid_shape(files, capfd, shape, message):
     (["profile", "{m}", "--data", "{e}", "--batch-size", "0"],
      r"expected batch-size to be an integer of at least 1, found 0"),
     (["profile", "{m}", "--data", "{e}", "--runs", "0"], r"expected runs to be an integer of at least 1, found 0"),
+    (["profile", "{m}", "--data", "{e}", "--threads", "-1"], r"expected a valid value for '--threads', found -1 is not"),
     (["profile", "{m}", "--data", "{e}", "--limit", "0"], r"expected limit to be an integer of at least 1, found 0"),
     (["run", "{m}", "--calib", "{c}", "--resamples", "0"], r"expected a valid value for '--resamples', found 0 is not"),
     (["run", "{m}", "--calib", "{c}", "--seed", "-1"], r"expected a valid value for '--seed', found -1 is not"),
@@ -120,7 +121,7 @@ def test_invalid_shape(files, capfd, shape, message):
      r"expected --baseline with --claim compute-savings"),
     (["frobnicate", "{m}"],
      r"expected a command among demo, freeze, inspect, profile, replay, run, static, found 'frobnicate'"),
-], ids=["replay-batch-size-0", "profile-batch-size-0", "runs-0", "limit-0", "resamples-0", "run-seed-negative",
+], ids=["replay-batch-size-0", "profile-batch-size-0", "runs-0", "threads-negative", "limit-0", "resamples-0", "run-seed-negative",
         "replay-seed-negative", "unknown-condition", "negative-tolerance", "unknown-format", "unknown-option",
         "missing-option", "claim-without-baseline", "unknown-command"])
 def test_bad_usage_is_one_line_and_status_2(files, capfd, args, message):

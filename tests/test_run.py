@@ -96,6 +96,9 @@ def test_earlyexit_skips_blocks_and_supports_the_claim(audited):
     assert any(b["verdict"] == "branch" for b in doc["static"]["blocks"])
     assert any((b["executed_fraction"] or 1) < 1 for b in doc["profile"]["blocks"])
     assert doc["claims"][0]["supported"] is True
+    # The profile checks each block's static verdict against what ran.
+    agreement = {a["block"]: (a["static_verdict"], a["outcome"]) for a in doc["profile"]["static_agreement"]}
+    assert agreement["blocks.2"] == ("branch", "confirmed") and agreement["blocks.0"] == ("always", "confirmed")
 
 
 def test_moe_dispatches_tokens_to_a_subset(audited):
