@@ -97,3 +97,23 @@ def test_session_runs_a_good_model():
     session = create_session(transformer_graph(layers=1, hidden=8, heads=2, vocab=11, external=None))
     (out,) = session.run(None, {"input_ids": np.zeros((1, 3), np.int64)})
     assert out.shape == (1, 3, 11)
+
+
+@pytest.mark.parametrize("command", ["inspect", "static"])
+def test_non_utf8_name_inside_an_if_branch_is_refused(tmp_path, capsys, command):
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="QQQQNAME")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    model = tiny([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                  helper.make_node("Cast", ["s"], ["c"], to=TensorProto.BOOL),
+                  helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString().replace(b"QQQQNAME", b"\xff\xfeQQNAME"))
+    before = sha(path)
+    with pytest.raises(SystemExit) as info:
+        main([command, str(path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and err.count("\n") == 1
+    assert "expected node and value names that are UTF-8 text" in err
+    assert sha(path) == before
