@@ -43,7 +43,7 @@ from graphaudit.data import input_specs, load_data  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.replay import check_parity, run_conditions  # noqa: E402
-from graphaudit.runtime import create_session  # noqa: E402
+from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
@@ -67,8 +67,10 @@ class Setup:
         options.intra_op_num_threads = threads
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
         frozen = frozen_graph(loaded.model, self.coefs)
-        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch), options=options)
-        self.bare_session = create_session(frozen, options=options)  # the frozen graph alone
+        skipped = slow_fusions()  # as in replay(): both sessions leave out the same fusions
+        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch), options=options,
+                                      disabled_optimizers=skipped)
+        self.bare_session = create_session(frozen, options=options, disabled_optimizers=skipped)  # the frozen graph alone
         check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval, batch_size, 1e-4)
         self.seed = seed
 

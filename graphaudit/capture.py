@@ -28,7 +28,7 @@ import onnx
 from graphaudit.coefficients import BATCH, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
-from graphaudit.runtime import create_session, running
+from graphaudit.runtime import create_session, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _MANIFEST = "manifest.json"
@@ -127,7 +127,7 @@ def capture(
         reused = _reuse(folder, key, coefficients)
         if reused is not None:
             return reused
-    session = create_session(trace, providers)
+    session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers))
     names = [o.name for o in session.get_outputs()]
     wanted = {c.tensor for c in coefficients}
     missing = wanted - set(names)

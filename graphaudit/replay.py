@@ -32,7 +32,7 @@ from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, Poisso
                                 difference, retained_gap, score, task_for)
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
-from graphaudit.runtime import create_session, resolve_providers
+from graphaudit.runtime import create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_TOLERANCE = 1e-4
@@ -194,7 +194,7 @@ def replay(
         frozen = frozen_graph(loaded.model, coefs)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch)
-        session = create_session(frozen, providers)
+        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers))
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)

@@ -6,13 +6,15 @@ request on a machine without CUDA, gives the same clear error everywhere. ONNX R
 own log lines are silenced: every failure it reports also comes back as an exception,
 which graphaudit words as one line. `running` does the same for a run that the user's
 inputs make fail (an index past a table, a sequence longer than the model takes).
+Capture and replay leave out `slow_fusions`, fusions measured slower on CPU; the profile
+keeps ONNX Runtime's own choices, since it measures the model as ONNX Runtime runs it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import onnx
 import onnxruntime as ort
@@ -24,6 +26,11 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
 RUN_ERRORS = (_ort_state.Fail, _ort_state.InvalidArgument, _ort_state.RuntimeException)
 _FATAL_ONLY = 4  # ORT log severity: only fatal errors, which end the process anyway
+# Fusions graphaudit's own CPU sessions leave out, each measured slower than what it fuses:
+# ONNX Runtime 1.32's CPU SkipLayerNormalization ran Add + LayerNormalization 3-7x slower than
+# the two unfused kernels (hidden 64-2048, 1 and 2 threads), and FeatureGate's frozen graph
+# 17% faster without it (BENCHMARKS.md, replay). Outputs differ by rounding only.
+SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
 # Operator domains ONNX Runtime implements kernels for (everything else is custom).
 RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
                              "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
@@ -78,13 +85,15 @@ def create_session(
     model: onnx.ModelProto | bytes | str,
     providers: list[str] | None = None,
     options: ort.SessionOptions | None = None,
+    disabled_optimizers: Sequence[str] = (),
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none."""
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     options = options or ort.SessionOptions()
     options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
     try:
-        return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]])
+        return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]],
+                                    disabled_optimizers=list(disabled_optimizers) or None)
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
         message = " ".join(str(err).split())
         custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
@@ -102,6 +111,11 @@ def create_session(
                 f"expected an ONNX opset ONNX Runtime supports (up to {opset.group(2)}), found opset {opset.group(1)}"
             ) from None
         raise GraphAuditError(f"expected a model ONNX Runtime can load, found its objection: {message[:400]}") from None
+
+
+def slow_fusions(providers: list[str] | None = None) -> tuple[str, ...]:
+    """The optimisers graphaudit's own sessions (capture, replay) leave out on `providers`."""
+    return SLOW_CPU_FUSIONS if (providers or [PROVIDERS["cpu"]])[0] == PROVIDERS["cpu"] else ()
 
 
 @contextlib.contextmanager
