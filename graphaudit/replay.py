@@ -226,7 +226,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         for name, feed in feeds.items():  # `correct` first: the reference for KL
             fed = {c.tensor: native(c, feed(c, index)) for c in coefficients}
             (out,) = session.run([task.fetch], {**inputs, **fed})
-            reference = reference if reference is not None else Reference.of(task, out)
+            reference = reference if reference is not None else Reference.of(task, out, inputs, labels)
             stats[name].update(score(task, out, inputs, labels, reference), weights)
     return stats
 

@@ -83,15 +83,15 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
     """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.logits:
-        targets, mask = _targets(task, feeds, labels)
-        if targets is not None:
-            _check_range(task, targets, mask, out.shape[-1])
-            logp = out[:, :-1] if task.kind == "causal_lm" else out
-            picked = np.take_along_axis(logp, np.where(mask, targets, 0)[..., None], axis=-1)[..., 0]
-            sums[:, _COL["nll"]] = -_per_input(picked * mask)
-            sums[:, _COL["targets"]] = _per_input(mask)
+        truth = reference.targets if reference is not None and reference.targets is not None else \
+            Targets.of(task, out.shape, feeds, labels)
+        if truth is not None:
+            picked = out.reshape(-1)[truth.flat]  # log q of each target, (inputs, positions)
+            sums[:, _COL["nll"]] = -_per_input(picked * truth.mask)
+            sums[:, _COL["targets"]] = truth.count
             if task.labels is not None:
-                sums[:, _COL["hits"]] = _per_input((logp.argmax(-1) == targets) & mask)
+                logp = out[:, :-1] if task.kind == "causal_lm" else out
+                sums[:, _COL["hits"]] = _per_input((logp.argmax(-1) == truth.ids) & truth.mask)
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q; ≥ 0 but rounding can dip a hair below
             kl = reference.neg_entropy - np.einsum("...v,...v->...", reference.probs, out)
@@ -110,20 +110,48 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
 
 
 @dataclass(frozen=True)
+class Targets:
+    """One batch's targets, checked once for all its conditions: where `score` picks each from the output."""
+
+    ids: np.ndarray  # (inputs, positions), as given (IGNORE_INDEX where left out)
+    mask: np.ndarray  # True where scored
+    count: np.ndarray  # scored positions per input
+    flat: np.ndarray  # index of each target's log-probability in the flattened output (0 where left out)
+
+    @classmethod
+    def of(cls, task: Task, shape: tuple[int, ...], feeds: Mapping[str, np.ndarray],
+           labels: Mapping[str, np.ndarray]) -> "Targets | None":
+        """The targets of a batch whose log-probabilities have `shape`; None when the task has none."""
+        targets, mask = _targets(task, feeds, labels)
+        if targets is None:
+            return None
+        classes = shape[-1]
+        _check_range(task, targets, mask, classes)
+        # target p of input b scores row b·(rows per input) + p of the output's rows of `classes`
+        per_input = int(np.prod(shape[1:-1], dtype=np.int64))
+        first = np.arange(targets.shape[0]).reshape(-1, *[1] * (targets.ndim - 1)) * per_input
+        flat = (first + np.arange(targets[0].size).reshape(targets.shape[1:])) * classes + np.where(mask, targets, 0)
+        return cls(targets, mask, _per_input(mask), flat)
+
+
+@dataclass(frozen=True)
 class Reference:
-    """The `correct` output of one batch, with what KL against it needs."""
+    """The `correct` output of one batch, with what KL against it needs (and, given the feeds, its targets)."""
 
     output: np.ndarray
     probs: np.ndarray | None = None
     neg_entropy: np.ndarray | None = None  # Σ p log p per position
+    targets: Targets | None = None
 
     @classmethod
-    def of(cls, task: Task, out: np.ndarray) -> "Reference":
+    def of(cls, task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray] | None = None,
+           labels: Mapping[str, np.ndarray] | None = None) -> "Reference":
         """The reference for `out`, the `correct` condition's scored output (log-probabilities for logits)."""
         if not task.logits:
             return cls(out)
         probs = np.exp(out)
-        return cls(out, probs, np.einsum("...v,...v->...", probs, out))
+        targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
+        return cls(out, probs, np.einsum("...v,...v->...", probs, out), targets)
 
 
 def column(name: str) -> int:
