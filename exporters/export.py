@@ -25,6 +25,7 @@ from torch.export import Dim
 
 from exporters.backbone import LanguageModel
 from graphaudit.coefficients import metadata_entry
+from graphaudit.protos import graphs
 
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
 
@@ -108,7 +109,7 @@ def _export(model, args, kwargs, dynamic_shapes, input_names, output_names) -> o
 
 
 def _finish(model: LanguageModel, onx: onnx.ModelProto, path: str | Path) -> onnx.ModelProto:
-    for graph in _graphs(onx.graph):
+    for graph in graphs(onx.graph):
         for node in graph.node:
             kept = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
             del node.metadata_props[:]
@@ -120,15 +121,3 @@ def _finish(model: LanguageModel, onx: onnx.ModelProto, path: str | Path) -> onn
     onnx.checker.check_model(onx, full_check=True)
     onnx.save_model(onx, str(path))
     return onx
-
-
-def _graphs(graph: onnx.GraphProto):
-    """Yield `graph` and every subgraph (If branches, Loop bodies) inside it."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _graphs(g)

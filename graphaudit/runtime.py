@@ -21,6 +21,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.protos import node_lists
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
@@ -55,25 +56,11 @@ def resolve_providers(provider: str) -> list[str]:
 
 
 def custom_operators(model: onnx.ModelProto) -> list[str]:
-    """`domain.op` of every operator (subgraphs included) outside ONNX Runtime's domains."""
+    """`domain.op` of every operator (bodies and functions included) outside ONNX Runtime's domains."""
     local = {(f.domain, f.name) for f in model.functions}
     found: list[str] = []
-
-    def walk(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            if node.domain not in RUNTIME_DOMAINS and (node.domain, node.op_type) not in local:
-                label = f"{node.domain}.{node.op_type}"
-                if label not in found:
-                    found.append(label)
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    walk(attr.g)
-                for sub in attr.graphs:
-                    walk(sub)
-
-    walk(model.graph)
-    for fn in model.functions:
-        for node in fn.node:
+    for nodes in node_lists(model):
+        for node in nodes:
             if node.domain not in RUNTIME_DOMAINS and (node.domain, node.op_type) not in local:
                 label = f"{node.domain}.{node.op_type}"
                 if label not in found:

@@ -1,0 +1,38 @@
+"""Walking ONNX protos: every graph body and node list nested in a model."""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Sequence
+
+import onnx
+
+# Standard operators with graph attributes; operators of other domains are all opened.
+BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """`graph` and every body nested in it, at any depth."""
+    yield graph
+    yield from _bodies(graph.node)
+
+
+def node_lists(model: onnx.ModelProto) -> Iterator[Sequence[onnx.NodeProto]]:
+    """The nodes of the main graph, of every nested body and of every local function."""
+    for graph in graphs(model.graph):
+        yield graph.node
+    for function in model.functions:
+        yield function.node
+        for graph in _bodies(function.node):
+            yield graph.node
+
+
+def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    for node in nodes:
+        if node.op_type not in BODY_OPS and not node.domain:
+            continue
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from graphs(sub)
