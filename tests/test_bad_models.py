@@ -117,3 +117,19 @@ def test_non_utf8_name_inside_an_if_branch_is_refused(tmp_path, capsys, command)
     assert info.value.code == 1 and err.count("\n") == 1
     assert "expected node and value names that are UTF-8 text" in err
     assert sha(path) == before
+
+
+def test_custom_operator_inside_a_local_function_is_found():
+    body = helper.make_graph([helper.make_node("Frob", ["a"], ["t"], domain="acme")], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    function = helper.make_function(
+        "local", "Maybe", ["a", "c"], ["b"],
+        [helper.make_node("If", ["c"], ["b"], then_branch=body, else_branch=other)],
+        [helper.make_opsetid("", 17), helper.make_opsetid("acme", 1)])
+    model = tiny([helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                  helper.make_node("Cast", ["s"], ["c"], to=TensorProto.BOOL),
+                  helper.make_node("Maybe", ["x", "c"], ["y"], domain="local")], domains=["acme", "local"])
+    model.functions.append(function)
+    assert custom_operators(model) == ["acme.Frob"]
