@@ -97,7 +97,7 @@ def audit(
     warmup: int = 3,
     profile_runs: int = 3,
     profile_limit: int | None = None,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     resamples: int = 1000,
     progress: Progress | None = None,
 ) -> AuditReport:
@@ -107,6 +107,8 @@ def audit(
     (without it the replay splits `calib` into disjoint halves and the profile runs on
     `calib`). `baseline` is a dense model taking the same inputs. `profile_limit` profiles
     only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds.
+    `batch_size` is the replay's (default 16, or 1 when the graph has value-dependent control
+    flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -137,6 +139,11 @@ def audit(
         baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
 
+    if batch_size is None:
+        batch_size = 1 if static.conditional_execution else 16
+        if static.conditional_execution:
+            notes.append("the graph has value-dependent control flow, which decides once per batch: the replay "
+                         "ran one input per batch, so each input's decision is its own")
     replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
     if replayed is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "

@@ -99,6 +99,9 @@ def test_earlyexit_skips_blocks_and_supports_the_claim(audited):
     # The profile checks each block's static verdict against what ran.
     agreement = {a["block"]: (a["static_verdict"], a["outcome"]) for a in doc["profile"]["static_agreement"]}
     assert agreement["blocks.2"] == ("branch", "confirmed") and agreement["blocks.0"] == ("always", "confirmed")
+    # An If decides once per batch: the replay runs one input per batch, and says so.
+    assert doc["replay"]["settings"]["batch_size"] == 1
+    assert any("one input per batch" in note for note in doc["notes"])
 
 
 def test_moe_dispatches_tokens_to_a_subset(audited):
