@@ -26,13 +26,26 @@ def node_lists(model: onnx.ModelProto) -> Iterator[Sequence[onnx.NodeProto]]:
             yield graph.node
 
 
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of `graph` and of its bodies, each node before the nodes of its bodies."""
+    for node in graph.node:
+        yield node
+        for body in node_bodies(node):
+            yield from all_nodes(body)
+
+
+def node_bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs `node` carries as attributes (an If's branches, a Loop's body, ...)."""
+    if node.op_type not in BODY_OPS and not node.domain:
+        return
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
 def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
     for node in nodes:
-        if node.op_type not in BODY_OPS and not node.domain:
-            continue
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from graphs(sub)
+        for body in node_bodies(node):
+            yield from graphs(body)

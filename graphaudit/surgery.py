@@ -15,7 +15,7 @@ flow, so it is refused with an error that says where it was found.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import onnx
 from onnx import helper, shape_inference
@@ -23,6 +23,7 @@ from onnx import helper, shape_inference
 from graphaudit.coefficients import BATCH, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
+from graphaudit.protos import node_bodies
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
 _DETACHED = "__graphaudit_controller"
@@ -213,16 +214,7 @@ def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
 def _reads(node: onnx.NodeProto) -> set[str]:
     """Every name `node` reads, including outer-scope names read inside its subgraphs."""
     names = {i for i in node.input if i}
-    for attr in node.attribute:
-        for sub in _subgraphs(attr):
-            for inner in sub.node:
-                names |= _reads(inner)
+    for body in node_bodies(node):
+        for inner in body.node:
+            names |= _reads(inner)
     return names
-
-
-def _subgraphs(attr: onnx.AttributeProto) -> Iterable[onnx.GraphProto]:
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return (attr.g,)
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return tuple(attr.graphs)
-    return ()

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 import onnx
 
 from graphaudit.graph import ModelGraph
+from graphaudit.protos import all_nodes
 
 OTHER = "(other)"
 UNMAPPED = "(unmapped)"
@@ -89,7 +90,7 @@ def through_optimised(mg: ModelGraph, optimised: onnx.ModelProto, opt_level: str
     nodes: dict[str, str] = {}
     how: dict[str, str] = {}
     fused: dict[str, str] = {}
-    protos = list(_all_nodes(optimised.graph))
+    protos = list(all_nodes(optimised.graph))
     for proto in protos:
         found = _match(proto, mg, producer, scopes)
         if found is not None:
@@ -158,11 +159,3 @@ def _scope_table(mg: ModelGraph) -> dict[str, str]:
         for k in range(1, len(parts)):
             table.setdefault("/".join(parts[:k]), node.id)
     return table
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                yield from _all_nodes(sub)

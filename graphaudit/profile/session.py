@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import onnx
 import onnxruntime as ort
@@ -20,6 +19,7 @@ import onnxruntime as ort
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph_build import unique_ids
 from graphaudit.load import LoadedModel
+from graphaudit.protos import all_nodes
 from graphaudit.runtime import create_session
 
 OPT_LEVELS = {
@@ -44,7 +44,7 @@ class RunnableModel:
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
     """The model to hand ORT: its file when every node name is unique, else a renamed copy."""
-    names = [n.name for _, n in _graph_nodes(loaded.model.graph)]
+    names = [n.name for n in all_nodes(loaded.model.graph)]
     counts = Counter(names)
     if loaded.path is not None and all(name and counts[name] == 1 for name in names):
         return RunnableModel(str(loaded.path), loaded.model, 0)
@@ -108,18 +108,9 @@ def load_optimised(path: Path) -> onnx.ModelProto | None:
     return onnx.load(str(path), load_external_data=False)
 
 
-def _graph_nodes(graph: onnx.GraphProto) -> Iterator[tuple[str, onnx.NodeProto]]:
-    """Every node of `graph` and of the bodies nested in it, in ModelGraph's walk order."""
-    for node in graph.node:
-        yield "graph", node
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                yield from _graph_nodes(sub)
-
-
 def _name_nodes(model: onnx.ModelProto) -> int:
     """Give the nodes of `model` (a copy) the ids ModelGraph gives them; return how many changed."""
-    nodes = [n for _, n in _graph_nodes(model.graph)]
+    nodes = list(all_nodes(model.graph))
     ids = unique_ids((n.name, n.op_type) for n in nodes)
     changed = 0
     for node, node_id in zip(nodes, ids):
