@@ -272,11 +272,12 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
 def _check(model: onnx.ModelProto, path: Path | None) -> None:
     where = f" in {path}" if path else ""
     try:
-        if _byte_size(model) > _PROTOBUF_LIMIT:
-            # check_model cannot serialise a proto past 2 GiB; its graph-only checks still apply.
+        payload = _serialised(model)
+        if payload is None:
+            # check_model cannot take a proto past 2 GiB; its graph-only checks still apply.
             onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
         else:
-            onnx.checker.check_model(model)
+            onnx.checker.check_model(payload)
     except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
         problem = _diagnose_order(model) if "topologically sorted" in str(err) else None
         if problem:
@@ -292,12 +293,13 @@ def _check(model: onnx.ModelProto, path: Path | None) -> None:
         ) from None
 
 
-def _byte_size(model: onnx.ModelProto) -> int:
-    """The model's serialised size; past 2 GiB some protobuf builds refuse to compute it."""
+def _serialised(model: onnx.ModelProto) -> bytes | None:
+    """The model's bytes, or None past protobuf's 2 GiB limit (encoded once, not sized then encoded)."""
     try:
-        return model.ByteSize()
+        payload = model.SerializeToString()
     except Exception:  # noqa: BLE001 - upb raises EncodeError past its limit
-        return _PROTOBUF_LIMIT + 1
+        return None
+    return payload if len(payload) <= _PROTOBUF_LIMIT else None
 
 
 def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
