@@ -103,7 +103,8 @@ def batch_first(c: Coefficient, values: np.ndarray) -> np.ndarray:
 
 def native(c: Coefficient, values: np.ndarray) -> np.ndarray:
     """Batch-first `values` back in `c`'s own layout, contiguous, ready to feed."""
-    return np.ascontiguousarray(np.moveaxis(values, 0, _batch_axis(c)))
+    axis = _batch_axis(c)
+    return np.ascontiguousarray(values if axis == 0 else np.moveaxis(values, 0, axis))
 
 
 def capture(

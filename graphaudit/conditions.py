@@ -94,10 +94,12 @@ def token_shuffle(cache: CoefficientCache, orders: np.ndarray, c: Coefficient, r
     values, t = cache.rows(c, rows), token_axis(c)
     if t is None:
         return values
-    index: list = [slice(None)] * values.ndim
-    index[0], index[t] = np.arange(len(rows))[:, None], orders[rows]
-    # advanced indices come out first, as (input, position, other axes…); put positions back at t
-    return np.moveaxis(values[tuple(index)], 1, t)
+    # as lines: (input, axes before t, position) → the values after t; input b's lines in the order σ_b
+    count, length = values.shape[0], values.shape[t]
+    before = int(np.prod(values.shape[1:t], dtype=np.int64))
+    lines = values.reshape(count * before * length, -1)
+    first = np.arange(count * before, dtype=np.int64).reshape(count, before, 1) * length
+    return np.take(lines, (first + orders[rows][:, None, :]).ravel(), axis=0).reshape(values.shape)
 
 
 def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:

@@ -218,16 +218,23 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     """Replay every condition on every batch; return each condition's streaming statistics."""
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     total = -(-data.count // batch_size)
+    laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
         index = np.arange(rows.start, rows.stop)
         labels = {k: v[rows] for k, v in data.labels.items()}
         weights = boot.weights(index)
-        reference = None
+        reference, scored = None, []
         for name, feed in feeds.items():  # `correct` first: the reference for KL
-            fed = {c.tensor: native(c, feed(c, index)) for c in coefficients}
-            (out,) = session.run([task.fetch], {**inputs, **fed})
+            fed = dict(inputs)
+            for c in coefficients:
+                values, last = feed(c, index), laid_out.get((name, c.tensor))
+                if last is None or last[0] is not values:  # profiles hand back the same array every batch
+                    last = laid_out[name, c.tensor] = (values, native(c, values))
+                fed[c.tensor] = last[1]
+            (out,) = session.run([task.fetch], fed)
             reference = reference if reference is not None else Reference.of(task, out, inputs, labels)
-            stats[name].update(score(task, out, inputs, labels, reference), weights)
+            scored.append(score(task, out, inputs, labels, reference))
+        ConditionStats.update_each(list(stats.values()), scored, weights)
     return stats
 
 

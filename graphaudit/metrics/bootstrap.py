@@ -17,6 +17,9 @@ import numpy as np
 DEFAULT_RESAMPLES = 1000
 # P(W <= k) for W ~ Poisson(1), k = 0 … 19 (the remaining mass is below 1e-18)
 _POISSON_CDF = np.cumsum([math.exp(-1) / math.factorial(k) for k in range(20)])
+# The same bounds on the 53-bit integers k = u·2⁵³ behind each uniform u: cdf ≤ u ⟺ ⌈cdf·2⁵³⌉ ≤ k,
+# so counting bounds below the integers gives exactly the inverse CDF's counts on [0, 1).
+_POISSON_BOUNDS = np.ceil(_POISSON_CDF * 2.0**53).astype(np.uint64)
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
@@ -28,31 +31,51 @@ class PoissonBootstrap:
             raise ValueError(f"expected at least one bootstrap resample, found {resamples}")
         self.seed, self.resamples = seed, resamples
         self._last: tuple[bytes, np.ndarray] | None = None
+        self._per_resample = _resample_keys(seed, resamples)  # the part of every key that rows share
 
     def weights(self, rows: np.ndarray) -> np.ndarray:
         """Weights of the inputs at `rows`, shape (resamples, len(rows))."""
         rows = np.asarray(rows, dtype=np.int64)
         key = rows.tobytes()
         if self._last is None or self._last[0] != key:
-            uniform = _uniform(self.seed, rows, self.resamples)
-            self._last = (key, np.searchsorted(_POISSON_CDF, uniform, side="right").astype(np.float64))
+            counts = np.empty((self.resamples, len(rows)), dtype=np.float64)
+            counts[...] = np.searchsorted(_POISSON_BOUNDS, _bits(rows, self._per_resample), side="right")
+            self._last = (key, counts)
         return self._last[1]
 
 
-def _uniform(seed: int, rows: np.ndarray, resamples: int) -> np.ndarray:
-    """Uniform numbers in [0, 1), shape (resamples, len(rows)), a pure function of their keys."""
+def _resample_keys(seed: int, resamples: int) -> np.ndarray:
+    with np.errstate(over="ignore"):  # the hash's arithmetic wraps modulo 2**64 on purpose
+        keys = _mix(np.arange(resamples, dtype=np.uint64)[:, None] * _GOLDEN + _MIX1)
+        keys += np.uint64(seed & (2**64 - 1)) * _GOLDEN
+    return keys
+
+
+def _bits(rows: np.ndarray, per_resample: np.ndarray) -> np.ndarray:
+    """53 uniform random bits per (resample, row), shape (resamples, len(rows)), a pure function of the keys."""
     with np.errstate(over="ignore"):
-        state = (np.uint64(seed & (2**64 - 1)) * _GOLDEN
-                 + _mix(rows.astype(np.uint64)[None, :] + _GOLDEN)
-                 + _mix(np.arange(resamples, dtype=np.uint64)[:, None] * _GOLDEN + _MIX1))
-        return (_mix(state) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        state = _mix(rows.astype(np.uint64)[None, :] + _GOLDEN) + per_resample
+        state = _mix(state, inplace=True)
+    state >>= np.uint64(11)
+    return state
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def _uniform(seed: int, rows: np.ndarray, resamples: int) -> np.ndarray:
+    """Uniform numbers in [0, 1), shape (resamples, len(rows)): the bits as a fraction."""
+    return _bits(np.asarray(rows, dtype=np.int64), _resample_keys(seed, resamples)).astype(np.float64) * 2.0**-53
+
+
+def _mix(x: np.ndarray, inplace: bool = False) -> np.ndarray:
     """The SplitMix64 finaliser: a bijection of 64-bit integers that scrambles every bit."""
-    x = (x ^ (x >> np.uint64(30))) * _MIX1
-    x = (x ^ (x >> np.uint64(27))) * _MIX2
-    return x ^ (x >> np.uint64(31))
+    if not inplace:
+        x = x.copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(30)
+        x *= _MIX1
+        x ^= x >> np.uint64(27)
+        x *= _MIX2
+        x ^= x >> np.uint64(31)
+    return x
 
 
 def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:

@@ -83,6 +83,12 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
     """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.logits:
+        if reference is not None and reference.output is not out:
+            # KL(correct ‖ this) summed over each input's positions = Σ p log p − Σ p log q; ≥ 0 but
+            # rounding can dip a hair below. First, as its pass over `out` brings it into the cache
+            # for the scattered reads of targets.
+            kl = reference.neg_entropy - _dot_per_input(reference.probs, out)
+            sums[:, _COL["divergence"]] = np.maximum(kl, 0.0)
         truth = reference.targets if reference is not None and reference.targets is not None else \
             Targets.of(task, out.shape, feeds, labels)
         if truth is not None:
@@ -92,10 +98,6 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
             if task.labels is not None:
                 logp = out[:, :-1] if task.kind == "causal_lm" else out
                 sums[:, _COL["hits"]] = _per_input((logp.argmax(-1) == truth.ids) & truth.mask)
-        if reference is not None and reference.output is not out:
-            # KL(correct ‖ this) = Σ p log p − Σ p log q; ≥ 0 but rounding can dip a hair below
-            kl = reference.neg_entropy - np.einsum("...v,...v->...", reference.probs, out)
-            sums[:, _COL["divergence"]] = _per_input(np.maximum(kl, 0.0))
         sums[:, _COL["positions"]] = out[0].size // out.shape[-1]
     else:
         if task.labels is not None:
@@ -140,7 +142,7 @@ class Reference:
 
     output: np.ndarray
     probs: np.ndarray | None = None
-    neg_entropy: np.ndarray | None = None  # Σ p log p per position
+    neg_entropy: np.ndarray | None = None  # Σ p log p over each input's positions
     targets: Targets | None = None
 
     @classmethod
@@ -151,7 +153,7 @@ class Reference:
             return cls(out)
         probs = np.exp(out)
         targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
-        return cls(out, probs, np.einsum("...v,...v->...", probs, out), targets)
+        return cls(out, probs, _dot_per_input(probs, out), targets)
 
 
 def column(name: str) -> int:
@@ -185,6 +187,12 @@ def _check_range(task: Task, targets: np.ndarray, mask: np.ndarray, classes: int
             f"expected {task.labels or task.ids} in 0..{classes - 1} (the classes of the output "
             f"{task.output!r}{ignored}), found {int(targets[bad][0])}"
         )
+
+
+def _dot_per_input(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ a·b over every axis but the first, one dot product per input (BLAS), as float64."""
+    n = a.shape[0]
+    return np.matmul(a.reshape(n, 1, -1), b.reshape(n, -1, 1)).reshape(n).astype(np.float64)
 
 
 def _per_input(values: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ share one set of weights.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -43,6 +44,17 @@ class ConditionStats:
         self.total += sums.sum(axis=0)
         self.resampled += weights @ sums
         self.inputs += sums.shape[0]
+
+    @staticmethod
+    def update_each(stats: "Sequence[ConditionStats]", sums: Sequence[np.ndarray], weights: np.ndarray) -> None:
+        """`stats[i].update(sums[i], weights)` for every i, with one matrix product for them all."""
+        stacked = np.concatenate(sums, axis=1)  # inputs × (len(stats) · QUANTITIES)
+        resampled = (weights @ stacked).reshape(weights.shape[0], len(stats), -1)
+        totals = stacked.sum(axis=0).reshape(len(stats), -1)
+        for i, s in enumerate(stats):
+            s.total += totals[i]
+            s.resampled += resampled[:, i]
+            s.inputs += stacked.shape[0]
 
     def merge(self, other: "ConditionStats") -> "ConditionStats":
         """The stats of both sets of inputs (disjoint, same seed and resamples)."""
