@@ -90,7 +90,7 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
         model = step("floor: onnx.load", onnx.load, str(path), load_external_data=False)
         step("floor: infer_shapes", shape_inference.infer_shapes, model)
         model = step("load: parse", load._parse_file, path)
-        external = step("load: external locations", load._external_locations, model)
+        external = step("load: external locations", load.external_locations, model)
         copy = step("load: checker's copy", load._external_as_inputs, model)
         step("load: checker", load._check, copy, path)
         inferred = step("load: shape inference", load._infer_shapes, model)[0]

@@ -115,10 +115,10 @@ def audit(
             raise UsageError(f"expected a claim among {', '.join(CLAIMS)}, found {claim!r}")
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
-    from graphaudit.load import LoadedModel, load_model
+    from graphaudit.load import load_for_runtime
 
     report = progress or silent
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    loaded = load_for_runtime(model)
     notes: list[str] = []
     is_baseline = _same_file(model, baseline)
     if is_baseline:
@@ -133,7 +133,7 @@ def audit(
     static = _static(loaded, block_pattern, coefficients, shapes)
     baseline_flops = None
     if baseline is not None:
-        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        base = load_for_runtime(baseline)
         _check_baseline_inputs(loaded, base)
         baseline = base
         baseline_flops = _total_flops(_static(base, None, (), shapes))

@@ -28,6 +28,7 @@ import onnx
 from graphaudit.coefficients import BATCH, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
+from graphaudit.load import external_locations
 from graphaudit.runtime import create_session, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
@@ -117,18 +118,23 @@ def capture(
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     label: str = "data",
     providers: list[str] | None = None,
+    weights_folder: Path | None = None,
 ) -> CoefficientCache:
-    """Run `trace` over `data` in batches and return the cache of its coefficient tensors."""
+    """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
+
+    `weights_folder`: where the external weights `trace` refers to lie (see `create_session`).
+    """
     coefficients = tuple(coefficients)
     for c in coefficients:
         _batch_axis(c)
-    key = _key(trace, coefficients, data, batch_size)
+    key = _key(trace, coefficients, data, batch_size, weights_folder)
     folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
     if folder is not None:
         reused = _reuse(folder, key, coefficients)
         if reused is not None:
             return reused
-    session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers))
+    session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
+                             weights_folder=weights_folder)
     names = [o.name for o in session.get_outputs()]
     wanted = {c.tensor for c in coefficients}
     missing = wanted - set(names)
@@ -246,10 +252,16 @@ def _file(c: Coefficient) -> str:
     return hashlib.sha1(c.tensor.encode()).hexdigest()[:12] + ".npy"
 
 
-def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int) -> str:
+def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
+         weights_folder: Path | None = None) -> str:
     """A digest of everything the cached values depend on."""
     digest = hashlib.sha256()
     digest.update(trace.SerializeToString(deterministic=True))
+    if weights_folder is not None:
+        # The proto holds only where external weights lie; a rewritten file must not reuse a cache.
+        for location in external_locations(trace):
+            stat = (weights_folder / location).stat()
+            digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())
     digest.update(f"batch={batch_size};format={_FORMAT}".encode())
     for name in sorted(data.arrays):

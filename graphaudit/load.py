@@ -44,6 +44,13 @@ class LoadedModel:
     def name(self) -> str:
         return self.path.name if self.path is not None else (self.model.graph.name or "<model>")
 
+    @property
+    def weights_folder(self) -> Path | None:
+        """The folder ONNX Runtime reads the external weights from, when they were left on disk."""
+        if self.weights_loaded or self.path is None:
+            return None
+        return self.path.resolve().parent
+
 
 def load_model(
     source: str | os.PathLike | onnx.ModelProto,
@@ -69,7 +76,7 @@ def load_model(
     _require_graph(model, path)
     _check_versions(model, path)
     _check_text(model, path)
-    external = _external_locations(model)
+    external = external_locations(model)
     if external and base is not None:
         for location in external:
             _check_location(location, base, path)
@@ -98,6 +105,25 @@ def load_model(
         shape_inference_ok=inferred_ok,
         shape_inference_error=inferred_error,
     )
+
+
+def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) -> LoadedModel:
+    """The model as ONNX Runtime sessions take it: external weights left on disk for ORT to map.
+
+    Their files must exist, but are never read into the proto, so a model whose weights pass
+    protobuf's 2 GiB limit still runs (`LoadedModel.weights_folder` tells ORT where they are).
+    """
+    if isinstance(source, LoadedModel):
+        return source
+    loaded = load_model(source, weights=False)
+    if loaded.external_files:
+        if loaded.path is None:
+            raise GraphAuditError(
+                "expected a model with its weights inline when given a ModelProto, found external-data "
+                f"references ({', '.join(loaded.external_files[:3])}); load it from its file"
+            )
+        _require_external_files(list(loaded.external_files), loaded.path.resolve().parent, loaded.path)
+    return loaded
 
 
 def _parse_file(path: Path) -> onnx.ModelProto:
@@ -198,7 +224,7 @@ def _diagnose_order(model: onnx.ModelProto) -> str | None:
     return "a cycle through nodes " + " -> ".join(names)
 
 
-def _external_locations(model: onnx.ModelProto) -> list[str]:
+def external_locations(model: onnx.ModelProto) -> list[str]:
     """The distinct locations the model's external tensors name, in onnx's tensor order."""
     locations: dict[str, None] = {}
     for tensor in _external_tensors(model):

@@ -27,7 +27,7 @@ from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make
 from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
-from graphaudit.load import LoadedModel, load_model
+from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
                                 difference, retained_gap, score, task_for)
 from graphaudit.metrics.stats import estimate
@@ -174,7 +174,7 @@ def replay(
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed)."""
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    loaded = load_for_runtime(model)
     coefs = resolve(loaded, coefficients)
     settings = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
                 "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
@@ -186,7 +186,8 @@ def replay(
     trace = trace_graph(loaded.model, coefs)
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
-                                              memory_limit=memory_limit, label=label, providers=providers))
+                                              memory_limit=memory_limit, label=label, providers=providers,
+                                              weights_folder=loaded.weights_folder))
                   for label, d in (("calibration", calibration), ("evaluation", evaluation))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
@@ -194,7 +195,8 @@ def replay(
         frozen = frozen_graph(loaded.model, coefs)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch)
-        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers))
+        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
+                                 weights_folder=loaded.weights_folder)
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)

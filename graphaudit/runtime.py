@@ -4,7 +4,8 @@ Every part of graphaudit that runs a model (capture, replay, profile) creates it
 through `create_session`, so that a model with an operator ONNX Runtime lacks, or a CUDA
 request on a machine without CUDA, gives the same clear error everywhere. ONNX Runtime's
 own log lines are silenced: every failure it reports also comes back as an exception,
-which graphaudit words as one line. `running` does the same for a run that the user's
+which graphaudit words as one line. A model whose weights lie in external files is handed
+over without them, with the folder they are in, and ONNX Runtime maps them itself. `running` does the same for a run that the user's
 inputs make fail (an index past a table, a sequence longer than the model takes).
 Capture and replay leave out `slow_fusions`, fusions measured slower on CPU; the profile
 keeps ONNX Runtime's own choices, since it measures the model as ONNX Runtime runs it.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import onnx
@@ -27,6 +29,8 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
 RUN_ERRORS = (_ort_state.Fail, _ort_state.InvalidArgument, _ort_state.RuntimeException)
 _FATAL_ONLY = 4  # ORT log severity: only fatal errors, which end the process anyway
+# Session option: the folder external-data locations are relative to, for a model given as bytes
+EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 # Fusions graphaudit's own CPU sessions leave out, each measured slower than what it fuses:
 # ONNX Runtime 1.32's CPU SkipLayerNormalization ran Add + LayerNormalization 3-7x slower than
 # the two unfused kernels (hidden 64-2048, 1 and 2 threads), and FeatureGate's frozen graph
@@ -73,10 +77,17 @@ def create_session(
     providers: list[str] | None = None,
     options: ort.SessionOptions | None = None,
     disabled_optimizers: Sequence[str] = (),
+    weights_folder: Path | None = None,
 ) -> ort.InferenceSession:
-    """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none."""
+    """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
+
+    `weights_folder`: where the external weights `model` refers to lie (`LoadedModel.weights_folder`);
+    ONNX Runtime maps them from there, so they never pass through the serialised proto.
+    """
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     options = options or ort.SessionOptions()
+    if weights_folder is not None:
+        options.add_session_config_entry(EXTERNAL_WEIGHTS_FOLDER, str(weights_folder))
     options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
     try:
         return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]],

@@ -9,7 +9,7 @@ from tabulate import tabulate
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import check_output
-from graphaudit.load import load_model
+from graphaudit.load import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
 from graphaudit.profile.session import OPT_LEVELS
@@ -50,7 +50,7 @@ def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, l
     """
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
-    loaded = load_model(model)
+    loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
                            batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,

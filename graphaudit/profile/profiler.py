@@ -22,7 +22,7 @@ import numpy as np
 from graphaudit.data import InputData, from_arrays, input_specs, load_data
 from graphaudit.errors import UsageError
 from graphaudit.graph import build_graph
-from graphaudit.load import LoadedModel, load_model
+from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
@@ -151,14 +151,14 @@ def profile_model(
 
 def _load(model, data, baseline, limit) -> tuple[LoadedModel, InputData, LoadedModel | None]:
     """The model, its inputs (the first `limit`), and a baseline checked to take the same."""
-    loaded = model if isinstance(model, LoadedModel) else load_model(model)
+    loaded = load_for_runtime(model)
     inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
     if limit is not None:
         _check_counts(limit=limit)
         inputs = inputs.subset(slice(0, limit))
     base = None
     if baseline is not None:
-        base = baseline if isinstance(baseline, LoadedModel) else load_model(baseline)
+        base = load_for_runtime(baseline)
         check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
         from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
     return loaded, inputs, base

@@ -40,6 +40,7 @@ class RunnableModel:
     source: str | bytes
     model: onnx.ModelProto
     renamed: int  # nodes given a new name so that events name them uniquely
+    weights_folder: Path | None = None  # where external weights left on disk lie
 
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
@@ -47,7 +48,7 @@ def runnable_model(loaded: LoadedModel) -> RunnableModel:
     names = [n.name for n in all_nodes(loaded.model.graph)]
     counts = Counter(names)
     if loaded.path is not None and all(name and counts[name] == 1 for name in names):
-        return RunnableModel(str(loaded.path), loaded.model, 0)
+        return RunnableModel(str(loaded.path), loaded.model, 0, loaded.weights_folder)
     copy = onnx.ModelProto()
     copy.CopyFrom(loaded.model)
     renamed = _name_nodes(copy)
@@ -57,7 +58,7 @@ def runnable_model(loaded: LoadedModel) -> RunnableModel:
             f"{renamed} unnamed or repeated ones in a model too large (over 2 GiB) to rename in memory; "
             "give its nodes unique names first"
         )
-    return RunnableModel(copy.SerializeToString(), copy, renamed)
+    return RunnableModel(copy.SerializeToString(), copy, renamed, loaded.weights_folder)
 
 
 def session_options(
@@ -92,7 +93,7 @@ def session_options(
 
 def open_session(model: RunnableModel, providers: list[str], options: ort.SessionOptions) -> ort.InferenceSession:
     """An InferenceSession on `providers`, refusing a silent fall-back from CUDA to CPU."""
-    session = create_session(model.source, providers, options)
+    session = create_session(model.source, providers, options, weights_folder=model.weights_folder)
     if providers[0] not in session.get_providers():
         raise GraphAuditError(
             f"expected ONNX Runtime to run the model on {providers[0]}, found it fell back to "

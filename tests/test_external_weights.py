@@ -1,0 +1,123 @@
+"""Models whose weights lie in external files: the runtime parts leave them on disk for ORT.
+
+Replay, profile and `graphaudit run` hand ONNX Runtime the graph without its weights and the
+folder they lie in (`LoadedModel.weights_folder`), so a model past protobuf's 2 GiB limit
+runs too. Here the trained FeatureGate is re-saved with every weight in an external file;
+the loader's weight reading is made to fail, proving the weights never pass through the
+proto, and the results must equal those of the inline model bit for bit.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import graphaudit.load
+from graphaudit.capture import capture
+from graphaudit.cli import main
+from graphaudit.coefficients import declared_coefficients
+from graphaudit.data import input_specs, load_data
+from graphaudit.load import load_for_runtime, load_model
+from graphaudit.profile.profiler import profile_model
+from graphaudit.replay import replay
+from graphaudit.surgery import trace_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "fixtures" / "featuregate"
+DATA_FILE = "model.onnx.data"
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory):
+    """A copy of FeatureGate with its weights in `model.onnx.data` beside it (onnx's default 1 KiB threshold:
+    smaller constants stay inline, which ONNX Runtime's own shape inference needs)."""
+    if not (ZOO / "model.onnx").is_file():
+        pytest.skip("zoo fixture featuregate is not built (python -m exporters.build --out fixtures)")
+    folder = tmp_path_factory.mktemp("external")
+    onnx.save_model(onnx.load(str(ZOO / "model.onnx")), str(folder / "model.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=DATA_FILE)
+    for name in ("calib.npz", "eval.npz"):
+        shutil.copy(ZOO / name, folder / name)
+    assert (folder / DATA_FILE).stat().st_size > 100_000
+    return folder
+
+
+@pytest.fixture
+def weights_never_read(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("external weights were read into the proto")
+
+    monkeypatch.setattr(graphaudit.load, "_load_external", refuse)
+
+
+def test_loaded_for_runtime_with_weights_left_on_disk(external, weights_never_read):
+    loaded = load_for_runtime(external / "model.onnx")
+    assert not loaded.weights_loaded and loaded.external_files == (DATA_FILE,)
+    assert loaded.weights_folder == external.resolve()
+    assert loaded.model.ByteSize() < (external / DATA_FILE).stat().st_size / 3  # the graph alone
+    inline = load_model(ZOO / "model.onnx")
+    assert inline.weights_folder is None
+
+
+def test_replay_equals_the_inline_model(external, weights_never_read):
+    settings = dict(resamples=50, batch_size=16)
+    got = replay(external / "model.onnx", external / "calib.npz", external / "eval.npz", **settings).to_json()
+    want = replay(ZOO / "model.onnx", ZOO / "calib.npz", ZOO / "eval.npz", **settings).to_json()
+    for key in ("parity", "conditions", "retained_gap", "variance", "coefficient_means"):
+        assert got[key] == want[key], key
+
+
+def test_profile_runs_the_model_from_its_folder(external, weights_never_read):
+    settings = dict(runs=2, warmup=1, profile_runs=1, limit=4, threads=1)
+    got = profile_model(external / "model.onnx", external / "eval.npz", **settings)
+    want = profile_model(ZOO / "model.onnx", ZOO / "eval.npz", **settings)
+    def ran(report):
+        return [(b.name, b.nodes, b.inputs, b.inputs_executed, b.node_fraction) for b in report.execution.blocks]
+
+    assert got.execution.blocks and ran(got) == ran(want)
+    assert all(b.inputs_executed == b.inputs == 4 for b in got.execution.blocks)  # FeatureGate skips nothing
+
+
+def test_run_command_on_an_external_weights_model(external, weights_never_read, tmp_path):
+    target = tmp_path / "report.json"
+    args = ["run", external / "model.onnx", "--calib", external / "calib.npz", "--data", external / "eval.npz",
+            "--runs", "2", "--warmup", "1", "--profile-runs", "1", "--limit", "4", "--resamples", "50",
+            "--provider", "cpu", "--quiet", "--format", "json", "-o", target]
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(a) for a in args])
+    assert exit_info.value.code == 0
+    doc = json.loads(target.read_text())
+    assert doc["replay"]["parity"]["ok"] is True
+
+
+def test_missing_weights_file_is_a_one_line_error(external, tmp_path, capsys):
+    folder = tmp_path / "no-weights"
+    folder.mkdir()
+    shutil.copy(external / "model.onnx", folder / "model.onnx")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["replay", str(folder / "model.onnx"), "--calib", str(external / "calib.npz")])
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and err.count("\n") == 1
+    assert f"expected the external-data file '{DATA_FILE}' beside the model" in err and "found none" in err
+
+
+def test_a_rewritten_weights_file_is_not_served_from_the_cache(external, tmp_path):
+    loaded = load_for_runtime(external / "model.onnx")
+    coefs = declared_coefficients(loaded.model)
+    data = load_data(external / "eval.npz", input_specs(loaded.model))
+    trace = trace_graph(loaded.model, coefs)
+    args = dict(batch_size=16, cache_dir=tmp_path / "cache", weights_folder=loaded.weights_folder)
+    with capture(trace, coefs, data, **args) as first:
+        values = np.array(first.arrays[coefs[0].tensor])
+    with capture(trace, coefs, data, **args) as again:
+        assert again.reused
+    weights = external / DATA_FILE
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # as if written anew
+    with capture(trace, coefs, data, **args) as after:
+        assert not after.reused
+        np.testing.assert_array_equal(after.arrays[coefs[0].tensor], values)
