@@ -140,10 +140,11 @@ def audit(
     report("static audit", 1, 1)
 
     if batch_size is None:
-        batch_size = 1 if static.conditional_execution else 16
-        if static.conditional_execution:
-            notes.append("the graph has value-dependent control flow, which decides once per batch: the replay "
-                         "ran one input per batch, so each input's decision is its own")
+        from graphaudit.replay import ONE_PER_BATCH, default_batch_size
+
+        batch_size = default_batch_size(loaded, static.conditional_execution)
+        if batch_size == 1:
+            notes.append(ONE_PER_BATCH)
     replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
     if replayed is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "

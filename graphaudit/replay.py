@@ -22,6 +22,7 @@ import onnxruntime as ort
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
 from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
 from graphaudit.data import InputData, input_specs, load_data
@@ -36,6 +37,10 @@ from graphaudit.runtime import create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_TOLERANCE = 1e-4
+DEFAULT_BATCH_SIZE = 16
+# Why a graph with value-dependent control flow is replayed one input per batch
+ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once per batch: the replay ran one "
+                 "input per batch, so each input's decision is its own")
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,7 @@ def replay(
     *,
     coefficients: Sequence[str] = (),
     conditions: Sequence[str] = CONDITIONS,
-    batch_size: int = 16,
+    batch_size: int | None = None,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
@@ -173,13 +178,22 @@ def replay(
     provider: str = "cpu",
     progress: Progress | None = None,
 ) -> ReplayReport:
-    """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed)."""
+    """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
+
+    `batch_size` None: DEFAULT_BATCH_SIZE, or 1 when the graph has value-dependent control flow
+    (an If or Loop decides once per batch, so batching would mix inputs' decisions).
+    """
     loaded = load_for_runtime(model)
     coefs = resolve(loaded, coefficients)
-    settings = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
-                "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
+    settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
+                                   "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
+    if batch_size is None:
+        batch_size = default_batch_size(loaded)
+        settings["batch_size"] = batch_size
+        if batch_size == 1:
+            settings["batch_size_note"] = ONE_PER_BATCH
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
@@ -307,6 +321,14 @@ def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
         return np.atleast_1d(mean.mean())
     moved = np.moveaxis(mean, t - 1, 0)
     return moved.reshape(moved.shape[0], -1).mean(axis=1)
+
+
+def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None) -> int:
+    """1 when the graph has value-dependent control flow (`conditional_execution`, read from the
+    static audit when not given), else DEFAULT_BATCH_SIZE."""
+    if conditional_execution is None:
+        conditional_execution = audit_static(loaded).conditional_execution
+    return 1 if conditional_execution else DEFAULT_BATCH_SIZE
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:

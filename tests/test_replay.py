@@ -160,6 +160,24 @@ def test_parity_on_the_zoo(name):
     assert report.parity.ok and report.parity.max_abs_diff <= 1e-4
 
 
+@pytest.mark.skipif(not {"earlyexit", "featuregate"} <= set(ZOO), reason=NO_ZOO)
+def test_default_batch_size_is_one_input_per_batch_for_value_dependent_control_flow():
+    def settings(name, **kw):
+        files = [FIXTURES / name / f for f in ("model.onnx", "calib.npz", "eval.npz")]
+        return replay(*files, conditions=["correct", "cross_input"], resamples=20, **kw).settings
+
+    chosen = settings("earlyexit")  # its If decides once per batch
+    assert chosen["batch_size"] == 1 and "decides once per batch" in chosen["batch_size_note"]
+    assert settings("earlyexit", batch_size=8)["batch_size"] == 8 and "batch_size_note" not in settings(
+        "earlyexit", batch_size=8)
+    assert settings("featuregate")["batch_size"] == 16 and "batch_size_note" not in settings("featuregate")
+    folder = FIXTURES / "earlyexit"
+    text = CliRunner().invoke(cli, ["replay", str(folder / "model.onnx"), "--calib", str(folder / "calib.npz"),
+                                    "--data", str(folder / "eval.npz"), "--conditions", "correct,cross_input",
+                                    "--resamples", "20", "-q"])
+    assert text.exit_code == 0 and "batch size 1: the graph has value-dependent control flow" in text.output
+
+
 TORCH_TOLERANCE = 1e-4  # absolute, on logits: float32 ONNX Runtime against float32 PyTorch
 
 

@@ -25,8 +25,9 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
               help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
 @click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Inputs per ONNX Runtime run (capture and replay use the same batches).")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              help="Inputs per ONNX Runtime run (capture and replay use the same batches); default 16, or 1 "
+                   "when the graph has value-dependent control flow, which decides once per batch.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -73,6 +74,8 @@ def render_text(r: ReplayReport) -> str:
     else:
         lines.append(f"data: calibration {d.calibration} ({d.calibration_inputs} inputs), "
                      f"evaluation {d.evaluation} ({d.evaluation_inputs} inputs)")
+    if r.settings.get("batch_size_note"):
+        lines.append(f"batch size 1: {r.settings['batch_size_note']}")
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} inputs — ok (tolerance {p.tolerance:g})")
     div = r.task.divergence.upper() if r.task.divergence == "kl" else r.task.divergence
