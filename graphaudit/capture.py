@@ -8,7 +8,9 @@ folder that goes away on `close()`, or under `cache_dir`, where it stays and is 
 later capture of the same trace graph, data and batch size. The pages of a mapped cache are
 released after every batch written and every rows read, so the process's resident memory
 does not grow with the number of inputs (the data stays in the OS page cache and on disk).
-The live outputs of the first batch are kept beside the coefficients for the parity check.
+The live outputs of the first batch are kept beside the coefficients for the parity check,
+and so, given a LiveCheck, is a small per-input summary of every input's live outputs (the
+replay keeps each target's log-probability), stored and mapped like the coefficients.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -33,7 +35,21 @@ from graphaudit.runtime import create_session, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _MANIFEST = "manifest.json"
-_FORMAT = 1
+_FORMAT = 2
+_CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
+_CHECK_FILE = "live_check.npy"
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """A per-input summary of the live outputs, kept for every input beside the coefficients.
+
+    `summarise(outputs, feeds, rows)` gives one batch's summary, inputs first (float32), or
+    None when there is nothing to keep; `name` says what it is (part of the cache key).
+    """
+
+    name: str
+    summarise: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray], slice], np.ndarray | None]
 
 
 @dataclass
@@ -61,6 +77,18 @@ class CoefficientCache:
 
     def shape(self, c: Coefficient) -> tuple[int, ...]:
         return tuple(self.arrays[c.tensor].shape)
+
+    @property
+    def checked(self) -> bool:
+        """True when the LiveCheck summary of every input was kept."""
+        return _CHECK in self.arrays
+
+    def check_rows(self, rows: slice) -> np.ndarray:
+        """The LiveCheck summary of the inputs at `rows`."""
+        values = np.array(self.arrays[_CHECK][rows])
+        if _CHECK in self._maps:
+            _release(self._maps[_CHECK])
+        return values
 
     def chunks(self, size: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
         """Yield (row indices, {tensor: values}) over the whole cache, `size` inputs at a time."""
@@ -119,15 +147,17 @@ def capture(
     label: str = "data",
     providers: list[str] | None = None,
     weights_folder: Path | None = None,
+    check: LiveCheck | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
     `weights_folder`: where the external weights `trace` refers to lie (see `create_session`).
+    `check`: a summary of the live outputs to keep for every input (see LiveCheck).
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
         _batch_axis(c)
-    key = _key(trace, coefficients, data, batch_size, weights_folder)
+    key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
     folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
     if folder is not None:
         reused = _reuse(folder, key, coefficients)
@@ -150,26 +180,34 @@ def capture(
         with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
             outputs = dict(zip(names, session.run(names, feeds)))
         _check_finite(coefficients, outputs, rows, label)
+        summary = check.summarise(outputs, feeds, rows) if check is not None and (not arrays or _CHECK in arrays) \
+            else None
         if not arrays:
             live = {n: v for n, v in outputs.items() if n not in wanted}
-            per_input = sum(outputs[c.tensor].nbytes for c in coefficients) / (rows.stop - rows.start)
+            # batch-first rows of every array kept, by its key and file name
+            kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
+            if summary is not None:
+                kept[_CHECK] = (_CHECK_FILE, summary)
+            per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
             if folder is None and per_input * data.count > memory_limit:
                 owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
-            for c in coefficients:
-                shape = (data.count, *batch_first(c, outputs[c.tensor]).shape[1:])
+            for name, (file, first) in kept.items():
+                shape = (data.count, *first.shape[1:])
                 if folder is None:
-                    arrays[c.tensor] = np.empty(shape, dtype=outputs[c.tensor].dtype)
+                    arrays[name] = np.empty(shape, dtype=first.dtype)
                 else:
                     folder.mkdir(parents=True, exist_ok=True)
-                    arrays[c.tensor], maps[c.tensor] = _create_npy(folder / _file(c), shape, outputs[c.tensor].dtype)
+                    arrays[name], maps[name] = _create_npy(folder / file, shape, first.dtype)
         for c in coefficients:
             arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
-            if c.tensor in maps:
-                _release(maps[c.tensor])
+        if summary is not None:
+            arrays[_CHECK][rows] = summary
+        for mapping in maps.values():
+            _release(mapping)
     if folder is not None:
         for mapping in maps.values():
             mapping.flush()
-        _save(folder, key, coefficients, live, data.count)
+        _save(folder, key, coefficients, live, data.count, _CHECK in arrays)
     return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
 
 
@@ -253,7 +291,7 @@ def _file(c: Coefficient) -> str:
 
 
 def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
-         weights_folder: Path | None = None) -> str:
+         weights_folder: Path | None = None, check: str | None = None) -> str:
     """A digest of everything the cached values depend on."""
     digest = hashlib.sha256()
     digest.update(trace.SerializeToString(deterministic=True))
@@ -263,7 +301,7 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
             stat = (weights_folder / location).stat()
             digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())
-    digest.update(f"batch={batch_size};format={_FORMAT}".encode())
+    digest.update(f"batch={batch_size};format={_FORMAT};check={check}".encode())
     for name in sorted(data.arrays):
         array = np.ascontiguousarray(data.arrays[name])
         digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
@@ -271,10 +309,10 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
     return digest.hexdigest()
 
 
-def _save(folder: Path, key: str, coefficients, live, count: int) -> None:
+def _save(folder: Path, key: str, coefficients, live, count: int, checked: bool) -> None:
     np.savez(folder / "live.npz", **live)
     manifest = {"format": _FORMAT, "key": key, "count": count,
-                "tensors": {c.tensor: _file(c) for c in coefficients}}
+                "tensors": {c.tensor: _file(c) for c in coefficients}, "check": _CHECK_FILE if checked else None}
     (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
 
 
@@ -285,6 +323,8 @@ def _reuse(folder: Path, key: str, coefficients) -> CoefficientCache | None:
         if manifest.get("key") != key or manifest.get("format") != _FORMAT:
             return None
         mapped = {c.tensor: _map_npy(folder / _file(c)) for c in coefficients}
+        if manifest.get("check"):
+            mapped[_CHECK] = _map_npy(folder / _CHECK_FILE)
         with np.load(folder / "live.npz", allow_pickle=False) as archive:
             live = {k: archive[k] for k in archive.files}
     except (OSError, ValueError, KeyError):

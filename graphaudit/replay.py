@@ -6,6 +6,11 @@ graph fed each input's own coefficients reproduces the live outputs (parity; on 
 raises ParityError, naming the largest difference), then runs `run_conditions`: one loop
 over evaluation batches and conditions that feeds each condition's coefficients and adds
 the outputs' per-input sums to streaming statistics. The controller never runs there.
+
+Parity is checked twice: on the whole output of the first batch, and, for logits, on the
+log-probability of every target of every evaluation input (the capture keeps the live ones,
+the `correct` condition of the loop gives the frozen ones), so a difference confined to
+later inputs stops the audit too.
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import fnmatch
 import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
-from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
+from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, LiveCheck, capture, native
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
@@ -31,6 +36,7 @@ from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
                                 difference, retained_gap, score, task_for)
+from graphaudit.metrics.outputs import Targets, log_probs_at
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
 from graphaudit.runtime import create_session, resolve_providers, slow_fusions
@@ -41,6 +47,38 @@ DEFAULT_BATCH_SIZE = 16
 # Why a graph with value-dependent control flow is replayed one input per batch
 ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once per batch: the replay ran one "
                  "input per batch, so each input's decision is its own")
+
+
+@dataclass(frozen=True)
+class TargetParity:
+    """Every evaluation input's log-probability of each target: live against the `correct` replay.
+
+    The tolerance is twice the outputs' one: a log-probability moves by at most the largest
+    change of a logit plus that of their log-sum-exp, which is no larger.
+    """
+
+    inputs: int
+    targets: int
+    max_abs_diff: float
+    tolerance: float
+    input: int  # where the largest difference is: evaluation input and target position
+    position: tuple[int, ...]
+    live: float
+    frozen: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+    def describe(self) -> str:
+        where = f"input {self.input}, target {', '.join(map(str, self.position))}"
+        return (f"max |Δ| {self.max_abs_diff:.3g} at {where} (live log-probability {self.live:.6g}, "
+                f"frozen {self.frozen:.6g})")
+
+    def to_json(self) -> dict:
+        return {"inputs": self.inputs, "targets": self.targets, "max_abs_diff": self.max_abs_diff,
+                "tolerance": self.tolerance, "input": self.input, "position": list(self.position),
+                "live": self.live, "frozen": self.frozen}
 
 
 @dataclass(frozen=True)
@@ -55,6 +93,7 @@ class Parity:
     live: float
     frozen: float
     inputs: int  # evaluation inputs compared (the first batch)
+    targets: TargetParity | None = None  # every input's target log-probabilities (logits only)
 
     def describe(self) -> str:
         where = f"{self.output}[{', '.join(map(str, self.index))}]"
@@ -63,18 +102,71 @@ class Parity:
     def to_json(self) -> dict:
         return {"max_abs_diff": self.max_abs_diff, "ok": self.ok, "tolerance": self.tolerance,
                 "output": self.output, "index": list(self.index), "live": self.live, "frozen": self.frozen,
-                "inputs": self.inputs}
+                "inputs": self.inputs, "targets": self.targets.to_json() if self.targets else None}
 
 
 class ParityError(GraphAuditError):
     """The frozen graph did not reproduce the live model: no replay can be trusted."""
 
     def __init__(self, parity: Parity):
-        super().__init__(
-            f"expected the frozen graph fed each input's own coefficients to reproduce the live outputs within "
-            f"{parity.tolerance:g}, found {parity.describe()}; refusing to replay"
-        )
+        if parity.targets is not None and not parity.targets.ok:
+            found = (f"reproduce the live log-probability of every target within {parity.targets.tolerance:g}, "
+                     f"found {parity.targets.describe()}")
+        else:
+            found = f"reproduce the live outputs within {parity.tolerance:g}, found {parity.describe()}"
+        super().__init__(f"expected the frozen graph fed each input's own coefficients to {found}; refusing to replay")
         self.parity = parity
+
+
+class TargetCheck:
+    """Compares each batch's `correct` log-probabilities of the targets with the live ones the capture kept."""
+
+    def __init__(self, cache: CoefficientCache, parity: Parity):
+        self.cache, self.parity = cache, parity
+        self.tolerance = 2 * parity.tolerance
+        self.inputs = self.targets = 0
+        self.worst: tuple[float, int, tuple[int, ...], float, float] | None = None
+
+    def compare(self, rows: slice, reference: Reference) -> None:
+        """Check the inputs at `rows`, whose `correct` output is `reference`; raise ParityError past tolerance."""
+        truth = reference.targets
+        live = self.cache.check_rows(rows)
+        frozen = reference.output.reshape(-1)[truth.flat]
+        diff = np.where(truth.mask, np.abs(frozen.astype(np.float64) - live), 0.0)
+        diff = np.nan_to_num(diff, nan=np.inf)
+        self.inputs += rows.stop - rows.start
+        self.targets += int(truth.count.sum())
+        if diff.size:
+            at = np.unravel_index(int(np.argmax(diff)), diff.shape)
+            if self.worst is None or diff[at] > self.worst[0]:
+                self.worst = (float(diff[at]), rows.start + int(at[0]), tuple(int(i) for i in at[1:]),
+                              float(live[at]), float(frozen[at]))
+        result = self.result()
+        if result is not None and not result.ok:
+            raise ParityError(replace(self.parity, ok=False, targets=result))
+
+    def result(self) -> TargetParity | None:
+        if self.worst is None:
+            return None
+        return TargetParity(self.inputs, self.targets, self.worst[0], self.tolerance, *self.worst[1:])
+
+
+def target_log_probs(data: InputData) -> LiveCheck:
+    """What the capture keeps of every evaluation input for TargetCheck: the live log-probability of
+    each target (NaN where none is scored); nothing for outputs that are not logits."""
+    tasks: list[Task] = []  # decided on the first batch, as the replay's own task is
+
+    def summarise(outputs, feeds, rows):
+        labels = {k: v[rows] for k, v in data.labels.items()}
+        if not tasks:
+            tasks.append(task_for(outputs, feeds, labels))
+        task = tasks[0]
+        truth = Targets.of(task, outputs[task.output].shape, feeds, labels) if task.logits else None
+        if truth is None:
+            return None
+        return np.where(truth.mask, log_probs_at(outputs[task.output], truth.flat), np.nan).astype(np.float32)
+
+    return LiveCheck("target log-probabilities", summarise)
 
 
 @dataclass(frozen=True)
@@ -201,8 +293,9 @@ def replay(
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
-                                              weights_folder=loaded.weights_folder))
-                  for label, d in (("calibration", calibration), ("evaluation", evaluation))]
+                                              weights_folder=loaded.weights_folder, check=check))
+                  for label, d, check in (("calibration", calibration, None),
+                                          ("evaluation", evaluation, target_log_probs(evaluation)))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
         task = _task(caches[1], evaluation, batch_size)
@@ -214,7 +307,10 @@ def replay(
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
-        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress)
+        targets = TargetCheck(caches[1], parity) if caches[1].checked else None
+        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, targets)
+        if targets is not None:
+            parity = replace(parity, targets=targets.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
         variance, means = _variance(caches[1], boot, confidence)
         timing["variance_s"] = time.perf_counter() - clock
@@ -230,8 +326,11 @@ def replay(
 
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
-                   progress: Progress | None = None) -> dict[str, ConditionStats]:
-    """Replay every condition on every batch; return each condition's streaming statistics."""
+                   progress: Progress | None = None, targets: TargetCheck | None = None) -> dict[str, ConditionStats]:
+    """Replay every condition on every batch; return each condition's streaming statistics.
+
+    `targets`: checks each batch's `correct` output against the live one (ParityError past tolerance).
+    """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     total = -(-data.count // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
@@ -248,7 +347,10 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                     last = laid_out[name, c.tensor] = (values, native(c, values))
                 fed[c.tensor] = last[1]
             (out,) = session.run([task.fetch], fed)
-            reference = reference if reference is not None else Reference.of(task, out, inputs, labels)
+            if reference is None:
+                reference = Reference.of(task, out, inputs, labels)
+                if targets is not None:
+                    targets.compare(rows, reference)
             scored.append(score(task, out, inputs, labels, reference))
         ConditionStats.update_each(list(stats.values()), scored, weights)
     return stats

@@ -168,9 +168,12 @@ def functional_dependence(replay: dict | None) -> Finding:
     conditions = replay.get("conditions") or {}
     evidence = []
     if parity:
+        targets = parity.get("targets") or {}
+        every = (f"; every target's log-probability of all {targets.get('inputs')} inputs, max |Δ| "
+                 f"{_num_text(targets.get('max_abs_diff'))}") if targets else ""
         evidence.append(Evidence("replay", (
             f"parity: the frozen graph with its own coefficients matches the live model "
-            f"(max |Δ| {_num_text(parity.get('max_abs_diff'))})")))
+            f"(max |Δ| {_num_text(parity.get('max_abs_diff'))}{every})")))
     hurts, measured = [], []
     for name in REASSIGNMENTS:
         c = conditions.get(name)

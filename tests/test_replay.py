@@ -8,7 +8,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from graphaudit.capture import capture, native
+from graphaudit.capture import LiveCheck, capture, native
 from graphaudit.cli import cli, main
 from graphaudit.conditions import CONDITIONS, conditions
 from graphaudit.data import from_arrays, input_specs, load_data
@@ -41,6 +41,8 @@ def test_replay_reports_every_condition_with_parity_first(files):
     report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=200)
     doc = report.to_json()
     assert doc["parity"]["ok"] and doc["parity"]["max_abs_diff"] <= 1e-6 and doc["parity"]["inputs"] == 4
+    every = doc["parity"]["targets"]  # all 10 inputs, 5 next-token targets each
+    assert every["inputs"] == 10 and every["targets"] == 50 and every["max_abs_diff"] <= 1e-5
     assert list(doc["conditions"]) == list(CONDITIONS)
     correct = doc["conditions"]["correct"]
     assert correct["delta_nll"] == 0 and correct["kl"] == 0 and correct["ci"] == [0, 0]
@@ -158,6 +160,7 @@ def test_parity_on_the_zoo(name):
     report = replay(FIXTURES / name / "model.onnx", FIXTURES / name / "calib.npz", FIXTURES / name / "eval.npz",
                     conditions=["correct"], batch_size=16, resamples=20)
     assert report.parity.ok and report.parity.max_abs_diff <= 1e-4
+    assert report.parity.targets.inputs == 32 and report.parity.targets.max_abs_diff <= 1e-5
 
 
 @pytest.mark.skipif(not {"earlyexit", "featuregate"} <= set(ZOO), reason=NO_ZOO)
@@ -222,7 +225,36 @@ def test_cache_dir_is_reused_by_a_second_replay(files, tmp_path):
     first = replay(*args, batch_size=4, resamples=50, cache_dir=tmp_path / "cache")
     second = replay(*args, batch_size=4, resamples=50, cache_dir=tmp_path / "cache")
     assert not first.settings["cache"]["reused"] and second.settings["cache"]["reused"]
-    assert _without_timing(first.to_json())["conditions"] == _without_timing(second.to_json())["conditions"]
+    for key in ("conditions", "parity"):  # the live target log-probabilities come back from the cache too
+        assert _without_timing(first.to_json())[key] == _without_timing(second.to_json())[key]
+    assert second.parity.targets.inputs == 10
+
+
+def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
+    """Fault injection: the kept live log-probability of input 9's third target (batch 3 of 3) is
+    moved by 0.01, as a frozen graph that departs from the live model on that input alone would be."""
+    import graphaudit.replay as module
+
+    original = module.target_log_probs
+
+    def shifted(data):
+        check = original(data)
+
+        def summarise(outputs, feeds, rows):
+            values = check.summarise(outputs, feeds, rows)
+            if rows.start <= 9 < rows.stop:
+                values[9 - rows.start, 2] += 0.01
+            return values
+
+        return LiveCheck(check.name + ", input 9 moved", summarise)
+
+    monkeypatch.setattr(module, "target_log_probs", shifted)
+    args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
+    with pytest.raises(ParityError, match=r"live log-probability of every target within 0.0002, found max \|Δ\| "
+                                          r"0.01 at input 9, target 2 ") as err:
+        replay(*args, batch_size=4, resamples=50)
+    assert err.value.parity.max_abs_diff <= 1e-6  # the first batch alone would have passed
+    assert err.value.parity.targets.inputs == 10 and not err.value.parity.ok
 
 
 def test_labels_add_accuracy(files, tmp_path):

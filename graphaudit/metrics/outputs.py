@@ -160,6 +160,17 @@ def column(name: str) -> int:
     return _COL[name]
 
 
+def log_probs_at(logits: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """log-softmax (last axis) of `logits` at the flat indices `flat`, in float32, one pass over the logits."""
+    classes = logits.shape[-1]
+    rows = np.asarray(logits, dtype=np.float32).reshape(-1, classes)
+    top = rows.max(axis=1)
+    shifted = rows - top[:, None]
+    np.exp(shifted, out=shifted)
+    log_norm = top + np.log(shifted.sum(axis=1))
+    return rows.reshape(-1)[flat] - log_norm[flat // classes]
+
+
 def log_softmax(x: np.ndarray) -> np.ndarray:
     """log-softmax over the last axis, in NumPy (what the replay graph's LOG_PROBS output holds)."""
     top = x.max(axis=-1, keepdims=True)
