@@ -140,11 +140,11 @@ def audit(
     report("static audit", 1, 1)
 
     if batch_size is None:
-        from graphaudit.replay import ONE_PER_BATCH, default_batch_size
+        from graphaudit.replay import default_batch_size
 
-        batch_size = default_batch_size(loaded, static.conditional_execution)
-        if batch_size == 1:
-            notes.append(ONE_PER_BATCH)
+        batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
+        if why:
+            notes.append(f"replay batch size {batch_size}: {why}")
     replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
     if replayed is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "

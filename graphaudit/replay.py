@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, LiveCheck, capture, native
@@ -44,6 +45,9 @@ from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_TOLERANCE = 1e-4
 DEFAULT_BATCH_SIZE = 16
+# Most bytes of the scored output one batch may hold when no batch size is given: the replay
+# keeps a few arrays of that size at once (ONNX Runtime's outputs, log-probabilities, the reference)
+OUTPUT_BUDGET = 256 * 2**20
 # Why a graph with value-dependent control flow is replayed one input per batch
 ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once per batch: the replay ran one "
                  "input per batch, so each input's decision is its own")
@@ -271,8 +275,8 @@ def replay(
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
 
-    `batch_size` None: DEFAULT_BATCH_SIZE, or 1 when the graph has value-dependent control flow
-    (an If or Loop decides once per batch, so batching would mix inputs' decisions).
+    `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
+    value-dependent control flow or one batch's output would be large), and the reason noted.
     """
     loaded = load_for_runtime(model)
     coefs = resolve(loaded, coefficients)
@@ -280,12 +284,12 @@ def replay(
                                    "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
-    if batch_size is None:
-        batch_size = default_batch_size(loaded)
-        settings["batch_size"] = batch_size
-        if batch_size == 1:
-            settings["batch_size_note"] = ONE_PER_BATCH
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
+    if batch_size is None:
+        batch_size, why = default_batch_size(loaded, None, {k: v.shape for k, v in evaluation.arrays.items()})
+        settings["batch_size"] = batch_size
+        if why:
+            settings["batch_size_note"] = why
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
@@ -424,12 +428,51 @@ def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
     return moved.reshape(moved.shape[0], -1).mean(axis=1)
 
 
-def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None) -> int:
-    """1 when the graph has value-dependent control flow (`conditional_execution`, read from the
-    static audit when not given), else DEFAULT_BATCH_SIZE."""
+def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None,
+                       input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[int, str | None]:
+    """The replay's batch size when none is given, and why when it is not DEFAULT_BATCH_SIZE.
+
+    1 when the graph has value-dependent control flow (`conditional_execution`, read from the
+    static audit when not given): an If or Loop decides once per batch. Otherwise as many inputs
+    as keep one batch of the scored output within OUTPUT_BUDGET, its size per input read from
+    the output's declared shape with symbolic dimensions taken from `input_shapes` (data
+    shapes, batch first), up to DEFAULT_BATCH_SIZE.
+    """
     if conditional_execution is None:
         conditional_execution = audit_static(loaded).conditional_execution
-    return 1 if conditional_execution else DEFAULT_BATCH_SIZE
+    if conditional_execution:
+        return 1, ONE_PER_BATCH
+    sized = _output_per_input(loaded.model, input_shapes or {})
+    if sized is None or sized[1] * DEFAULT_BATCH_SIZE <= OUTPUT_BUDGET:
+        return DEFAULT_BATCH_SIZE, None
+    name, nbytes = sized
+    size = max(1, OUTPUT_BUDGET // nbytes)
+    return size, (f"the output {name!r} takes {nbytes / 2**20:.1f} MiB per input: {size} input{'s' if size > 1 else ''} "
+                  f"per batch keep{'' if size > 1 else 's'} one batch of it near {OUTPUT_BUDGET // 2**20} MiB at most "
+                  "(--batch-size sets it)")
+
+
+def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple[str, int] | None:
+    """(name, bytes per input) of the output the replay scores, from its declared shape; None if unknown."""
+    outputs = {o.name: o for o in model.graph.output}
+    if not outputs:
+        return None
+    out = outputs.get("logits") or model.graph.output[0]  # as `task_for` chooses
+    tt = out.type.tensor_type
+    if not tt.HasField("shape") or not tt.elem_type or len(tt.shape.dim) < 2:
+        return None
+    sizes = {}  # symbolic dimension -> its size in the data
+    for vi in model.graph.input:
+        for d, size in zip(vi.type.tensor_type.shape.dim, input_shapes.get(vi.name, ())):
+            if d.dim_param:
+                sizes[d.dim_param] = int(size)
+    nbytes = int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize)
+    for d in tt.shape.dim[1:]:  # the batch axis first
+        size = d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param)
+        if not size:
+            return None
+        nbytes *= size
+    return out.name, nbytes
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:

@@ -15,7 +15,7 @@ from graphaudit.data import from_arrays, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_model
-from graphaudit.replay import ParityError, check_parity, replay
+from graphaudit.replay import ParityError, check_parity, default_batch_size, replay
 from graphaudit.runtime import create_session
 from graphaudit.surgery import frozen_graph, trace_graph
 from test_replay_models import gated_lm, mixing_lm, token_ids
@@ -179,6 +179,29 @@ def test_default_batch_size_is_one_input_per_batch_for_value_dependent_control_f
                                     "--data", str(folder / "eval.npz"), "--conditions", "correct,cross_input",
                                     "--resamples", "20", "-q"])
     assert text.exit_code == 0 and "batch size 1: the graph has value-dependent control flow" in text.output
+
+
+def test_default_batch_size_keeps_one_batch_of_a_large_vocabulary_output_small():
+    from onnx import TensorProto, helper, numpy_helper
+
+    vocab = 50_432  # Pythia's: the scored output is (batch, seq, vocab) float32
+    table = numpy_helper.from_array(np.zeros((11, vocab), dtype=np.float32), "table")
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "input_ids"], ["logits"])], "lm",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])], [table])
+    loaded = load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+
+    def chosen(seq):
+        return default_batch_size(loaded, False, {"input_ids": (100, seq)})
+
+    assert chosen(64) == (16, None)  # 12.9 MB per input: 16 of them stay within 256 MiB
+    size, why = chosen(256)  # 51.6 MB per input
+    assert size == 5 and "'logits' takes 49.2 MiB per input: 5 inputs per batch" in why
+    size, why = chosen(2048)  # 413 MB per input: one at a time
+    assert size == 1 and "1 input per batch keeps" in why
+    assert default_batch_size(loaded, False) == (16, None)  # no data shapes: the sequence length is unknown
+    assert default_batch_size(loaded, True, {"input_ids": (100, 64)})[0] == 1
 
 
 TORCH_TOLERANCE = 1e-4  # absolute, on logits: float32 ONNX Runtime against float32 PyTorch

@@ -27,7 +27,8 @@ from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Inputs per ONNX Runtime run (capture and replay use the same batches); default 16, or 1 "
-                   "when the graph has value-dependent control flow, which decides once per batch.")
+                   "when the graph has value-dependent control flow (it decides once per batch), or fewer "
+                   "when one batch of the scored output would pass 256 MiB.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -75,7 +76,7 @@ def render_text(r: ReplayReport) -> str:
         lines.append(f"data: calibration {d.calibration} ({d.calibration_inputs} inputs), "
                      f"evaluation {d.evaluation} ({d.evaluation_inputs} inputs)")
     if r.settings.get("batch_size_note"):
-        lines.append(f"batch size 1: {r.settings['batch_size_note']}")
+        lines.append(f"batch size {r.settings['batch_size']}: {r.settings['batch_size_note']}")
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
                  f"(tolerance {p.tolerance:g})")
