@@ -121,3 +121,44 @@ def test_a_rewritten_weights_file_is_not_served_from_the_cache(external, tmp_pat
     with capture(trace, coefs, data, **args) as after:
         assert not after.reused
         np.testing.assert_array_equal(after.arrays[coefs[0].tensor], values)
+
+
+def _frozen_logits(path, weights_folder, feeds):
+    from graphaudit.runtime import create_session
+
+    session = create_session(onnx.load(str(path), load_external_data=False), weights_folder=weights_folder)
+    return session.run(["logits"], feeds)[0]
+
+
+def test_freeze_keeps_the_weights_in_their_file(external, weights_never_read, tmp_path):
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+
+    out = tmp_path / "frozen"
+    result = CliRunner().invoke(cli, ["freeze", str(external / "model.onnx"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"weights: {DATA_FILE} beside them" in result.output
+    assert (out / DATA_FILE).samefile(external / DATA_FILE) or \
+        (out / DATA_FILE).read_bytes() == (external / DATA_FILE).read_bytes()
+    assert (out / "model.frozen.onnx").stat().st_size < (external / DATA_FILE).stat().st_size / 3  # graph only
+    # the frozen graph written beside its weights equals the one frozen from the inline model
+    inline = tmp_path / "inline"
+    assert CliRunner().invoke(cli, ["freeze", str(ZOO / "model.onnx"), "-o", str(inline)]).exit_code == 0
+    frozen = load_for_runtime(out / "model.frozen.onnx")
+    ids = np.load(external / "eval.npz")["input_ids"][:2]
+    feeds = {"input_ids": ids, **{i.name: np.full((2, ids.shape[1], 64), 0.5, dtype=np.float32)
+                                  for i in frozen.model.graph.input if i.name != "input_ids"}}
+    np.testing.assert_array_equal(_frozen_logits(out / "model.frozen.onnx", out.resolve(), feeds),
+                                  _frozen_logits(inline / "model.frozen.onnx", None, feeds))
+
+
+def test_freeze_never_overwrites_another_weights_file(external, tmp_path, capsys):
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / DATA_FILE).write_bytes(b"someone else's weights")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["freeze", str(external / "model.onnx"), "-o", str(out)])
+    _, err = capsys.readouterr()
+    assert exit_info.value.code == 1 and err.count("\n") == 1 and "choose another output folder" in err
+    assert (out / DATA_FILE).read_bytes() == b"someone else's weights"
