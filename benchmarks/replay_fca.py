@@ -43,7 +43,8 @@ from graphaudit.conditions import CONDITIONS, conditions  # noqa: E402
 from graphaudit.data import input_specs, load_data  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
-from graphaudit.replay import TargetCheck, check_parity, run_conditions, target_log_probs  # noqa: E402
+from graphaudit.parity import TargetCheck, check_parity, target_log_probs  # noqa: E402
+from graphaudit.replay import run_conditions  # noqa: E402
 from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 

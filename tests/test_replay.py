@@ -15,7 +15,8 @@ from graphaudit.data import from_arrays, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_model
-from graphaudit.replay import ParityError, check_parity, default_batch_size, replay
+from graphaudit.parity import ParityError, check_parity
+from graphaudit.replay import default_batch_size, replay
 from graphaudit.runtime import create_session
 from graphaudit.surgery import frozen_graph, trace_graph
 from test_replay_models import gated_lm, mixing_lm, token_ids

@@ -12,7 +12,8 @@ from tabulate import tabulate
 from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
-from graphaudit.replay import DEFAULT_TOLERANCE, ReplayReport, replay
+from graphaudit.parity import DEFAULT_TOLERANCE
+from graphaudit.replay import ReplayReport, replay
 
 
 @click.command("replay")
