@@ -5,8 +5,8 @@
                                     [--skip overhead,torch,memory]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
-   cache, ORT run of the frozen graph plus its log-softmax output, metrics, every target's
-   parity against the live log-probabilities the capture kept) against the sum
+   cache, ORT run of the frozen graph plus its log-softmax output, metrics, the parity of
+   every target against the live log-probabilities the capture kept) against the sum
    of bare `session.run` calls of the frozen graph alone on the same, precomputed feeds, in
    the same process, alternating, warm-up discarded; median of the per-pair ratios.
 2. torch: the same loop in ONNX Runtime against PyTorch eager, where forward hooks on the
@@ -43,7 +43,7 @@ from graphaudit.conditions import CONDITIONS, conditions  # noqa: E402
 from graphaudit.data import input_specs, load_data  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
-from graphaudit.parity import TargetCheck, check_parity, target_log_probs  # noqa: E402
+from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay import run_conditions  # noqa: E402
 from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
@@ -63,9 +63,9 @@ class Setup:
         specs = input_specs(loaded.model)
         self.calib, self.eval = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
         trace = trace_graph(loaded.model, self.coefs)
-        # as in replay(): the evaluation capture keeps every target's live log-probability for the parity check
+        # as in replay(): the evaluation capture keeps what the parity check of every input needs
         self.caches = [capture(trace, self.coefs, d, batch_size=batch_size, check=check)
-                       for d, check in ((self.calib, None), (self.eval, target_log_probs(self.eval)))]
+                       for d, check in ((self.calib, None), (self.eval, every_input_summary(self.eval)))]
         self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -81,7 +81,7 @@ class Setup:
 
     def replay_loop(self):
         return run_conditions(self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,
-                              PoissonBootstrap(self.seed, 1000), targets=TargetCheck(self.caches[1], self.parity))
+                              PoissonBootstrap(self.seed, 1000), every=EveryInputCheck(self.caches[1], self.parity))
 
     def prepared_feeds(self) -> list[dict]:
         out = []

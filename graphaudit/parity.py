@@ -2,10 +2,11 @@
 
 Checked twice before any figure is trusted. `check_parity`: the whole output of the first
 evaluation batch against the live outputs the capture kept (tolerance DEFAULT_TOLERANCE).
-TargetCheck: for logits, the log-probability of every target of every evaluation input,
-live (kept by the capture through `target_log_probs`) against the `correct` condition of
-the replay loop, batch by batch, so a difference confined to later inputs stops the audit
-too. Either raises ParityError, naming the largest difference and where it is.
+EveryInputCheck: every evaluation input, live (a summary the capture keeps through
+`every_input_summary`: each target's log-probability for logits, the whole output when it
+is small) against the `correct` condition of the replay loop, batch by batch, so a
+difference confined to later inputs stops the audit too. Either raises ParityError, naming
+the largest difference and where it is.
 """
 
 from __future__ import annotations
@@ -25,21 +26,25 @@ from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.outputs import Targets, log_probs_at
 
 DEFAULT_TOLERANCE = 1e-4
+WHOLE_OUTPUT_LIMIT = 4096  # values per input up to which the capture keeps a whole output for parity
+LOG_PROBS_KIND, OUTPUTS_KIND = "target log-probabilities", "outputs"
 
 
 @dataclass(frozen=True)
-class TargetParity:
-    """Every evaluation input's log-probability of each target: live against the `correct` replay.
+class EveryInputParity:
+    """Every evaluation input, live against the `correct` replay: each target's log-probability
+    (`kind` "target log-probabilities", for logits) or each value of the output ("outputs").
 
-    The tolerance is twice the outputs' one: a log-probability moves by at most the largest
-    change of a logit plus that of their log-sum-exp, which is no larger.
+    The tolerance on log-probabilities is twice the outputs' one: a log-probability moves by at
+    most the largest change of a logit plus that of their log-sum-exp, which is no larger.
     """
 
+    kind: str
     inputs: int
-    targets: int
+    values: int  # targets or output values compared
     max_abs_diff: float
     tolerance: float
-    input: int  # where the largest difference is: evaluation input and target position
+    input: int  # where the largest difference is: evaluation input, and target or value within it
     position: tuple[int, ...]
     live: float
     frozen: float
@@ -49,12 +54,12 @@ class TargetParity:
         return self.max_abs_diff <= self.tolerance
 
     def describe(self) -> str:
-        where = f"input {self.input}, target {', '.join(map(str, self.position))}"
-        return (f"max |Δ| {self.max_abs_diff:.3g} at {where} (live log-probability {self.live:.6g}, "
-                f"frozen {self.frozen:.6g})")
+        what = "target" if self.kind == LOG_PROBS_KIND else "value"
+        return (f"max |Δ| {self.max_abs_diff:.3g} at input {self.input}, {what} {', '.join(map(str, self.position))} "
+                f"(live {self.live:.6g}, frozen {self.frozen:.6g})")
 
     def to_json(self) -> dict:
-        return {"inputs": self.inputs, "targets": self.targets, "max_abs_diff": self.max_abs_diff,
+        return {"kind": self.kind, "inputs": self.inputs, "values": self.values, "max_abs_diff": self.max_abs_diff,
                 "tolerance": self.tolerance, "input": self.input, "position": list(self.position),
                 "live": self.live, "frozen": self.frozen}
 
@@ -71,7 +76,7 @@ class Parity:
     live: float
     frozen: float
     inputs: int  # evaluation inputs compared (the first batch)
-    targets: TargetParity | None = None  # every input's target log-probabilities (logits only)
+    every_input: EveryInputParity | None = None  # all evaluation inputs, when the capture kept their summary
 
     def describe(self) -> str:
         where = f"{self.output}[{', '.join(map(str, self.index))}]"
@@ -80,57 +85,70 @@ class Parity:
     def to_json(self) -> dict:
         return {"max_abs_diff": self.max_abs_diff, "ok": self.ok, "tolerance": self.tolerance,
                 "output": self.output, "index": list(self.index), "live": self.live, "frozen": self.frozen,
-                "inputs": self.inputs, "targets": self.targets.to_json() if self.targets else None}
+                "inputs": self.inputs, "every_input": self.every_input.to_json() if self.every_input else None}
 
 
 class ParityError(GraphAuditError):
     """The frozen graph did not reproduce the live model: no replay can be trusted."""
 
     def __init__(self, parity: Parity):
-        if parity.targets is not None and not parity.targets.ok:
-            found = (f"reproduce the live log-probability of every target within {parity.targets.tolerance:g}, "
-                     f"found {parity.targets.describe()}")
+        every = parity.every_input
+        if every is not None and not every.ok:
+            found = (f"reproduce the live {every.kind} of every input within {every.tolerance:g}, "
+                     f"found {every.describe()}")
         else:
             found = f"reproduce the live outputs within {parity.tolerance:g}, found {parity.describe()}"
         super().__init__(f"expected the frozen graph fed each input's own coefficients to {found}; refusing to replay")
         self.parity = parity
 
 
-class TargetCheck:
-    """Compares each batch's `correct` log-probabilities of the targets with the live ones the capture kept."""
+class EveryInputCheck:
+    """Compares each batch's `correct` output with the live summary the capture kept (`every_input_summary`)."""
 
     def __init__(self, cache: CoefficientCache, parity: Parity):
         self.cache, self.parity = cache, parity
-        self.tolerance = 2 * parity.tolerance
-        self.inputs = self.targets = 0
+        self.kind: str | None = None
+        self.inputs = self.values = 0
         self.worst: tuple[float, int, tuple[int, ...], float, float] | None = None
 
     def compare(self, rows: slice, reference: Reference) -> None:
         """Check the inputs at `rows`, whose `correct` output is `reference`; raise ParityError past tolerance."""
-        truth = reference.targets
         live = self.cache.check_rows(rows)
-        frozen = reference.output.reshape(-1)[truth.flat]
-        diff = np.abs(frozen - live)
-        diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
-        diff[np.isnan(diff)] = np.inf  # a scored NaN is as far off as it gets
+        truth = reference.targets
+        if truth is not None:  # logits: the log-probability of each target
+            self.kind = LOG_PROBS_KIND
+            frozen = reference.output.reshape(-1)[truth.flat]
+            diff = np.abs(frozen - live)
+            diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
+            self.values += int(truth.count.sum())
+        else:
+            self.kind = OUTPUTS_KIND
+            frozen = reference.output.reshape(len(live), -1)
+            diff = np.abs(frozen - live)
+            self.values += diff.size
+        diff[np.isnan(diff)] = np.inf  # a NaN where a number was is as far off as it gets
         self.inputs += rows.stop - rows.start
-        self.targets += int(truth.count.sum())
         if diff.size and (self.worst is None or diff.max() > self.worst[0]):
             at = np.unravel_index(int(np.argmax(diff)), diff.shape)
             self.worst = (float(diff[at]), rows.start + int(at[0]), tuple(int(i) for i in at[1:]),
                           float(live[at]), float(frozen[at]))
             if self.worst[0] > self.tolerance:
-                raise ParityError(replace(self.parity, ok=False, targets=self.result()))
+                raise ParityError(replace(self.parity, ok=False, every_input=self.result()))
 
-    def result(self) -> TargetParity | None:
+    @property
+    def tolerance(self) -> float:
+        return self.parity.tolerance * (2 if self.kind == LOG_PROBS_KIND else 1)
+
+    def result(self) -> EveryInputParity | None:
         if self.worst is None:
             return None
-        return TargetParity(self.inputs, self.targets, self.worst[0], self.tolerance, *self.worst[1:])
+        return EveryInputParity(self.kind, self.inputs, self.values, self.worst[0], self.tolerance, *self.worst[1:])
 
 
-def target_log_probs(data: InputData) -> LiveCheck:
-    """What the capture keeps of every evaluation input for TargetCheck: the live log-probability of
-    each target (NaN where none is scored); nothing for outputs that are not logits."""
+def every_input_summary(data: InputData) -> LiveCheck:
+    """What the capture keeps of every evaluation input for EveryInputCheck: for logits, the live
+    log-probability of each target (NaN where none is scored); for other float outputs of at most
+    WHOLE_OUTPUT_LIMIT values per input, the whole output; else nothing."""
     tasks: list[Task] = []  # decided on the first batch, as the replay's own task is
 
     def summarise(outputs, feeds, rows):
@@ -138,12 +156,15 @@ def target_log_probs(data: InputData) -> LiveCheck:
         if not tasks:
             tasks.append(task_for(outputs, feeds, labels))
         task = tasks[0]
-        truth = Targets.of(task, outputs[task.output].shape, feeds, labels) if task.logits else None
-        if truth is None:
-            return None
-        return np.where(truth.mask, log_probs_at(outputs[task.output], truth.flat), np.nan).astype(np.float32)
+        out = outputs[task.output]
+        truth = Targets.of(task, out.shape, feeds, labels) if task.logits else None
+        if truth is not None:
+            return np.where(truth.mask, log_probs_at(out, truth.flat), np.nan).astype(np.float32)
+        if np.issubdtype(out.dtype, np.floating) and out[0].size <= WHOLE_OUTPUT_LIMIT:
+            return out.reshape(len(out), -1).astype(np.float32)
+        return None
 
-    return LiveCheck("target log-probabilities", summarise)
+    return LiveCheck(f"{LOG_PROBS_KIND}, else {OUTPUTS_KIND} up to {WHOLE_OUTPUT_LIMIT} values", summarise)
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],

@@ -7,10 +7,10 @@ raises ParityError, naming the largest difference), then runs `run_conditions`: 
 over evaluation batches and conditions that feeds each condition's coefficients and adds
 the outputs' per-input sums to streaming statistics. The controller never runs there.
 
-Parity is checked twice: on the whole output of the first batch, and, for logits, on the
-log-probability of every target of every evaluation input (the capture keeps the live ones,
-the `correct` condition of the loop gives the frozen ones), so a difference confined to
-later inputs stops the audit too.
+Parity (graphaudit.parity) is checked twice: on the whole output of the first batch, and on
+every evaluation input (each target's log-probability for logits, the whole output when it
+is small: the capture keeps the live ones, the `correct` condition of the loop gives the
+frozen ones), so a difference confined to later inputs stops the audit too.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_for_runtime
-from graphaudit.parity import DEFAULT_TOLERANCE, Parity, TargetCheck, check_parity, target_log_probs
+from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
                                 difference, retained_gap, score, task_for)
 from graphaudit.metrics.stats import estimate
@@ -178,7 +178,7 @@ def replay(
                                               memory_limit=memory_limit, label=label, providers=providers,
                                               weights_folder=loaded.weights_folder, check=check))
                   for label, d, check in (("calibration", calibration, None),
-                                          ("evaluation", evaluation, target_log_probs(evaluation)))]
+                                          ("evaluation", evaluation, every_input_summary(evaluation)))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
         task = _task(caches[1], evaluation, batch_size)
@@ -190,10 +190,10 @@ def replay(
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
-        targets = TargetCheck(caches[1], parity) if caches[1].checked else None
-        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, targets)
-        if targets is not None:
-            parity = replace(parity, targets=targets.result())
+        every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
+        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every)
+        if every is not None:
+            parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
         variance, means = _variance(caches[1], boot, confidence)
         timing["variance_s"] = time.perf_counter() - clock
@@ -209,10 +209,10 @@ def replay(
 
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
-                   progress: Progress | None = None, targets: TargetCheck | None = None) -> dict[str, ConditionStats]:
+                   progress: Progress | None = None, every: EveryInputCheck | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
-    `targets`: checks each batch's `correct` output against the live one (ParityError past tolerance).
+    `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     total = -(-data.count // batch_size)
@@ -232,8 +232,8 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
             (out,) = session.run([task.fetch], fed)
             if reference is None:
                 reference = Reference.of(task, out, inputs, labels)
-                if targets is not None:
-                    targets.compare(rows, reference)
+                if every is not None:
+                    every.compare(rows, reference)
             scored.append(score(task, out, inputs, labels, reference))
         ConditionStats.update_each(list(stats.values()), scored, weights)
     return stats

@@ -168,9 +168,9 @@ def functional_dependence(replay: dict | None) -> Finding:
     conditions = replay.get("conditions") or {}
     evidence = []
     if parity:
-        targets = parity.get("targets") or {}
-        every = (f"; every target's log-probability of all {targets.get('inputs')} inputs, max |Δ| "
-                 f"{_num_text(targets.get('max_abs_diff'))}") if targets else ""
+        all_inputs = parity.get("every_input") or {}
+        every = (f"; {all_inputs.get('kind')} of all {all_inputs.get('inputs')} inputs, max |Δ| "
+                 f"{_num_text(all_inputs.get('max_abs_diff'))}") if all_inputs else ""
         evidence.append(Evidence("replay", (
             f"parity: the frozen graph with its own coefficients matches the live model "
             f"(max |Δ| {_num_text(parity.get('max_abs_diff'))}{every})")))

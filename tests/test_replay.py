@@ -42,8 +42,9 @@ def test_replay_reports_every_condition_with_parity_first(files):
     report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=200)
     doc = report.to_json()
     assert doc["parity"]["ok"] and doc["parity"]["max_abs_diff"] <= 1e-6 and doc["parity"]["inputs"] == 4
-    every = doc["parity"]["targets"]  # all 10 inputs, 5 next-token targets each
-    assert every["inputs"] == 10 and every["targets"] == 50 and every["max_abs_diff"] <= 1e-5
+    every = doc["parity"]["every_input"]  # all 10 inputs, 5 next-token targets each
+    assert every["kind"] == "target log-probabilities" and every["inputs"] == 10 and every["values"] == 50
+    assert every["max_abs_diff"] <= 1e-5 and every["tolerance"] == 2e-4
     assert list(doc["conditions"]) == list(CONDITIONS)
     correct = doc["conditions"]["correct"]
     assert correct["delta_nll"] == 0 and correct["kl"] == 0 and correct["ci"] == [0, 0]
@@ -161,7 +162,7 @@ def test_parity_on_the_zoo(name):
     report = replay(FIXTURES / name / "model.onnx", FIXTURES / name / "calib.npz", FIXTURES / name / "eval.npz",
                     conditions=["correct"], batch_size=16, resamples=20)
     assert report.parity.ok and report.parity.max_abs_diff <= 1e-4
-    assert report.parity.targets.inputs == 32 and report.parity.targets.max_abs_diff <= 1e-5
+    assert report.parity.every_input.inputs == 32 and report.parity.every_input.max_abs_diff <= 1e-5
 
 
 @pytest.mark.skipif(not {"earlyexit", "featuregate"} <= set(ZOO), reason=NO_ZOO)
@@ -251,7 +252,19 @@ def test_cache_dir_is_reused_by_a_second_replay(files, tmp_path):
     assert not first.settings["cache"]["reused"] and second.settings["cache"]["reused"]
     for key in ("conditions", "parity"):  # the live target log-probabilities come back from the cache too
         assert _without_timing(first.to_json())[key] == _without_timing(second.to_json())[key]
-    assert second.parity.targets.inputs == 10
+    assert second.parity.every_input.inputs == 10
+
+
+def test_regression_outputs_are_compared_whole_on_every_input(files, tmp_path):
+    ids = token_ids(10, seed=2)
+    targets = np.random.default_rng(0).standard_normal((10, ids.shape[1], 11)).astype(np.float32)
+    np.savez(tmp_path / "regression.npz", input_ids=ids, targets=targets)
+    doc = replay(files / "gated.onnx", files / "calib.npz", tmp_path / "regression.npz", batch_size=4,
+                 resamples=50, conditions=["correct", "cross_input"]).to_json()
+    assert doc["task"]["kind"] == "regression"
+    every = doc["parity"]["every_input"]  # each input's whole (6, 11) output
+    assert every["kind"] == "outputs" and every["inputs"] == 10 and every["values"] == 10 * 6 * 11
+    assert every["max_abs_diff"] <= 1e-5 and every["tolerance"] == 1e-4
 
 
 def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
@@ -259,7 +272,7 @@ def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
     moved by 0.01, as a frozen graph that departs from the live model on that input alone would be."""
     import graphaudit.replay as module
 
-    original = module.target_log_probs
+    original = module.every_input_summary
 
     def shifted(data):
         check = original(data)
@@ -272,13 +285,13 @@ def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
 
         return LiveCheck(check.name + ", input 9 moved", summarise)
 
-    monkeypatch.setattr(module, "target_log_probs", shifted)
+    monkeypatch.setattr(module, "every_input_summary", shifted)
     args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
-    with pytest.raises(ParityError, match=r"live log-probability of every target within 0.0002, found max \|Δ\| "
-                                          r"0.01 at input 9, target 2 ") as err:
+    with pytest.raises(ParityError, match=r"live target log-probabilities of every input within 0.0002, found max "
+                                          r"\|Δ\| 0.01 at input 9, target 2 ") as err:
         replay(*args, batch_size=4, resamples=50)
     assert err.value.parity.max_abs_diff <= 1e-6  # the first batch alone would have passed
-    assert err.value.parity.targets.inputs == 10 and not err.value.parity.ok
+    assert err.value.parity.every_input.inputs == 10 and not err.value.parity.ok
 
 
 def test_labels_add_accuracy(files, tmp_path):

@@ -81,10 +81,10 @@ def render_text(r: ReplayReport) -> str:
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
                  f"(tolerance {p.tolerance:g})")
-    if p.targets is not None:
-        lines.append(f"parity of every target: the log-probabilities of {p.targets.targets} targets over all "
-                     f"{p.targets.inputs} inputs, max |Δ| {p.targets.max_abs_diff:.3g} — ok "
-                     f"(tolerance {p.targets.tolerance:g})")
+    if p.every_input is not None:
+        e = p.every_input
+        lines.append(f"parity of every input: {e.kind} ({e.values} values) over all {e.inputs} inputs, "
+                     f"max |Δ| {e.max_abs_diff:.3g} — ok (tolerance {e.tolerance:g})")
     div = r.task.divergence.upper() if r.task.divergence == "kl" else r.task.divergence
     rows = [(c.name, _num(c.nll.value), _signed(c.delta_nll.value), _ci(c.delta_nll.ci), _sig(c.divergence.value),
              *((_num(c.accuracy.value),) if c.accuracy.value is not None else ()))

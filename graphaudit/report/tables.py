@@ -119,9 +119,9 @@ def condition_table(doc: dict) -> Table | None:
     parity = replay.get("parity") or {}
     note = ""
     if parity:
-        targets = parity.get("targets") or {}
-        every = (f", on every target of all {targets.get('inputs')} inputs "
-                 f"{num(targets.get('max_abs_diff'), float('nan')):.2e}") if targets else ""
+        all_inputs = parity.get("every_input") or {}
+        every = (f", {all_inputs.get('kind')} of all {all_inputs.get('inputs')} inputs "
+                 f"{num(all_inputs.get('max_abs_diff'), float('nan')):.2e}") if all_inputs else ""
         note = (f"parity: max |Δ| {num(parity.get('max_abs_diff'), float('nan')):.2e}{every} "
                 f"({'ok' if parity.get('ok') else 'FAILED'}); seed {replay.get('seed', '—')}")
     return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL"), rows, note)
