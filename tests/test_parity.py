@@ -1,0 +1,66 @@
+"""The parity check of every input, unit by unit: what the capture keeps and how it is compared."""
+
+import numpy as np
+import pytest
+
+from graphaudit.capture import CoefficientCache
+from graphaudit.data import InputData
+from graphaudit.metrics import Reference, task_for
+from graphaudit.metrics.outputs import log_softmax
+from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, ParityError, every_input_summary
+
+
+def _first_batch_parity():
+    return Parity(True, 0.0, DEFAULT_TOLERANCE, "logits", (0, 0), 1.0, 1.0, 4)
+
+
+def _check(summary, rows_per_batch, outputs, feeds, labels):
+    """Keep `summary` of every input as the capture would, then compare the same outputs batch by batch."""
+    count = len(next(iter(outputs.values())))
+    data = InputData(feeds, labels, count, "test")
+    summarise = summary(data).summarise
+    kept = np.concatenate([summarise({k: v[s] for k, v in outputs.items()}, {k: v[s] for k, v in feeds.items()}, s)
+                           for s in (slice(i, min(i + rows_per_batch, count)) for i in range(0, count, rows_per_batch))])
+    cache = CoefficientCache((), {"graphaudit.live_check": kept}, count, {})
+    check = EveryInputCheck(cache, _first_batch_parity())
+    return kept, check, data
+
+
+def test_a_classifier_is_checked_on_the_log_probability_of_each_label():
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((6, 5)).astype(np.float32)
+    labels = {"labels": rng.integers(0, 5, 6)}
+    feeds = {"x": rng.standard_normal((6, 3)).astype(np.float32)}
+    kept, check, data = _check(every_input_summary, 4, {"logits": logits}, feeds, labels)
+    expected = log_softmax(logits.astype(np.float64))[np.arange(6), labels["labels"]]
+    np.testing.assert_allclose(kept, expected, atol=1e-6)
+    task = task_for({"logits": logits[:4]}, {k: v[:4] for k, v in feeds.items()}, {"labels": labels["labels"][:4]})
+    assert task.kind == "classification"
+    for rows in (slice(0, 4), slice(4, 6)):
+        batch_labels = {"labels": labels["labels"][rows]}
+        reference = Reference.of(task, log_softmax(logits[rows]), {k: v[rows] for k, v in feeds.items()}, batch_labels)
+        check.compare(rows, reference)
+    result = check.result()
+    assert result.kind == "target log-probabilities" and result.inputs == 6 and result.values == 6
+    assert result.ok and result.tolerance == 2 * DEFAULT_TOLERANCE
+
+
+def test_an_output_that_is_not_logits_is_compared_whole_and_a_moved_value_is_named():
+    rng = np.random.default_rng(1)
+    out = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    feeds = {"x": rng.standard_normal((5, 4)).astype(np.float32)}
+    kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
+    assert kept.shape == (5, 6)
+    task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
+    check.compare(slice(0, 2), Reference.of(task, out[0:2]))
+    moved = out[2:4].copy()
+    moved[1, 1, 2] += 0.5  # input 3, value 5 of its flattened output
+    with pytest.raises(ParityError, match=r"live outputs of every input within 0.0001, found max \|Δ\| 0.5 at "
+                                          r"input 3, value 5 "):
+        check.compare(slice(2, 4), Reference.of(task, moved))
+
+
+def test_a_large_output_that_is_not_logits_is_not_kept():
+    out = np.zeros((2, 4097), dtype=np.float32)
+    data = InputData({"x": np.zeros((2, 1), np.float32)}, {}, 2, "test")
+    assert every_input_summary(data).summarise({"y": out}, {"x": data.arrays["x"]}, slice(0, 2)) is None
