@@ -35,7 +35,8 @@ from graphaudit.replay import ReplayReport, replay
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True,
-              help="Largest absolute output difference the parity check accepts.")
+              help="Largest absolute output difference the parity check accepts (twice that on the "
+                   "log-probabilities of every input's targets).")
 @click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Bootstrap resamples over inputs for the confidence intervals.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
