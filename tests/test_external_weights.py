@@ -162,3 +162,15 @@ def test_freeze_never_overwrites_another_weights_file(external, tmp_path, capsys
     _, err = capsys.readouterr()
     assert exit_info.value.code == 1 and err.count("\n") == 1 and "choose another output folder" in err
     assert (out / DATA_FILE).read_bytes() == b"someone else's weights"
+
+
+def test_profile_leaves_large_external_weights_out_of_the_optimised_model(external, monkeypatch):
+    import graphaudit.profile.profiler as profiler
+
+    monkeypatch.setattr(profiler, "OPTIMISED_COPY_LIMIT", 0)  # as if the weights were past the limit
+    report = profile_model(external / "model.onnx", external / "eval.npz", runs=2, warmup=1, profile_runs=1,
+                           limit=4, threads=1)
+    assert any(note.startswith("the optimised model was not saved, as ORT would have copied its 0.0 GiB of "
+                               "external weights") and note.endswith("events were mapped by node name only")
+               for note in report.notes)
+    assert report.execution.blocks and all(b.inputs_executed == 4 for b in report.execution.blocks)

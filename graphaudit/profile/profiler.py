@@ -36,6 +36,9 @@ from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_opt
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.runtime import resolve_providers, running
 
+# External weights past this size are not copied into a saved optimised model: events are mapped by name
+OPTIMISED_COPY_LIMIT = 2**30
+
 
 def profile_model(
     model: str | os.PathLike | LoadedModel,
@@ -86,8 +89,10 @@ def profile_model(
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
             samples = time_rounds(timed, n, runs, warmup)
 
-        # per-node time: profiled at the same level, mapped through ORT's optimised graph
-        optimised_path = work / "optimised.onnx" if opt_level != "disable" else None
+        # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
+        # saving that graph would have ORT copy gigabytes of external weights with it
+        weights = _external_bytes(loaded)
+        optimised_path = work / "optimised.onnx" if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
         # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
         plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup)
@@ -117,7 +122,11 @@ def profile_model(
             events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {_label(loaded)}")
             trace_path = str(write_trace(trace, events, {"model": _label(loaded), "opt_level": opt_level}))
 
-    notes = _notes(blocks, execution, runnable.renamed, opt_level != "disable" and optimised is None)
+    no_optimised = None
+    if opt_level != "disable" and optimised is None:
+        no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
+                        "external weights with it" if optimised_path is None else "ORT saved no optimised model")
+    notes = _notes(blocks, execution, runnable.renamed, no_optimised)
     return ProfileReport(
         model=_label(loaded),
         data=inputs.source,
@@ -215,7 +224,14 @@ def _check_run_count(found: int, expected: int) -> None:
         raise RuntimeError(f"expected {expected} model_run events in the profile, found {found}")
 
 
-def _notes(blocks, execution, renamed: int, no_optimised: bool) -> tuple[str, ...]:
+def _external_bytes(loaded: LoadedModel) -> int:
+    """Bytes of the external weight files ONNX Runtime maps for `loaded` (0 when they are in the proto)."""
+    if loaded.weights_folder is None:
+        return 0
+    return sum((loaded.weights_folder / name).stat().st_size for name in loaded.external_files)
+
+
+def _notes(blocks, execution, renamed: int, no_optimised: str | None) -> tuple[str, ...]:
     notes = []
     if blocks.names == (OTHER,):
         notes.append(f"no blocks: {blocks.method}; every node is reported under {OTHER}")
@@ -224,6 +240,6 @@ def _notes(blocks, execution, renamed: int, no_optimised: bool) -> tuple[str, ..
     if renamed:
         notes.append(f"{renamed} unnamed or repeated node names were replaced by graph ids for profiling")
     if no_optimised:
-        notes.append("ORT saved no optimised model; events were mapped by node name only")
+        notes.append(f"{no_optimised}; events were mapped by node name only")
     return tuple(notes)
 
