@@ -174,3 +174,28 @@ def test_profile_leaves_large_external_weights_out_of_the_optimised_model(extern
                                "external weights") and note.endswith("events were mapped by node name only")
                for note in report.notes)
     assert report.execution.blocks and all(b.inputs_executed == 4 for b in report.execution.blocks)
+
+
+def test_freeze_into_the_model_folder_shares_its_weights_file(external, tmp_path):
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+
+    folder = tmp_path / "same"
+    folder.mkdir()
+    for name in ("model.onnx", DATA_FILE):
+        shutil.copy(external / name, folder / name)
+    before = (folder / DATA_FILE).stat()
+    result = CliRunner().invoke(cli, ["freeze", str(folder / "model.onnx"), "-o", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert "weights:" not in result.output  # nothing to place: the graphs sit beside the weights
+    after = (folder / DATA_FILE).stat()
+    assert (after.st_ino, after.st_nlink, after.st_mtime_ns) == (before.st_ino, before.st_nlink, before.st_mtime_ns)
+    assert load_for_runtime(folder / "model.frozen.onnx").external_files == (DATA_FILE,)
+
+
+def test_a_model_proto_with_external_weights_is_refused_for_running(external):
+    proto = onnx.load(str(external / "model.onnx"), load_external_data=False)
+    with pytest.raises(graphaudit.load.GraphAuditError, match="expected a model with its weights inline when given "
+                                                              "a ModelProto, found external-data references"):
+        load_for_runtime(proto)
