@@ -1,0 +1,80 @@
+"""The trace and frozen graphs written to a folder, for replaying a model elsewhere.
+
+`write_graphs` freezes a loaded model and saves both graphs as `STEM.trace.onnx` and
+`STEM.frozen.onnx`. Weights in the proto are written with the graphs (beside them, as
+external data, past protobuf's 2 GiB). Weights that a model keeps in external files stay
+there, never read: both graphs refer to the same files, which are hard-linked into the
+folder, or copied where a link cannot be made; a different file of the same name already
+in the folder is never overwritten.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import onnx
+
+from graphaudit.coefficients import Coefficient
+from graphaudit.errors import GraphAuditError
+from graphaudit.load import LoadedModel
+from graphaudit.surgery import Surgery, freeze
+
+# Protobuf cannot serialise past 2 GiB: larger graphs keep their weights beside them.
+_INLINE_LIMIT = 2**31 - 2**20
+
+
+@dataclass(frozen=True)
+class WrittenGraphs:
+    """Where the graphs went, what freezing did, and which external weight files were placed beside them."""
+
+    trace: Path
+    frozen: Path
+    surgery: Surgery
+    placed: tuple[str, ...]  # external-data files linked or copied into the folder
+
+
+def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_dir: Path, stem: str) -> WrittenGraphs:
+    """Freeze `loaded` for `coefficients` and write both graphs into `out_dir` (created if missing)."""
+    surgery = freeze(loaded.model, coefficients)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise GraphAuditError(f"expected a folder we can write at {out_dir}, found: {err.strerror}") from None
+    placed: tuple[str, ...] = ()
+    if loaded.weights_folder is not None and out_dir.resolve() != loaded.weights_folder:
+        _place_weights(loaded.external_files, loaded.weights_folder, out_dir)
+        placed = loaded.external_files
+    paths = []
+    for kind, proto in (("trace", surgery.trace), ("frozen", surgery.frozen)):
+        path = out_dir / f"{stem}.{kind}.onnx"
+        external = loaded.weights_folder is None and proto.ByteSize() > _INLINE_LIMIT
+        onnx.save_model(proto, str(path), save_as_external_data=external,
+                        location=f"{path.name}.data" if external else None)
+        paths.append(path)
+    return WrittenGraphs(paths[0], paths[1], surgery, placed)
+
+
+def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> None:
+    """Make each external-data file available in `out_dir`: a hard link, else a copy; never overwrite another."""
+    for location in locations:
+        original, target = source / location, out_dir / location
+        if target.exists():
+            if target.samefile(original):
+                continue
+            raise GraphAuditError(
+                f"expected no other file at {target} (the frozen graphs' weights {location!r} go there), "
+                "found one; choose another output folder"
+            )
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(original, target)
+            except OSError:  # another file system, or links not allowed: copy, in chunks
+                shutil.copyfile(original, target)
+        except OSError as err:
+            raise GraphAuditError(f"expected to place the weights {location!r} in {out_dir}, found: "
+                                  f"{err.strerror}") from None
