@@ -84,11 +84,10 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.logits:
         if reference is not None and reference.output is not out:
-            # KL(correct ‖ this) summed over each input's positions = Σ p log p − Σ p log q; ≥ 0 but
-            # rounding can dip a hair below. First, as its pass over `out` brings it into the cache
-            # for the scattered reads of targets.
-            kl = reference.neg_entropy - _dot_per_input(reference.probs, out)
-            sums[:, _COL["divergence"]] = np.maximum(kl, 0.0)
+            # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
+            # below. First, as its pass over `out` brings it into the cache for the scattered reads of targets.
+            kl = reference.neg_entropy - _dot_per_position(reference.probs, out)
+            sums[:, _COL["divergence"]] = _per_input(np.maximum(kl, 0.0))
         truth = reference.targets if reference is not None and reference.targets is not None else \
             Targets.of(task, out.shape, feeds, labels)
         if truth is not None:
@@ -142,7 +141,7 @@ class Reference:
 
     output: np.ndarray
     probs: np.ndarray | None = None
-    neg_entropy: np.ndarray | None = None  # Σ p log p over each input's positions
+    neg_entropy: np.ndarray | None = None  # Σ p log p per position
     targets: Targets | None = None
 
     @classmethod
@@ -153,7 +152,7 @@ class Reference:
             return cls(out)
         probs = np.exp(out)
         targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
-        return cls(out, probs, _dot_per_input(probs, out), targets)
+        return cls(out, probs, _dot_per_position(probs, out), targets)
 
 
 def column(name: str) -> int:
@@ -200,10 +199,10 @@ def _check_range(task: Task, targets: np.ndarray, mask: np.ndarray, classes: int
         )
 
 
-def _dot_per_input(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Σ a·b over every axis but the first, one dot product per input (BLAS), as float64."""
-    n = a.shape[0]
-    return np.matmul(a.reshape(n, 1, -1), b.reshape(n, -1, 1)).reshape(n).astype(np.float64)
+def _dot_per_position(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ a·b over the last axis: one BLAS dot product per position, each over the classes only,
+    so that long sequences of large vocabularies lose no precision (positions add in float64)."""
+    return np.matmul(a[..., None, :], b[..., :, None])[..., 0, 0]
 
 
 def _per_input(values: np.ndarray) -> np.ndarray:
