@@ -60,11 +60,6 @@ def _bits(rows: np.ndarray, per_resample: np.ndarray) -> np.ndarray:
     return state
 
 
-def _uniform(seed: int, rows: np.ndarray, resamples: int) -> np.ndarray:
-    """Uniform numbers in [0, 1), shape (resamples, len(rows)): the bits as a fraction."""
-    return _bits(np.asarray(rows, dtype=np.int64), _resample_keys(seed, resamples)).astype(np.float64) * 2.0**-53
-
-
 def _mix(x: np.ndarray, inplace: bool = False) -> np.ndarray:
     """The SplitMix64 finaliser: a bijection of 64-bit integers that scrambles every bit."""
     if not inplace:
