@@ -80,11 +80,6 @@ def load_model(
     if external and base is not None:
         for location in external:
             _check_location(location, base, path)
-    if weights and external and base is None:
-        raise GraphAuditError(
-            "expected a model with its weights inline when given a ModelProto, found "
-            f"external-data references ({', '.join(external[:3])}); load it from its file"
-        )
     if weights and external:
         _require_external_files(external, base, path)
     # The checker and shape inference see the graph with its external weights still on disk:
@@ -117,12 +112,7 @@ def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) 
         return source
     loaded = load_model(source, weights=False)
     if loaded.external_files:
-        if loaded.path is None:
-            raise GraphAuditError(
-                "expected a model with its weights inline when given a ModelProto, found external-data "
-                f"references ({', '.join(loaded.external_files[:3])}); load it from its file"
-            )
-        _require_external_files(list(loaded.external_files), loaded.path.resolve().parent, loaded.path)
+        _require_external_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
     return loaded
 
 
@@ -277,7 +267,13 @@ def _check_location(location: str, base: Path, path: Path | None) -> None:
         )
 
 
-def _require_external_files(external: list[str], base: Path, path: Path | None) -> None:
+def _require_external_files(external: list[str], base: Path | None, path: Path | None) -> None:
+    """Refuse external weights that are not where the model says: a ModelProto has no folder to look in."""
+    if base is None:
+        raise GraphAuditError(
+            "expected a model with its weights inline when given a ModelProto, found "
+            f"external-data references ({', '.join(external[:3])}); load it from its file"
+        )
     for location in external:
         if not (base / location).is_file():
             raise GraphAuditError(
