@@ -180,14 +180,15 @@ def capture(
         with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
             outputs = dict(zip(names, session.run(names, feeds)))
         _check_finite(coefficients, outputs, rows, label)
-        summary = check.summarise(outputs, feeds, rows) if check is not None and (not arrays or _CHECK in arrays) \
-            else None
+        summary = check.summarise(outputs, feeds, rows) if check is not None else None
         if not arrays:
             live = {n: v for n, v in outputs.items() if n not in wanted}
             # batch-first rows of every array kept, by its key and file name
             kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
             if summary is not None:
                 kept[_CHECK] = (_CHECK_FILE, summary)
+            else:
+                check = None  # nothing to keep for these outputs: not asked again
             per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
             if folder is None and per_input * data.count > memory_limit:
                 owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
