@@ -42,7 +42,8 @@ def paused_gc():
             gc.enable()
 
 
-def _shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:
+def shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:
+    """(element type, dims) of a tensor type: each dim an int, a symbolic name, or None; (None, None) if not a tensor."""
     if type_proto.WhichOneof("value") != "tensor_type":
         return None, None
     tt = type_proto.tensor_type
@@ -192,7 +193,7 @@ class _Builder:
         key = vi.type.SerializeToString()
         known = self._shapes.get(key)
         if known is None:
-            known = self._shapes[key] = _shape_of(vi.type)
+            known = self._shapes[key] = shape_of(vi.type)
         return known
 
     @staticmethod
@@ -252,7 +253,7 @@ class _Builder:
                     type_key = vi.type.SerializeToString()
                     known = shapes.get(type_key)
                     if known is None:
-                        known = shapes[type_key] = _shape_of(vi.type)
+                        known = shapes[type_key] = shape_of(vi.type)
                     elem, shape = known
                 tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "node_output", "producer": node_id,
                                                     "elem_type": elem, "shape": shape})

@@ -16,6 +16,7 @@ frozen ones), so a difference confined to later inputs stops the audit too.
 from __future__ import annotations
 
 import fnmatch
+import math
 import os
 import time
 from contextlib import ExitStack
@@ -28,12 +29,14 @@ import onnxruntime as ort
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
 from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
 from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
+from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
@@ -312,21 +315,15 @@ def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple
     if not outputs:
         return None
     out = outputs.get("logits") or model.graph.output[0]  # as `task_for` chooses
-    tt = out.type.tensor_type
-    if not tt.HasField("shape") or not tt.elem_type or len(tt.shape.dim) < 2:
+    elem_type, dims = shape_of(out.type)
+    if not elem_type or dims is None or len(dims) < 2:
         return None
-    sizes = {}  # symbolic dimension -> its size in the data
-    for vi in model.graph.input:
-        for d, size in zip(vi.type.tensor_type.shape.dim, input_shapes.get(vi.name, ())):
-            if d.dim_param:
-                sizes[d.dim_param] = int(size)
-    nbytes = int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize)
-    for d in tt.shape.dim[1:]:  # the batch axis first
-        size = d.dim_value if d.HasField("dim_value") else sizes.get(d.dim_param)
-        if not size:
-            return None
-        nbytes *= size
-    return out.name, nbytes
+    sizes = {d: int(size) for spec in input_specs(model) if spec.shape  # symbolic dimension -> its size in the data
+             for d, size in zip(spec.shape, input_shapes.get(spec.name, ())) if isinstance(d, str)}
+    per_input = ShapeResolver(sizes)(dims[1:])  # the batch axis first
+    if per_input is None:
+        return None
+    return out.name, int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize) * math.prod(per_input)
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:

@@ -221,7 +221,7 @@ class FlopCount:
 def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> FlopCount:
     """Return the FlopCount of every node of `mg` with the graph inputs at `shapes`."""
     dims = bind_dims(mg, shapes)
-    resolve = _Resolver(dims)
+    resolve = ShapeResolver(dims)
     per_node: dict[str, int] = {}
     uncounted: dict[str, int] = {}
     unknown: list[str] = []
@@ -285,7 +285,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
         ast.FloorDiv: operator.floordiv, ast.Div: operator.floordiv, ast.Mod: operator.mod}
 
 
-class _Resolver:
+class ShapeResolver:
     """Concrete shapes from inferred ones: symbolic names and expressions (`seq*batch`)."""
 
     def __init__(self, dims: Mapping[str, int]):
