@@ -41,13 +41,11 @@ class ConditionStats:
 
     def update(self, sums: np.ndarray, weights: np.ndarray) -> None:
         """Add per-input `sums` (inputs × QUANTITIES) with their resampling `weights` (R × inputs)."""
-        self.total += sums.sum(axis=0)
-        self.resampled += weights @ sums
-        self.inputs += sums.shape[0]
+        ConditionStats.update_each([self], [sums], weights)
 
     @staticmethod
     def update_each(stats: "Sequence[ConditionStats]", sums: Sequence[np.ndarray], weights: np.ndarray) -> None:
-        """`stats[i].update(sums[i], weights)` for every i, with one matrix product for them all."""
+        """Add `sums[i]` to `stats[i]` for every i (see `update`), with one matrix product for them all."""
         stacked = np.concatenate(sums, axis=1)  # inputs × (len(stats) · QUANTITIES)
         resampled = (weights @ stacked).reshape(weights.shape[0], len(stats), -1)
         totals = stacked.sum(axis=0).reshape(len(stats), -1)
