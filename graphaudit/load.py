@@ -10,8 +10,9 @@ of them is opened.
 
 from __future__ import annotations
 
+import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -27,6 +28,10 @@ _PROTOBUF_LIMIT = 2**31 - 1
 _EXTERNAL_MARK = b"\x70\x01"
 # External-data keys onnx accepts without checking their values (offset and length it checks).
 _EXTERNAL_KEYS = frozenset({"checksum", "basepath"})
+# Element types packed below one byte per value in raw data: type -> bits per value.
+_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
+             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
+             if hasattr(onnx.TensorProto, name)}
 
 
 @dataclass(frozen=True)
@@ -39,10 +44,20 @@ class LoadedModel:
     external_files: tuple[str, ...]
     shape_inference_ok: bool
     shape_inference_error: str | None = None
+    weights_checked: bool = False  # external weights found whole on disk (sizes only, bytes not read)
 
     @property
     def name(self) -> str:
         return self.path.name if self.path is not None else (self.model.graph.name or "<model>")
+
+    @property
+    def weights(self) -> str:
+        """What became of the weights: inline, read (from their files), checked (found whole, unread) or unread."""
+        if not self.external_files:
+            return "inline"
+        if self.weights_loaded:
+            return "read"
+        return "checked" if self.weights_checked else "unread"
 
     @property
     def weights_folder(self) -> Path | None:
@@ -110,10 +125,62 @@ def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) 
     """
     if isinstance(source, LoadedModel):
         return source
-    loaded = load_model(source, weights=False)
-    if loaded.external_files:
-        _require_external_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
-    return loaded
+    return check_external_weights(load_model(source, weights=False))
+
+
+def check_external_weights(loaded: LoadedModel) -> LoadedModel:
+    """`loaded`, once each external tensor's bytes are found in its file; no byte is read.
+
+    A graph-only load says nothing of the weight files. This checks, from the files' sizes
+    alone, that every external tensor lies inside its file and that a declared length is what
+    its type and shape take, so a missing or truncated weight file is reported before anything
+    runs, at the cost of one `stat` per file, however large the weights are.
+    """
+    if loaded.weights_loaded or loaded.weights_checked:
+        return loaded
+    _require_external_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
+    sizes: dict[str, int] = {}
+    for tensor in _external_tensors(loaded.model):
+        _check_extent(tensor, loaded.weights_folder, loaded.path, sizes)
+    return replace(loaded, weights_checked=True)
+
+
+def _check_extent(tensor: onnx.TensorProto, base: Path, path: Path | None, sizes: dict[str, int]) -> None:
+    """Refuse an external tensor whose bytes do not fit its file or whose length contradicts its type."""
+    try:
+        info = external_data_helper.ExternalDataInfo(tensor)
+    except ValueError as err:
+        raise GraphAuditError(
+            f"expected a non-negative integer offset and length for the external tensor {tensor.name!r} "
+            f"of {path}, found {_short(err)}"
+        ) from None
+    needed = _tensor_bytes(tensor)
+    if info.length is not None and needed is not None and info.length != needed:
+        raise GraphAuditError(
+            f"expected the external tensor {tensor.name!r} of {path} to take {needed} bytes "
+            f"({onnx.TensorProto.DataType.Name(tensor.data_type)} {list(tensor.dims)}), found length {info.length}"
+        )
+    if info.location not in sizes:
+        sizes[info.location] = (base / info.location).stat().st_size
+    start, length = info.offset or 0, info.length if info.length is not None else needed
+    if length is not None and start + length > sizes[info.location]:
+        raise GraphAuditError(
+            f"expected the external tensor {tensor.name!r} at bytes {start}–{start + length} of "
+            f"{info.location!r} beside {path}, found a file of {sizes[info.location]} bytes (truncated?)"
+        )
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
+    """The bytes the tensor's values take in raw form, None for types without a fixed size (strings)."""
+    if tensor.data_type == onnx.TensorProto.STRING:
+        return None
+    try:
+        bits = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * 8
+    except (KeyError, ValueError, TypeError):
+        return None
+    if tensor.data_type in _SUB_BYTE:
+        bits = _SUB_BYTE[tensor.data_type]
+    return (math.prod(tensor.dims) * bits + 7) // 8
 
 
 def _parse_file(path: Path) -> onnx.ModelProto:

@@ -26,6 +26,7 @@ class GraphSummary:
     model: str
     opsets: tuple[tuple[str, int], ...]
     weights_loaded: bool
+    weights: str  # LoadedModel.weights: inline, read, checked or unread
     inputs: tuple[ValueSummary, ...]
     outputs: tuple[ValueSummary, ...]
     node_count: int
@@ -40,6 +41,7 @@ class GraphSummary:
             "model": self.model,
             "opsets": dict(self.opsets),
             "weights_loaded": self.weights_loaded,
+            "weights": self.weights,
             "inputs": [_value_json(v) for v in self.inputs],
             "outputs": [_value_json(v) for v in self.outputs],
             "node_count": self.node_count,
@@ -65,6 +67,7 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
         model=loaded.name,
         opsets=tuple((o.domain or "ai.onnx", o.version) for o in model.opset_import),
         weights_loaded=loaded.weights_loaded,
+        weights=loaded.weights,
         inputs=tuple(_value(mg, r) for r in mg.inputs),
         outputs=tuple(_value(mg, r) for r in mg.outputs),
         node_count=len(mg.nodes),

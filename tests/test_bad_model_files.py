@@ -5,7 +5,8 @@ model); the ones that are valid graphs ONNX Runtime cannot run — a custom-doma
 also go through `replay`, `profile` and `run`, which must name the operator while `static`
 still audits the graph. External data: a missing weight file, locations that escape the
 model's folder (`../`, an absolute path, a link) — refused before any file is opened, with
-and without `--graph-only` — and a Pythia-shaped graph whose 5.6 GB of weights were never
+and without `--graph-only` — a weight file too short for its tensors or a declared length
+its tensor's type contradicts, and a Pythia-shaped graph whose 5.6 GB of weights were never
 written, which `static --graph-only` audits and `inspect` refuses cleanly.
 """
 
@@ -17,6 +18,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+import graphaudit.load
 
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused
@@ -159,6 +162,57 @@ def test_missing_external_data_file(tmp_path, capfd):
     # the graph alone never needs the file
     assert "weights not read" in accepted(capfd, ["inspect", path, "--graph-only"], files)
     assert "blocks" in accepted(capfd, ["static", path, "--graph-only"], files)
+
+
+def _weights_end(path) -> int:
+    """Where the last external tensor of the model at `path` ends in its file."""
+    ends = [int(e["offset"]) + int(e["length"]) for t in onnx.load(str(path), load_external_data=False).graph.initializer
+            for e in [{x.key: x.value for x in t.external_data}] if t.data_location == TensorProto.EXTERNAL]
+    return max(ends)
+
+
+def test_weights_are_checked_on_disk_but_never_read(tmp_path, capfd, monkeypatch):
+    path = _external(tmp_path / "m", WEIGHTS_FILE)
+    weights = path.parent / WEIGHTS_FILE
+    weights.write_bytes(bytes(_weights_end(path)))
+    files = [path, weights]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("external weights were read")
+
+    monkeypatch.setattr(graphaudit.load, "_load_external", refuse)
+    assert "weights in their files, sizes checked, not read" in accepted(capfd, ["inspect", path], files)
+    assert json.loads(accepted(capfd, ["inspect", path, "--format", "json"], files))["weights"] == "checked"
+    assert "blocks" in accepted(capfd, ["static", path], files)
+
+
+def test_a_truncated_weights_file_is_named(tmp_path, capfd):
+    path = _external(tmp_path / "m", WEIGHTS_FILE)
+    weights = path.parent / WEIGHTS_FILE
+    end = _weights_end(path)
+    weights.write_bytes(bytes(end - 4))  # the last float of the last tensor is missing
+    files = [path, weights, path.parent / "ids.npz"]
+    for command in (["inspect", path], ["static", path], ["profile", path, "--data", files[2], *FAST_PROFILE],
+                    ["replay", path, "--calib", files[2], *FAST_REPLAY], ["run", path, "--calib", files[2], *FAST_RUN]):
+        refused(capfd, command, files,
+                match=rf"expected the external tensor '[^']+' at bytes \d+–{end} of 'weights\.bin' beside "
+                      rf".*model\.onnx, found a file of {end - 4} bytes \(truncated\?\)")
+    assert "blocks" in accepted(capfd, ["static", path, "--graph-only"], files)  # the graph alone never needs it
+
+
+def test_a_declared_length_its_tensor_cannot_take_is_refused(tmp_path, capfd):
+    folder = tmp_path / "m"
+    path = _external(folder, WEIGHTS_FILE)
+    model = onnx.load(str(path), load_external_data=False)
+    tensor = next(t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL)
+    entry = next(e for e in tensor.external_data if e.key == "length")
+    needed = int(entry.value)
+    entry.value = str(needed - 4)
+    onnx.save(model, str(path))
+    (folder / WEIGHTS_FILE).write_bytes(bytes(_weights_end(path) + needed))
+    refused(capfd, ["static", path], [path, folder / WEIGHTS_FILE],
+            match=rf"expected the external tensor '{tensor.name}' of .*model\.onnx to take {needed} bytes "
+                  rf"\(FLOAT \[[\d, ]+\]\), found length {needed - 4}")
 
 
 ESCAPES = {

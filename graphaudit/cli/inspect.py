@@ -7,22 +7,29 @@ import json
 import click
 from tabulate import tabulate
 
-from graphaudit.load import load_model
+from graphaudit.load import check_external_weights, load_model
 from graphaudit.summary import GraphSummary, summarize
 
 
 @click.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--graph-only", is_flag=True, help="Do not read external weight files.")
+@click.option("--graph-only", is_flag=True,
+              help="Do not look at external weight files at all (by default their sizes are checked; "
+                   "their bytes are never read).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 def inspect_cmd(model: str, graph_only: bool, fmt: str) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
-    summary = summarize(load_model(model, weights=not graph_only))
+    loaded = load_model(model, weights=False)  # a summary reads no weight value
+    summary = summarize(loaded if graph_only else check_external_weights(loaded))
     if fmt == "json":
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:
         click.echo(render_text(summary))
+
+
+_WEIGHTS = {"inline": "inline", "read": "read", "checked": "in their files, sizes checked, not read",
+            "unread": "not read"}
 
 
 def _shape(shape) -> str:
@@ -33,7 +40,7 @@ def render_text(s: GraphSummary) -> str:
     """The summary as terminal text."""
     opsets = ", ".join(f"{d} {v}" for d, v in s.opsets)
     lines = [
-        f"model: {s.model}  (opsets: {opsets}; weights {'loaded' if s.weights_loaded else 'not read'})",
+        f"model: {s.model}  (opsets: {opsets}; weights {_WEIGHTS[s.weights]})",
         f"nodes: {s.node_count} ({s.nested_node_count} inside control flow or functions)",
         "",
         tabulate(
