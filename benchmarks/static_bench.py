@@ -18,7 +18,15 @@ the spread (min–max) are reported, with the ratio of medians to the floor.
 (`time.process_time`, median) of each step of the floor and of the audit, so that the
 share of each step (checker, shape inference, graph model, each analysis) can be read.
 
-    python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages]
+`--bound` adds, timed side by side with the floor, the least any static audit in Python
+does that keeps the loader's guarantees and looks at every node once: the ONNX checker
+(C++, on bytes prepared beforehand, so the copy with external weights as inputs is not
+counted), shape inference (C++, on the file's bytes, without data propagation), one parse
+of its result, and one pass over the nodes that reads each node's op type, inputs and
+outputs and carries a constant/shape/value level through dictionaries (the simplest of
+the audit's analyses). What is left of 2× the floor is what every other analysis may cost.
+
+    python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages] [--bound]
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from pathlib import Path
 
 import onnx
 from onnx import shape_inference
+from onnx.onnx_cpp2py_export import checker as cpp_checker
+from onnx.onnx_cpp2py_export import shape_inference as cpp_inference
 
 from graphaudit import load
 from graphaudit.analyses.blocks import find_blocks
@@ -52,6 +62,33 @@ def floor(path: Path) -> None:
 
 def audit(path: Path) -> None:
     audit_static(load_model(path, weights=False))
+
+
+def bound(path: Path, checkable: bytes) -> None:
+    """The least a Python static audit does (see the module's doc): checker, inference, one pass."""
+    data = path.read_bytes()
+    cpp_checker.check_model(checkable, False, False, False)
+    graph = onnx.ModelProto.FromString(cpp_inference.infer_shapes(data, False, False, False)).graph
+    level = dict.fromkeys([i.name for i in graph.input], 2)  # 0 constant, 1 shape only, 2 values
+    level.update(dict.fromkeys([t.name for t in graph.initializer], 0))
+    get = level.get
+    for node in graph.node:
+        reached = max([get(name, 0) for name in node.input], default=0)
+        if node.op_type in ("Shape", "Size"):
+            reached = min(reached, 1)
+        for name in node.output:
+            level[name] = reached
+
+
+def measure_bound(path: Path, repeats: int) -> dict:
+    """Floor and bound, interleaved as in `measure`."""
+    checkable = load._external_as_inputs(onnx.load(str(path), load_external_data=False)).SerializeToString()
+    floor(path), bound(path, checkable)  # warm-up, discarded
+    runs: dict[str, list[float]] = {"floor": [], "bound": []}
+    for _ in range(repeats):
+        runs["floor"].append(timed(floor, path))
+        runs["bound"].append(timed(bound, path, checkable))
+    return {k: (statistics.median(v), min(v), max(v)) for k, v in runs.items()}
 
 
 def timed(fn, *args) -> float:
@@ -112,9 +149,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--big-layers", type=int, default=5555, help="layers of the ~100k-node graph")
     parser.add_argument("--stages", action="store_true", help="also time each step (CPU) at 24 layers and the big graph")
+    parser.add_argument("--bound", action="store_true",
+                        help="also time the least a Python static audit does (checker, inference, one pass) against the floor")
     args = parser.parse_args()
     rows = []
     steps: dict[int, dict[str, float]] = {}
+    bounds: dict[int, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for layers in (*DEPTHS, args.big_layers):
             path = Path(tmp) / f"pythia_{layers}.onnx"
@@ -124,6 +164,8 @@ def main() -> None:
             rows.append((layers, result))
             if args.stages and layers in (24, args.big_layers):
                 steps[layers] = stages(path, repeats)
+            if args.bound:
+                bounds[layers] = measure_bound(path, repeats)
             print(f"# {layers} layers done", flush=True)
     print("| layers | nodes | floor ms (min–max) | audit ms (min–max) | audit / floor | "
           "analyses ms (min–max) | analyses / floor | audit µs per node |")
@@ -133,6 +175,14 @@ def main() -> None:
         print(f"| {layers} | {r['nodes']:,} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) "
               f"| {a[0] / f[0]:.2f}× | {s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f}) | {s[0] / f[0]:.2f}× "
               f"| {1000 * a[0] / r['nodes']:.1f} |")
+    if bounds:
+        print()
+        print("| layers | floor ms (min–max) | bound ms (min–max) | bound / floor | left of 2× the floor, ms |")
+        print("|---:|---:|---:|---:|---:|")
+        for layers, b in bounds.items():
+            f, lo = b["floor"], b["bound"]
+            print(f"| {layers} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {lo[0]:.1f} ({lo[1]:.1f}–{lo[2]:.1f}) "
+                  f"| {lo[0] / f[0]:.2f}× | {2 * f[0] - lo[0]:.1f} |")
     if steps:
         print()
         print("| step (CPU ms, median) | " + " | ".join(f"{n} layers" for n in steps) + " |")
