@@ -2,7 +2,7 @@
 
     python benchmarks/replay_fca.py [--models featuregate,mudd] [--repeats 7] [--batch-size 16]
                                     [--torch-batch-sizes 1,4,16] [--threads 2] [--inputs 128]
-                                    [--skip overhead,torch,memory]
+                                    [--skip overhead,torch,memory] [--widths 256,512 [--vocab V]]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
    cache, ORT run of the frozen graph plus its log-softmax output, metrics, the parity of
@@ -16,6 +16,9 @@
 3. memory: `replay()` in a fresh subprocess on N and 4N inputs (windows of the zoo's data,
    rolled), peak RSS (VmHWM) and peak traced Python/NumPy heap (tracemalloc), with the
    cache in memory (default limit) and memory-mapped (limit 0).
+`--widths` adds, to comparisons 1 and 2, untrained copies of each model at those widths
+(exported to a temporary folder, fed the fixture's data): how the overhead and the speed-up
+change as the matrix products grow against the scored output and the per-run work.
 Prints Markdown tables for BENCHMARKS.md.
 """
 
@@ -28,6 +31,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,11 +58,15 @@ HOOKED_MODULES = {"gate": "blocks.{layer}.gate", "mudd": "blocks.{layer}.mudd"}
 
 
 class Setup:
-    """One zoo model's captured coefficients, condition feeds and frozen session."""
+    """One zoo model's captured coefficients, condition feeds and frozen session.
 
-    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0):
-        self.name, self.batch_size = name, batch_size
-        loaded = load_model(FIXTURES / name / "model.onnx")
+    `wider`: an untrained, wider copy of the model (see `wider_model`) instead of the trained
+    fixture; the data are the fixture's either way.
+    """
+
+    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None):
+        self.name, self.batch_size, self.wider = name, batch_size, wider
+        loaded = load_model(wider.path if wider else FIXTURES / name / "model.onnx")
         self.coefs = declared_coefficients(loaded.model)
         specs = input_specs(loaded.model)
         self.calib, self.eval = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
@@ -92,6 +100,24 @@ class Setup:
         return out
 
 
+class Wider:
+    """An untrained zoo model at another width, exported to `folder` (PyTorch module kept for the hooks)."""
+
+    def __init__(self, name: str, width: int, vocab: int, folder: Path):
+        from exporters.export import export_live
+        from exporters.zoo import build_model
+
+        self.width, self.vocab = width, vocab
+        self.config = {"d_model": width, "d_ff": 2 * width, "n_heads": max(1, width // 16), "vocab": vocab}
+        self.module = build_model(name, **self.config).eval()
+        self.path = folder / f"{name}_{width}_{vocab}.onnx"
+        export_live(self.module, self.path)
+
+    @property
+    def label(self) -> str:
+        return f"width {self.width}, vocab {self.vocab}, untrained"
+
+
 def timed(fn) -> float:
     start = time.perf_counter_ns()
     fn()
@@ -108,6 +134,10 @@ def side_by_side(a, b, repeats: int) -> tuple[list[float], list[float]]:
     return ta, tb
 
 
+def label(setup: Setup) -> str:
+    return f"{setup.name} ({setup.wider.label})" if setup.wider else setup.name
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ms (min {min(values):.1f}, max {max(values):.1f})"
 
@@ -118,7 +148,7 @@ def overhead(setup: Setup, repeats: int) -> dict:
     bare = lambda: [setup.bare_session.run(output, f) for f in prepared]  # noqa: E731
     replay_ms, bare_ms = side_by_side(setup.replay_loop, bare, repeats)
     ratios = [r / b for r, b in zip(replay_ms, bare_ms)]
-    return {"model": setup.name, "batch_size": setup.batch_size, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
+    return {"model": label(setup), "batch_size": setup.batch_size, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
             "ratio_median": statistics.median(ratios), "ratio_of_medians":
                 statistics.median(replay_ms) / statistics.median(bare_ms)}
 
@@ -132,7 +162,7 @@ def torch_replay(setup: Setup, threads: int):
 
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # static feeds are read-only
     torch.set_num_threads(threads)
-    model = load_trained(setup.name, FIXTURES)
+    model = setup.wider.module if setup.wider else load_trained(setup.name, FIXTURES)
     current: dict[str, torch.Tensor] = {}
     for c in setup.coefs:
         module = model.get_submodule(HOOKED_MODULES[c.family].format(layer=c.layer))
@@ -165,7 +195,7 @@ def versus_torch(setup: Setup, repeats: int, threads: int) -> dict:
     ort_ms, torch_ms = side_by_side(setup.replay_loop, loop, repeats)
     stats, torch_nll = setup.replay_loop(), loop()
     agreement = max(abs(stats[n].figure("nll")[0] - torch_nll[n]) for n in stats)
-    return {"model": setup.name, "batch_size": setup.batch_size, "ort_ms": ort_ms, "torch_ms": torch_ms,
+    return {"model": label(setup), "batch_size": setup.batch_size, "ort_ms": ort_ms, "torch_ms": torch_ms,
             "speedup": statistics.median(torch_ms) / statistics.median(ort_ms), "max_nll_diff": agreement}
 
 
@@ -221,6 +251,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--inputs", type=int, default=128, help="N for the memory benchmark (also runs 4N)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: overhead, torch, memory")
+    parser.add_argument("--widths", default="",
+                        help="comma-separated model widths at which to add untrained copies of each model (d_ff twice "
+                             "the width, 16 dimensions per head) to the overhead and torch comparisons")
+    parser.add_argument("--vocab", type=int, default=0, help="vocabulary of those copies (default 16 x the width)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -228,14 +262,19 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
           f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
-    for name in names:
-        if "overhead" not in skip:
-            results["overhead"].append(overhead(Setup(name, args.batch_size, args.threads), args.repeats))
-        if "torch" not in skip:
-            for size in map(int, args.torch_batch_sizes.split(",")):
-                results["torch"].append(versus_torch(Setup(name, size, args.threads), args.repeats, args.threads))
-        if "memory" not in skip:
-            results["memory"] += memory(name, args.inputs)
+    widths = [int(w) for w in args.widths.split(",") if w]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
+                if "overhead" not in skip:
+                    results["overhead"].append(overhead(Setup(name, args.batch_size, args.threads, wider=wider),
+                                                        args.repeats))
+                if "torch" not in skip:
+                    for size in map(int, args.torch_batch_sizes.split(",")):
+                        results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider),
+                                                             args.repeats, args.threads))
+            if "memory" not in skip:
+                results["memory"] += memory(name, args.inputs)
     if results["overhead"]:
         print("\n| model | batch | ORT runs per loop | replay loop | bare `run` calls | ratio (median of pairs) |")
         print("|---|---|---|---|---|---|")
