@@ -4,13 +4,15 @@ Checked twice before any figure is trusted. `check_parity`: the whole output of 
 evaluation batch against the live outputs the capture kept (tolerance DEFAULT_TOLERANCE).
 EveryInputCheck: every evaluation input, live (a summary the capture keeps through
 `every_input_summary`: each target's log-probability for logits, the whole output when it
-is small) against the `correct` condition of the replay loop, batch by batch, so a
+is small, else the same WHOLE_OUTPUT_LIMIT positions of it for every input) against the
+`correct` condition of the replay loop, batch by batch, so a
 difference confined to later inputs stops the audit too. Either raises ParityError, naming
 the largest difference and where it is.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -26,14 +28,16 @@ from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.outputs import Targets, log_probs_at
 
 DEFAULT_TOLERANCE = 1e-4
-WHOLE_OUTPUT_LIMIT = 4096  # values per input up to which the capture keeps a whole output for parity
+WHOLE_OUTPUT_LIMIT = 4096  # values per input the capture keeps of an output for parity: all, or this many
 LOG_PROBS_KIND, OUTPUTS_KIND = "target log-probabilities", "outputs"
+SAMPLED_KIND = f"outputs at {WHOLE_OUTPUT_LIMIT} positions"
 
 
 @dataclass(frozen=True)
 class EveryInputParity:
     """Every evaluation input, live against the `correct` replay: each target's log-probability
-    (`kind` "target log-probabilities", for logits) or each value of the output ("outputs").
+    (`kind` "target log-probabilities", for logits), each value of the output ("outputs"), or
+    the values at the same WHOLE_OUTPUT_LIMIT positions of each input's output (SAMPLED_KIND).
 
     The tolerance on log-probabilities is twice the outputs' one: a log-probability moves by at
     most the largest change of a logit plus that of their log-sum-exp, which is no larger.
@@ -122,16 +126,21 @@ class EveryInputCheck:
             diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
             self.values += int(truth.count.sum())
         else:
-            self.kind = OUTPUTS_KIND
             frozen = reference.output.reshape(len(live), -1)
+            kept = kept_positions(frozen.shape[1])
+            self.kind = OUTPUTS_KIND if kept is None else SAMPLED_KIND
+            if kept is not None:
+                frozen = frozen[:, kept]
             diff = np.abs(frozen - live)
             self.values += diff.size
         diff[np.isnan(diff)] = np.inf  # a NaN where a number was is as far off as it gets
         self.inputs += rows.stop - rows.start
         if diff.size and (self.worst is None or diff.max() > self.worst[0]):
             at = np.unravel_index(int(np.argmax(diff)), diff.shape)
-            self.worst = (float(diff[at]), rows.start + int(at[0]), tuple(int(i) for i in at[1:]),
-                          float(live[at]), float(frozen[at]))
+            within = tuple(int(i) for i in at[1:])
+            if self.kind == SAMPLED_KIND:
+                within = (int(kept[within[0]]),)  # the value's place in the flattened output
+            self.worst = (float(diff[at]), rows.start + int(at[0]), within, float(live[at]), float(frozen[at]))
             if self.worst[0] > self.tolerance:
                 raise ParityError(replace(self.parity, ok=False, every_input=self.result()))
 
@@ -148,7 +157,8 @@ class EveryInputCheck:
 def every_input_summary(data: InputData) -> LiveCheck:
     """What the capture keeps of every evaluation input for EveryInputCheck: for logits, the live
     log-probability of each target (NaN where none is scored); for other float outputs of at most
-    WHOLE_OUTPUT_LIMIT values per input, the whole output; else nothing."""
+    WHOLE_OUTPUT_LIMIT values per input, the whole output; for larger ones, the values at the
+    `kept_positions` of each input's flattened output; for other outputs, nothing."""
     tasks: list[Task] = []  # decided on the first batch, as the replay's own task is
 
     def summarise(outputs, feeds, rows):
@@ -160,11 +170,29 @@ def every_input_summary(data: InputData) -> LiveCheck:
         truth = Targets.of(task, out.shape, feeds, labels) if task.logits else None
         if truth is not None:
             return np.where(truth.mask, log_probs_at(out, truth.flat), np.nan).astype(np.float32)
-        if np.issubdtype(out.dtype, np.floating) and out[0].size <= WHOLE_OUTPUT_LIMIT:
-            return out.reshape(len(out), -1).astype(np.float32)
-        return None
+        if not np.issubdtype(out.dtype, np.floating):
+            return None
+        flat = out.reshape(len(out), -1)
+        kept = kept_positions(flat.shape[1])
+        return (flat if kept is None else flat[:, kept]).astype(np.float32)
 
-    return LiveCheck(f"{LOG_PROBS_KIND}, else {OUTPUTS_KIND} up to {WHOLE_OUTPUT_LIMIT} values", summarise)
+    return LiveCheck(f"{LOG_PROBS_KIND}, else {OUTPUTS_KIND} up to {WHOLE_OUTPUT_LIMIT} values, "
+                     f"else {SAMPLED_KIND} (seed {_POSITIONS_SEED})", summarise)
+
+
+_POSITIONS_SEED = 0
+
+
+@functools.lru_cache(maxsize=8)  # asked once per batch, on the capture's side and the replay's
+def kept_positions(per_input: int) -> np.ndarray | None:
+    """Which values of each input's flattened output the parity of every input compares: all
+    (None) up to WHOLE_OUTPUT_LIMIT, else that many distinct positions drawn with a fixed seed
+    (not a stride, which could fall on the same channel of every row), in increasing order."""
+    if per_input <= WHOLE_OUTPUT_LIMIT:
+        return None
+    drawn = np.sort(np.random.default_rng(_POSITIONS_SEED).choice(per_input, WHOLE_OUTPUT_LIMIT, replace=False))
+    drawn.flags.writeable = False
+    return drawn
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],

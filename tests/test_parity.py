@@ -7,7 +7,8 @@ from graphaudit.capture import CoefficientCache
 from graphaudit.data import InputData
 from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, ParityError, every_input_summary
+from graphaudit.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
+                               every_input_summary, kept_positions)
 
 
 def _first_batch_parity():
@@ -60,7 +61,25 @@ def test_an_output_that_is_not_logits_is_compared_whole_and_a_moved_value_is_nam
         check.compare(slice(2, 4), Reference.of(task, moved))
 
 
-def test_a_large_output_that_is_not_logits_is_not_kept():
-    out = np.zeros((2, 4097), dtype=np.float32)
+def test_a_large_output_is_checked_at_the_same_positions_of_every_input():
+    rng = np.random.default_rng(2)
+    out = rng.standard_normal((5, 3, 2000)).astype(np.float32)  # 6000 values per input, past WHOLE_OUTPUT_LIMIT
+    feeds = {"x": rng.standard_normal((5, 4)).astype(np.float32)}
+    kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
+    positions = kept_positions(6000)
+    assert kept.shape == (5, WHOLE_OUTPUT_LIMIT) and len(np.unique(positions)) == WHOLE_OUTPUT_LIMIT
+    np.testing.assert_array_equal(kept, out.reshape(5, -1)[:, positions])
+    task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
+    check.compare(slice(0, 2), Reference.of(task, out[0:2]))
+    moved = out[2:4].copy()
+    moved.reshape(2, -1)[1, positions[7]] += 0.5  # input 3, at a kept position
+    moved.reshape(2, -1)[0, np.setdiff1d(np.arange(6000), positions)[0]] += 9.0  # a position no input keeps
+    with pytest.raises(ParityError, match=rf"outputs at {WHOLE_OUTPUT_LIMIT} positions of every input within 0.0001, "
+                                          rf"found max \|Δ\| 0.5 at input 3, value {positions[7]} "):
+        check.compare(slice(2, 4), Reference.of(task, moved))
+
+
+def test_an_output_that_is_not_floating_point_is_not_kept():
+    out = np.zeros((2, 3), dtype=np.int64)
     data = InputData({"x": np.zeros((2, 1), np.float32)}, {}, 2, "test")
     assert every_input_summary(data).summarise({"y": out}, {"x": data.arrays["x"]}, slice(0, 2)) is None

@@ -15,7 +15,7 @@ from graphaudit.data import from_arrays, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_model
-from graphaudit.parity import ParityError, check_parity
+from graphaudit.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
 from graphaudit.replay import default_batch_size, replay
 from graphaudit.runtime import create_session
 from graphaudit.surgery import frozen_graph, trace_graph
@@ -264,6 +264,18 @@ def test_regression_outputs_are_compared_whole_on_every_input(files, tmp_path):
     assert doc["task"]["kind"] == "regression"
     every = doc["parity"]["every_input"]  # each input's whole (6, 11) output
     assert every["kind"] == "outputs" and every["inputs"] == 10 and every["values"] == 10 * 6 * 11
+    assert every["max_abs_diff"] <= 1e-5 and every["tolerance"] == 1e-4
+
+
+def test_a_large_regression_output_is_compared_at_the_same_positions_of_every_input(files, tmp_path):
+    ids = token_ids(6, length=400, seed=2)  # (400, 11) = 4400 values per input, past WHOLE_OUTPUT_LIMIT
+    targets = np.random.default_rng(0).standard_normal((6, 400, 11)).astype(np.float32)
+    np.savez(tmp_path / "long.npz", input_ids=ids, targets=targets)
+    doc = replay(files / "gated.onnx", tmp_path / "long.npz", tmp_path / "long.npz", batch_size=4,
+                 resamples=50, conditions=["correct", "cross_input"]).to_json()
+    every = doc["parity"]["every_input"]
+    assert every["kind"] == f"outputs at {WHOLE_OUTPUT_LIMIT} positions" and every["inputs"] == 6
+    assert every["values"] == 6 * WHOLE_OUTPUT_LIMIT
     assert every["max_abs_diff"] <= 1e-5 and every["tolerance"] == 1e-4
 
 
