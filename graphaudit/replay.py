@@ -35,7 +35,7 @@ from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
 from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph import build_graph
+from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
@@ -162,14 +162,16 @@ def replay(
     value-dependent control flow or one batch's output would be large), and the reason noted.
     """
     loaded = load_for_runtime(model)
-    coefs = resolve(loaded, coefficients)
+    graph = build_graph(loaded.model)
+    coefs = resolve(loaded, coefficients, graph)
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
                                    "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
     if batch_size is None:
-        batch_size, why = default_batch_size(loaded, None, {k: v.shape for k, v in evaluation.arrays.items()})
+        conditional = audit_static(loaded, graph=graph).conditional_execution
+        batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
         settings["batch_size"] = batch_size
         if why:
             settings["batch_size_note"] = why
@@ -326,9 +328,10 @@ def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple
     return out.name, int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize) * math.prod(per_input)
 
 
-def resolve(loaded: LoadedModel, names: Sequence[str] = ()) -> tuple[Coefficient, ...]:
-    """The coefficients to freeze: those matching `names` (names or globs), else all the model has."""
-    found = resolve_coefficients(loaded, build_graph(loaded.model), names)
+def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
+    """The coefficients to freeze: those matching `names` (names or globs), else all the model has.
+    `graph`: the graph model of `loaded`, when the caller has built it."""
+    found = resolve_coefficients(loaded, graph or build_graph(loaded.model), names)
     if not names:
         return found
     return tuple(c for c in found if any(fnmatch.fnmatchcase(c.tensor, n) for n in names))

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import onnx
 
 from graphaudit.coefficients import Coefficient
-from graphaudit.graph import build_graph
+from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import paused_gc
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
@@ -139,17 +139,18 @@ def audit_static(
     block_pattern: str | None = None,
     coefficients: Sequence[str] = (),
     shapes: Mapping[str, Sequence[int]] | None = None,
+    graph: ModelGraph | None = None,
 ) -> StaticReport:
     """Return the StaticReport of `loaded`; FLOPs are counted when `shapes` are given (or
-    every input shape is fixed)."""
+    every input shape is fixed). `graph`: the graph model of `loaded`, when the caller has built it."""
     if isinstance(loaded, onnx.ModelProto):
         loaded = load_model(loaded, weights=False)  # the graph is all a static audit reads
     with paused_gc():
-        return _audit(loaded, block_pattern, coefficients, shapes)
+        return _audit(loaded, block_pattern, coefficients, shapes, graph)
 
 
-def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes) -> StaticReport:
-    mg = build_graph(loaded.model)
+def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGraph | None) -> StaticReport:
+    mg = mg or build_graph(loaded.model)
     dm = analyse_dependence(mg)
     blocks = find_blocks(mg, block_pattern)
     coefs = resolve_coefficients(loaded, mg, coefficients, blocks=blocks, dependence=dm)
