@@ -19,12 +19,14 @@ the spread (min–max) are reported, with the ratio of medians to the floor.
 share of each step (checker, shape inference, graph model, each analysis) can be read.
 
 `--bound` adds, timed side by side with the floor, the least any static audit in Python
-does that keeps the loader's guarantees and looks at every node once: the ONNX checker
+does that keeps the loader's two main checks and looks at every node once: the ONNX checker
 (C++, on bytes prepared beforehand, so the copy with external weights as inputs is not
 counted), shape inference (C++, on the file's bytes, without data propagation), one parse
 of its result, and one pass over the nodes that reads each node's op type, inputs and
 outputs and carries a constant/shape/value level through dictionaries (the simplest of
-the audit's analyses). What is left of 2× the floor is what every other analysis may cost.
+the audit's analyses). The loader's other checks (UTF-8 names, versions, external-data
+locations) and data propagation are left out, so it is a lower bound. What is left of 2×
+the floor is what every other analysis may cost.
 
     python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages] [--bound]
 """

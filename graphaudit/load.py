@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -91,7 +93,8 @@ def load_model(
     _require_graph(model, path)
     _check_versions(model, path)
     _check_text(model, path)
-    external = external_locations(model)
+    tensors, nested = _external_scan(model)
+    external = _locations(tensors, path)
     if external and base is not None:
         for location in external:
             _check_location(location, base, path)
@@ -101,7 +104,7 @@ def load_model(
     # they need only the weights' types and shapes, and the proto stays far below protobuf's
     # 2 GiB limit however large the weights are.
     if check:
-        _check(_external_as_inputs(model) if external else model, path)
+        _check(_external_as_inputs(model) if external else model, path, external if nested else ())
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
@@ -123,9 +126,7 @@ def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) 
     Their files must exist, but are never read into the proto, so a model whose weights pass
     protobuf's 2 GiB limit still runs (`LoadedModel.weights_folder` tells ORT where they are).
     """
-    if isinstance(source, LoadedModel):
-        return source
-    return check_external_weights(load_model(source, weights=False))
+    return check_external_weights(source if isinstance(source, LoadedModel) else load_model(source, weights=False))
 
 
 def check_external_weights(loaded: LoadedModel) -> LoadedModel:
@@ -147,22 +148,20 @@ def check_external_weights(loaded: LoadedModel) -> LoadedModel:
 
 def _check_extent(tensor: onnx.TensorProto, base: Path, path: Path | None, sizes: dict[str, int]) -> None:
     """Refuse an external tensor whose bytes do not fit its file or whose length contradicts its type."""
-    try:
-        info = external_data_helper.ExternalDataInfo(tensor)
-    except ValueError as err:
+    info = _external_info(tensor, path)
+    if any(d < 0 for d in tensor.dims):
         raise GraphAuditError(
-            f"expected a non-negative integer offset and length for the external tensor {tensor.name!r} "
-            f"of {path}, found {_short(err)}"
-        ) from None
+            f"expected non-negative dims for the external tensor {tensor.name!r} of {path}, found {list(tensor.dims)}"
+        )
     needed = _tensor_bytes(tensor)
-    if info.length is not None and needed is not None and info.length != needed:
+    if info.length and needed is not None and info.length != needed:  # 0 counts as absent, as in ONNX Runtime
         raise GraphAuditError(
             f"expected the external tensor {tensor.name!r} of {path} to take {needed} bytes "
             f"({onnx.TensorProto.DataType.Name(tensor.data_type)} {list(tensor.dims)}), found length {info.length}"
         )
     if info.location not in sizes:
         sizes[info.location] = (base / info.location).stat().st_size
-    start, length = info.offset or 0, info.length if info.length is not None else needed
+    start, length = info.offset or 0, info.length or needed
     if length is not None and start + length > sizes[info.location]:
         raise GraphAuditError(
             f"expected the external tensor {tensor.name!r} at bytes {start}–{start + length} of "
@@ -283,27 +282,50 @@ def _diagnose_order(model: onnx.ModelProto) -> str | None:
 
 def external_locations(model: onnx.ModelProto) -> list[str]:
     """The distinct locations the model's external tensors name, in onnx's tensor order."""
+    return _locations(_external_tensors(model), None)
+
+
+def _locations(tensors: list[onnx.TensorProto], path: Path | None) -> list[str]:
     locations: dict[str, None] = {}
-    for tensor in _external_tensors(model):
-        locations.setdefault(_location(tensor), None)
+    for tensor in tensors:
+        locations.setdefault(_location(tensor, path), None)
     return list(locations)
 
 
 def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     """The tensors stored outside the model, in the order onnx's own helpers list them."""
+    return _external_scan(model)[0]
+
+
+def _external_scan(model: onnx.ModelProto) -> tuple[list[onnx.TensorProto], bool]:
+    """The tensors stored outside the model, in onnx's order, and whether any of them lies
+    outside the main graph's initializers (in a subgraph, a node attribute or a function)."""
     graph = model.graph
     # Walking every attribute of every node in Python costs about as much as shape inference
     # of the graph. Where the nodes' and functions' bytes hold no _EXTERNAL_MARK (the usual
     # case), only the main graph's initializers can be external; a chance match costs the walk.
     nested = b"".join([n.SerializeToString() for n in graph.node]
                       + [f.SerializeToString() for f in model.functions])
+    main = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     if _EXTERNAL_MARK not in nested:
-        return [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    return [t for t in external_data_helper._get_all_tensors(model)
-            if external_data_helper.uses_external_data(t)]
+        return main, False
+    every = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    return every, len(every) > len(main)
 
 
-def _location(tensor: onnx.TensorProto) -> str:
+def _external_info(tensor: onnx.TensorProto, path: Path | None) -> external_data_helper.ExternalDataInfo:
+    """onnx's reading of the tensor's external-data keys; a bad offset or length is a one-line error."""
+    try:
+        return external_data_helper.ExternalDataInfo(tensor)
+    except ValueError as err:
+        where = f" of {path}" if path else ""
+        raise GraphAuditError(
+            f"expected a non-negative integer offset and length for the external tensor {tensor.name!r}{where}, "
+            f"found {_short(err)}"
+        ) from None
+
+
+def _location(tensor: onnx.TensorProto, path: Path | None) -> str:
     """The tensor's external-data location, as onnx's ExternalDataInfo reads it."""
     location = ""
     for entry in tensor.external_data:
@@ -314,7 +336,7 @@ def _location(tensor: onnx.TensorProto) -> str:
             key in ("offset", "length") and value.isascii() and value.isdigit()
         ):
             # An unknown key (onnx warns) or an offset or length to validate (onnx raises).
-            return external_data_helper.ExternalDataInfo(tensor).location
+            return _external_info(tensor, path).location
     return location
 
 
@@ -358,13 +380,17 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
         ) from None
 
 
-def _check(model: onnx.ModelProto, path: Path | None) -> None:
+def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()) -> None:
+    """Run the ONNX checker on `model`, whose external weights (if any) are graph inputs but for
+    tensors nested in subgraphs, attributes or functions, stored in the files `nested` names."""
     where = f" in {path}" if path else ""
     try:
         payload = _serialised(model)
         if payload is None:
             # check_model cannot take a proto past 2 GiB; its graph-only checks still apply.
             onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
+        elif nested:
+            _check_beside_placeholders(payload, nested, path)
         else:
             onnx.checker.check_model(payload)
     except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
@@ -380,6 +406,21 @@ def _check(model: onnx.ModelProto, path: Path | None) -> None:
             f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
             "(the file is damaged or not ONNX)"
         ) from None
+
+
+def _check_beside_placeholders(payload: bytes, locations: Sequence[str], path: Path | None) -> None:
+    """The checker on a model whose nested tensors are external: it only asks that each named file
+    exists beside the model, so it checks a copy in a temporary folder with an empty file at each
+    location; the real files may be absent (a graph-only load) and are never opened."""
+    with tempfile.TemporaryDirectory(prefix="graphaudit-check-") as folder:
+        base = Path(folder).resolve()
+        for location in locations:
+            _check_location(location, base, path)
+            target = base / location
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        (base / "model.onnx").write_bytes(payload)
+        onnx.checker.check_model(str(base / "model.onnx"))
 
 
 def _serialised(model: onnx.ModelProto) -> bytes | None:

@@ -25,6 +25,7 @@ from graphaudit.conditions import Feed
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, Task, task_for
+from graphaudit.metrics.bootstrap import mix64
 from graphaudit.metrics.outputs import Targets, log_probs_at
 
 DEFAULT_TOLERANCE = 1e-4
@@ -177,7 +178,7 @@ def every_input_summary(data: InputData) -> LiveCheck:
         return (flat if kept is None else flat[:, kept]).astype(np.float32)
 
     return LiveCheck(f"{LOG_PROBS_KIND}, else {OUTPUTS_KIND} up to {WHOLE_OUTPUT_LIMIT} values, "
-                     f"else {SAMPLED_KIND} (seed {_POSITIONS_SEED})", summarise)
+                     f"else {SAMPLED_KIND} (SplitMix64 positions, seed {_POSITIONS_SEED})", summarise)
 
 
 _POSITIONS_SEED = 0
@@ -186,13 +187,23 @@ _POSITIONS_SEED = 0
 @functools.lru_cache(maxsize=8)  # asked once per batch, on the capture's side and the replay's
 def kept_positions(per_input: int) -> np.ndarray | None:
     """Which values of each input's flattened output the parity of every input compares: all
-    (None) up to WHOLE_OUTPUT_LIMIT, else that many distinct positions drawn with a fixed seed
-    (not a stride, which could fall on the same channel of every row), in increasing order."""
+    (None) up to WHOLE_OUTPUT_LIMIT, else the first WHOLE_OUTPUT_LIMIT distinct positions of a
+    hashed sequence (SplitMix64 of 1, 2, 3, … offset by _POSITIONS_SEED, modulo the size), in
+    increasing order: scattered, not a stride that could fall on one channel of every row, and
+    pure integer arithmetic, so a cache kept under one NumPy version is read alike by another."""
     if per_input <= WHOLE_OUTPUT_LIMIT:
         return None
-    drawn = np.sort(np.random.default_rng(_POSITIONS_SEED).choice(per_input, WHOLE_OUTPUT_LIMIT, replace=False))
-    drawn.flags.writeable = False
-    return drawn
+    draws = 2 * WHOLE_OUTPUT_LIMIT
+    while True:
+        counter = np.arange(1, draws + 1, dtype=np.uint64) + np.uint64(_POSITIONS_SEED << 32)  # mix64(0) is 0
+        candidates = mix64(counter) % np.uint64(per_input)
+        _, first = np.unique(candidates, return_index=True)
+        if len(first) >= WHOLE_OUTPUT_LIMIT:
+            break
+        draws *= 2  # sizes just past the limit need more draws to find enough distinct positions
+    kept = np.sort(candidates[np.sort(first)[:WHOLE_OUTPUT_LIMIT]]).astype(np.int64)
+    kept.flags.writeable = False
+    return kept
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],

@@ -215,6 +215,65 @@ def test_a_declared_length_its_tensor_cannot_take_is_refused(tmp_path, capfd):
                   rf"\(FLOAT \[[\d, ]+\]\), found length {needed - 4}")
 
 
+def _edit_external(path, key, value, tensor_index=0):
+    """Set external-data `key` of the model's `tensor_index`-th external initializer to `value`; return its name."""
+    model = onnx.load(str(path), load_external_data=False)
+    tensor = [t for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL][tensor_index]
+    if key == "dims":
+        del tensor.dims[:]
+        tensor.dims.extend(value)
+    else:
+        next(e for e in tensor.external_data if e.key == key).value = value
+    onnx.save(model, str(path))
+    return tensor.name
+
+
+@pytest.mark.parametrize("offset", ["abc", "-1"])
+def test_an_offset_that_is_not_a_non_negative_integer_is_one_line(tmp_path, capfd, offset):
+    path = _external(tmp_path / "m", WEIGHTS_FILE)
+    name = _edit_external(path, "offset", offset)
+    for command in (["static", path], ["static", path, "--graph-only"], ["inspect", path]):
+        refused(capfd, command, [path], match=rf"expected a non-negative integer offset and length for the external "
+                                             rf"tensor '{name}' of .*model\.onnx, found ")
+
+
+def test_a_length_of_zero_counts_as_absent_as_in_onnx_runtime(tmp_path, capfd):
+    path = _external(tmp_path / "m", WEIGHTS_FILE)
+    weights = path.parent / WEIGHTS_FILE
+    weights.write_bytes(np.random.default_rng(0).standard_normal(_weights_end(path) // 4).astype(np.float32).tobytes())
+    _edit_external(path, "length", "0")
+    files = [path, weights, path.parent / "ids.npz"]
+    assert "blocks" in accepted(capfd, ["static", path], files)
+    assert "latency" in accepted(capfd, ["profile", path, "--data", files[2], *FAST_PROFILE], files)
+
+
+def test_negative_dims_of_an_external_tensor_are_refused(tmp_path, capfd):
+    path = _external(tmp_path / "m", WEIGHTS_FILE)
+    (path.parent / WEIGHTS_FILE).write_bytes(bytes(_weights_end(path)))
+    name = _edit_external(path, "dims", [-2, -3])
+    refused(capfd, ["static", path], [path], match=rf"expected non-negative dims for the external tensor '{name}' "
+                                                  rf"of .*, found \[-2, -3\]")
+
+
+def test_external_constants_inside_nodes_are_checked_against_their_file(tmp_path, capfd):
+    """onnx.save_model(convert_attribute=True) moves a Constant node's value out too: the checker must
+    see the file beside the model (or, for --graph-only, no file at all), never the current folder."""
+    value = onnx.numpy_helper.from_array(np.array([1.0, 2.0], np.float32), "k")  # raw data: onnx moves it out
+    model = tiny([helper.make_node("Constant", [], ["k"], value=value), helper.make_node("Add", ["x", "k"], ["y"], name="add")])
+    folder = tmp_path / "m"
+    folder.mkdir()
+    path = folder / "model.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="k.bin", size_threshold=0,
+                    convert_attribute=True)
+    assert onnx.load(str(path), load_external_data=False).graph.node[0].attribute[0].t.data_location == 1
+    files = [path, folder / "k.bin"]
+    assert "blocks" in accepted(capfd, ["static", path], files)
+    assert "weights in their files" in accepted(capfd, ["inspect", path], files)
+    (folder / "k.bin").unlink()
+    assert "conditional execution: no" in accepted(capfd, ["static", path, "--graph-only"], [path])
+    refused(capfd, ["static", path], [path], match=r"expected the external-data file 'k\.bin' beside the model")
+
+
 ESCAPES = {
     "dot-dot": ("../outside.bin", r"found '\.\./outside\.bin', which resolves to .*outside\.bin; refusing to read it"),
     "absolute": (None, r"expected external-data locations relative to the model's folder .*; refusing to read it"),

@@ -83,3 +83,13 @@ def test_an_output_that_is_not_floating_point_is_not_kept():
     out = np.zeros((2, 3), dtype=np.int64)
     data = InputData({"x": np.zeros((2, 1), np.float32)}, {}, 2, "test")
     assert every_input_summary(data).summarise({"y": out}, {"x": data.arrays["x"]}, slice(0, 2)) is None
+
+
+def test_the_kept_positions_are_fixed_integer_hashes():
+    """The positions are part of what a kept cache means: they come from integer arithmetic alone,
+    so they are these on every platform and NumPy version (a change here must change the cache key)."""
+    positions = kept_positions(1_000_000)
+    assert positions[:4].tolist() == [112, 208, 271, 543] and len(np.unique(positions)) == WHOLE_OUTPUT_LIMIT
+    assert kept_positions(WHOLE_OUTPUT_LIMIT) is None
+    assert sorted(kept_positions(WHOLE_OUTPUT_LIMIT + 1)) == [i for i in range(WHOLE_OUTPUT_LIMIT + 1)
+                                                             if i in set(kept_positions(WHOLE_OUTPUT_LIMIT + 1))]

@@ -46,7 +46,7 @@ class PoissonBootstrap:
 
 def _resample_keys(seed: int, resamples: int) -> np.ndarray:
     with np.errstate(over="ignore"):  # the hash's arithmetic wraps modulo 2**64 on purpose
-        keys = _mix(np.arange(resamples, dtype=np.uint64)[:, None] * _GOLDEN + _MIX1)
+        keys = mix64(np.arange(resamples, dtype=np.uint64)[:, None] * _GOLDEN + _MIX1)
         keys += np.uint64(seed & (2**64 - 1)) * _GOLDEN
     return keys
 
@@ -54,13 +54,13 @@ def _resample_keys(seed: int, resamples: int) -> np.ndarray:
 def _bits(rows: np.ndarray, per_resample: np.ndarray) -> np.ndarray:
     """53 uniform random bits per (resample, row), shape (resamples, len(rows)), a pure function of the keys."""
     with np.errstate(over="ignore"):
-        state = _mix(rows.astype(np.uint64)[None, :] + _GOLDEN) + per_resample
-        state = _mix(state, inplace=True)
+        state = mix64(rows.astype(np.uint64)[None, :] + _GOLDEN) + per_resample
+        state = mix64(state, inplace=True)
     state >>= np.uint64(11)
     return state
 
 
-def _mix(x: np.ndarray, inplace: bool = False) -> np.ndarray:
+def mix64(x: np.ndarray, inplace: bool = False) -> np.ndarray:
     """The SplitMix64 finaliser: a bijection of 64-bit integers that scrambles every bit."""
     if not inplace:
         x = x.copy()
