@@ -25,6 +25,7 @@ Prints Markdown tables for BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -60,7 +61,7 @@ HOOKED_MODULES = {"gate": "blocks.{layer}.gate", "mudd": "blocks.{layer}.mudd"}
 class Setup:
     """One zoo model's captured coefficients, condition feeds and frozen session.
 
-    `wider`: an untrained, wider copy of the model (see `wider_model`) instead of the trained
+    `wider`: an untrained, wider copy of the model (see `Wider`) instead of the trained
     fixture; the data are the fixture's either way.
     """
 
@@ -162,7 +163,8 @@ def torch_replay(setup: Setup, threads: int):
 
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # static feeds are read-only
     torch.set_num_threads(threads)
-    model = setup.wider.module if setup.wider else load_trained(setup.name, FIXTURES)
+    # a module of its own each time: the hooks registered below stay on it
+    model = copy.deepcopy(setup.wider.module) if setup.wider else load_trained(setup.name, FIXTURES)
     current: dict[str, torch.Tensor] = {}
     for c in setup.coefs:
         module = model.get_submodule(HOOKED_MODULES[c.family].format(layer=c.layer))
