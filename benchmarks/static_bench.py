@@ -44,7 +44,7 @@ from onnx import shape_inference
 from onnx.onnx_cpp2py_export import checker as cpp_checker
 from onnx.onnx_cpp2py_export import shape_inference as cpp_inference
 
-from graphaudit import load
+from graphaudit import external_data, load
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
@@ -84,7 +84,7 @@ def bound(path: Path, checkable: bytes) -> None:
 
 def measure_bound(path: Path, repeats: int) -> dict:
     """Floor and bound, interleaved as in `measure`."""
-    checkable = load._external_as_inputs(onnx.load(str(path), load_external_data=False)).SerializeToString()
+    checkable = external_data.as_inputs(onnx.load(str(path), load_external_data=False)).SerializeToString()
     floor(path), bound(path, checkable)  # warm-up, discarded
     runs: dict[str, list[float]] = {"floor": [], "bound": []}
     for _ in range(repeats):
@@ -129,8 +129,8 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
         model = step("floor: onnx.load", onnx.load, str(path), load_external_data=False)
         step("floor: infer_shapes", shape_inference.infer_shapes, model)
         model = step("load: parse", load._parse_file, path)
-        external = step("load: external locations", load.external_locations, model)
-        copy = step("load: checker's copy", load._external_as_inputs, model)
+        external = step("load: external locations", external_data.external_locations, model)
+        copy = step("load: checker's copy", external_data.as_inputs, model)
         step("load: checker", load._check, copy, path)
         inferred = step("load: shape inference", load._infer_shapes, model)[0]
         loaded = load.LoadedModel(inferred, path, False, tuple(external), True)

@@ -30,7 +30,7 @@ import onnx
 from graphaudit.coefficients import BATCH, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
-from graphaudit.load import external_locations
+from graphaudit.external_data import external_locations
 from graphaudit.runtime import create_session, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20

@@ -22,3 +22,9 @@ class UsageError(GraphAuditError):
     """Options that do not make sense together or name things that do not exist."""
 
     exit_code = 2
+
+
+def brief(err: BaseException, limit: int = 300) -> str:
+    """`err`'s message on one line, cut to `limit` characters: for quoting a library's objection."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -10,7 +10,6 @@ of them is opened.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -21,19 +20,12 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, shape_inference
 
-from graphaudit.errors import GraphAuditError
+from graphaudit import external_data
+from graphaudit.errors import GraphAuditError, brief
 from graphaudit.protos import graphs, node_lists
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
 _PROTOBUF_LIMIT = 2**31 - 1
-# A TensorProto stored outside serialises data_location (field 14) = EXTERNAL (1) as these bytes.
-_EXTERNAL_MARK = b"\x70\x01"
-# External-data keys onnx accepts without checking their values (offset and length it checks).
-_EXTERNAL_KEYS = frozenset({"checksum", "basepath"})
-# Element types packed below one byte per value in raw data: type -> bits per value.
-_SUB_BYTE = {getattr(onnx.TensorProto, name): bits for name, bits in
-             (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2))
-             if hasattr(onnx.TensorProto, name)}
 
 
 @dataclass(frozen=True)
@@ -93,18 +85,18 @@ def load_model(
     _require_graph(model, path)
     _check_versions(model, path)
     _check_text(model, path)
-    tensors, nested = _external_scan(model)
-    external = _locations(tensors, path)
+    tensors, nested = external_data.scan(model)
+    external = external_data.locations(tensors, path)
     if external and base is not None:
         for location in external:
-            _check_location(location, base, path)
+            external_data.check_location(location, base, path)
     if weights and external:
-        _require_external_files(external, base, path)
+        external_data.require_files(external, base, path)
     # The checker and shape inference see the graph with its external weights still on disk:
     # they need only the weights' types and shapes, and the proto stays far below protobuf's
     # 2 GiB limit however large the weights are.
     if check:
-        _check(_external_as_inputs(model) if external else model, path, external if nested else ())
+        _check(external_data.as_inputs(model) if external else model, path, external if nested else ())
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
@@ -139,47 +131,9 @@ def check_external_weights(loaded: LoadedModel) -> LoadedModel:
     """
     if loaded.weights_loaded or loaded.weights_checked:
         return loaded
-    _require_external_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
-    sizes: dict[str, int] = {}
-    for tensor in _external_tensors(loaded.model):
-        _check_extent(tensor, loaded.weights_folder, loaded.path, sizes)
+    external_data.require_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
+    external_data.check_extents(external_data.external_tensors(loaded.model), loaded.weights_folder, loaded.path)
     return replace(loaded, weights_checked=True)
-
-
-def _check_extent(tensor: onnx.TensorProto, base: Path, path: Path | None, sizes: dict[str, int]) -> None:
-    """Refuse an external tensor whose bytes do not fit its file or whose length contradicts its type."""
-    info = _external_info(tensor, path)
-    if any(d < 0 for d in tensor.dims):
-        raise GraphAuditError(
-            f"expected non-negative dims for the external tensor {tensor.name!r} of {path}, found {list(tensor.dims)}"
-        )
-    needed = _tensor_bytes(tensor)
-    if info.length and needed is not None and info.length != needed:  # 0 counts as absent, as in ONNX Runtime
-        raise GraphAuditError(
-            f"expected the external tensor {tensor.name!r} of {path} to take {needed} bytes "
-            f"({onnx.TensorProto.DataType.Name(tensor.data_type)} {list(tensor.dims)}), found length {info.length}"
-        )
-    if info.location not in sizes:
-        sizes[info.location] = (base / info.location).stat().st_size
-    start, length = info.offset or 0, info.length or needed
-    if length is not None and start + length > sizes[info.location]:
-        raise GraphAuditError(
-            f"expected the external tensor {tensor.name!r} at bytes {start}–{start + length} of "
-            f"{info.location!r} beside {path}, found a file of {sizes[info.location]} bytes (truncated?)"
-        )
-
-
-def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
-    """The bytes the tensor's values take in raw form, None for types without a fixed size (strings)."""
-    if tensor.data_type == onnx.TensorProto.STRING:
-        return None
-    try:
-        bits = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize * 8
-    except (KeyError, ValueError, TypeError):
-        return None
-    if tensor.data_type in _SUB_BYTE:
-        bits = _SUB_BYTE[tensor.data_type]
-    return (math.prod(tensor.dims) * bits + 7) // 8
 
 
 def _parse_file(path: Path) -> onnx.ModelProto:
@@ -196,7 +150,7 @@ def _parse_file(path: Path) -> onnx.ModelProto:
     except (DecodeError, RuntimeError, ValueError) as err:
         raise GraphAuditError(
             f"expected an ONNX model (protobuf ModelProto) in {path}, found {len(data)} bytes "
-            f"that do not parse ({_short(err)}); the file may be truncated or not ONNX"
+            f"that do not parse ({brief(err)}); the file may be truncated or not ONNX"
         ) from None
     return model
 
@@ -280,103 +234,12 @@ def _diagnose_order(model: onnx.ModelProto) -> str | None:
     return "a cycle through nodes " + " -> ".join(names)
 
 
-def external_locations(model: onnx.ModelProto) -> list[str]:
-    """The distinct locations the model's external tensors name, in onnx's tensor order."""
-    return _locations(_external_tensors(model), None)
-
-
-def _locations(tensors: list[onnx.TensorProto], path: Path | None) -> list[str]:
-    locations: dict[str, None] = {}
-    for tensor in tensors:
-        locations.setdefault(_location(tensor, path), None)
-    return list(locations)
-
-
-def _external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """The tensors stored outside the model, in the order onnx's own helpers list them."""
-    return _external_scan(model)[0]
-
-
-def _external_scan(model: onnx.ModelProto) -> tuple[list[onnx.TensorProto], bool]:
-    """The tensors stored outside the model, in onnx's order, and whether any of them lies
-    outside the main graph's initializers (in a subgraph, a node attribute or a function)."""
-    graph = model.graph
-    # Walking every attribute of every node in Python costs about as much as shape inference
-    # of the graph. Where the nodes' and functions' bytes hold no _EXTERNAL_MARK (the usual
-    # case), only the main graph's initializers can be external; a chance match costs the walk.
-    nested = b"".join([n.SerializeToString() for n in graph.node]
-                      + [f.SerializeToString() for f in model.functions])
-    main = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    if _EXTERNAL_MARK not in nested:
-        return main, False
-    every = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
-    return every, len(every) > len(main)
-
-
-def _external_info(tensor: onnx.TensorProto, path: Path | None) -> external_data_helper.ExternalDataInfo:
-    """onnx's reading of the tensor's external-data keys; a bad offset or length is a one-line error."""
-    try:
-        return external_data_helper.ExternalDataInfo(tensor)
-    except ValueError as err:
-        where = f" of {path}" if path else ""
-        raise GraphAuditError(
-            f"expected a non-negative integer offset and length for the external tensor {tensor.name!r}{where}, "
-            f"found {_short(err)}"
-        ) from None
-
-
-def _location(tensor: onnx.TensorProto, path: Path | None) -> str:
-    """The tensor's external-data location, as onnx's ExternalDataInfo reads it."""
-    location = ""
-    for entry in tensor.external_data:
-        key, value = entry.key, entry.value
-        if key == "location":
-            location = value
-        elif key not in _EXTERNAL_KEYS and not (
-            key in ("offset", "length") and value.isascii() and value.isdigit()
-        ):
-            # An unknown key (onnx warns) or an offset or length to validate (onnx raises).
-            return _external_info(tensor, path).location
-    return location
-
-
-def _check_location(location: str, base: Path, path: Path | None) -> None:
-    """Refuse an external-data location that is absolute or resolves outside `base`."""
-    where = f" (model {path})" if path else ""
-    if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
-        raise GraphAuditError(
-            f"expected external-data locations relative to the model's folder{where}, "
-            f"found {location!r}; refusing to read it"
-        )
-    target = (base / location).resolve()
-    if target != base and base not in target.parents:
-        raise GraphAuditError(
-            f"expected external-data locations inside the model's folder {base}{where}, "
-            f"found {location!r}, which resolves to {target}; refusing to read it"
-        )
-
-
-def _require_external_files(external: list[str], base: Path | None, path: Path | None) -> None:
-    """Refuse external weights that are not where the model says: a ModelProto has no folder to look in."""
-    if base is None:
-        raise GraphAuditError(
-            "expected a model with its weights inline when given a ModelProto, found "
-            f"external-data references ({', '.join(external[:3])}); load it from its file"
-        )
-    for location in external:
-        if not (base / location).is_file():
-            raise GraphAuditError(
-                f"expected the external-data file {location!r} beside the model {path}, "
-                "found none; load with weights=False (--graph-only) to audit the graph alone"
-            )
-
-
 def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
     try:
         external_data_helper.load_external_data_for_model(model, str(base))
     except (OSError, ValueError, onnx.checker.ValidationError) as err:
         raise GraphAuditError(
-            f"expected readable external data for {path}, found an error: {_short(err)}"
+            f"expected readable external data for {path}, found an error: {brief(err)}"
         ) from None
 
 
@@ -398,7 +261,7 @@ def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()
         if problem:
             raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
         raise GraphAuditError(
-            f"expected a valid ONNX model{where}, found the ONNX checker's objection: {_short(err)}"
+            f"expected a valid ONNX model{where}, found the ONNX checker's objection: {brief(err)}"
         ) from None
     except UnicodeDecodeError:
         # The checker's message quotes a name whose bytes are not UTF-8: the file is damaged.
@@ -415,7 +278,7 @@ def _check_beside_placeholders(payload: bytes, locations: Sequence[str], path: P
     with tempfile.TemporaryDirectory(prefix="graphaudit-check-") as folder:
         base = Path(folder).resolve()
         for location in locations:
-            _check_location(location, base, path)
+            external_data.check_location(location, base, path)
             target = base / location
             target.parent.mkdir(parents=True, exist_ok=True)
             target.touch()
@@ -432,37 +295,11 @@ def _serialised(model: onnx.ModelProto) -> bytes | None:
     return payload if len(payload) <= _PROTOBUF_LIMIT else None
 
 
-def _external_as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose external initializers are graph inputs, so the checker opens no file."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    kept = []
-    declared = {vi.name for vi in copy.graph.input}
-    types: dict[tuple, onnx.TypeProto] = {}  # (data type, dims) -> input type: weights repeat shapes
-    for tensor in copy.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            if tensor.name in declared:
-                continue
-            key = (tensor.data_type, *tensor.dims)
-            type_proto = types.get(key)
-            if type_proto is None:
-                type_proto = types[key] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            copy.graph.input.add(name=tensor.name).type.CopyFrom(type_proto)
-        else:
-            kept.append(tensor)
-    del copy.graph.initializer[:]
-    copy.graph.initializer.extend(kept)
-    return copy
-
-
 def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
     try:
         inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
-        return model, False, _short(err)
+        return model, False, brief(err)
     return inferred, True, None
 
 
-def _short(err: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
