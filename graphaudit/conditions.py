@@ -40,14 +40,15 @@ class Profiles:
     position: Mapping[str, np.ndarray]  # tensor -> batch-first, batch axis of size 1
     family: Mapping[str, float]
     count: int  # calibration inputs
-    dtype: np.dtype = np.dtype(np.float32)  # of the values fed
+    dtypes: Mapping[str, np.dtype] = field(default_factory=dict)  # tensor -> dtype of its values fed (float32 if absent)
     _filled: dict = field(default_factory=dict, repr=False, compare=False)
 
     def filled(self, kind: str, c: Coefficient, shape: tuple[int, ...], mean: Callable[[], np.ndarray]) -> np.ndarray:
         """The `kind` profile of `c` broadcast to `shape`: contiguous, read-only, made once per shape."""
         key = (kind, c.tensor, shape)
         if key not in self._filled:
-            full = np.ascontiguousarray(np.broadcast_to(mean().astype(self.dtype), shape))
+            dtype = self.dtypes.get(c.tensor, np.dtype(np.float32))  # each tensor in its own type: models mix them
+            full = np.ascontiguousarray(np.broadcast_to(mean().astype(dtype), shape))
             full.flags.writeable = False
             self._filled[key] = full
         return self._filled[key]
@@ -78,8 +79,8 @@ def profiles(calib: CoefficientCache, chunk: int = 64) -> Profiles:
         family_sum[c.family] = family_sum.get(c.family, 0.0) + float(sums[c.tensor].sum())
         family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
     family = {f: family_sum[f] / family_count[f] for f in family_sum}
-    dtype = next(iter(calib.arrays.values())).dtype if calib.arrays else np.dtype(np.float32)
-    return Profiles(layer, position, family, calib.count, dtype)
+    dtypes = {c.tensor: calib.arrays[c.tensor].dtype for c in calib.coefficients}
+    return Profiles(layer, position, family, calib.count, dtypes)
 
 
 def correct(cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
@@ -145,7 +146,9 @@ def conditions(
     if unknown:
         raise UsageError(f"expected conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
     rng = np.random.default_rng(seed)
-    partner = derangement(evaluation.count, rng) if "cross_input" in names else None
+    # drawn whether cross_input runs or not, so that a seed gives token_shuffle the same orders either way
+    drawn = derangement(evaluation.count, rng) if "cross_input" in names or evaluation.count >= 2 else None
+    partner = drawn if "cross_input" in names else None
     lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
     orders = position_orders(evaluation.count, max(lengths, default=1), rng) if "token_shuffle" in names else None
     if len(lengths) > 1 and orders is not None:

@@ -123,7 +123,7 @@ class EveryInputCheck:
         if truth is not None:  # logits: the log-probability of each target
             self.kind = LOG_PROBS_KIND
             frozen = reference.output.reshape(-1)[truth.flat]
-            diff = np.abs(frozen - live)
+            diff = _difference(frozen, live)
             diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
             self.values += int(truth.count.sum())
         else:
@@ -132,7 +132,7 @@ class EveryInputCheck:
             self.kind = OUTPUTS_KIND if kept is None else SAMPLED_KIND
             if kept is not None:
                 frozen = frozen[:, kept]
-            diff = np.abs(frozen - live)
+            diff = _difference(frozen, live)
             self.values += diff.size
         diff[np.isnan(diff)] = np.inf  # a NaN where a number was is as far off as it gets
         self.inputs += rows.stop - rows.start
@@ -153,6 +153,15 @@ class EveryInputCheck:
         if self.worst is None:
             return None
         return EveryInputParity(self.kind, self.inputs, self.values, self.worst[0], self.tolerance, *self.worst[1:])
+
+
+def _difference(frozen: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """|frozen - live|, 0 where they are equal, equal infinities included (a class a -inf logit
+    rules out on both sides), NaN where either is NaN and they are not both NaN."""
+    with np.errstate(invalid="ignore"):  # inf - inf, set right below
+        diff = np.abs(np.asarray(frozen, dtype=np.float64) - live)
+    diff[(frozen == live) | (np.isnan(frozen) & np.isnan(live))] = 0.0
+    return diff
 
 
 def every_input_summary(data: InputData) -> LiveCheck:
@@ -220,8 +229,7 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
         if live.shape != frozen.shape:
             raise GraphAuditError(f"expected the frozen output {name!r} shaped like the live one {live.shape}, "
                                   f"found {frozen.shape}")
-        diff = np.where(np.isnan(live) & np.isnan(frozen), 0.0, np.abs(live - frozen))
-        diff = np.nan_to_num(diff, nan=np.inf)
+        diff = np.nan_to_num(_difference(frozen, live), nan=np.inf)
         at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
         if diff.size and (worst is None or diff[at] > worst[0]):
             worst = (float(diff[at]), name, tuple(int(i) for i in at), float(live[at]), float(frozen[at]))

@@ -16,6 +16,7 @@ frozen ones), so a difference confined to later inputs stops the audit too.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import math
 import os
 import time
@@ -84,11 +85,13 @@ class DataUse:
     evaluation: str
     evaluation_inputs: int
     split: bool  # True: no evaluation data was given, the calibration inputs were halved
+    shared_inputs: int = 0  # evaluation inputs identical to some calibration input (given data only)
 
     def to_json(self) -> dict:
         return {"calibration": self.calibration, "calibration_inputs": self.calibration_inputs,
                 "evaluation": self.evaluation, "evaluation_inputs": self.evaluation_inputs, "split": self.split,
-                "method": "seeded random disjoint halves of the calibration inputs" if self.split else "given"}
+                "method": "seeded random disjoint halves of the calibration inputs" if self.split else "given",
+                "shared_inputs": self.shared_inputs}
 
 
 @dataclass(frozen=True)
@@ -344,8 +347,16 @@ def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, Inp
     calibration = load(calib)
     if data is not None:
         evaluation = load(data)
+        shared = shared_inputs(calibration, evaluation)
+        if shared and shared == evaluation.count:
+            raise GraphAuditError(
+                f"expected evaluation inputs ({evaluation.source}) apart from the calibration inputs "
+                f"({calibration.source}), found all {shared} of them among the calibration inputs: the profiles "
+                "would be made from the inputs they are scored on (leave --data out to split the calibration "
+                "inputs into disjoint halves)"
+            )
         return calibration, evaluation, DataUse(calibration.source, calibration.count, evaluation.source,
-                                                evaluation.count, False)
+                                                evaluation.count, False, shared)
     if calibration.count < 4:
         raise GraphAuditError(
             f"expected at least 4 calibration inputs to split into disjoint calibration and evaluation halves "
@@ -357,6 +368,22 @@ def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, Inp
     source = calibration.source
     return (calibration.subset(first, f"{source} (half)"), calibration.subset(second, f"{source} (other half)"),
             DataUse(source, len(first), source, len(second), True))
+
+
+def shared_inputs(calibration: InputData, evaluation: InputData) -> int:
+    """How many evaluation inputs equal some calibration input (every graph input's row alike),
+    found by hashing each row's bytes once: profiles must come from other inputs (DESIGN.md)."""
+    names = sorted(set(calibration.arrays) & set(evaluation.arrays))
+    if not names:
+        return 0
+
+    def digests(data: InputData) -> list[bytes]:
+        rows = [np.ascontiguousarray(data.arrays[n]).reshape(data.count, -1) for n in names]
+        return [hashlib.blake2b(b"".join(r[i].tobytes() for r in rows), digest_size=16).digest()
+                for i in range(data.count)]
+
+    seen = set(digests(calibration))
+    return sum(d in seen for d in digests(evaluation))
 
 
 def _ci(e: Estimate) -> list[float] | None:

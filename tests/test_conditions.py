@@ -115,3 +115,23 @@ def test_unknown_condition_and_short_calibration_are_refused():
     feeds = conditions(CONDITIONS, _cache(4, length=6), _cache(4, length=5), 0)
     with pytest.raises(GraphAuditError, match="at least as long"):
         feeds["static_position"](GATE[0], np.arange(2))
+
+
+def test_profiles_keep_each_tensors_own_dtype():
+    """Models mix precisions (a float16 backbone, a float32 router): each profile is fed in its tensor's type."""
+    evaluation, calibration = _cache(6, seed=1), _cache(8, seed=2)
+    for cache in (evaluation, calibration):
+        cache.arrays[GATE[0].tensor] = cache.arrays[GATE[0].tensor].astype(np.float16)
+    feeds = conditions(CONDITIONS, evaluation, calibration, 0)
+    rows = np.arange(3)
+    for name in CONDITIONS:
+        for c in evaluation.coefficients:
+            assert feeds[name](c, rows).dtype == evaluation.arrays[c.tensor].dtype, (name, c.tensor)
+
+
+def test_token_shuffle_orders_do_not_depend_on_whether_cross_input_runs():
+    rows = np.arange(6)
+    alone, _, _ = _feeds(["token_shuffle"], seed=5)
+    both, _, _ = _feeds(["cross_input", "token_shuffle"], seed=5)
+    for c in (*GATE, MIX):
+        np.testing.assert_array_equal(alone["token_shuffle"](c, rows), both["token_shuffle"](c, rows))

@@ -71,6 +71,29 @@ def test_kl_from_correct_is_zero_for_correct_and_matches_the_definition():
     assert sums[0, column("positions")] == 5
 
 
+def test_a_class_ruled_out_with_minus_inf_gives_no_nan():
+    """A -inf logit (a vocabulary entry the model masks) has probability 0: 0·log 0 counts 0 in KL
+    and in the entropy, and a left-out (-100) position picking it adds nothing to the NLL."""
+    logits, ids = _batch()
+    logits[..., 0] = -np.inf
+    ids[ids == 0] = 1
+    labels = ids.copy()
+    labels[0, 2] = -100  # the left-out position's placeholder target is class 0, whose log-probability is -inf
+    other, _ = _batch(seed=1)
+    other[..., 0] = -np.inf
+    task = Task("causal_lm", "logits", "input_ids", "labels")
+    feeds = {"input_ids": ids}
+    with np.errstate(all="raise"):  # not even a warning on the way
+        ref = Reference.of(task, log_softmax(logits), feeds, {"labels": labels})
+        sums = score(task, log_softmax(other), feeds, {"labels": labels}, ref)
+    p, q = _log_softmax(logits)[..., 1:], _log_softmax(other)[..., 1:]
+    np.testing.assert_allclose(sums[:, column("divergence")], (np.exp(p) * (p - q)).sum(-1).sum(1), rtol=1e-4)
+    mask = labels[:, 1:] != -100
+    nll = -np.where(mask, np.take_along_axis(q[:, :-1], np.where(mask, labels[:, 1:], 1)[..., None] - 1, -1)[..., 0], 0)
+    np.testing.assert_allclose(sums[:, column("nll")], nll.sum(1), rtol=1e-5)
+    assert np.isfinite(ref.neg_entropy).all()
+
+
 def test_classification_and_regression():
     rng = np.random.default_rng(0)
     logits, labels = rng.standard_normal((4, 3)).astype(np.float32), np.array([0, 2, 1, 1])

@@ -93,3 +93,20 @@ def test_the_kept_positions_are_fixed_integer_hashes():
     assert kept_positions(WHOLE_OUTPUT_LIMIT) is None
     assert sorted(kept_positions(WHOLE_OUTPUT_LIMIT + 1)) == [i for i in range(WHOLE_OUTPUT_LIMIT + 1)
                                                              if i in set(kept_positions(WHOLE_OUTPUT_LIMIT + 1))]
+
+
+def test_a_class_ruled_out_on_both_sides_is_no_difference():
+    """-inf (a masked class) live and frozen is equal, not NaN: the check passes and names a real difference."""
+    rng = np.random.default_rng(3)
+    out = rng.standard_normal((4, 10)).astype(np.float32)
+    out[:, 2] = -np.inf
+    feeds = {"x": rng.standard_normal((4, 3)).astype(np.float32)}
+    kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
+    task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
+    with np.errstate(all="raise"):
+        check.compare(slice(0, 2), Reference.of(task, out[0:2]))
+    assert check.result().max_abs_diff == 0.0
+    moved = out[2:4].copy()
+    moved[0, 2] = 0.0  # a class the live model ruled out now has a value: infinitely far
+    with pytest.raises(ParityError, match=r"found max \|Δ\| inf at input 2, value 2 "):
+        check.compare(slice(2, 4), Reference.of(task, moved))

@@ -271,12 +271,28 @@ def test_a_large_regression_output_is_compared_at_the_same_positions_of_every_in
     ids = token_ids(6, length=400, seed=2)  # (400, 11) = 4400 values per input, past WHOLE_OUTPUT_LIMIT
     targets = np.random.default_rng(0).standard_normal((6, 400, 11)).astype(np.float32)
     np.savez(tmp_path / "long.npz", input_ids=ids, targets=targets)
-    doc = replay(files / "gated.onnx", tmp_path / "long.npz", tmp_path / "long.npz", batch_size=4,
+    np.savez(tmp_path / "long_calib.npz", input_ids=token_ids(6, length=400, seed=3))
+    doc = replay(files / "gated.onnx", tmp_path / "long_calib.npz", tmp_path / "long.npz", batch_size=4,
                  resamples=50, conditions=["correct", "cross_input"]).to_json()
     every = doc["parity"]["every_input"]
     assert every["kind"] == f"outputs at {WHOLE_OUTPUT_LIMIT} positions" and every["inputs"] == 6
     assert every["values"] == 6 * WHOLE_OUTPUT_LIMIT
     assert every["max_abs_diff"] <= 1e-5 and every["tolerance"] == 1e-4
+
+
+def test_evaluation_inputs_that_are_calibration_inputs_are_named(files, tmp_path, capsys):
+    ids = token_ids(10, seed=2)  # eval.npz's inputs
+    np.savez(tmp_path / "overlapping.npz", input_ids=np.concatenate([ids[:3], token_ids(9, seed=7)]))
+    doc = replay(files / "gated.onnx", tmp_path / "overlapping.npz", files / "eval.npz", batch_size=4,
+                 resamples=50, conditions=["correct", "static_layer"]).to_json()
+    assert doc["data"]["shared_inputs"] == 3
+    with pytest.raises(SystemExit) as ended:
+        main(["replay", str(files / "gated.onnx"), "--calib", str(tmp_path / "overlapping.npz"), "--data",
+              str(files / "eval.npz"), "--conditions", "static_layer"])
+    assert ended.value.code == 0
+    assert "warning: 3 of the 10 evaluation inputs are also calibration inputs" in capsys.readouterr().out
+    with pytest.raises(GraphAuditError, match=r"found all 10 of them among the calibration inputs"):
+        replay(files / "gated.onnx", files / "eval.npz", files / "eval.npz", batch_size=4, resamples=50)
 
 
 def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):

@@ -77,6 +77,9 @@ def render_text(r: ReplayReport) -> str:
     else:
         lines.append(f"data: calibration {d.calibration} ({d.calibration_inputs} inputs), "
                      f"evaluation {d.evaluation} ({d.evaluation_inputs} inputs)")
+        if d.shared_inputs:
+            lines.append(f"warning: {d.shared_inputs} of the {d.evaluation_inputs} evaluation inputs are also "
+                         "calibration inputs: the profiles saw them")
     if r.settings.get("batch_size_note"):
         lines.append(f"batch size {r.settings['batch_size']}: {r.settings['batch_size_note']}")
     p = r.parity

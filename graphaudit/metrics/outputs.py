@@ -86,13 +86,13 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
             # below. First, as its pass over `out` brings it into the cache for the scattered reads of targets.
-            kl = reference.neg_entropy - _dot_per_position(reference.probs, out)
+            kl = reference.neg_entropy - _expected_log(reference.probs, out)
             sums[:, _COL["divergence"]] = _per_input(np.maximum(kl, 0.0))
         truth = reference.targets if reference is not None and reference.targets is not None else \
             Targets.of(task, out.shape, feeds, labels)
         if truth is not None:
             picked = out.reshape(-1)[truth.flat]  # log q of each target, (inputs, positions)
-            sums[:, _COL["nll"]] = -_per_input(picked * truth.mask)
+            sums[:, _COL["nll"]] = -_per_input(np.where(truth.mask, picked, 0.0))  # a left-out -inf is no NaN
             sums[:, _COL["targets"]] = truth.count
             if task.labels is not None:
                 logp = out[:, :-1] if task.kind == "causal_lm" else out
@@ -152,7 +152,7 @@ class Reference:
             return cls(out)
         probs = np.exp(out)
         targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
-        return cls(out, probs, _dot_per_position(probs, out), targets)
+        return cls(out, probs, _expected_log(probs, out), targets)
 
 
 def column(name: str) -> int:
@@ -203,6 +203,19 @@ def _dot_per_position(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Σ a·b over the last axis: one BLAS dot product per position, each over the classes only,
     so that long sequences of large vocabularies lose no precision (positions add in float64)."""
     return np.matmul(a[..., None, :], b[..., :, None])[..., 0, 0]
+
+
+def _expected_log(p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+    """Σ p·log q over the last axis, per position, where 0·log q counts 0 even when log q is -inf
+    (a class a model rules out with a -inf logit): one dot product per position, and only the
+    positions whose dot product came out NaN summed again over the classes p gives weight."""
+    with np.errstate(invalid="ignore"):  # 0·(-inf): NaN, summed again below
+        dots = _dot_per_position(p, log_q)
+    undefined = np.isnan(dots)
+    if undefined.any():
+        weights, logs = p[undefined], log_q[undefined]
+        dots[undefined] = (weights * np.where(weights > 0, logs, 0.0)).sum(axis=-1)
+    return dots
 
 
 def _per_input(values: np.ndarray) -> np.ndarray:
