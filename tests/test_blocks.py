@@ -105,6 +105,52 @@ def test_block_pattern_overrides_names():
     assert [b.index for b in named.blocks] == [0, 1, 2]
 
 
+def test_block_pattern_matches_raw_slash_separated_node_names():
+    mg = graph_of(layered(LEGACY, 3, LEGACY_W))
+    bm = find_blocks(mg, pattern=r"/model/layers\.(\d+)/")
+    assert [(b.index, b.name) for b in bm.blocks] == [(i, f"/model/layers.{i}/") for i in range(3)]
+    assert members(bm, mg) == [["Add", "MatMul", "Relu"]] * 3
+    # The dotted module path the names spell still matches, with the same blocks.
+    dotted = find_blocks(mg, pattern=r"layers\.(\d+)")
+    assert [(b.index, b.name) for b in dotted.blocks] == [(i, f"layers.{i}") for i in range(3)]
+    assert members(dotted, mg) == members(bm, mg)
+
+
+def _flat_names(n: int) -> onnx.ModelProto:
+    """`n` layers whose nodes are named `layer{i}_fc`, `layer{i}_add`: no slash, weights `w{i}`."""
+    nodes, inits = [], []
+    for i in range(n):
+        inits.append(helper.make_tensor(f"w{i}", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0]))
+        nodes.append(helper.make_node("MatMul", [f"x{i}", f"w{i}"], [f"h{i}"], name=f"layer{i}_fc"))
+        nodes.append(helper.make_node("Add", [f"x{i}", f"h{i}"], [f"x{i + 1}"], name=f"layer{i}_add"))
+    graph = helper.make_graph(nodes, "flat_names",
+                              [helper.make_tensor_value_info("x0", TensorProto.FLOAT, ["batch", 2])],
+                              [helper.make_tensor_value_info(f"x{n}", TensorProto.FLOAT, ["batch", 2])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_block_pattern_matches_node_names_without_a_slash():
+    mg = graph_of(_flat_names(3))
+    bm = find_blocks(mg, pattern=r"layer(\d+)")
+    assert [(b.index, b.name) for b in bm.blocks] == [(0, "layer0"), (1, "layer1"), (2, "layer2")]
+    assert members(bm, mg) == [["Add", "MatMul"]] * 3
+    assert bm.method.startswith("--block-pattern")
+
+
+def test_block_pattern_still_matches_name_scopes_and_initializer_names():
+    mg = graph_of(_dynamo_like("namespace"))
+    bm = find_blocks(mg, pattern=r"blocks\.(\d+)")
+    assert [(b.index, b.name) for b in bm.blocks] == [(0, "blocks.0"), (1, "blocks.1")]
+    assert members(bm, mg) == [["Add", "MatMul"]] * 2
+    mg = graph_of(layered("""
+        h@ = MatMul (x@, "encoder.layer.@.dense.weight")
+        x@+1 = Add (x@, h@)
+    """, 2, 'float[2, 2] "encoder.layer.@.dense.weight" = ' + EYE))
+    bm = find_blocks(mg, pattern=r"layer\.(\d+)")
+    assert [(b.index, b.name) for b in bm.blocks] == [(0, "layer.0"), (1, "layer.1")]
+    assert members(bm, mg) == [["Add", "MatMul"]] * 2
+
+
 def test_block_pattern_errors_are_usage_errors():
     mg = graph_of(layered(LEGACY, 2, LEGACY_W))
     with pytest.raises(UsageError, match="regular expression"):

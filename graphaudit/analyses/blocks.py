@@ -12,7 +12,8 @@ in order of trust:
    only reader (exporters share de-duplicated weights between layers).
 
 The container offered by the most nodes (at least two indices where any has two) names the
-blocks. A `--block-pattern` regex replaces the candidates with its own matches. Nodes nested
+blocks. A `--block-pattern` regex replaces the candidates with its own matches, searched in the
+same texts and, after the dotted path of 3, in the node's name as it is. Nodes nested
 in a body without candidates of their own take their owner's block, or the block of their
 neighbours among those the owner's metadata names. With no names at all, blocks are cut
 along the residual chain (graphaudit.analyses.structure).
@@ -163,6 +164,8 @@ class _Finder:
             parts = [p for p in node.name.split("/") if p][:-1]
             if parts:
                 yield "node_names", [".".join(parts)]
+        if self.regex is not None and node.name:
+            yield "node_names", [node.name]  # a user's regex may spell the name as the graph does
         inits = [r.name for r in node.inputs if r is not None and not r.scope
                  and r.name in self.mg.initializers and self.readers[r.name] == 1]
         if inits:
