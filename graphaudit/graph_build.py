@@ -7,9 +7,9 @@ tensors scope by scope and draws the edges (see graphaudit.graph for what they m
 from __future__ import annotations
 
 import gc
-from collections import Counter
+from collections import ChainMap, Counter
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 import onnx
 
@@ -54,6 +54,15 @@ def shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:
         which = d.WhichOneof("value")
         dims.append(d.dim_value if which == "dim_value" else d.dim_param if which == "dim_param" else None)
     return tt.elem_type or None, tuple(dims)
+
+
+def _declared(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """The types `graph` itself declares, by name: its value_info, inputs and outputs.
+
+    Each graph, subgraph or function body is its own scope: a name declared in one says
+    nothing about a value of the same name in another.
+    """
+    return {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
 
 
 def unique_ids(names: Iterable[tuple[str, str]]) -> list[str]:
@@ -102,7 +111,6 @@ class _Builder:
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.nodes: dict[str, Node] = {}
         self.tensors: dict[TensorRef, TensorInfo] = {}
-        self.value_info: dict[str, onnx.ValueInfoProto] = {}
         self.scope_depth: dict[str, int] = {"": 0}
         self.bodies: dict[str, tuple[Body, ...]] = {}
         self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
@@ -121,8 +129,7 @@ class _Builder:
 
     def build(self) -> ModelGraph:
         graph = self.model.graph
-        for vi in [*graph.value_info, *graph.input, *graph.output]:
-            self.value_info[vi.name] = vi
+        value_info = _declared(graph)
         self._read(graph.node, function_stack=())
         names = self._names
         if len(Counter(names)) == len(names) and "" not in names:
@@ -135,7 +142,7 @@ class _Builder:
         for t in graph.initializer:
             name = t.name
             ref = env[name] = _new_tuple(TensorRef, (name, ""))
-            vi = self.value_info.get(name)
+            vi = value_info.get(name)
             elem, shape = self._type(vi) if vi is not None else (t.data_type, tuple(t.dims))
             self.tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "initializer", "producer": None,
                                                      "elem_type": elem, "shape": shape})
@@ -143,7 +150,7 @@ class _Builder:
         for vi in graph.input:
             if vi.name not in initializers:
                 self._define(TensorRef(vi.name), "input", None, env, vi=vi)
-        self._add_graph(graph, scopes=(), env=[env], function_stack=())
+        self._add_graph(graph, scopes=(), env=[env], function_stack=(), value_info=value_info)
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
         return ModelGraph(self.nodes, self.tensors, inputs, outputs, initializers, self.bodies,
@@ -176,8 +183,6 @@ class _Builder:
 
     # -- tensors ---------------------------------------------------------------------------
     def _define(self, ref, kind, producer, env, *, vi=None, dims=None, elem=None):
-        if vi is None:
-            vi = self.value_info.get(ref.name)
         shape = tuple(dims) if dims is not None else None
         if vi is not None:
             elem, shape = self._type(vi)
@@ -204,10 +209,8 @@ class _Builder:
         return None
 
     # -- pass 2: nodes ---------------------------------------------------------------------
-    def _add_graph(self, graph: onnx.GraphProto, scopes: tuple[Scope, ...], env, function_stack):
-        for vi in graph.value_info:
-            self.value_info.setdefault(vi.name, vi)
-        self._add_nodes(len(graph.node), scopes, env, function_stack)
+    def _add_graph(self, graph: onnx.GraphProto, scopes: tuple[Scope, ...], env, function_stack, value_info):
+        self._add_nodes(len(graph.node), scopes, env, function_stack, value_info)
 
     def _key(self, scopes: tuple[Scope, ...]) -> str:
         key = self._scope_keys.get(scopes)
@@ -216,11 +219,14 @@ class _Builder:
             self.scope_depth[key] = len(scopes)
         return key
 
-    def _add_nodes(self, count: int, scopes, env, function_stack) -> None:
-        """Add the next `count` nodes read in pass 1, all in `scopes` (this loop is the hot one)."""
+    def _add_nodes(self, count: int, scopes, env, function_stack, value_info: Mapping) -> None:
+        """Add the next `count` nodes read in pass 1, all in `scopes` (this loop is the hot one).
+
+        `value_info` maps the names this scope may declare a type for to their ValueInfoProto.
+        """
         scope_key = self._key(scopes)
         occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
-        producers, edges, value_info, shapes = self._producers, self._edges, self.value_info, self._shapes
+        producers, edges, shapes = self._producers, self._edges, self._shapes
         # The main graph or a function body: one table of names, read directly (unless it
         # holds an empty name, which stands for an omitted input, not a value).
         names = env[0] if len(env) == 1 and "" not in env[0] else None
@@ -263,7 +269,7 @@ class _Builder:
             if subgraphs is not None:
                 for attr, graphs in subgraphs:
                     for sub in graphs:
-                        self._add_subgraph(node, attr, sub, scopes, env, function_stack)
+                        self._add_subgraph(node, attr, sub, scopes, env, function_stack, value_info)
             if self.functions:
                 fn_key = (domain, op_type)
                 fn = self.functions.get(fn_key)
@@ -290,20 +296,24 @@ class _Builder:
         # the first scope entered between the value's definition and its reader
         return "function_input" if scopes[depth].kind == "function" else "outer"
 
-    def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack):
+    def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack, outer_info):
+        """Add the body `sub` of `owner`, whose types are declared in `sub` itself first, then
+        in the graphs around it (a body may read their values by name)."""
         scope = Scope(kind=attr, owner=owner.id, owner_op=owner.op_type)
         inner_scopes = scopes + (scope,)
         key = _scope_key(inner_scopes)
         self.scope_depth[key] = len(inner_scopes)
         local: dict[str, TensorRef] = {}
         formal: list[TensorRef] = []
+        value_info = ChainMap(_declared(sub), outer_info)
         for t in sub.initializer:
-            self._define(TensorRef(t.name, key), "initializer", None, local, dims=tuple(t.dims), elem=t.data_type)
+            self._define(TensorRef(t.name, key), "initializer", None, local, vi=value_info.get(t.name),
+                         dims=tuple(t.dims), elem=t.data_type)
         for vi in sub.input:
             ref = TensorRef(vi.name, key)
             self._define(ref, "subgraph_input", owner.id, local, vi=vi)
             formal.append(ref)
-        self._add_graph(sub, inner_scopes, env + [local], function_stack)
+        self._add_graph(sub, inner_scopes, env + [local], function_stack, value_info)
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
         self._add_body(Body(attr, owner.id, key, tuple(formal), results))
         for out, ref in zip(sub.output, results):
@@ -320,11 +330,12 @@ class _Builder:
         key = _scope_key(inner_scopes)
         self.scope_depth[key] = len(inner_scopes)
         # A function body sees only its formal parameters (the caller's tensors) and its own
-        # values, never the caller's other names.
+        # values, never the caller's other names, nor the types the caller declares for them.
         local: dict[str, TensorRef] = {
             formal: actual for formal, actual in zip(fn.input, call.inputs) if actual is not None
         }
-        self._add_nodes(len(fn.node), inner_scopes, [local], function_stack)
+        value_info = {vi.name: vi for vi in fn.value_info}
+        self._add_nodes(len(fn.node), inner_scopes, [local], function_stack, value_info)
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
         for out, ref in zip(fn.output, results):

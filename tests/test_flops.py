@@ -27,6 +27,8 @@ def node(op, n_inputs=2, domain="", **attrs):
     (node("Einsum", equation="cbtl,lbtd->cbtd"), [(4, 2, 8, 3), (3, 2, 8, 16)], [(4, 2, 8, 16)],
      2 * 4 * 2 * 8 * 3 * 16),
     (node("Einsum", equation="...ij,...jk->...ik"), [(2, 3, 4), (2, 4, 5)], [(2, 3, 5)], 2 * 2 * 3 * 4 * 5),
+    (node("Einsum", equation="...ij,...jk->...ik"), [(2, 3, 4, 5), (3, 5, 6)], [(2, 3, 4, 6)],
+     2 * 2 * 3 * 4 * 5 * 6),  # `...` aligned from the right, as broadcasting does
     (node("Einsum", 1, equation="ii->"), [(5, 5)], [()], 5),
     (node("Attention", 3), [(2, 4, 8, 16), (2, 4, 10, 16), (2, 4, 10, 16)], [(2, 4, 8, 16)],
      2 * 2 * 4 * 8 * 10 * 16 * 2),
@@ -118,3 +120,63 @@ def test_count_flops_rejects_shapes_that_contradict_the_graph():
         count_flops(mg, {"x": (2, 16, 5)})
     with pytest.raises(UsageError, match="graph input"):
         count_flops(mg, {"ids": (2, 16)})
+
+
+@pytest.mark.parametrize("proto, ins, outs", [
+    (node("Attention", 6), [(1, 8, 1, 64), (1, 2, 1, 64), (1, 2, 1, 64), None, (1, 2, 31, 64), (1, 2, 31, 64)],
+     [(1, 8, 1, 64), (1, 2, 32, 64), (1, 2, 32, 64)]),
+    (node("Attention", 5, domain="com.microsoft", num_heads=8), [(1, 1, 512), (512, 1536), (1536,), None,
+     (2, 1, 8, 31, 64)], [(1, 1, 512), (2, 1, 8, 32, 64)]),
+    (node("MultiHeadAttention", 8, domain="com.microsoft", num_heads=8), [(1, 1, 512), (1, 1, 512), (1, 1, 512),
+     None, None, None, (1, 8, 31, 64), (1, 8, 31, 64)], [(1, 1, 512), (1, 8, 32, 64), (1, 8, 32, 64)]),
+    (node("GroupQueryAttention", 7, domain="com.microsoft", num_heads=8, kv_num_heads=2),
+     [(1, 1, 512), (1, 1, 128), (1, 1, 128), (1, 2, 31, 64), (1, 2, 31, 64), (1,), ()],
+     [(1, 1, 512), (1, 2, 32, 64), (1, 2, 32, 64)]),
+], ids=["Attention", "ORT Attention", "MultiHeadAttention", "GroupQueryAttention"])
+def test_attention_counts_every_cached_key_position(proto, ins, outs):
+    """A one-token decode step with 31 cached positions scores and mixes all 32 keys, whether
+    the total is read from the present cache or from the past cache plus the new token."""
+    scores_and_context = 4 * 1 * 8 * 1 * 32 * 64  # batch, heads, queries, keys, head size
+    projection = 2 * 512 * 1536 if proto.op_type == "Attention" and proto.domain else 0
+    assert node_flops(proto, ins, outs) == projection + scores_and_context
+    assert node_flops(proto, ins, outs[:1]) == projection + scores_and_context
+
+
+def test_function_body_types_are_its_own():
+    """A function's `h` is not the caller's `h`: without a type of its own it stays unknown,
+    and with one it is counted at that shape (the caller's [T, 2] would give a quarter)."""
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[T, 2] x, float[2, 8] wu, float[8, 2] wd) => (float[T, 2] y) {
+        h = local.Blk (x, wu, wd)
+        y = Add (h, x)
+    }
+    <domain: "local", opset_import: ["" : 17]>
+    Blk (a, wu, wd) => (b) {
+        h = MatMul (a, wu)
+        b = MatMul (h, wd)
+    }""")
+    mg = build_graph(load_model(model).model)
+    assert mg.tensors[mg.find_tensor("h")].shape == ("T", 2)
+    count = count_flops(mg, {"x": (4, 2)})
+    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8} and count.unknown_shape == ("MatMul#2",)
+
+    model.functions[0].value_info.append(helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, ["T", 8]))
+    count = count_flops(build_graph(load_model(model).model), {"x": (4, 2)})
+    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8, "MatMul#2": 2 * 4 * 8 * 2}
+
+
+def test_each_branch_types_its_own_values():
+    """Both branches of an If define `h`, [T, 8] in one and [T, 4] in the other; each branch's
+    second MatMul is counted at its own branch's width."""
+    mg = build_graph(load_model(onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[T, 2] x, bool c, float[2, 8] wu, float[8, 2] wd, float[2, 4] wu2, float[4, 2] wd2) => (float[T, 2] y) {
+        y = If (c) <
+            then_branch = t () => (float[T, 2] ty) { ["up"] h = MatMul (x, wu)
+                ["down"] ty = MatMul (h, wd) },
+            else_branch = e () => (float[T, 2] ey) { ["up2"] h = MatMul (x, wu2)
+                ["down2"] ey = MatMul (h, wd2) } >
+    }""")).model)
+    count = count_flops(mg, {"x": (4, 2)})
+    assert count.per_node == {"up": 2 * 4 * 2 * 8, "down": 2 * 4 * 8 * 2, "up2": 2 * 4 * 2 * 4, "down2": 2 * 4 * 4 * 2}

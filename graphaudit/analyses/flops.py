@@ -97,12 +97,7 @@ def _einsum(proto, ins, outs):
     sizes: dict[str, int] = {}
     for i, term in enumerate(lhs):
         shape = _need(ins, i)
-        if "..." in term:
-            head, tail = term.split("...")
-            middle = len(shape) - len(head) - len(tail)
-            letters = list(head) + [f"...{j}" for j in range(middle)] + list(tail)
-        else:
-            letters = list(term)
+        letters = _einsum_letters(term, len(shape))
         if len(letters) != len(shape):
             raise _Unknown
         for letter, size in zip(letters, shape):
@@ -110,20 +105,51 @@ def _einsum(proto, ins, outs):
     return (2 if len(lhs) > 1 else 1) * math.prod(sizes.values())
 
 
+def _einsum_letters(term: str, rank: int) -> list[str]:
+    """The label of each axis of an operand of rank `rank` written as `term`.
+
+    The axes `...` stands for are labelled by their place from the right, as broadcasting
+    aligns them: in `...ij` of rank 4 and `...jk` of rank 3 the axes just before `i` and
+    `j` are the same one.
+    """
+    if "..." not in term:
+        return list(term)
+    head, tail = term.split("...")
+    middle = rank - len(head) - len(tail)
+    return list(head) + [f"...{middle - j}" for j in range(middle)] + list(tail)
+
+
+def _key_length(ins, outs, past_index: int, current: int) -> int:
+    """The key positions each query attends to, a KV cache's included.
+
+    A decode step with a cache attends to every cached position, not only the new ones:
+    the present key cache (output 1) holds them all, with its sequence axis second from the
+    right; without its shape, the past cache (input `past_index`) plus the `current` ones.
+    """
+    present = outs[1] if len(outs) > 1 else None
+    if present is not None and len(present) >= 2:
+        return present[-2]
+    past = ins[past_index] if len(ins) > past_index else None
+    return current + (past[-2] if past is not None else 0)
+
+
 def _onnx_attention(proto, ins, outs):
     q, k, v = _need(ins, 0), _need(ins, 1), _need(ins, 2)
     if len(q) == 4:  # (batch, heads, seq, head_dim)
         b, h, s, d = q
-        return 2 * b * h * s * k[-2] * d + 2 * b * h * s * v[-2] * v[-1]
+        length = _key_length(ins, outs, 4, k[-2])
+        return 2 * b * h * s * length * d + 2 * b * h * s * length * v[-1]
     b, s, hidden = q
-    return 2 * b * s * k[1] * hidden + 2 * b * s * v[1] * v[-1]
+    length = _key_length(ins, outs, 4, k[1])
+    return 2 * b * s * length * hidden + 2 * b * s * length * v[-1]
 
 
 def _ort_attention(proto, ins, outs):
     x, w = _need(ins, 0), _need(ins, 1)
     b, s, hidden_in = x
     hidden = w[-1] // 3
-    return 2 * b * s * hidden_in * w[-1] + 4 * b * s * s * hidden
+    length = _key_length(ins, outs, 4, s)
+    return 2 * b * s * hidden_in * w[-1] + 4 * b * s * length * hidden
 
 
 def _mha(proto, ins, outs):
@@ -132,13 +158,13 @@ def _mha(proto, ins, outs):
     key = ins[1] if len(ins) > 1 and ins[1] is not None else None
     length = key[1] if key is not None and len(key) == 3 else (key[2] if key is not None and len(key) == 4 else s)
     d = math.prod(_need(outs, 0)[2:])
-    return 4 * b * s * length * d
+    return 4 * b * s * _key_length(ins, outs, 6, length) * d
 
 
 def _gqa(proto, ins, outs):
     out = _need(outs, 0)
     b, s, d = out
-    return 4 * b * s * s * d
+    return 4 * b * s * _key_length(ins, outs, 3, s) * d
 
 
 def _moe(proto, ins, outs):
