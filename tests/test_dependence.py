@@ -204,6 +204,27 @@ def test_loop_condition_computed_from_values_is_dynamic():
     assert control.dependence == VALUE and "condition depends on input values" in control.reason
 
 
+@pytest.mark.parametrize("step, grows", [("Concat <axis = 0> (a, x)", True), ("Add (a, x)", False)])
+def test_loop_carried_shape_follows_a_value_dependent_trip_count_when_it_grows(step, grows):
+    before, after = ("K", "L") if grows else ("T", "T")
+    mg = graph_of(f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[T, 2] x) => (float[N, 2] out) {{
+        top = ReduceMax <keepdims = 0> (x)
+        n = Cast <to = 7> (top)
+        yes = Constant <value = bool {{1}}> ()
+        out = Loop (n, yes, x) <
+            body = b (int64 i, bool c, float[{before}, 2] a) => (bool c_out, float[{after}, 2] a_out) {{
+                c_out = Identity (c)
+                a_out = {step}
+            }}
+        >
+    }}""")
+    dm = analyse_dependence(mg)
+    assert dm.value(mg.find_tensor("out")) == VALUE
+    assert dm.shape(mg.find_tensor("out")) == (VALUE if grows else SHAPE)  # grown n times, or kept
+
+
 def test_scan_iterates_over_a_shape():
     mg = graph_of("""
     <ir_version: 8, opset_import: ["" : 17]>
@@ -221,6 +242,29 @@ def test_scan_iterates_over_a_shape():
     scan = next(n for n in mg.nodes.values() if n.op_type == "Scan")
     assert dm.controls[scan.id].dependence == SHAPE
     assert dep(mg, "total") == VALUE and dep(mg, "running") == VALUE
+    assert "its length is an input shape" in dm.controls[scan.id].reason
+
+
+def test_scan_over_a_value_sized_input_says_so():
+    mg = graph_of("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[T] x) => (float total) {
+        zero = Constant <value = float {0.0}> ()
+        positive = Greater (x, zero)
+        where = NonZero (positive)
+        flat = Constant <value = int64[1] {-1}> ()
+        idx = Reshape (where, flat)
+        xs = Gather (x, idx)
+        start = Constant <value = float {0.0}> ()
+        total = Scan (start, xs) <
+            num_scan_inputs = 1,
+            body = b (float acc, float v) => (float acc_out) { acc_out = Add (acc, v) }
+        >
+    }""")
+    scan = next(n for n in mg.nodes.values() if n.op_type == "Scan")
+    control = analyse_dependence(mg).controls[scan.id]
+    assert control.dependence == VALUE
+    assert control.reason == "iterates over the scanned axis (its length depends on input values)"
 
 
 def test_nested_subgraphs_read_outer_values():

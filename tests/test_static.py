@@ -150,6 +150,26 @@ def test_if_is_dynamic_only_when_its_condition_depends_on_values(condition, verd
         assert "not dynamic" in control.detail
 
 
+def test_if_with_compute_in_both_branches_counts_each_branch():
+    both = """
+        ["/model/layers.1/If"] x2 = If (go) <
+            then_branch = t () => (float[T, 2] x2a) {
+                ["/model/layers.1/a/MatMul"] ha = MatMul (x1, "model.layers.1.fc.weight")
+                ["/model/layers.1/a/Add"] x2a = Add (x1, ha)
+            },
+            else_branch = e () => (float[T, 2] x2b) {
+                ["/model/layers.1/b/MatMul"] hb = MatMul (x1, "model.layers.1.fc.weight")
+                ["/model/layers.1/b/MatMul_1"] x2b = MatMul (hb, "model.layers.1.fc.weight")
+            }
+        >
+"""
+    report = audit(graph([DENSE, CONDITIONS["value"] + both], [DENSE_W] * 2))
+    assert verdicts(report) == ["always", "branch"]
+    detail = report.blocks[1].evidence[0].detail
+    assert detail.startswith("1 of the block's 3 compute nodes run only in the then-branch of If "
+                             "`/model/layers.1/If` and 2 only in the else-branch of If `/model/layers.1/If`; ")
+
+
 def test_nested_if_dynamic_inside_a_constant_one():
     inner = """
         ["/model/outer/If"] x2 = If (yes) <
@@ -202,6 +222,22 @@ def test_loop_trip_count(trip, verdict):
     if verdict == "branch":
         ev = report.blocks[1].evidence[0]
         assert ev.kind == "loop" and "trip count depends on input values" in ev.detail
+
+
+def test_loop_growing_by_a_value_dependent_count_gives_a_value_dependent_extent():
+    grown = """
+        yes = Constant <value = bool {1}> ()
+        ["/model/layers.1/Loop"] x2 = Loop (n, yes, x1) <
+            body = b (int64 i, bool c, float[K, 2] a) => (bool c_out, float[L, 2] a_out) {
+                c_out = Identity (c)
+                ["/model/layers.1/Concat"] a_out = Concat <axis = 0> (a, x1)
+            }
+        >
+"""
+    report = audit(graph([DENSE, TRIPS["value"] + grown, DENSE], [DENSE_W] * 3))
+    assert verdicts(report) == ["always", "branch", "subset"]  # the block after reads a grown tensor
+    ev = report.blocks[2].evidence[0]
+    assert (ev.kind, ev.tensor, ev.size) == ("extent", "x2", "data-dependent")
 
 
 def test_scan_over_tokens_is_not_dynamic():
@@ -292,6 +328,95 @@ def test_densified_moe_is_masked_not_subset():
     assert verdicts(report) == ["always", "masked", "always"]
     ev = report.blocks[1].evidence[0]
     assert ev.kind == "routing mask" and ev.op == "Mul" and "TopK" in ev.detail
+    assert not report.dynamic
+
+
+CHOICE = """
+        ["/model/layers.1/a/MatMul"] a1 = MatMul (x1, "model.layers.1.a.weight")
+        ["/model/layers.1/b/MatMul"] b1 = MatMul (x1, "model.layers.1.b.weight")
+        FILL
+        ["/model/layers.1/Where"] x2 = Where (go, a1, OTHER)
+"""
+CHOICE_W = f'float[2, 2] "model.layers.@.a.weight" = {EYE}, float[2, 2] "model.layers.@.b.weight" = {EYE}'
+FILLED = """
+        sa = Shape (a1)
+        ["/model/layers.1/Fill"] low = ConstantOfShape <value = float[1] {-10000.0}> (sa)
+"""
+
+
+@pytest.mark.parametrize("condition, other, verdict", [
+    ("value", "b1", "masked"),  # both paths computed, one kept: a densified choice
+    ("shape", "b1", "always"),  # decided by the input shape, like a causal mask
+    ("value", "low", "always"),  # a filled branch, like the -inf of an attention mask
+])
+def test_where_choosing_between_computed_results(condition, other, verdict):
+    choice = CHOICE.replace("OTHER", other).replace("FILL", FILLED if other == "low" else "")
+    block = CONDITIONS[condition] + choice
+    text = graph([DENSE, block, DENSE], [DENSE_W, CHOICE_W, DENSE_W])
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": np.ones((3, 2), dtype=np.float32)})
+    assert y.shape == (3, 2)
+    report = audit(text)
+    assert verdicts(report) == ["always", verdict, "always"]
+    if verdict == "masked":
+        ev = report.blocks[1].evidence[0]
+        assert (ev.kind, ev.op, ev.tensor) == ("routing mask", "Where", "go")
+        assert "`a1` and `b1`, both computed at full size" in ev.detail
+
+
+DENSE_GATES = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        ["/model/layers.@/router/Softmax"] probs = Softmax (logits)
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (probs, k1)
+        ps = Shape (probs)
+        zeros = ConstantOfShape (ps)
+        ["/model/layers.@/router/Scatter"] gates = ScatterElements <axis = 1> (zeros, choice, top)
+        ["/model/layers.@/experts/Einsum"] every = Einsum <equation = "td,edh->teh"> (x@, "model.layers.@.experts.weight")
+"""
+COMBINE = {
+    "Einsum": """
+        ["/model/layers.@/combine/Einsum"] mix = Einsum <equation = "te,teh->th"> (gates, every)""",
+    "MatMul": """
+        middle = Constant <value = int64[1] {1}> ()
+        gates3 = Unsqueeze (gates, middle)
+        ["/model/layers.@/combine/MatMul"] mix3 = MatMul (gates3, every)
+        mix = Squeeze (mix3, middle)""",
+}
+PICK_EXPERT = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (logits, k1)
+        ["/model/layers.@/router/Softmax"] weight = Softmax (top)
+        ["/model/layers.@/experts/Einsum"] every = Einsum <equation = "td,edh->teh"> (x@, "model.layers.@.experts.weight")
+        last = Constant <value = int64[1] {-1}> ()
+        choice3 = Unsqueeze (choice, last)
+        wide = Constant <value = int64[3] {1, 1, 2}> ()
+        idx = Expand (choice3, wide)
+        ["/model/layers.@/GatherElements"] picked = GatherElements <axis = 1> (every, idx)
+        weight3 = Unsqueeze (weight, last)
+        ["/model/layers.@/combine/Mul"] weighted = Mul (picked, weight3)
+        one = Constant <value = int64[1] {1}> ()
+        mix = ReduceSum <keepdims = 0> (weighted, one)"""
+EXPERTS_W = (f'float[2, 2] "model.layers.@.router.weight" = {EYE}, '
+             'float[2, 2, 2] "model.layers.@.experts.weight" = {1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 2.0}')
+
+
+@pytest.mark.parametrize("combine, op", [
+    (DENSE_GATES + COMBINE["Einsum"], "Einsum"),  # dense gates from a scatter of the top-k
+    (DENSE_GATES + COMBINE["MatMul"], "MatMul"),
+    (PICK_EXPERT, "GatherElements"),  # every expert computed, the top one picked
+])
+def test_densified_moe_combined_or_picked_is_masked(combine, op):
+    text = graph([DENSE, combine + '\n        ["/model/layers.@/Add"] x@+1 = Add (x@, mix)', DENSE],
+                 [DENSE_W, EXPERTS_W, DENSE_W])
+    x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": x})
+    assert y.shape == (3, 2)
+    report = audit(text)
+    assert verdicts(report) == ["always", "masked", "always"]
+    ev = report.blocks[1].evidence[0]
+    assert ev.kind == "routing mask" and "TopK" in ev.detail
+    assert ev.op == ("Mul" if op == "GatherElements" else op)  # the pick's output is data, weighted by Mul
     assert not report.dynamic
 
 

@@ -15,7 +15,8 @@ The rules that matter for an execution audit:
   Compress and Unique have a value-dependent extent whenever their input is.
 - A shape that shape inference gives with integer dimensions only is constant.
 - An `If` output depends on its condition; a `Loop`'s carried values are iterated to a
-  fixed point, and its results depend on the trip count and on the body's condition.
+  fixed point, and its results depend on the trip count and on the body's condition (the
+  shape of a carried value too, unless the body gives it back in the shape it came in).
 """
 
 from __future__ import annotations
@@ -272,7 +273,9 @@ class _Propagation:
                 break
             carried = updated
         decided = max(count, cond_out)
-        for out, (v, s) in zip(node.outputs[:n_carried], carried):
+        for out, (v, s), ref, r in zip(node.outputs[:n_carried], carried, formal[2:], results[1:]):
+            if not self._same_shape(ref, r):  # it may grow or shrink with each iteration
+                s = max(s, decided)
             self._set(out, max(v, decided), s)
         for out, r in zip(node.outputs[n_carried:], results[1 + n_carried :]):
             self._set(out, max(self._v(r), decided), max(self._s(r), decided))
@@ -286,6 +289,13 @@ class _Propagation:
             parts.append("trip count and condition depend only on input shapes" if decided == SHAPE
                          else "constant trip count and condition")
         self.controls[node.id] = Control(node.id, "Loop", decided, tensors, "; ".join(parts))
+
+    def _same_shape(self, a: TensorRef, b: TensorRef) -> bool:
+        """Whether `a` and `b` have one shape that shape inference gives in every dimension."""
+        info_a, info_b = self.mg.tensors.get(a), self.mg.tensors.get(b)
+        if info_a is None or info_b is None or info_a.shape is None or None in info_a.shape:
+            return False
+        return info_a.shape == info_b.shape
 
     def _scan(self, node: Node, body) -> None:
         n_scan = next((a.i for a in node.proto.attribute if a.name == "num_scan_inputs"), 0)
@@ -308,7 +318,8 @@ class _Propagation:
             self._set(out, v, s)
         for out, r in zip(node.outputs[n_state:], body.outputs[n_state:]):
             self._set(out, max(self._v(r), count), max(self._s(r), count))
-        reason = "iterates over the scanned axis (its length is an input shape)"
+        reason = "iterates over the scanned axis (its length " + {
+            CONST: "is fixed)", SHAPE: "is an input shape)", VALUE: "depends on input values)"}[count]
         self.controls[node.id] = Control(node.id, "Scan", count, tuple(r for r in scanned if r), reason)
 
     def _opaque(self, node: Node, bodies) -> None:

@@ -8,7 +8,9 @@ Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
   NonZero, TopK indices, ArgMax — or tensors whose extent depends on values (a fixed-size
   pick is a *capacity*; a NonZero-sized one is data-dependent); ONNX Runtime's MoE too;
 - `masked`: routing exists (TopK / ArgMax / NonZero of values) but every path is computed
-  at full size and then multiplied or selected by the routing result;
+  at full size and then multiplied, combined (MatMul / Einsum) or picked by the routing
+  result, or a Where chooses between two of the block's results by a value-dependent
+  condition;
 - `gated`: a coefficient tensor weights the block's output (Mul / MatMul / Einsum);
 - `always`: none of the above: every node runs for every input, at a size set by shapes.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.coefficients import Coefficient
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blocks import Block, BlockMap
 from graphaudit.analyses.coefficients import GATING, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
@@ -35,7 +37,7 @@ SAVES_COMPUTE = frozenset({SUBSET, BRANCH})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero", "Unique"})
 SELECTING = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Compress"})
 SCATTERING = frozenset({"ScatterND", "ScatterElements", "Scatter", "TensorScatter"})
-MASKING = frozenset({"Mul", "Where", "Div"})
+MASKING = frozenset({"Mul", "Where", "Div", "MatMul", "Einsum"})  # how a routing result weights paths
 NORMALISING = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
                          "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization",
                          "BatchNormalization", "InstanceNormalization"})
@@ -168,7 +170,8 @@ class _Audit:
         routed: dict[TensorRef, str] = {}  # index / mask tensors derived from a routing op
         selected: dict[TensorRef, str] = {}  # activations picked by a routed index
         mask: dict[TensorRef, str] = {}  # anything computed from a routing decision
-        computed: set[TensorRef] = set()  # activations downstream of a compute operator
+        picked: set[TensorRef] = set()  # picks of results computed at full size, no compute since
+        computed: dict[TensorRef, str] = {}  # activation -> the compute node nearest upstream
         for node in execution_order(mg):
             ins = [r for r in node.inputs if r is not None]
             outs = [r for r in node.outputs if r is not None]
@@ -189,6 +192,8 @@ class _Audit:
                         routed[out] = origin
             if op in SELECTING and len(ins) >= 2:
                 self._select(node, routed, selected)
+                if node.id in self.selector_of and ins[0] in computed:
+                    picked.update(outs)
             elif (selected and not selected.keys().isdisjoint(ins) and op not in SCATTERING
                   and op not in ("Shape", "Size")):
                 origin = next(selected[r] for r in ins if r in selected)
@@ -203,19 +208,46 @@ class _Audit:
                              "operator: each expert runs on a value-dependent subset of tokens",
                     "data-dependent"))
                 self.skippable.add(node.id)
-            mask_in = [r for r in ins if r in mask] if mask else []
-            dense = [r for r in ins if r in computed and r not in mask and r not in selected] if mask_in else []
+            if picked and not counted and not picked.isdisjoint(ins):
+                picked.update(outs)
+            # A selection's output is the data it picked, a mask only when that data was one.
+            mask_in = [r for r in (ins[:1] if op in SELECTING else ins) if r in mask] if mask else []
+            dense = [r for r in ins if r in computed and r not in mask
+                     and (r not in selected or r in picked)] if mask_in else []
             if mask_in and dense and op in MASKING:
                 origin = mg.nodes[mask[mask_in[0]]]
                 self.note(node.id, MASKED, Evidence(
                     "routing mask", node.id, _op(node), mask_in[0].name, "value",
                     f"{_op(node)} `{node.id}` weights `{dense[0].name}`, computed at full size, "
                     f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"))
+                for out in outs:  # a weighted mix of full-size results: no longer picked rows
+                    selected.pop(out, None)
+                    picked.discard(out)
+            elif op == "Where" and self._chooses_computed(node, computed):
+                cond, a, b = node.inputs
+                self.note(node.id, MASKED, Evidence(
+                    "routing mask", node.id, _op(node), cond.name, "value",
+                    f"{_op(node)} `{node.id}` chooses between `{a.name}` and `{b.name}`, both computed at "
+                    f"full size, by `{cond.name}`, which depends on input values"))
             elif mask_in and not counted and op not in NORMALISING:
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
-            if counted or not computed.isdisjoint(ins):
-                computed.update(outs)
+            if counted:
+                computed.update(dict.fromkeys(outs, node.id))
+            elif computed and not computed.keys().isdisjoint(ins):
+                origin = next(computed[r] for r in ins if r in computed)
+                for out in outs:
+                    computed[out] = origin
+
+    def _chooses_computed(self, node: Node, computed: dict[TensorRef, str]) -> bool:
+        """Whether a Where picks, by a value-dependent condition, between two results of its
+        own block's compute: both paths ran. A constant or filled branch (the -inf of an
+        attention mask) and a condition set by shapes (a causal mask) are no choice of path."""
+        if len(node.inputs) != 3 or None in node.inputs or self.dm.value(node.inputs[0]) != VALUE:
+            return False
+        block = self.blocks.block_of(node.id)
+        return all(r in computed and self.dm.value(r) == VALUE and self.blocks.block_of(computed[r]) == block
+                   for r in node.inputs[1:])
 
     def _index_like(self, ref: TensorRef) -> bool:
         info = self.mg.tensors.get(ref)
@@ -282,17 +314,22 @@ class _Audit:
         ids = block.node_ids
         compute = {n for n in ids if n in self.counted} or set(ids)
         found: dict[str, list[Evidence]] = {}
-        owners: dict[str, list[str]] = {}
-        for nid in compute:
+        owners: dict[str, dict[Scope, int]] = {}  # dynamic owner -> its branch or body -> nodes in it
+        for nid in sorted(compute):
             if nid in self.region:
-                owners.setdefault(self.region[nid], []).append(nid)
-        for owner, members in owners.items():
+                owner = self.region[nid]
+                scope = next(s for s in mg.nodes[nid].scopes if s.owner == owner)
+                counts = owners.setdefault(owner, {})
+                counts[scope] = counts.get(scope, 0) + 1
+        for owner, counts in owners.items():
             control = self.dynamic[owner]
-            scope = next(s for s in mg.nodes[members[0]].scopes if s.owner == owner)
+            by_kind = sorted(counts.items(), key=lambda item: item[0].kind, reverse=True)  # then- before else-branch
+            (first, n), *others = by_kind
+            where = "".join(f" and {m} only in the {scope.describe()}" for scope, m in others)
             found.setdefault(BRANCH, []).append(Evidence(
                 control.kind, owner, control.op, control.tensor, "value",
-                f"{len(members)} of the block's {len(compute)} compute nodes run only in the "
-                f"{scope.describe()}; {control.detail.split(': ', 1)[-1]}"))
+                f"{n} of the block's {len(compute)} compute nodes run only in the {first.describe()}{where}; "
+                f"{control.detail.split(': ', 1)[-1]}"))
         for nid in sorted(ids):
             for ev in self.evidence.get(nid, ()):
                 if self.kinds[nid] != BRANCH:
