@@ -232,10 +232,8 @@ class _Audit:
             elif mask_in and not counted and op not in NORMALISING:
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
-            if counted:
-                computed.update(dict.fromkeys(outs, node.id))
-            elif computed and not computed.keys().isdisjoint(ins):
-                origin = next(computed[r] for r in ins if r in computed)
+            origin = node.id if counted else next(filter(None, map(computed.get, ins)), None)
+            if origin is not None:
                 for out in outs:
                     computed[out] = origin
 
