@@ -32,7 +32,7 @@ CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "comp
 INPUT_SHARE_MIN = 0.001
 # A reassignment "hurts" when its ΔNLL interval lies wholly above this many nats.
 MATERIAL_NATS = 0.01
-# Faster than the baseline means a median latency below this fraction of the baseline's.
+# Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
 SAVINGS_RATIO_MAX = 0.95
 SKIPPABLE = ("branch", "subset")
 REASSIGNMENTS = ("cross_input", "token_shuffle")
@@ -242,16 +242,23 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
             if isinstance(item, dict) and item.get("detail"):
                 evidence.append(Evidence("static", f"outside the blocks: {item['detail']}"))
     reduced: list[str] = []
+    fixed = []
     inputs = None
     if profile is not None:
         pblocks = profiled_blocks(profile)
         inputs = profiled_inputs(profile)
+        verdicts = {b.get("name"): b.get("verdict") for b in (static or {}).get("blocks") or []}
+        fixed: list[str] = []  # the same part left out on every input, where no value decides it
         for b in pblocks:
-            fraction = num(b.get("executed_fraction"))
-            if fraction is not None and fraction < 1.0:
-                reduced.append(f"{b.get('name')} ran on {_pct(fraction)} of inputs")
-            elif shrunk(b):
-                reduced.append(f"{b.get('name')} {shrunk(b)}")
+            how = reduction(b, verdicts.get(b.get("name")))
+            if how:
+                reduced.append(f"{b.get('name')} {how}")
+            elif _left_out(b):
+                fixed.append(f"{b.get('name')} {_left_out(b)}")
+        if fixed:
+            evidence.append(Evidence("profile", (
+                "the same on every input, so not conditional: " + "; ".join(fixed)
+                + " (a part the graph leaves out by shapes or constants, e.g. an If on a shape)")))
         if pblocks:
             evidence.append(Evidence("profile", (
                 "blocks skipped or shrunk at run time: " + "; ".join(reduced)) if reduced else
@@ -267,6 +274,10 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         if skippable:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
+        if fixed:
+            return Finding(NO, ("No: every input ran the same nodes of every block, in the graph and at run "
+                                f"time; what was left out is the same on every input: {'; '.join(fixed)}."),
+                           tuple(evidence))
         return Finding(NO, "No: every block runs for every input, in the graph and at run time.", tuple(evidence))
     if static is not None and not skippable:
         return Finding(NO, ("No: the graph has no block that can be skipped or shrunk (no data-dependent "
@@ -297,21 +308,44 @@ def per_input(profile: dict) -> list[dict]:
     return []
 
 
+def reduction(block: dict, verdict: str | None = None) -> str | None:
+    """How a profiled block was skipped or shrunk in a way its input decides, in words, or None.
+
+    A reduction that differs between inputs counts (skipped on some, fewer nodes or FLOPs on
+    some, shapes that change between same-shaped inputs). One that is the same on every input
+    counts only where the graph says values decide it (`verdict` branch or subset: every profiled
+    input happened to go the same way); elsewhere it is a choice fixed by shapes or constants,
+    such as an If on a shape, the same for every input, and no conditional execution.
+    """
+    fraction = num(block.get("executed_fraction"))
+    if fraction is not None and 0.0 < fraction < 1.0:
+        return f"ran on {_pct(fraction)} of inputs"
+    varying = shrunk(block)
+    if varying or verdict not in SKIPPABLE:
+        return varying
+    return _left_out(block)
+
+
+def _left_out(block: dict) -> str | None:
+    """What part of a block no profiled input ran, when it is the same part for all, in words."""
+    if num(block.get("executed_fraction")) == 0.0:
+        return "ran on none of the inputs"
+    most = num((block.get("node_fraction") or {}).get("max"), 1.0)
+    return f"ran {_pct(most)} of its nodes on every input" if most < 1.0 else None
+
+
 def shrunk(block: dict) -> str | None:
-    """How a profiled block ran at less than full size for some input, in words, or None."""
-    nodes = (block.get("node_fraction") or {})
-    if num(nodes.get("min"), 1.0) < 1.0:
-        return f"ran only {_pct(nodes['min'])} of its nodes on some input"
+    """How a profiled block ran at a size that differs between inputs, in words, or None."""
+    nodes = block.get("node_fraction") or {}
+    low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
+    if low < high:
+        return f"ran only {_pct(low)} of its nodes on some input ({_pct(high)} on another)"
     varying = block.get("value_dependent_shapes") or []
     if varying:
         return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
     flops = block.get("executed_flops") or {}
     if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
         return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
-    for key in ("work_fraction", "size_fraction"):
-        value = num(block.get(key))
-        if value is not None and value < 1.0:
-            return f"ran at reduced size ({_pct(value)} of its full work)"
     return None
 
 
@@ -334,7 +368,8 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
         f"median latency {_fmt(latency)} ms against {name}'s {_fmt(median(baseline.get('latency_ms')))} ms, "
-        f"ratio {ratio:.2f}×{spread_text} (paired rounds on {profile.get('provider', 'the runtime')})"))]
+        f"workload ratio {ratio:.2f}× (each input's median, summed){spread_text} "
+        f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     flops_words = ""
     executed = num(profile.get("flops_executed"))
     full = num(((static or {}).get("flops") or {}).get("total"))
@@ -352,7 +387,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     words = _latency_words(ratio, low, high)
     if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
         return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
-    return Finding(NO, f"No: {words}{flops_words}; a saving needs a median ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
+    return Finding(NO, f"No: {words}{flops_words}; a saving needs a workload ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
                        "with the spread below 1×.", tuple(evidence))
 
 
@@ -362,9 +397,9 @@ def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
     spread = f", p10–p90 {low:.2f}–{high:.2f}×" if low is not None and high is not None else ""
     clear = low is None or high is None or (low > 1.0 if ratio > 1 else high < 1.0)
     if change < 0.05 or not clear:
-        return f"no clear difference from the baseline (median latency {ratio:.2f}× the baseline's{spread})"
+        return f"no clear difference from the baseline (workload time {ratio:.2f}× the baseline's{spread})"
     return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
-            f"(median latency {ratio:.2f}× the baseline's{spread})")
+            f"(workload time {ratio:.2f}× the baseline's{spread})")
 
 
 # -- formatting helpers ------------------------------------------------------------------

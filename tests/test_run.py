@@ -168,3 +168,54 @@ def test_python_api_mirrors_the_command():
     doc = report.to_json()
     validate(doc)
     assert json.loads(report.render("json")) == doc
+
+
+def test_an_if_on_a_shape_is_no_dynamic_inference(tmp_path, capsys):
+    """Each input runs the same branch of an If whose condition is a shape: fewer nodes ran than the
+    block holds, on every input alike. The claim of dynamic inference is refuted (exit 3)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    width = 16
+
+    def weight(name):
+        return numpy_helper.from_array((rng.standard_normal((width, width)) / 4).astype(np.float32), name)
+
+    then = helper.make_graph([helper.make_node("Mul", ["y0", "c1"], ["t_out"], name="/blocks.0/then/Mul")], "then",
+                             [], [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("MatMul", ["y0", "blocks.0.alt.weight"], ["e1"], name="/blocks.0/else/MatMul"),
+                               helper.make_node("Relu", ["e1"], ["e_out"], name="/blocks.0/else/Relu")], "else",
+                              [], [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("MatMul", ["x", "blocks.0.fc.weight"], ["h0"], name="/blocks.0/fc/MatMul"),
+             helper.make_node("Relu", ["h0"], ["a0"], name="/blocks.0/Relu"),
+             helper.make_node("Add", ["x", "a0"], ["y0"], name="/blocks.0/Add"),
+             helper.make_node("Shape", ["x"], ["s"], name="/blocks.0/Shape"),
+             helper.make_node("Gather", ["s", "one"], ["t1"], name="/blocks.0/Gather", axis=0),
+             helper.make_node("ReduceSum", ["t1"], ["t"], name="/blocks.0/ReduceSum", keepdims=0),
+             helper.make_node("Greater", ["t", "zero"], ["cond"], name="/blocks.0/Greater"),
+             helper.make_node("If", ["cond"], ["y1"], name="/blocks.0/If", then_branch=then, else_branch=other),
+             helper.make_node("MatMul", ["y1", "blocks.1.fc.weight"], ["h1"], name="/blocks.1/fc/MatMul"),
+             helper.make_node("Relu", ["h1"], ["a1"], name="/blocks.1/Relu"),
+             helper.make_node("Add", ["y1", "a1"], ["y"], name="/blocks.1/Add")]
+    inits = [weight("blocks.0.fc.weight"), weight("blocks.0.alt.weight"), weight("blocks.1.fc.weight"),
+             numpy_helper.from_array(np.array([1], np.int64), "one"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "c1")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, tmp_path / "model.onnx")
+    for name, seed in (("calib", 1), ("eval", 2)):
+        np.savez(tmp_path / f"{name}.npz", x=np.random.default_rng(seed).standard_normal((6, 8, width)).astype(np.float32))
+    code, out, err = run(["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--data",
+                          tmp_path / "eval.npz", "--claim", "dynamic-inference", "--format", "json", *FAST], capsys)
+    doc = json.loads(out)
+    assert [b["verdict"] for b in doc["static"]["blocks"]] == ["always", "always"]
+    fraction = next(b for b in doc["profile"]["blocks"] if b["name"] == "blocks.0")["node_fraction"]
+    assert fraction["min"] == fraction["max"] < 1.0  # the else-branch never ran, on any input
+    assert doc["verdict"]["conditional_execution"]["answer"] == "no"
+    agreement = {a["block"]: a["outcome"] for a in doc["profile"]["static_agreement"]}
+    assert agreement["blocks.0"] == "confirmed"
+    assert code == 3 and "claim dynamic-inference refuted" in err

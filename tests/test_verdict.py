@@ -78,10 +78,27 @@ def test_static_only_without_skippable_blocks_is_no():
 
 def test_shrunk_block_counts_as_conditional_execution():
     profile = profile_doc(fractions=(1.0, 1.0))
-    profile["blocks"][1]["work_fraction"] = 0.5
+    profile["blocks"][1]["node_fraction"] = {"min": 0.5, "median": 1.0, "max": 1.0, "total": 30.0}
     verdict = decide(static_doc(["always", "subset"]), None, profile)
     assert verdict.conditional_execution.answer == YES
-    assert "reduced size" in verdict.conditional_execution.statement
+    assert "ran only 50.0% of its nodes on some input (100.0% on another)" in verdict.conditional_execution.statement
+
+
+@pytest.mark.parametrize("part", ["nodes", "block"])
+def test_the_same_part_left_out_on_every_input_is_no_conditional_execution(part):
+    """An If on a shape runs one branch for every input: fewer nodes, but nothing the input decides.
+    Only where the graph says values decide (branch, subset) does it count: no input went the other way."""
+    profile = profile_doc(fractions=(1.0, 1.0))
+    if part == "nodes":
+        profile["blocks"][1]["node_fraction"] = {"min": 0.8, "median": 0.8, "max": 0.8, "total": 64.0}
+    else:
+        profile["blocks"][1].update(executed_fraction=0.0, inputs_executed=0)
+    verdict = decide(static_doc(["always", "always"]), None, profile)
+    assert verdict.conditional_execution.answer == NO
+    assert "the same on every input" in verdict.conditional_execution.statement
+    verdict = decide(static_doc(["always", "branch"]), None, profile)
+    assert verdict.conditional_execution.answer == YES
+    assert ("on every input" if part == "nodes" else "ran on none of the inputs") in verdict.conditional_execution.statement
 
 
 def test_small_reassignment_effect_is_no_functional_dependence():

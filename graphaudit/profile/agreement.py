@@ -47,20 +47,25 @@ def compare_verdicts(static: Any, executed: tuple[BlockExecution, ...]) -> tuple
 
 
 def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
-    skipped = ex.executed_fraction < 1.0 or ex.node_fraction.min < 1.0
+    # Skipped as the input decides: on some inputs and not others, or more nodes on some than others.
+    varies = 0.0 < ex.executed_fraction < 1.0 or ex.node_fraction.min < ex.node_fraction.max
+    # The same part left out on every input: a branch no profiled input took, or one an If on a
+    # shape never takes; only the graph's verdict tells them apart.
+    always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)
     resized = bool(ex.value_dependent)
     facts = []
     if ex.executed_fraction < 1.0:
         facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
     elif ex.node_fraction.min < 1.0:
-        facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran on some input")
+        where = "on some input" if varies else "on every input"
+        facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
     if resized:
         facts.append(f"{len(ex.value_dependent)} nodes ran at value-dependent shapes")
     seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
     if verdict == "branch":
-        outcome = "confirmed" if skipped else "not_observed"
+        outcome = "confirmed" if varies or always_less else "not_observed"
     elif verdict == "subset":
-        outcome = "confirmed" if resized or skipped else "not_observed"
+        outcome = "confirmed" if resized or varies or always_less else "not_observed"
     else:
-        outcome = "contradicted" if skipped or resized else "confirmed"
+        outcome = "contradicted" if varies or resized else "confirmed"
     return Agreement(name, verdict, outcome, seen)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.verdict import (
-    FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, interval, median, num, profiled_blocks, shrunk,
+    FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, interval, median, num, profiled_blocks, reduction,
 )
 
 LABELS = {
@@ -216,7 +216,8 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         measured = "—"
     else:
         pblocks = profiled_blocks(profile)
-        reduced = [b for b in pblocks if num(b.get("executed_fraction"), 1.0) < 1.0 or shrunk(b)]
+        verdicts = {b.get("name"): b.get("verdict") for b in blocks}
+        reduced = [b for b in pblocks if reduction(b, verdicts.get(b.get("name")))]
         measured = f"{len(reduced)}/{len(pblocks)}"
     ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
     latency = "(baseline)" if (doc.get("inputs") or {}).get("is_baseline") else (
