@@ -19,8 +19,10 @@ thresholds below are the whole policy; they are in the report's evidence lines a
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
+from graphaudit.wording import ci_text, fmt, interval, median, num, num_text, pct, signed
 
 YES, NO, NOT_MEASURED = "yes", "no", "not measured"
 ANSWERS = (YES, NO, NOT_MEASURED)
@@ -34,7 +36,6 @@ INPUT_SHARE_MIN = 0.001
 MATERIAL_NATS = 0.01
 # Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
 SAVINGS_RATIO_MAX = 0.95
-SKIPPABLE = ("branch", "subset")
 REASSIGNMENTS = ("cross_input", "token_shuffle")
 PROFILES = ("static_layer", "static_position")
 
@@ -135,20 +136,20 @@ def coefficient_variation(static: dict | None, replay: dict | None) -> Finding:
         if within >= INPUT_SHARE_MIN:
             varying.append(family)
         evidence.append(Evidence("replay", (
-            f"{family}: layer identity alone explains {_pct(eta2)} of the variance (η²); "
-            f"(layer, slot) {_pct(v.get('layer_slot_share'))}, input {_pct(v.get('input_share'))}, "
-            f"token {_pct(v.get('token_share'))}")))
+            f"{family}: layer identity alone explains {pct(eta2)} of the variance (η²); "
+            f"(layer, slot) {pct(v.get('layer_slot_share'))}, input {pct(v.get('input_share'))}, "
+            f"token {pct(v.get('token_share'))}")))
     etas = [num(v.get("eta2_layer")) for v in variance.values()]
     etas = [e for e in etas if e is not None]
-    eta_words = (f"layer identity alone explains {_pct(min(etas))}–{_pct(max(etas))} of their variance"
+    eta_words = (f"layer identity alone explains {pct(min(etas))}–{pct(max(etas))} of their variance"
                  if etas and len(etas) > 1 else
-                 f"layer identity alone explains {_pct(etas[0])} of their variance" if etas else "")
+                 f"layer identity alone explains {pct(etas[0])} of their variance" if etas else "")
     if varying:
         statement = (f"Yes: the coefficients change with the input ({', '.join(varying)}); "
                      f"{eta_words}." if eta_words else
                      f"Yes: the coefficients change with the input ({', '.join(varying)}).")
         return Finding(YES, statement, tuple(evidence))
-    return Finding(NO, (f"No: the input and token levels explain less than {_pct(INPUT_SHARE_MIN)} "
+    return Finding(NO, (f"No: the input and token levels explain less than {pct(INPUT_SHARE_MIN)} "
                         f"of the coefficients' variance; a fixed per-layer profile reproduces them."),
                    tuple(evidence))
 
@@ -163,17 +164,17 @@ def functional_dependence(replay: dict | None) -> Finding:
     if parity and not parity.get("ok", True):
         return Finding(NOT_MEASURED, (
             "Not measured: the frozen model fed its own coefficients did not reproduce the live "
-            f"model (max |Δ| {_num_text(parity.get('max_abs_diff'))}), so no replay can be trusted."),
-            (Evidence("replay", f"parity check failed: max |Δ| {_num_text(parity.get('max_abs_diff'))}"),))
+            f"model (max |Δ| {num_text(parity.get('max_abs_diff'))}), so no replay can be trusted."),
+            (Evidence("replay", f"parity check failed: max |Δ| {num_text(parity.get('max_abs_diff'))}"),))
     conditions = replay.get("conditions") or {}
     evidence = []
     if parity:
         all_inputs = parity.get("every_input") or {}
         every = (f"; {all_inputs.get('kind')} of all {all_inputs.get('inputs')} inputs, max |Δ| "
-                 f"{_num_text(all_inputs.get('max_abs_diff'))}") if all_inputs else ""
+                 f"{num_text(all_inputs.get('max_abs_diff'))}") if all_inputs else ""
         evidence.append(Evidence("replay", (
             f"parity: the frozen graph with its own coefficients matches the live model "
-            f"(max |Δ| {_num_text(parity.get('max_abs_diff'))}{every})")))
+            f"(max |Δ| {num_text(parity.get('max_abs_diff'))}{every})")))
     hurts, measured = [], []
     for name in REASSIGNMENTS:
         c = conditions.get(name)
@@ -181,7 +182,7 @@ def functional_dependence(replay: dict | None) -> Finding:
             continue
         measured.append(name)
         lo, hi = interval(c.get("ci"))
-        evidence.append(Evidence("replay", f"ΔNLL {name} = {_signed(c['delta_nll'])} nats{_ci_text(lo, hi)}"))
+        evidence.append(Evidence("replay", f"ΔNLL {name} = {signed(c['delta_nll'])} nats{ci_text(lo, hi)}"))
         if lo is not None and lo > MATERIAL_NATS:
             hurts.append(name)
         elif lo is None and num(c["delta_nll"]) > MATERIAL_NATS:
@@ -191,9 +192,9 @@ def functional_dependence(replay: dict | None) -> Finding:
     for name in PROFILES:
         if num(gap.get(name)) is not None:
             lo, hi = interval(gap_ci.get(name))
-            ci = f" (95% CI {_pct(lo)} to {_pct(hi)})" if lo is not None and hi is not None else ""
+            ci = f" (95% CI {pct(lo)} to {pct(hi)})" if lo is not None and hi is not None else ""
             evidence.append(Evidence("replay", (
-                f"a {name.replace('_', ' ')} profile retains {_pct(gap[name])}{ci} of the gap between "
+                f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} of the gap between "
                 "global-mean and correct coefficients")))
     if not measured:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
@@ -203,10 +204,10 @@ def functional_dependence(replay: dict | None) -> Finding:
     if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
         gap_words = "; one global mean does as well as the correct coefficients, so no gap is left for a profile"
     elif num(gap.get("static_layer")) is not None:
-        gap_words = (f"; a static per-layer profile keeps {_pct(gap['static_layer'])} of what the "
+        gap_words = (f"; a static per-layer profile keeps {pct(gap['static_layer'])} of what the "
                      "coefficients contribute over one global mean")
     if hurts:
-        parts = [f"{n.replace('_', '-')} +{_fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
+        parts = [f"{n.replace('_', '-')} +{fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
                              f"({', '.join(parts)}){gap_words}."), tuple(evidence))
     return Finding(NO, (f"No: feeding the frozen model another input's coefficients, or its own shuffled over "
@@ -236,7 +237,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         # A zero share beside skippable blocks means their sizes were unknown, not that they cost nothing.
         if share is not None and (share > 0 or not skippable):
             evidence.append(Evidence("static", (
-                f"{_pct(flops['skippable_share'])} of the graph's FLOPs sit where they can be skipped or shrunk "
+                f"{pct(flops['skippable_share'])} of the graph's FLOPs sit where they can be skipped or shrunk "
                 "(the most dynamic execution could save)")))
         for item in (static.get("outside_blocks") or [])[:2]:
             if isinstance(item, dict) and item.get("detail"):
@@ -253,8 +254,8 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
             how = reduction(b, verdicts.get(b.get("name")))
             if how:
                 reduced.append(f"{b.get('name')} {how}")
-            elif _left_out(b):
-                fixed.append(f"{b.get('name')} {_left_out(b)}")
+            elif left_out(b):
+                fixed.append(f"{b.get('name')} {left_out(b)}")
         if fixed:
             evidence.append(Evidence("profile", (
                 "the same on every input, so not conditional: " + "; ".join(fixed)
@@ -286,69 +287,6 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
                                   "nothing was profiled at run time."), tuple(evidence))
 
 
-def profiled_blocks(profile: dict) -> list[dict]:
-    """The profile's blocks, without its catch-all entries such as `(other)`."""
-    return [b for b in profile.get("blocks") or [] if not str(b.get("name", "")).startswith("(")]
-
-
-def profiled_inputs(profile: dict) -> int | None:
-    """How many inputs (batches) the profile ran."""
-    for key in ("inputs", "inputs_count"):
-        if isinstance(profile.get(key), int) and not isinstance(profile.get(key), bool):
-            return profile[key]
-    runs = per_input(profile)
-    return len(runs) or None
-
-
-def per_input(profile: dict) -> list[dict]:
-    """The profile's per-input entries ({"index", "blocks_ran", ...})."""
-    for key in ("per_input", "inputs"):
-        if isinstance(profile.get(key), list):
-            return [r for r in profile[key] if isinstance(r, dict)]
-    return []
-
-
-def reduction(block: dict, verdict: str | None = None) -> str | None:
-    """How a profiled block was skipped or shrunk in a way its input decides, in words, or None.
-
-    A reduction that differs between inputs counts (skipped on some, fewer nodes or FLOPs on
-    some, shapes that change between same-shaped inputs). One that is the same on every input
-    counts only where the graph says values decide it (`verdict` branch or subset: every profiled
-    input happened to go the same way); elsewhere it is a choice fixed by shapes or constants,
-    such as an If on a shape, the same for every input, and no conditional execution.
-    """
-    fraction = num(block.get("executed_fraction"))
-    if fraction is not None and 0.0 < fraction < 1.0:
-        return f"ran on {_pct(fraction)} of inputs"
-    varying = shrunk(block)
-    if varying or verdict not in SKIPPABLE:
-        return varying
-    return _left_out(block)
-
-
-def _left_out(block: dict) -> str | None:
-    """What part of a block no profiled input ran, when it is the same part for all, in words."""
-    if num(block.get("executed_fraction")) == 0.0:
-        return "ran on none of the inputs"
-    most = num((block.get("node_fraction") or {}).get("max"), 1.0)
-    return f"ran {_pct(most)} of its nodes on every input" if most < 1.0 else None
-
-
-def shrunk(block: dict) -> str | None:
-    """How a profiled block ran at a size that differs between inputs, in words, or None."""
-    nodes = block.get("node_fraction") or {}
-    low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
-    if low < high:
-        return f"ran only {_pct(low)} of its nodes on some input ({_pct(high)} on another)"
-    varying = block.get("value_dependent_shapes") or []
-    if varying:
-        return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
-    flops = block.get("executed_flops") or {}
-    if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
-        return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
-    return None
-
-
 # -- compute savings ---------------------------------------------------------------------
 
 def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
@@ -361,13 +299,13 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     if ratio is None:
         return Finding(NOT_MEASURED, (
             "Not measured: no baseline was given to compare against"
-            + (f" (median latency {_fmt(latency)} ms)." if latency is not None else ".")))
+            + (f" (median latency {fmt(latency)} ms)." if latency is not None else ".")))
     name = baseline.get("model") or "the baseline"
     spread = baseline.get("ratio_spread") or {}
     spread_text = (f", p10–p90 {spread['p10']:.2f}–{spread['p90']:.2f}×"
                    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
-        f"median latency {_fmt(latency)} ms against {name}'s {_fmt(median(baseline.get('latency_ms')))} ms, "
+        f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
         f"workload ratio {ratio:.2f}× (each input's median, summed){spread_text} "
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     flops_words = ""
@@ -400,56 +338,3 @@ def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
         return f"no clear difference from the baseline (workload time {ratio:.2f}× the baseline's{spread})"
     return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
             f"(workload time {ratio:.2f}× the baseline's{spread})")
-
-
-# -- formatting helpers ------------------------------------------------------------------
-
-def num(value, default=None):
-    """`value` as a float, or `default` for None, booleans, text and NaN."""
-    if isinstance(value, bool) or value is None:
-        return default
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        return default
-    return default if math.isnan(x) else x
-
-
-def median(value):
-    """A latency given as a number or as a spread {"median", "p10", "p90"}."""
-    return num(value.get("median")) if isinstance(value, dict) else num(value)
-
-
-def interval(ci) -> tuple[float | None, float | None]:
-    """(low, high) of a confidence interval given as [lo, hi] or {"low", "high"}."""
-    if isinstance(ci, dict):
-        ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
-    if isinstance(ci, (list, tuple)) and len(ci) == 2:
-        return num(ci[0]), num(ci[1])
-    return None, None
-
-
-def _fmt(value) -> str:
-    x = num(value)
-    if x is None:
-        return "?"
-    return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
-
-
-def _num_text(value) -> str:
-    x = num(value)
-    return "?" if x is None else f"{x:.2e}"
-
-
-def _signed(value) -> str:
-    x = num(value)
-    return "?" if x is None else f"{x:+.4f}"
-
-
-def _ci_text(lo, hi) -> str:
-    return "" if lo is None or hi is None else f" (95% CI {lo:+.4f} to {hi:+.4f})"
-
-
-def _pct(value) -> str:
-    x = num(value)
-    return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"

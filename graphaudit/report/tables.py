@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphaudit.verdict import (
-    FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES, interval, median, num, profiled_blocks, reduction,
-)
+from graphaudit.executed import profiled_blocks, reduction
+from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.wording import interval, median, num
 
 LABELS = {
     "coefficient_variation": "coefficient variation",

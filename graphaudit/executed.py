@@ -1,0 +1,71 @@
+"""What a profile's JSON document says ran: its blocks and inputs, and whether a block was
+skipped or shrunk as its input decides (the run-time half of conditional execution)."""
+
+from __future__ import annotations
+
+from graphaudit.wording import num, pct
+
+SKIPPABLE = ("branch", "subset")  # static verdicts under which values decide what runs
+
+
+def profiled_blocks(profile: dict) -> list[dict]:
+    """The profile's blocks, without its catch-all entries such as `(other)`."""
+    return [b for b in profile.get("blocks") or [] if not str(b.get("name", "")).startswith("(")]
+
+
+def profiled_inputs(profile: dict) -> int | None:
+    """How many inputs (batches) the profile ran."""
+    for key in ("inputs", "inputs_count"):
+        if isinstance(profile.get(key), int) and not isinstance(profile.get(key), bool):
+            return profile[key]
+    runs = per_input(profile)
+    return len(runs) or None
+
+
+def per_input(profile: dict) -> list[dict]:
+    """The profile's per-input entries ({"index", "blocks_ran", ...})."""
+    for key in ("per_input", "inputs"):
+        if isinstance(profile.get(key), list):
+            return [r for r in profile[key] if isinstance(r, dict)]
+    return []
+
+
+def reduction(block: dict, verdict: str | None = None) -> str | None:
+    """How a profiled block was skipped or shrunk in a way its input decides, in words, or None.
+
+    A reduction that differs between inputs counts (skipped on some, fewer nodes or FLOPs on
+    some, shapes that change between same-shaped inputs). One that is the same on every input
+    counts only where the graph says values decide it (`verdict` branch or subset: every profiled
+    input happened to go the same way); elsewhere it is a choice fixed by shapes or constants,
+    such as an If on a shape, the same for every input, and no conditional execution.
+    """
+    fraction = num(block.get("executed_fraction"))
+    if fraction is not None and 0.0 < fraction < 1.0:
+        return f"ran on {pct(fraction)} of inputs"
+    varying = shrunk(block)
+    if varying or verdict not in SKIPPABLE:
+        return varying
+    return left_out(block)
+
+
+def left_out(block: dict) -> str | None:
+    """What part of a block no profiled input ran, when it is the same part for all, in words."""
+    if num(block.get("executed_fraction")) == 0.0:
+        return "ran on none of the inputs"
+    most = num((block.get("node_fraction") or {}).get("max"), 1.0)
+    return f"ran {pct(most)} of its nodes on every input" if most < 1.0 else None
+
+
+def shrunk(block: dict) -> str | None:
+    """How a profiled block ran at a size that differs between inputs, in words, or None."""
+    nodes = block.get("node_fraction") or {}
+    low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
+    if low < high:
+        return f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another)"
+    varying = block.get("value_dependent_shapes") or []
+    if varying:
+        return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
+    flops = block.get("executed_flops") or {}
+    if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
+        return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
+    return None

@@ -1,0 +1,60 @@
+"""Numbers read from the audit's JSON parts and written as text, for the verdict and the reports.
+
+The parts' documents may hold None, NaN, text or booleans where a number is missing; `num`
+turns each into a float or a default, and the writers print "?" for what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def num(value, default=None):
+    """`value` as a float, or `default` for None, booleans, text and NaN."""
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(x) else x
+
+
+def median(value):
+    """A latency given as a number or as a spread {"median", "p10", "p90"}."""
+    return num(value.get("median")) if isinstance(value, dict) else num(value)
+
+
+def interval(ci) -> tuple[float | None, float | None]:
+    """(low, high) of a confidence interval given as [lo, hi] or {"low", "high"}."""
+    if isinstance(ci, dict):
+        ci = (ci.get("low", ci.get("lo")), ci.get("high", ci.get("hi")))
+    if isinstance(ci, (list, tuple)) and len(ci) == 2:
+        return num(ci[0]), num(ci[1])
+    return None, None
+
+
+def fmt(value) -> str:
+    x = num(value)
+    if x is None:
+        return "?"
+    return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
+
+
+def num_text(value) -> str:
+    x = num(value)
+    return "?" if x is None else f"{x:.2e}"
+
+
+def signed(value) -> str:
+    x = num(value)
+    return "?" if x is None else f"{x:+.4f}"
+
+
+def ci_text(lo, hi) -> str:
+    return "" if lo is None or hi is None else f" (95% CI {lo:+.4f} to {hi:+.4f})"
+
+
+def pct(value) -> str:
+    x = num(value)
+    return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"

@@ -1,0 +1,222 @@
+"""Routing verdicts on tiny graphs in ONNX text syntax: selection by value (`subset`, with a
+fixed capacity or a data-dependent size), every path computed then masked, combined or picked
+(`masked`), a Where choosing between computed results, and ONNX Runtime's routing operators."""
+
+import numpy as np
+import pytest
+from onnx.reference import ReferenceEvaluator
+
+from test_static import model_of, audit, verdicts, graph, EYE, DENSE, DENSE_W, CONDITIONS
+
+
+# -- routing -----------------------------------------------------------------------------------
+ROUTE = """
+        ["/model/layers.@/router/MatMul"] s2 = MatMul (x@, "model.layers.@.router.weight")
+        axis1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/Squeeze"] score = Squeeze (s2, axis1)
+"""
+PICK_CAPACITY = """
+        k = Constant <value = int64[1] {2}> ()
+        ["/model/layers.@/TopK"] top, idx = TopK <axis = 0> (score, k)
+"""
+PICK_NONZERO = """
+        zero = Constant <value = float {0.0}> ()
+        positive = Greater (score, zero)
+        ["/model/layers.@/NonZero"] nz = NonZero (positive)
+        flat = Constant <value = int64[1] {-1}> ()
+        ["/model/layers.@/Reshape"] idx = Reshape (nz, flat)
+"""
+DISPATCH = """
+        ["/model/layers.@/Gather"] sel = Gather <axis = 0> (x@, idx)
+        ["/model/layers.@/expert/MatMul"] out = MatMul (sel, "model.layers.@.expert.weight")
+        ["/model/layers.@/Unsqueeze"] idx2 = Unsqueeze (idx, axis1)
+        ["/model/layers.@/ScatterND"] x@+1 = ScatterND (x@, idx2, out)
+"""
+MOE_W = (f'float[2, 1] "model.layers.@.router.weight" = {{1.0, 1.0}}, '
+         f'float[2, 2] "model.layers.@.expert.weight" = {EYE}')
+
+
+@pytest.mark.parametrize("pick, size", [(PICK_CAPACITY, "fixed (capacity)"), (PICK_NONZERO, "data-dependent")])
+def test_subset_by_value_selection(pick, size):
+    report = audit(graph([DENSE, ROUTE + pick + DISPATCH, DENSE], [DENSE_W, MOE_W, DENSE_W]))
+    assert verdicts(report) == ["always", "subset", "always"]  # the block after the scatter is whole again
+    ev = report.blocks[1].evidence[0]
+    assert (ev.kind, ev.op, ev.node, ev.size) == ("selection", "Gather", "/model/layers.1/Gather", size)
+    assert ("TopK" if pick is PICK_CAPACITY else "NonZero") in ev.detail
+    assert report.data_dependent_compute and not report.conditional_execution and report.dynamic
+
+
+def test_subset_graph_runs_in_the_reference_evaluator():
+    model = model_of(graph([DENSE, ROUTE + PICK_NONZERO + DISPATCH], [DENSE_W, MOE_W]))
+    x = np.array([[1.0, 2.0], [-3.0, -1.0], [0.5, 0.5]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model).run(None, {"x0": x})
+    assert y.shape == (3, 2)  # only the tokens with a positive score went through the expert
+
+
+MASKED = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (logits, k1)
+        e0 = Constant <value = int64 {0}> ()
+        e1 = Constant <value = int64 {1}> ()
+        is0 = Equal (choice, e0)
+        is1 = Equal (choice, e1)
+        m0 = Cast <to = 1> (is0)
+        m1 = Cast <to = 1> (is1)
+        ["/model/layers.@/experts.0/MatMul"] y0 = MatMul (x@, "model.layers.@.experts.0.weight")
+        ["/model/layers.@/experts.1/MatMul"] y1 = MatMul (x@, "model.layers.@.experts.1.weight")
+        ["/model/layers.@/experts.0/Mul"] w0 = Mul (y0, m0)
+        ["/model/layers.@/experts.1/Mul"] w1 = Mul (y1, m1)
+        ["/model/layers.@/Add"] mix = Add (w0, w1)
+        ["/model/layers.@/Add_1"] x@+1 = Add (x@, mix)
+"""
+MASKED_W = (f'float[2, 2] "model.layers.@.router.weight" = {EYE}, '
+            f'float[2, 2] "model.layers.@.experts.0.weight" = {EYE}, '
+            f'float[2, 2] "model.layers.@.experts.1.weight" = {EYE}')
+
+
+def test_densified_moe_is_masked_not_subset():
+    report = audit(graph([DENSE, MASKED, DENSE], [DENSE_W, MASKED_W, DENSE_W]))
+    assert verdicts(report) == ["always", "masked", "always"]
+    ev = report.blocks[1].evidence[0]
+    assert ev.kind == "routing mask" and ev.op == "Mul" and "TopK" in ev.detail
+    assert not report.dynamic
+
+
+CHOICE = """
+        ["/model/layers.1/a/MatMul"] a1 = MatMul (x1, "model.layers.1.a.weight")
+        ["/model/layers.1/b/MatMul"] b1 = MatMul (x1, "model.layers.1.b.weight")
+        FILL
+        ["/model/layers.1/Where"] x2 = Where (go, a1, OTHER)
+"""
+CHOICE_W = f'float[2, 2] "model.layers.@.a.weight" = {EYE}, float[2, 2] "model.layers.@.b.weight" = {EYE}'
+FILLED = """
+        sa = Shape (a1)
+        ["/model/layers.1/Fill"] low = ConstantOfShape <value = float[1] {-10000.0}> (sa)
+"""
+
+
+@pytest.mark.parametrize("condition, other, verdict", [
+    ("value", "b1", "masked"),  # both paths computed, one kept: a densified choice
+    ("shape", "b1", "always"),  # decided by the input shape, like a causal mask
+    ("value", "low", "always"),  # a filled branch, like the -inf of an attention mask
+])
+def test_where_choosing_between_computed_results(condition, other, verdict):
+    choice = CHOICE.replace("OTHER", other).replace("FILL", FILLED if other == "low" else "")
+    block = CONDITIONS[condition] + choice
+    text = graph([DENSE, block, DENSE], [DENSE_W, CHOICE_W, DENSE_W])
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": np.ones((3, 2), dtype=np.float32)})
+    assert y.shape == (3, 2)
+    report = audit(text)
+    assert verdicts(report) == ["always", verdict, "always"]
+    if verdict == "masked":
+        ev = report.blocks[1].evidence[0]
+        assert (ev.kind, ev.op, ev.tensor) == ("routing mask", "Where", "go")
+        assert "`a1` and `b1`, both computed at full size" in ev.detail
+
+
+DENSE_GATES = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        ["/model/layers.@/router/Softmax"] probs = Softmax (logits)
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (probs, k1)
+        ps = Shape (probs)
+        zeros = ConstantOfShape (ps)
+        ["/model/layers.@/router/Scatter"] gates = ScatterElements <axis = 1> (zeros, choice, top)
+        ["/model/layers.@/experts/Einsum"] every = Einsum <equation = "td,edh->teh"> (x@, "model.layers.@.experts.weight")
+"""
+COMBINE = {
+    "Einsum": """
+        ["/model/layers.@/combine/Einsum"] mix = Einsum <equation = "te,teh->th"> (gates, every)""",
+    "MatMul": """
+        middle = Constant <value = int64[1] {1}> ()
+        gates3 = Unsqueeze (gates, middle)
+        ["/model/layers.@/combine/MatMul"] mix3 = MatMul (gates3, every)
+        mix = Squeeze (mix3, middle)""",
+}
+PICK_EXPERT = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (logits, k1)
+        ["/model/layers.@/router/Softmax"] weight = Softmax (top)
+        ["/model/layers.@/experts/Einsum"] every = Einsum <equation = "td,edh->teh"> (x@, "model.layers.@.experts.weight")
+        last = Constant <value = int64[1] {-1}> ()
+        choice3 = Unsqueeze (choice, last)
+        wide = Constant <value = int64[3] {1, 1, 2}> ()
+        idx = Expand (choice3, wide)
+        ["/model/layers.@/GatherElements"] picked = GatherElements <axis = 1> (every, idx)
+        weight3 = Unsqueeze (weight, last)
+        ["/model/layers.@/combine/Mul"] weighted = Mul (picked, weight3)
+        one = Constant <value = int64[1] {1}> ()
+        mix = ReduceSum <keepdims = 0> (weighted, one)"""
+EXPERTS_W = (f'float[2, 2] "model.layers.@.router.weight" = {EYE}, '
+             'float[2, 2, 2] "model.layers.@.experts.weight" = {1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 2.0}')
+
+
+@pytest.mark.parametrize("combine, op", [
+    (DENSE_GATES + COMBINE["Einsum"], "Einsum"),  # dense gates from a scatter of the top-k
+    (DENSE_GATES + COMBINE["MatMul"], "MatMul"),
+    (PICK_EXPERT, "GatherElements"),  # every expert computed, the top one picked
+])
+def test_densified_moe_combined_or_picked_is_masked(combine, op):
+    text = graph([DENSE, combine + '\n        ["/model/layers.@/Add"] x@+1 = Add (x@, mix)', DENSE],
+                 [DENSE_W, EXPERTS_W, DENSE_W])
+    x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": x})
+    assert y.shape == (3, 2)
+    report = audit(text)
+    assert verdicts(report) == ["always", "masked", "always"]
+    ev = report.blocks[1].evidence[0]
+    assert ev.kind == "routing mask" and "TopK" in ev.detail
+    assert ev.op == ("Mul" if op == "GatherElements" else op)  # the pick's output is data, weighted by Mul
+    assert not report.dynamic
+
+
+def test_ort_moe_operator_is_subset():
+    contrib = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        ["/model/layers.@/router/Softmax"] probs = Softmax (logits)
+        ["/model/layers.@/moe/MoE"] moe = com.microsoft.MoE (x@, probs, "model.layers.@.fc1", "", "model.layers.@.fc2") <k = 1>
+        ["/model/layers.@/Add"] x@+1 = Add (x@, moe)
+"""
+    weights = (f'float[2, 2] "model.layers.@.router.weight" = {EYE}, '
+               'float[2, 2, 3] "model.layers.@.fc1" = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}, '
+               'float[2, 3, 2] "model.layers.@.fc2" = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}')
+    report = audit(graph([DENSE, contrib], [DENSE_W, weights], opsets='"" : 17, "com.microsoft" : 1'),
+                   shapes={"x0": (4, 2)})
+    assert verdicts(report) == ["always", "subset"]
+    ev = report.blocks[1].evidence[0]
+    assert (ev.kind, ev.op) == ("contrib", "com.microsoft.MoE")
+    assert report.blocks[1].flops == 2 * 4 * 2 * 2 + 2 * 4 * 1 * (2 * 3 + 3 * 2)  # router + one expert per token
+
+
+@pytest.mark.parametrize("op", ["BeamSearch", "GreedySearch"])
+def test_ort_search_decoder_is_conditional(op):
+    text = """
+    <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (int32[B, T] input_ids, int32[1] max_length, int32[1] min_length, int32[1] num_beams,
+       int32[1] num_return, float[1] length_penalty, float[1] repetition_penalty) => (int32[B, R, S] sequences)
+      <float[2, 2] "decoder.layers.0.fc.weight" = {1.0, 0.0, 0.0, 1.0},
+       float[2, 2] "decoder.layers.1.fc.weight" = {1.0, 0.0, 0.0, 1.0}> {
+        ["/search/BeamSearch"] sequences = com.microsoft.OP (input_ids, max_length, min_length, num_beams,
+                                                   num_return, length_penalty, repetition_penalty) <
+            eos_token_id = 2, pad_token_id = 0, model_type = 0,
+            decoder = dec (int32[B, S] ids, int32[B, S] mask) => (float[B, S, 2] logits) {
+                f = Cast <to = 1> (ids)
+                axes = Constant <value = int64[1] {-1}> ()
+                u = Unsqueeze (f, axes)
+                shape = Constant <value = int64[3] {0, 0, 2}> ()
+                x0 = Expand (u, shape)
+                ["/decoder/layers.0/fc/MatMul"] h0 = MatMul (x0, "decoder.layers.0.fc.weight")
+                ["/decoder/layers.0/Add"] x1 = Add (x0, h0)
+                ["/decoder/layers.1/fc/MatMul"] h1 = MatMul (x1, "decoder.layers.1.fc.weight")
+                ["/decoder/layers.1/Add"] logits = Add (x1, h1)
+            }
+        >
+    }""".replace("OP", op)
+    report = audit(text)
+    assert verdicts(report) == ["branch", "branch"]
+    assert report.conditional_execution
+    (control,) = report.controls
+    assert control.op == f"com.microsoft.{op}" and control.dependence == "value"
+    assert "decoder of" in report.blocks[0].evidence[0].detail
