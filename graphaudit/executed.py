@@ -62,9 +62,12 @@ def shrunk(block: dict) -> str | None:
     low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
     if low < high:
         return f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another)"
-    varying = block.get("value_dependent_shapes") or []
+    # Only compute that changed size: a bookkeeping node (a NonZero counting positives, say) whose
+    # shape follows the values leaves the block's work the same.
+    varying = [v for v in block.get("value_dependent_shapes") or [] if not isinstance(v, dict) or v.get("compute", True)]
     if varying:
-        return f"ran at input-dependent sizes ({len(varying)} nodes changed shape between same-shaped inputs)"
+        return (f"ran at input-dependent sizes ({len(varying)} compute nodes changed shape between "
+                "same-shaped inputs)")
     flops = block.get("executed_flops") or {}
     if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
         return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"

@@ -219,3 +219,38 @@ def test_an_if_on_a_shape_is_no_dynamic_inference(tmp_path, capsys):
     agreement = {a["block"]: a["outcome"] for a in doc["profile"]["static_agreement"]}
     assert agreement["blocks.0"] == "confirmed"
     assert code == 3 and "claim dynamic-inference refuted" in err
+
+
+def test_bookkeeping_that_changes_shape_is_no_dynamic_inference(tmp_path, capsys):
+    """A NonZero counting positive activations changes shape with the values, but the block's
+    matrix products run at the same size for every input: no dynamic inference (exit 3)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    width = 16
+    weights = [numpy_helper.from_array((rng.standard_normal((width, width)) / 4).astype(np.float32), f"blocks.{i}.fc.weight")
+               for i in range(2)] + [numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
+    nodes = [helper.make_node("MatMul", ["x", "blocks.0.fc.weight"], ["h0"], name="/blocks.0/fc/MatMul"),
+             helper.make_node("Relu", ["h0"], ["a0"], name="/blocks.0/Relu"),
+             helper.make_node("Add", ["x", "a0"], ["y0"], name="/blocks.0/Add"),
+             helper.make_node("Greater", ["a0", "zero"], ["pos"], name="/blocks.0/Greater"),
+             helper.make_node("NonZero", ["pos"], ["nz"], name="/blocks.0/NonZero"),
+             helper.make_node("Shape", ["nz"], ["count"], name="/blocks.0/Shape"),
+             helper.make_node("MatMul", ["y0", "blocks.1.fc.weight"], ["h1"], name="/blocks.1/fc/MatMul"),
+             helper.make_node("Relu", ["h1"], ["a1"], name="/blocks.1/Relu"),
+             helper.make_node("Add", ["y0", "a1"], ["y"], name="/blocks.1/Add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", width]),
+                               helper.make_tensor_value_info("count", TensorProto.INT64, [2])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "model.onnx")
+    for name, seed in (("calib", 1), ("eval", 2)):
+        np.savez(tmp_path / f"{name}.npz", x=np.random.default_rng(seed).standard_normal((6, 8, width)).astype(np.float32))
+    code, out, err = run(["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--data",
+                          tmp_path / "eval.npz", "--claim", "dynamic-inference", "--format", "json", *FAST], capsys)
+    doc = json.loads(out)
+    varying = next(b for b in doc["profile"]["blocks"] if b["name"] == "blocks.0")["value_dependent_shapes"]
+    assert {v["op_type"] for v in varying} >= {"NonZero"} and not any(v["compute"] for v in varying)
+    assert doc["verdict"]["conditional_execution"]["answer"] == "no"
+    assert code == 3 and "claim dynamic-inference refuted" in err

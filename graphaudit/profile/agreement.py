@@ -52,7 +52,7 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     # The same part left out on every input: a branch no profiled input took, or one an If on a
     # shape never takes; only the graph's verdict tells them apart.
     always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)
-    resized = bool(ex.value_dependent)
+    resized = any(v.compute for v in ex.value_dependent)  # bookkeeping that changes shape is no resizing
     facts = []
     if ex.executed_fraction < 1.0:
         facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
@@ -60,7 +60,7 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
         where = "on some input" if varies else "on every input"
         facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
     if resized:
-        facts.append(f"{len(ex.value_dependent)} nodes ran at value-dependent shapes")
+        facts.append(f"{sum(v.compute for v in ex.value_dependent)} compute nodes ran at value-dependent shapes")
     seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
     if verdict == "branch":
         outcome = "confirmed" if varies or always_less else "not_observed"

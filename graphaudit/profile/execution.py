@@ -53,9 +53,11 @@ class ShapeVariation:
     op_type: str
     distinct: int
     shapes: tuple[str, ...]  # up to _MAX_SHAPES, smallest and largest first
+    compute: bool = True  # a node whose cost is counted (MatMul, Conv, attention …), not bookkeeping
 
     def to_json(self) -> dict:
-        return {"node": self.node, "op_type": self.op_type, "distinct": self.distinct, "shapes": list(self.shapes)}
+        return {"node": self.node, "op_type": self.op_type, "distinct": self.distinct, "shapes": list(self.shapes),
+                "compute": self.compute}
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
         if varies:
             ordered = sorted(seen, key=_volume)
             keep = ordered if len(ordered) <= _MAX_SHAPES else ordered[:_MAX_SHAPES // 2] + ordered[-_MAX_SHAPES // 2:]
-            found.append(ShapeVariation(node_id, mg.nodes[node_id].op_type, len(seen), tuple(keep)))
+            found.append(ShapeVariation(node_id, mg.nodes[node_id].op_type, len(seen), tuple(keep),
+                                        _is_compute(mg.nodes[node_id])))
     return tuple(found)
 
 
