@@ -6,6 +6,9 @@ external data, past protobuf's 2 GiB). Weights that a model keeps in external fi
 there, never read: both graphs refer to the same files, which are hard-linked into the
 folder, or copied where a link cannot be made; a different file of the same name already
 in the folder is never overwritten.
+
+Every output is written by `graphaudit.files.replace_file`: a fresh file beside the target,
+renamed onto it, so a link already at the target is replaced, never written through.
 """
 
 from __future__ import annotations
@@ -13,13 +16,15 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
 import onnx
 
 from graphaudit.coefficients import Coefficient
-from graphaudit.errors import GraphAuditError
+from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.files import replace_file, same_file, unlink_entry
 from graphaudit.load import LoadedModel
 from graphaudit.surgery import Surgery, freeze
 
@@ -39,23 +44,50 @@ class WrittenGraphs:
 
 def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_dir: Path, stem: str) -> WrittenGraphs:
     """Freeze `loaded` for `coefficients` and write both graphs into `out_dir` (created if missing)."""
+    paths = [out_dir / f"{stem}.{kind}.onnx" for kind in ("trace", "frozen")]
+    _refuse_targets(paths, _input_files(loaded))
     surgery = freeze(loaded.model, coefficients)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise GraphAuditError(f"expected a folder we can write at {out_dir}, found: {err.strerror}") from None
+        raise GraphAuditError(f"expected a folder graphaudit can write the frozen graphs into, found {out_dir} "
+                              f"({err.strerror})") from None
     placed: tuple[str, ...] = ()
     if loaded.weights_folder is not None and out_dir.resolve() != loaded.weights_folder:
         _place_weights(loaded.external_files, loaded.weights_folder, out_dir)
         placed = loaded.external_files
-    paths = []
-    for kind, proto in (("trace", surgery.trace), ("frozen", surgery.frozen)):
-        path = out_dir / f"{stem}.{kind}.onnx"
-        external = loaded.weights_folder is None and proto.ByteSize() > _INLINE_LIMIT
-        onnx.save_model(proto, str(path), save_as_external_data=external,
-                        location=f"{path.name}.data" if external else None)
-        paths.append(path)
+    for path, proto in zip(paths, (surgery.trace, surgery.frozen)):
+        location = None
+        if loaded.weights_folder is None and proto.ByteSize() > _INLINE_LIMIT:
+            location = f"{path.name}.data"
+            unlink_entry(out_dir / location)  # onnx appends to it: start from a fresh entry, not a link's target
+        replace_file(path, partial(_save, proto, location), "the frozen graphs")
     return WrittenGraphs(paths[0], paths[1], surgery, placed)
+
+
+def _save(proto: onnx.ModelProto, location: str | None, path: Path) -> None:
+    onnx.save_model(proto, str(path), save_as_external_data=location is not None, location=location)
+
+
+def _input_files(loaded: LoadedModel) -> list[Path]:
+    """The files `loaded` was read from: the model and its external weights."""
+    files = [loaded.path] if loaded.path is not None else []
+    if loaded.weights_folder is not None:
+        files += [loaded.weights_folder / location for location in loaded.external_files]
+    return files
+
+
+def _refuse_targets(paths: Sequence[Path], inputs: Sequence[Path]) -> None:
+    """Refuse, before anything is written, a target that is an input file (by any link) or a directory."""
+    for path in paths:
+        for given in inputs:
+            if same_file(path, given):
+                raise UsageError(f"expected an output folder where {path.name} is not one of the inputs, found "
+                                 f"{path}, the same file as the input {given}; graphaudit never overwrites the "
+                                 "files it audits")
+        if path.is_dir() and not path.is_symlink():
+            raise GraphAuditError(f"expected a file graphaudit can write the frozen graphs to at {path}, "
+                                  "found a directory")
 
 
 def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> None:

@@ -102,10 +102,16 @@ def usage_line(err: click.UsageError) -> str:
 
 
 def check_output(path: str | os.PathLike, option: str, inputs) -> None:
-    """Refuse to write `path` when it is one of the command's input files or has no folder to go in."""
+    """Refuse to write `path` when it is one of the command's input files or has no folder to go in.
+
+    "One of the inputs" means the same file by any name (a hard or symbolic link too); write
+    the output with graphaudit.files.replace_file, which never writes through a link.
+    """
+    from graphaudit.files import same_file  # here, not at the top: `graphaudit --version` stays fast
+
     target = Path(path).resolve()
     for given in inputs:
-        if given is not None and Path(given).resolve() == target:
+        if given is not None and same_file(given, path):
             raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
                              "an input; graphaudit never overwrites the files it audits")
     if target.is_dir():

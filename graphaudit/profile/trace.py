@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from graphaudit.errors import GraphAuditError
+from graphaudit.files import replace_file
 from graphaudit.profile.events import Run
 from graphaudit.profile.mapping import BlockAssignment, NodeMap
 
@@ -59,10 +59,8 @@ def block_segments(run: Run, node_map: NodeMap, blocks: BlockAssignment) -> list
 def write_trace(path: str | os.PathLike, events: list[dict], metadata: dict) -> Path:
     """Write the trace to `path` and return it."""
     path = Path(path)
-    try:
-        path.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata}))
-    except OSError as err:
-        raise GraphAuditError(f"expected a writable trace file path, found {path} ({err.strerror})") from None
+    text = json.dumps({"traceEvents": events, "displayTimeUnit": "ms", "otherData": metadata})
+    replace_file(path, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the trace")  # never through a link
     return path
 
 
