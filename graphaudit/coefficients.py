@@ -58,6 +58,10 @@ def declared_coefficients(model: onnx.ModelProto) -> tuple[Coefficient, ...]:
     raw = next((p.value for p in model.metadata_props if p.key == METADATA_KEY), None)
     if raw is None:
         return ()
+    if not isinstance(raw, str):  # protobuf gives bytes for a value that is not UTF-8
+        raise GraphAuditError(
+            f"expected UTF-8 text in the model's {METADATA_KEY!r} metadata, found {len(raw)} bytes that are not UTF-8"
+        )
     try:
         entries = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -65,12 +69,24 @@ def declared_coefficients(model: onnx.ModelProto) -> tuple[Coefficient, ...]:
             f"expected JSON in the model's {METADATA_KEY!r} metadata, found text that does not "
             f"parse ({err.msg} at position {err.pos})"
         ) from None
+    except RecursionError:
+        raise _too_deep() from None
     if not isinstance(entries, list):
         raise GraphAuditError(
             f"expected a JSON list in the model's {METADATA_KEY!r} metadata, found "
             f"{type(entries).__name__}"
         )
-    return tuple(_entry(e, i) for i, e in enumerate(entries))
+    try:
+        return tuple(_entry(e, i) for i, e in enumerate(entries))
+    except RecursionError:  # quoting a bad entry nested nearly as deep as json.loads allows
+        raise _too_deep() from None
+
+
+def _too_deep() -> GraphAuditError:
+    return GraphAuditError(
+        f"expected a flat JSON list of objects in the model's {METADATA_KEY!r} metadata, found JSON "
+        "nested too deeply to read"
+    )
 
 
 def metadata_entry(coefficients) -> onnx.StringStringEntryProto:

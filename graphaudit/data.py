@@ -124,12 +124,7 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec]) -> dict[str
         with zipfile.ZipFile(path) as archive:
             for member in archive.namelist():
                 if member.endswith(".npy"):
-                    with archive.open(member) as f:
-                        version = np.lib.format.read_magic(f)
-                        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                else np.lib.format.read_array_header_2_0)
-                        shape, _, dtype = read(f)
-                    headers[member[:-4]] = (np.dtype(dtype), tuple(shape))
+                    headers[member[:-4]] = _header(archive, member)
     except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
         raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
     _check_keys(headers, specs, path.name)
@@ -189,11 +184,30 @@ def _check_labels(key: str, a: np.ndarray, source: str) -> np.ndarray:
     return a
 
 
+def _header(archive: zipfile.ZipFile, member: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """The dtype and shape an .npy member of `archive` declares, read from its header alone."""
+    with archive.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(f)
+    return np.dtype(dtype), tuple(shape)
+
+
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
     _require_zip(path)
+    arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
+            for key in archive.files:
+                try:
+                    arrays[key] = archive[key]
+                except MemoryError:  # a header may declare any shape: numpy allocates it before reading
+                    raise GraphAuditError(
+                        f"expected arrays that fit in memory in {path}, found {_declared(archive.zip, key)} "
+                        f"for key {key!r}"
+                    ) from None
+        return arrays
     except ValueError as err:
         if "allow_pickle" in str(err) or "Object arrays" in str(err):
             raise GraphAuditError(
@@ -203,6 +217,16 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         raise GraphAuditError(f"expected readable .npy arrays in {path}, found: {' '.join(str(err).split())}") from None
     except (OSError, zipfile.BadZipFile, EOFError, KeyError) as err:
         raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
+
+
+def _declared(archive: zipfile.ZipFile, key: str) -> str:
+    """What the header of `key` in `archive` declares, in words: its shape, dtype and bytes."""
+    try:
+        dtype, shape = _header(archive, key + ".npy" if key + ".npy" in archive.namelist() else key)
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError, ValueError):
+        return "an array too large to allocate"
+    size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    return f"a declared shape {shape} of {dtype} ({size} bytes)"
 
 
 def _require_zip(path: Path) -> None:

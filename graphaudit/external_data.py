@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from pathlib import Path
 
 import onnx
@@ -72,7 +73,10 @@ def scan(model: onnx.ModelProto) -> tuple[list[onnx.TensorProto], bool]:
 def _info(tensor: onnx.TensorProto, path: Path | None) -> external_data_helper.ExternalDataInfo:
     """onnx's reading of the tensor's external-data keys; a bad offset or length is a one-line error."""
     try:
-        return external_data_helper.ExternalDataInfo(tensor)
+        with warnings.catch_warnings():
+            # onnx warns of keys it does not know, then ignores them; so does graphaudit.
+            warnings.simplefilter("ignore", UserWarning)
+            return external_data_helper.ExternalDataInfo(tensor)
     except ValueError as err:
         where = f" of {path}" if path else ""
         raise GraphAuditError(
@@ -104,7 +108,13 @@ def check_location(location: str, base: Path, path: Path | None) -> None:
             f"expected external-data locations relative to the model's folder{where}, "
             f"found {location!r}; refusing to read it"
         )
-    target = (base / location).resolve()
+    try:
+        target = (base / location).resolve()
+    except (OSError, RuntimeError, ValueError) as err:  # a link loop, a NUL byte, a name too long
+        raise GraphAuditError(
+            f"expected external-data locations that name files in the model's folder{where}, "
+            f"found {location!r}, which does not resolve ({brief(err)}); refusing to read it"
+        ) from None
     if target != base and base not in target.parents:
         raise GraphAuditError(
             f"expected external-data locations inside the model's folder {base}{where}, "

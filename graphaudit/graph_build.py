@@ -13,6 +13,7 @@ from typing import Iterable, Iterator, Mapping
 
 import onnx
 
+from graphaudit.errors import GraphAuditError
 from graphaudit.graph import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key
 
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
@@ -63,6 +64,20 @@ def _declared(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
     nothing about a value of the same name in another.
     """
     return {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
+
+
+def _metadata(proto: onnx.NodeProto, node_id: str) -> tuple[tuple[str, str], ...]:
+    """The node's metadata as (key, value) text; read here, where every node's is read anyway.
+
+    Protobuf hands back bytes that are not UTF-8 as bytes, which `+` refuses: a damaged file.
+    """
+    metadata = tuple([(p.key, p.value) for p in proto.metadata_props])
+    try:
+        "".join([key + value for key, value in metadata])
+    except TypeError:
+        raise GraphAuditError(f"expected node metadata that is UTF-8 text, found keys or values that are not on "
+                              f"node {node_id!r} (the file is damaged or not ONNX)") from None
+    return metadata
 
 
 def unique_ids(names: Iterable[tuple[str, str]]) -> list[str]:
@@ -234,7 +249,7 @@ class _Builder:
         for _ in range(count):
             proto, name, node_id = next(occurrences)
             op_type, domain, in_names, out_names = proto.op_type, proto.domain, proto.input[:], proto.output[:]
-            metadata = tuple([(p.key, p.value) for p in proto.metadata_props]) if proto.metadata_props else ()
+            metadata = _metadata(proto, node_id) if proto.metadata_props else ()
             if names is not None:
                 inputs = tuple(map(names.get, in_names))
                 if None in inputs:  # an omitted optional input, or a name nothing defines

@@ -11,6 +11,7 @@ of them is opened.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -141,7 +142,14 @@ def _parse_file(path: Path) -> onnx.ModelProto:
         raise GraphAuditError(f"expected an ONNX model file, found no file at {path}")
     if path.is_dir():
         raise GraphAuditError(f"expected an ONNX model file, found a directory at {path}")
-    data = path.read_bytes()
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            # Reading a device or a pipe may never end (/dev/zero) or never start (a FIFO).
+            raise GraphAuditError(f"expected an ONNX model file, found {_file_kind(mode)} at {path}")
+        data = path.read_bytes()
+    except OSError as err:
+        raise GraphAuditError(f"expected a readable ONNX model file at {path}, found {brief(err)}") from None
     if not data:
         raise GraphAuditError(f"expected an ONNX model in {path}, found an empty file")
     model = onnx.ModelProto()
@@ -153,6 +161,13 @@ def _parse_file(path: Path) -> onnx.ModelProto:
             f"that do not parse ({brief(err)}); the file may be truncated or not ONNX"
         ) from None
     return model
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "something that is not a regular file")
 
 
 def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
@@ -174,7 +189,8 @@ def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
 
 
 def _check_text(model: onnx.ModelProto, path: Path | None) -> None:
-    """Refuse node and value names that are not UTF-8: protobuf hands them back as bytes, not text."""
+    """Refuse names and metadata that are not UTF-8: protobuf hands them back as bytes, not text."""
+    where = f" in {path}" if path else ""
     try:
         # `+` and str.join raise TypeError on bytes: one pass over the nodes (about 0.6 s per million).
         for nodes in node_lists(model):
@@ -184,9 +200,15 @@ def _check_text(model: onnx.ModelProto, path: Path | None) -> None:
                      for v in field])
         "".join([p.key for p in model.metadata_props] + [o.domain for o in model.opset_import])
     except TypeError:
-        where = f" in {path}" if path else ""
         raise GraphAuditError(
             f"expected node and value names that are UTF-8 text{where}, found names that are not "
+            "(the file is damaged or not ONNX)"
+        ) from None
+    try:  # the nodes' metadata is checked where the graph model reads it (graph_build._metadata)
+        "".join([p.value for p in model.metadata_props])
+    except TypeError:
+        raise GraphAuditError(
+            f"expected model metadata that is UTF-8 text{where}, found values that are not "
             "(the file is damaged or not ONNX)"
         ) from None
 

@@ -225,8 +225,14 @@ class _Finder:
     def _pattern_index(self, m: re.Match) -> int:
         """The block number a --block-pattern match gives: its `index` group, else its first
         numeric group, else the order in which the matched text first appears."""
-        groups = m.groupdict()
-        text = groups.get("index") or next((g for g in m.groups() if g and g.isdigit()), None)
+        index = m.groupdict().get("index")
+        # int() takes no more than 4300 digits; a block number has a few.
+        if index and not (index.isascii() and index.isdigit() and len(index) <= 18):
+            raise UsageError(
+                f"expected the `index` group of --block-pattern {self.regex.pattern!r} to match digits "
+                f"(a block number), found {index[:60]!r}"
+            )
+        text = index or next((g for g in m.groups() if g and g.isascii() and g.isdigit() and len(g) <= 18), None)
         if text is not None:
             return int(text)
         return self._unnumbered.setdefault(m.group(0), len(self._unnumbered))
