@@ -148,11 +148,14 @@ def capture(
     providers: list[str] | None = None,
     weights_folder: Path | None = None,
     check: LiveCheck | None = None,
+    validate: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], object] | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
     `weights_folder`: where the external weights `trace` refers to lie (see `create_session`).
     `check`: a summary of the live outputs to keep for every input (see LiveCheck).
+    `validate(outputs, feeds)`: called on the first batch's live outputs (coefficients left out),
+    before anything is kept, to refuse outputs the caller cannot use (GraphAuditError).
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
@@ -163,6 +166,7 @@ def capture(
         reused = _reuse(folder, key, coefficients)
         if reused is not None:
             return reused
+        _make_folder(folder, cache_dir)
     session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
                              weights_folder=weights_folder)
     names = [o.name for o in session.get_outputs()]
@@ -179,10 +183,13 @@ def capture(
     for rows, feeds in data.batches(batch_size):
         with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
             outputs = dict(zip(names, session.run(names, feeds)))
+        live_outputs = {n: v for n, v in outputs.items() if n not in wanted}
+        if not arrays and validate is not None:
+            validate(live_outputs, feeds)
         _check_finite(coefficients, outputs, rows, label)
-        summary = check.summarise(outputs, feeds, rows) if check is not None else None
+        summary = check.summarise(live_outputs, feeds, rows) if check is not None else None
         if not arrays:
-            live = {n: v for n, v in outputs.items() if n not in wanted}
+            live = {n: v for n, v in live_outputs.items() if isinstance(v, np.ndarray)}  # tensors, not sequences
             # batch-first rows of every array kept, by its key and file name
             kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
             if summary is not None:
@@ -217,7 +224,7 @@ def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.
     """Refuse NaN/Inf coefficients and NaN outputs: no figure computed from them would mean anything."""
     wanted = {c.tensor: c for c in coefficients}
     for name, values in sorted(outputs.items(), key=lambda item: item[0] not in wanted):  # coefficients first
-        if not np.issubdtype(values.dtype, np.floating):
+        if not isinstance(values, np.ndarray) or not np.issubdtype(values.dtype, np.floating):  # a sequence, ints
             continue
         c = wanted.get(name)
         values = batch_first(c, values) if c is not None else values
@@ -238,6 +245,16 @@ def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.
             f"input{'s' if len(inputs) > 1 else ''} {shown} (first at index {tuple(int(i) for i in where[0][1:])}); "
             "the controller produces them from these inputs, so no replay figure would mean anything"
         )
+
+
+def _make_folder(folder: Path, cache_dir: str | Path) -> None:
+    """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        found = f"{blocking} is not a folder" if blocking is not None else f"{err.strerror or err}: {err.filename}"
+        raise GraphAuditError(f"expected a folder for the coefficient cache at {cache_dir}, found {found}") from None
 
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:

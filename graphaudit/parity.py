@@ -159,7 +159,7 @@ def _difference(frozen: np.ndarray, live: np.ndarray) -> np.ndarray:
     """|frozen - live|, 0 where they are equal, equal infinities included (a class a -inf logit
     rules out on both sides), NaN where either is NaN and they are not both NaN."""
     with np.errstate(invalid="ignore"):  # inf - inf, set right below
-        diff = np.abs(np.asarray(frozen, dtype=np.float64) - live)
+        diff = np.asarray(np.abs(np.asarray(frozen, dtype=np.float64) - live))  # an array even for a scalar output
     diff[(frozen == live) | (np.isnan(frozen) & np.isnan(live))] = 0.0
     return diff
 

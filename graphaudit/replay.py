@@ -42,12 +42,15 @@ from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
                                 difference, retained_gap, score, task_for)
+from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
 from graphaudit.runtime import create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_BATCH_SIZE = 16
+# Most bootstrap resamples: each holds a float per input and quantity of every condition
+MAX_RESAMPLES = 100_000
 # Most bytes of the scored output one batch may hold when no batch size is given: the replay
 # keeps a few arrays of that size at once (ONNX Runtime's outputs, log-probabilities, the reference)
 OUTPUT_BUDGET = 256 * 2**20
@@ -164,6 +167,8 @@ def replay(
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
     """
+    if not 1 <= resamples <= MAX_RESAMPLES:
+        raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
     loaded = load_for_runtime(model)
     graph = build_graph(loaded.model)
     coefs = resolve(loaded, coefficients, graph)
@@ -171,6 +176,7 @@ def replay(
                                    "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
+    check_scored_output(loaded.model, coefs)
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
     if batch_size is None:
         conditional = audit_static(loaded, graph=graph).conditional_execution
@@ -184,7 +190,8 @@ def replay(
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
-                                              weights_folder=loaded.weights_folder, check=check))
+                                              weights_folder=loaded.weights_folder, check=check,
+                                              validate=scored_output))
                   for label, d, check in (("calibration", calibration, None),
                                           ("evaluation", evaluation, every_input_summary(evaluation)))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -245,6 +252,31 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
             scored.append(score(task, out, inputs, labels, reference))
         ConditionStats.update_each(list(stats.values()), scored, weights)
     return stats
+
+
+def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:
+    """Refuse, before any capture, a model without an output the replay can score: none besides
+    the coefficients, or a scored output (chosen as `task_for` chooses) declared as no tensor,
+    a scalar or empty. Symbolic shapes are checked on the first batch (`scored_output`)."""
+    tensors = {c.tensor for c in coefficients}
+    outputs = {o.name: o for o in model.graph.output if o.name not in tensors}
+    name = scored_name(list(outputs))
+    if name is None:
+        found = (f"only the coefficients {sorted(o.name for o in model.graph.output)}" if model.graph.output
+                 else "no graph outputs")
+        raise GraphAuditError(f"expected the model to have an output besides its coefficients for the replay to "
+                              f"score, found {found}")
+    kind = outputs[name].type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise GraphAuditError(f"expected the scored output {name!r} to be a tensor, found a "
+                              f"{(kind or 'untyped value').removesuffix('_type')}")
+    _, dims = shape_of(outputs[name].type)
+    if dims is not None and not dims:
+        raise GraphAuditError(f"expected the scored output {name!r} to have the batch on its first axis, "
+                              "found a scalar")
+    if dims is not None and 0 in dims:
+        shown = tuple("?" if d is None else d for d in dims)
+        raise GraphAuditError(f"expected the scored output {name!r} to hold values, found shape {shown}")
 
 
 def _task(cache: CoefficientCache, data: InputData, batch_size: int) -> Task:

@@ -100,3 +100,16 @@ def test_replace_file_keeps_the_target_when_the_write_fails(tmp_path):
         replace_file(target, fail, "the report")
     assert sha(target) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.txt"]  # the temporary is gone
+
+
+def test_run_report_replaces_a_link_instead_of_writing_through_it(files, tmp_path, capfd):
+    """-o naming a symbolic link to some other file: the report replaces the link; that file is kept."""
+    model, calib = files / "gated.onnx", files / "calib.npz"
+    other = tmp_path / "other.txt"
+    other.write_text("someone else's notes")
+    link = tmp_path / "report.json"
+    link.symlink_to(other)
+    accepted(capfd, ["run", model, "--calib", calib, *FAST_RUN, "--limit", "2", "--format", "json", "-o", link],
+             [model, calib, other])
+    assert other.read_text() == "someone else's notes"
+    assert not link.is_symlink() and link.read_text().startswith("{")

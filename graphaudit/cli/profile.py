@@ -12,7 +12,7 @@ from graphaudit.cli import check_output
 from graphaudit.load import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
-from graphaudit.profile.session import OPT_LEVELS
+from graphaudit.profile.session import MAX_THREADS, OPT_LEVELS
 
 _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})
@@ -34,7 +34,7 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
               help="Execution provider; cuda fails when ONNX Runtime has no CUDA.")
 @click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all", show_default=True,
               help="ORT graph optimisation level; 'disable' maps events one-to-one to nodes.")
-@click.option("--threads", type=click.IntRange(min=1), help="ORT intra-op threads (default: ORT's choice).")
+@click.option("--threads", type=click.IntRange(1, MAX_THREADS), help="ORT intra-op threads (default: ORT's choice).")
 @click.option("--block-pattern", help="Regex naming blocks (see graphaudit static); default: found from names.")
 @click.option("--trace", type=click.Path(dir_okay=False, path_type=str),
               help="Write a Chrome-trace / Perfetto file with block annotations here.")

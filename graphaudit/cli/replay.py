@@ -13,7 +13,7 @@ from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
 from graphaudit.parity import DEFAULT_TOLERANCE
-from graphaudit.replay import ReplayReport, replay
+from graphaudit.replay import MAX_RESAMPLES, ReplayReport, replay
 
 
 @click.command("replay")
@@ -37,7 +37,7 @@ from graphaudit.replay import ReplayReport, replay
 @click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True,
               help="Largest absolute output difference the parity check accepts (twice that on the "
                    "log-probabilities of every input's targets).")
-@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples over inputs for the confidence intervals.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
               help="ONNX Runtime execution provider for the capture and the replay.")

@@ -8,8 +8,9 @@ import click
 
 from graphaudit.audit import audit
 from graphaudit.cli import check_output
-from graphaudit.errors import GraphAuditError
+from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
+from graphaudit.replay import MAX_RESAMPLES
 from graphaudit.report import FORMATS
 from graphaudit.verdict import CLAIMS
 
@@ -46,7 +47,7 @@ what it needs.
 @click.option("--warmup", default=3, show_default=True, help="Profile rounds run first and discarded.")
 @click.option("--profile-runs", default=3, show_default=True, help="Rounds run with ONNX Runtime's profiler on.")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
-@click.option("--resamples", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
@@ -66,10 +67,7 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, prov
                        resamples=resamples, progress=bar)
     text = report.render(fmt)
     if output is not None:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise GraphAuditError(f"expected a writable report file at {output}, found: {err.strerror}") from None
+        replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link
         if not quiet:
             click.echo(f"graphaudit: wrote the {fmt} report to {output}", err=True)
     else:

@@ -21,7 +21,7 @@ logits, the squared difference from `correct` takes its place.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class Task:
 def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
              labels: Mapping[str, np.ndarray]) -> Task:
     """Return the Task for a model whose first batch gave `outputs` on `feeds`."""
-    name = "logits" if "logits" in outputs else next(iter(outputs))
+    name = scored_output(outputs, feeds)
     out = outputs[name]
     ids = _token_ids(feeds)
     if "targets" in labels:
@@ -76,6 +76,32 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
     if out.ndim == 2 and label is not None and label.ndim == 1 and np.issubdtype(label.dtype, np.integer):
         return Task("classification", name, labels="labels")
     return Task("outputs", name)
+
+
+def scored_name(names: Sequence[str]) -> str | None:
+    """The output the replay scores among the model's outputs `names` (coefficients left out):
+    `logits`, else the first; None when there is none."""
+    return "logits" if "logits" in names else next(iter(names), None)
+
+
+def scored_output(outputs: Mapping[str, object], feeds: Mapping[str, np.ndarray]) -> str:
+    """The name of the output the replay scores among one batch's live `outputs` (coefficients
+    left out), checked to be a tensor holding values with the batch of `feeds` on its first axis."""
+    name = scored_name(list(outputs))
+    if name is None:
+        raise GraphAuditError("expected the model to have an output besides its coefficients for the replay to "
+                              "score, found none")
+    out = outputs[name]
+    if not isinstance(out, np.ndarray):
+        raise GraphAuditError(f"expected the scored output {name!r} to be a tensor, found a {type(out).__name__}")
+    batch = next((len(v) for v in feeds.values() if np.ndim(v) > 0), None)
+    if out.ndim == 0 or (batch is not None and out.shape[0] != batch):
+        found = "a scalar" if out.ndim == 0 else f"shape {tuple(out.shape)}"
+        raise GraphAuditError(f"expected the scored output {name!r} to have the batch ({batch} inputs) on its "
+                              f"first axis, found {found}")
+    if out.size == 0:
+        raise GraphAuditError(f"expected the scored output {name!r} to hold values, found shape {tuple(out.shape)}")
+    return name
 
 
 def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray],
@@ -164,17 +190,22 @@ def log_probs_at(logits: np.ndarray, flat: np.ndarray) -> np.ndarray:
     classes = logits.shape[-1]
     rows = np.asarray(logits, dtype=np.float32).reshape(-1, classes)
     top = rows.max(axis=1)
-    shifted = rows - top[:, None]
-    np.exp(shifted, out=shifted)
-    log_norm = top + np.log(shifted.sum(axis=1))
-    return rows.reshape(-1)[flat] - log_norm[flat // classes]
+    # A -inf logit under a finite top is a class of probability 0 (log-probability -inf); a row
+    # whose top is infinite (+inf, or every logit -inf) has no log-softmax: NaN, as the replay
+    # graph's LogSoftmax gives it. inf - inf is that NaN, not a mistake.
+    with np.errstate(invalid="ignore"):
+        shifted = rows - top[:, None]
+        np.exp(shifted, out=shifted)
+        log_norm = top + np.log(shifted.sum(axis=1))
+        return rows.reshape(-1)[flat] - log_norm[flat // classes]
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
     """log-softmax over the last axis, in NumPy (what the replay graph's LOG_PROBS output holds)."""
     top = x.max(axis=-1, keepdims=True)
-    shifted = x - top
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    with np.errstate(invalid="ignore"):  # an infinite top: NaN, as in `log_probs_at`
+        shifted = x - top
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -31,6 +31,8 @@ OPT_LEVELS = {
 }
 ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
 _PROTOBUF_LIMIT = 2**31 - 1
+# Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
+MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def session_options(
     # Sequential execution: node events do not overlap, so node time adds up to busy time.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise GraphAuditError(f"expected threads in 1..{MAX_THREADS}, found {threads}", exit_code=2)
     if threads:
         so.intra_op_num_threads = threads
     if profile_prefix is not None:
