@@ -209,6 +209,11 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
                     ) from None
         return arrays
     except ValueError as err:
+        if "max_header_size" in str(err):  # numpy's guard against headers built to exhaust memory
+            raise GraphAuditError(
+                f"expected .npy headers of at most 10 kB in {path} (numpy's limit for files it does not trust), "
+                "found a larger one"
+            ) from None
         if "allow_pickle" in str(err) or "Object arrays" in str(err):
             raise GraphAuditError(
                 f"expected numeric arrays in {path}, found pickled Python objects; graphaudit never "

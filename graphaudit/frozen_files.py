@@ -94,8 +94,8 @@ def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> N
     """Make each external-data file available in `out_dir`: a hard link, else a copy; never overwrite another."""
     for location in locations:
         original, target = source / location, out_dir / location
-        if target.exists():
-            if target.samefile(original):
+        if target.exists() or target.is_symlink():  # a broken link too: a copy would land where it points
+            if target.exists() and target.samefile(original):
                 continue
             raise GraphAuditError(
                 f"expected no other file at {target} (the frozen graphs' weights {location!r} go there), "

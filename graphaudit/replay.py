@@ -169,6 +169,9 @@ def replay(
     """
     if not 1 <= resamples <= MAX_RESAMPLES:
         raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
+                              exit_code=2)
     loaded = load_for_runtime(model)
     graph = build_graph(loaded.model)
     coefs = resolve(loaded, coefficients, graph)

@@ -183,3 +183,18 @@ def test_a_named_pipe_is_refused_before_it_is_opened(tmp_path, capfd):
     fifo = tmp_path / "model.onnx"
     os.mkfifo(fifo)  # opening it would wait for a writer for ever
     refused(capfd, ["inspect", fifo], [], match=r"expected an ONNX model file, found a named pipe \(FIFO\) at ")
+
+
+def test_an_npy_header_past_numpys_limit_is_named(tmp_path, capfd):
+    """numpy refuses headers over 10 kB from untrusted files; that is not a pickle, and says so."""
+    array = np.zeros((2, 3), np.float32)
+    header = {"descr": "<f4", "fortran_order": False, "shape": (2, 3)}
+    text = repr(header) + " " * 20_000 + "\n"
+    npy = b"\x93NUMPY\x02\x00" + struct.pack("<I", len(text)) + text.encode("latin1") + array.tobytes()
+    path = tmp_path / "big_header.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", npy)
+    model = tmp_path / "model.onnx"
+    onnx.save(float_gated(), model)
+    refused(capfd, ["replay", model, "--calib", path, "--resamples", "5", "-q"], [model, path],
+            match=r"expected \.npy headers of at most 10 kB in .*big_header\.npz .*found a larger one")

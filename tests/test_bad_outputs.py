@@ -113,3 +113,17 @@ def test_run_report_replaces_a_link_instead_of_writing_through_it(files, tmp_pat
              [model, calib, other])
     assert other.read_text() == "someone else's notes"
     assert not link.is_symlink() and link.read_text().startswith("{")
+
+
+def test_freeze_never_copies_weights_through_a_broken_link(tmp_path, capfd):
+    """A dangling link where the frozen graphs' weights go: refused, and nothing appears where it points."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    onnx.save_model(float_gated(), str(folder / "gated.onnx"), save_as_external_data=True, location="w.bin",
+                    size_threshold=0)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "w.bin").symlink_to(tmp_path / "elsewhere.bin")
+    refused(capfd, ["freeze", folder / "gated.onnx", "-o", out], [folder / "gated.onnx", folder / "w.bin"],
+            match=r"expected no other file at .*w\.bin")
+    assert not (tmp_path / "elsewhere.bin").exists()

@@ -186,3 +186,10 @@ def test_a_cache_dir_below_a_file_is_refused(files, capfd):
     refused(capfd, ["replay", model, "--calib", files / "calib.npz", "--cache-dir", files / "afile" / "sub",
                     *FAST_REPLAY], [model, files / "calib.npz", files / "afile"],
             match=rf"expected a folder for the coefficient cache at .*afile/sub, found .*afile is not a folder")
+
+
+@pytest.mark.parametrize("tolerance", ["nan", "inf"])
+def test_a_parity_tolerance_that_is_not_a_finite_number_is_refused(files, capfd, tolerance):
+    model, calib = files / "gated.onnx", files / "calib.npz"
+    refused(capfd, ["replay", model, "--calib", calib, "--tolerance", tolerance, *FAST_REPLAY], [model, calib],
+            code=2, match=rf"expected a parity tolerance that is a number of at least 0, found {tolerance}")
