@@ -352,9 +352,10 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
 def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple[str, int] | None:
     """(name, bytes per input) of the output the replay scores, from its declared shape; None if unknown."""
     outputs = {o.name: o for o in model.graph.output}
-    if not outputs:
+    name = scored_name(list(outputs))
+    if name is None:
         return None
-    out = outputs.get("logits") or model.graph.output[0]  # as `task_for` chooses
+    out = outputs[name]
     elem_type, dims = shape_of(out.type)
     if not elem_type or dims is None or len(dims) < 2:
         return None
