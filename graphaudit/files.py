@@ -2,7 +2,7 @@
 
 `replace_file` writes a fresh file beside the target and renames it onto the target, so a
 hard or symbolic link already there is replaced as a folder entry; `same_file` says whether
-two names lead to one file, for refusing an output that is one of the inputs.
+two names lead to one file, and `input_named` which input an output would overwrite.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ def replace_file(path: Path, write: Callable[[Path], None], what: str) -> None:
         raise GraphAuditError(f"expected a file graphaudit can write {what} to at {path}, found{found}") from None
     finally:
         unlink_entry(temporary)
+
+
+def input_named(path: str | os.PathLike, inputs) -> Path | None:
+    """The one of `inputs` (paths, None skipped) that `path` names by any link, else None."""
+    return next((Path(given) for given in inputs if given is not None and same_file(given, path)), None)
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:

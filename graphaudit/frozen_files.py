@@ -24,7 +24,7 @@ import onnx
 
 from graphaudit.coefficients import Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.files import replace_file, same_file, unlink_entry
+from graphaudit.files import input_named, replace_file, same_file, unlink_entry
 from graphaudit.load import LoadedModel
 from graphaudit.surgery import Surgery, freeze
 
@@ -80,11 +80,11 @@ def _input_files(loaded: LoadedModel) -> list[Path]:
 def _refuse_targets(paths: Sequence[Path], inputs: Sequence[Path]) -> None:
     """Refuse, before anything is written, a target that is an input file (by any link) or a directory."""
     for path in paths:
-        for given in inputs:
-            if same_file(path, given):
-                raise UsageError(f"expected an output folder where {path.name} is not one of the inputs, found "
-                                 f"{path}, the same file as the input {given}; graphaudit never overwrites the "
-                                 "files it audits")
+        given = input_named(path, inputs)
+        if given is not None:
+            raise UsageError(f"expected an output folder where {path.name} is not one of the inputs, found "
+                             f"{path}, the same file as the input {given}; graphaudit never overwrites the "
+                             "files it audits")
         if path.is_dir() and not path.is_symlink():
             raise GraphAuditError(f"expected a file graphaudit can write the frozen graphs to at {path}, "
                                   "found a directory")
@@ -95,7 +95,7 @@ def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> N
     for location in locations:
         original, target = source / location, out_dir / location
         if target.exists() or target.is_symlink():  # a broken link too: a copy would land where it points
-            if target.exists() and target.samefile(original):
+            if target.exists() and same_file(target, original):
                 continue
             raise GraphAuditError(
                 f"expected no other file at {target} (the frozen graphs' weights {location!r} go there), "

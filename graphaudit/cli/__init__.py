@@ -101,19 +101,25 @@ def usage_line(err: click.UsageError) -> str:
     return f"expected a valid command line for {where}, found: {message}{see}"
 
 
+# `static` and `inspect` read a model's graph only (graphaudit.load.load_for_audit)
+graph_only_option = click.option(
+    "--graph-only", is_flag=True,
+    help="Do not look at external weight files at all (by default their sizes are checked; their bytes are "
+         "never read).")
+
+
 def check_output(path: str | os.PathLike, option: str, inputs) -> None:
     """Refuse to write `path` when it is one of the command's input files or has no folder to go in.
 
     "One of the inputs" means the same file by any name (a hard or symbolic link too); write
     the output with graphaudit.files.replace_file, which never writes through a link.
     """
-    from graphaudit.files import same_file  # here, not at the top: `graphaudit --version` stays fast
+    from graphaudit.files import input_named  # here, not at the top: `graphaudit --version` stays fast
 
     target = Path(path).resolve()
-    for given in inputs:
-        if given is not None and same_file(given, path):
-            raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
-                             "an input; graphaudit never overwrites the files it audits")
+    if input_named(path, inputs) is not None:
+        raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
+                         "an input; graphaudit never overwrites the files it audits")
     if target.is_dir():
         raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
     if not target.parent.is_dir():
