@@ -122,6 +122,13 @@ def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) 
     return check_external_weights(source if isinstance(source, LoadedModel) else load_model(source, weights=False))
 
 
+def load_for_audit(source: str | os.PathLike, *, graph_only: bool = False) -> LoadedModel:
+    """The model as the commands that read only its graph take it (`static`, `inspect`): weights
+    never read; their files checked on disk (`check_external_weights`) unless `graph_only`."""
+    loaded = load_model(source, weights=False)
+    return loaded if graph_only else check_external_weights(loaded)
+
+
 def check_external_weights(loaded: LoadedModel) -> LoadedModel:
     """`loaded`, once each external tensor's bytes are found in its file; no byte is read.
 

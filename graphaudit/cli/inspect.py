@@ -7,21 +7,19 @@ import json
 import click
 from tabulate import tabulate
 
-from graphaudit.load import check_external_weights, load_model
+from graphaudit.cli import graph_only_option
+from graphaudit.load import load_for_audit
 from graphaudit.summary import GraphSummary, summarize
 
 
 @click.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
-@click.option("--graph-only", is_flag=True,
-              help="Do not look at external weight files at all (by default their sizes are checked; "
-                   "their bytes are never read).")
+@graph_only_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 def inspect_cmd(model: str, graph_only: bool, fmt: str) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
-    loaded = load_model(model, weights=False)  # a summary reads no weight value
-    summary = summarize(loaded if graph_only else check_external_weights(loaded))
+    summary = summarize(load_for_audit(model, graph_only=graph_only))
     if fmt == "json":
         click.echo(json.dumps(summary.to_json(), indent=2))
     else:

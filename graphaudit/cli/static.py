@@ -10,7 +10,8 @@ from tabulate import tabulate
 from graphaudit.analyses.static import CLAIMS, StaticReport, audit_static
 from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
-from graphaudit.load import check_external_weights, load_model
+from graphaudit.cli import graph_only_option
+from graphaudit.load import load_for_audit
 from graphaudit.runtime import custom_operators
 
 
@@ -26,9 +27,7 @@ from graphaudit.runtime import custom_operators
               help="Concrete shape of a graph input for FLOP counting, e.g. input_ids=1,128 (repeatable).")
 @click.option("--data", type=click.Path(dir_okay=False, path_type=str),
               help="An .npz file whose arrays (named after graph inputs) give the input shapes.")
-@click.option("--graph-only", is_flag=True,
-              help="Do not look at external weight files at all (by default their sizes are checked; "
-                   "their bytes are never read).")
+@graph_only_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--expect", type=click.Choice(CLAIMS),
@@ -41,9 +40,7 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only
     value-dependent subset of tokens) and branch (can be skipped). Only subset and branch
     can save compute.
     """
-    loaded = load_model(model, weights=False)  # the audit reads no weight value
-    if not graph_only:
-        loaded = check_external_weights(loaded)
+    loaded = load_for_audit(model, graph_only=graph_only)
     given = data_shapes(data, input_specs(loaded.model)) if data else {}
     given.update(_parse_shape(s) for s in shapes)
     report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients,
