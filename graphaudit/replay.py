@@ -16,10 +16,12 @@ frozen ones), so a difference confined to later inputs stops the audit too.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import math
 import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -27,6 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import helper
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
 from graphaudit.analyses.coefficients import resolve_coefficients
@@ -46,7 +49,7 @@ from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
 from graphaudit.runtime import create_session, resolve_providers, slow_fusions
-from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
+from graphaudit.surgery import frozen_graph, trace_graph
 
 DEFAULT_BATCH_SIZE = 16
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
@@ -200,10 +203,7 @@ def replay(
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
         task = _task(caches[1], evaluation, batch_size)
-        frozen = frozen_graph(loaded.model, coefs)
-        if task.logits:
-            frozen = with_log_softmax(frozen, task.output, task.fetch)
-        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
+        session = create_session(frozen_graph(loaded.model, coefs), providers, disabled_optimizers=slow_fusions(providers),
                                  weights_folder=loaded.weights_folder)
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -230,31 +230,83 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                    progress: Progress | None = None, every: EveryInputCheck | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
+    ONNX Runtime runs one condition's frozen graph in a worker thread (its `run` lets go of
+    Python's lock) while this thread takes the log-softmax of the run before (`log_probs`),
+    scores it and builds the next run's feeds, so that work overlaps the model's where a core
+    is free. One run is in flight at a time, in the order of the loop: a batch's `correct`
+    output, the reference for KL, is scored before its other conditions.
     `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     total = -(-data.count // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
-    for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
-        index = np.arange(rows.start, rows.stop)
-        labels = {k: v[rows] for k, v in data.labels.items()}
-        weights = boot.weights(index)
-        reference, scored = None, []
-        for name, feed in feeds.items():  # `correct` first: the reference for KL
-            fed = dict(inputs)
-            for c in coefficients:
-                values, last = feed(c, index), laid_out.get((name, c.tensor))
-                if last is None or last[0] is not values:  # profiles hand back the same array every batch
-                    last = laid_out[name, c.tensor] = (values, native(c, values))
-                fed[c.tensor] = last[1]
-            (out,) = session.run([task.fetch], fed)
-            if reference is None:
-                reference = Reference.of(task, out, inputs, labels)
-                if every is not None:
-                    every.compare(rows, reference)
-            scored.append(score(task, out, inputs, labels, reference))
-        ConditionStats.update_each(list(stats.values()), scored, weights)
+    fetch = [task.output]
+
+    def finish(run: Future, batch: _Batch) -> None:
+        out = run.result()[0]
+        if task.logits:
+            out = log_probs(out)
+        if batch.reference is None:  # `correct` comes first
+            batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
+            if every is not None:
+                every.compare(batch.rows, batch.reference)
+        batch.scored.append(score(task, out, batch.inputs, batch.labels, batch.reference))
+        if len(batch.scored) == len(stats):
+            ConditionStats.update_each(list(stats.values()), batch.scored, boot.weights(batch.index))
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphaudit-replay") as runner:
+        in_flight: tuple[Future, _Batch] | None = None
+        for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
+            batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
+            for name, feed in feeds.items():
+                fed = dict(inputs)
+                for c in coefficients:
+                    values, last = feed(c, batch.index), laid_out.get((name, c.tensor))
+                    if last is None or last[0] is not values:  # profiles hand back the same array every batch
+                        last = laid_out[name, c.tensor] = (values, native(c, values))
+                    fed[c.tensor] = last[1]
+                submitted = runner.submit(session.run, fetch, fed), batch
+                if in_flight is not None:
+                    finish(*in_flight)
+                in_flight = submitted
+        if in_flight is not None:
+            finish(*in_flight)
     return stats
+
+
+@dataclass
+class _Batch:
+    """One evaluation batch of the replay loop, and its conditions' scores as they come."""
+
+    rows: slice
+    inputs: Mapping[str, np.ndarray]
+    labels: Mapping[str, np.ndarray]
+    reference: Reference | None = None
+    scored: list[np.ndarray] = field(default_factory=list)
+    index: np.ndarray = field(init=False)  # the batch's input numbers
+
+    def __post_init__(self) -> None:
+        self.index = np.arange(self.rows.start, self.rows.stop)
+
+
+def log_probs(logits: np.ndarray) -> np.ndarray:
+    """The log-softmax (last axis) of `logits`, by ONNX Runtime's LogSoftmax on one CPU thread
+    (float16 and bfloat16 logits in float32): as fast as the frozen graph's own kernels, and
+    off the worker thread that runs the next condition."""
+    if logits.dtype not in (np.float32, np.float64):
+        logits = logits.astype(np.float32)
+    return _log_softmax_session(helper.np_dtype_to_tensor_dtype(logits.dtype)).run(None, {"logits": logits})[0]
+
+
+@functools.lru_cache(maxsize=2)
+def _log_softmax_session(elem_type: int) -> ort.InferenceSession:
+    graph = helper.make_graph([helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)], "log_softmax",
+                              [helper.make_tensor_value_info("logits", elem_type, None)],
+                              [helper.make_tensor_value_info("log_probs", elem_type, None)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    return create_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8),
+                          options=options)
 
 
 def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:

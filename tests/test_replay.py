@@ -16,7 +16,8 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_model
 from graphaudit.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
-from graphaudit.replay import default_batch_size, replay
+from graphaudit.metrics.outputs import log_softmax
+from graphaudit.replay import default_batch_size, log_probs, replay
 from graphaudit.runtime import create_session
 from graphaudit.surgery import frozen_graph, trace_graph
 from test_replay_models import gated_lm, mixing_lm, token_ids
@@ -332,3 +333,23 @@ def test_labels_add_accuracy(files, tmp_path):
                    conditions=["correct"]).to_json()
     assert doc["conditions"]["correct"]["nll"] == pytest.approx(plain["conditions"]["correct"]["nll"])
     assert 0 <= doc["conditions"]["correct"]["accuracy"] <= 1 and "accuracy" not in plain["conditions"]["correct"]
+
+
+def test_log_probs_is_the_log_softmax_of_the_last_axis_in_float32_or_float64():
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal((3, 5, 11)) * 4).astype(np.float32)
+    logits[0, 0, 2] = -np.inf  # a class ruled out: log-probability -inf, the others finite
+    logits[1, 1, :] = -np.inf  # no class left, and an infinite top below: no log-softmax (NaN)
+    logits[2, 3, 4] = np.inf
+    out = log_probs(logits)
+    assert out.dtype == np.float32 and out.shape == logits.shape
+    expected = log_softmax(logits.astype(np.float64))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
+    assert np.isnan(out[1, 1]).all() and np.isnan(out[2, 3]).all() and out[0, 0, 2] == -np.inf
+    np.testing.assert_allclose(out, expected, atol=1e-5)  # equal NaN and -inf positions compare equal
+    assert log_probs(logits.astype(np.float64)).dtype == np.float64
+    half = log_probs(logits.astype(np.float16))
+    assert half.dtype == np.float32
+    np.testing.assert_allclose(half, log_softmax(logits.astype(np.float16).astype(np.float64)), atol=1e-5)
+    classes = log_probs(logits[:, 0])  # (inputs, classes), as a classifier gives
+    np.testing.assert_allclose(classes, expected[:, 0], atol=1e-5)
