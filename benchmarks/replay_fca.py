@@ -5,12 +5,16 @@
                                     [--skip overhead,torch,memory] [--widths 256,512 [--vocab V]]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
-   cache, ORT run of the frozen graph in a worker thread, log-softmax and metrics in the
-   calling thread while the next condition runs, the parity of every target against the
-   live log-probabilities the capture kept) against the sum of bare `session.run` calls of
-   the same session on the same, precomputed feeds, in the same process, alternating,
+   cache, ORT run of the frozen graph plus its log-softmax output, metrics, the parity of
+   every target against the live log-probabilities the capture kept; each run scored while
+   the next runs in a worker thread when the session leaves a core free, as at --threads 1
+   on a machine of 2 cores or more) against the sum of bare `session.run` calls of the
+   frozen graph alone on the same, precomputed feeds, in the same process, alternating,
    warm-up discarded; median of the per-pair ratios of wall time (the target) and of CPU
    time (`time.process_time`, all threads: the work, which the overlap does not shrink).
+   At --threads 2 and more, each session's intra-op pool spins after its runs and slows the
+   other session's (two sessions alternating ran 40% slower than one alone here), so the
+   comparison is only clean at --threads 1.
 2. torch: the same loop in ONNX Runtime against PyTorch eager, where forward hooks on the
    controller modules substitute the same coefficients (and the same NLL/KL sums are kept);
    both on the same number of threads and batch size (each of --torch-batch-sizes); the NLL
@@ -52,8 +56,8 @@ from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay import run_conditions  # noqa: E402
-from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
-from graphaudit.surgery import frozen_graph, trace_graph  # noqa: E402
+from graphaudit.runtime import create_session, slow_fusions, spare_core  # noqa: E402
+from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 # coefficient family -> the controller module whose output a forward hook replaces
@@ -81,17 +85,19 @@ class Setup:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
-        # as in replay(): the frozen graph alone, without the fusions replay() leaves out; the bare
-        # `run` calls of the overhead comparison use this same session
-        self.session = create_session(frozen_graph(loaded.model, self.coefs), options=options,
-                                      disabled_optimizers=slow_fusions())
+        frozen = frozen_graph(loaded.model, self.coefs)
+        skipped = slow_fusions()  # as in replay(): both sessions leave out the same fusions
+        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch), options=options,
+                                      disabled_optimizers=skipped)
+        self.bare_session = create_session(frozen, options=options, disabled_optimizers=skipped)  # the frozen graph alone
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
                                    batch_size, 1e-4)
         self.seed = seed
 
-    def replay_loop(self):
+    def replay_loop(self, overlap: bool | None = None):
         return run_conditions(self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,
-                              PoissonBootstrap(self.seed, 1000), every=EveryInputCheck(self.caches[1], self.parity))
+                              PoissonBootstrap(self.seed, 1000), every=EveryInputCheck(self.caches[1], self.parity),
+                              overlap=overlap)
 
     def prepared_feeds(self) -> list[dict]:
         out = []
@@ -126,19 +132,25 @@ def timed(fn) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def side_by_side(a, b, repeats: int, cpu: list | None = None) -> tuple[list[float], list[float]]:
-    """Alternate a and b `repeats` times after one discarded warm-up each; wall milliseconds.
-    `cpu`: given a list, the per-pair ratio of a's CPU time to b's is appended to it."""
-    a(), b()
-    ta, tb = [], []
+def side_by_side(a, b, repeats: int) -> tuple[list[float], list[float]]:
+    """Alternate a and b `repeats` times after one discarded warm-up each; wall milliseconds."""
+    wall, _ = interleaved([a, b], repeats)
+    return wall[0], wall[1]
+
+
+def interleaved(fns, repeats: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Run each of `fns` in turn, `repeats` times, after one discarded warm-up each: wall and
+    CPU (`time.process_time`, every thread of the process) milliseconds of each."""
+    for fn in fns:
+        fn()
+    wall: list[list[float]] = [[] for _ in fns]
+    cpu: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        start = time.process_time()
-        ta.append(timed(a))
-        middle = time.process_time()
-        tb.append(timed(b))
-        if cpu is not None:
-            cpu.append((middle - start) / max(time.process_time() - middle, 1e-9))
-    return ta, tb
+        for i, fn in enumerate(fns):
+            start = time.process_time()
+            wall[i].append(timed(fn))
+            cpu[i].append((time.process_time() - start) * 1e3)
+    return wall, cpu
 
 
 def label(setup: Setup) -> str:
@@ -149,17 +161,23 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} ms (min {min(values):.1f}, max {max(values):.1f})"
 
 
-def overhead(setup: Setup, repeats: int) -> dict:
+def overhead(setup: Setup, repeats: int) -> list[dict]:
+    """The replay loop against the bare runs; where the session leaves a core free (the loop
+    overlaps runs and scoring), also the loop made to run without the overlap, in the same rounds."""
     prepared = setup.prepared_feeds()
     output = [setup.task.output]
-    bare = lambda: [setup.session.run(output, f) for f in prepared]  # noqa: E731
-    cpu: list[float] = []
-    replay_ms, bare_ms = side_by_side(setup.replay_loop, bare, repeats, cpu)
-    ratios = [r / b for r, b in zip(replay_ms, bare_ms)]
-    return {"model": label(setup), "batch_size": setup.batch_size, "runs_per_loop": len(prepared), "replay_ms": replay_ms, "bare_ms": bare_ms,
-            "ratio_median": statistics.median(ratios), "ratio_of_medians":
-                statistics.median(replay_ms) / statistics.median(bare_ms), "ratios": ratios,
-            "cpu_ratio_median": statistics.median(cpu)}
+    bare = lambda: [setup.bare_session.run(output, f) for f in prepared]  # noqa: E731
+    modes = [True, False] if spare_core(setup.session) else [False]
+    wall, cpu = interleaved([bare, *(lambda o=o: setup.replay_loop(overlap=o) for o in modes)], repeats)
+    rows = []
+    for i, mode in enumerate(modes, start=1):
+        ratios = [r / b for r, b in zip(wall[i], wall[0])]
+        rows.append({"model": label(setup), "batch_size": setup.batch_size, "runs_per_loop": len(prepared),
+                     "overlap": mode, "replay_ms": wall[i], "bare_ms": wall[0], "ratios": ratios,
+                     "ratio_median": statistics.median(ratios),
+                     "ratio_of_medians": statistics.median(wall[i]) / statistics.median(wall[0]),
+                     "cpu_ratio_median": statistics.median([r / b for r, b in zip(cpu[i], cpu[0])])})
+    return rows
 
 
 def torch_replay(setup: Setup, threads: int):
@@ -277,8 +295,8 @@ def main() -> None:
         for name in names:
             for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
                 if "overhead" not in skip:
-                    results["overhead"].append(overhead(Setup(name, args.batch_size, args.threads, wider=wider),
-                                                        args.repeats))
+                    results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider),
+                                                    args.repeats)
                 if "torch" not in skip:
                     for size in map(int, args.torch_batch_sizes.split(",")):
                         results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider),
@@ -286,12 +304,13 @@ def main() -> None:
             if "memory" not in skip:
                 results["memory"] += memory(name, args.inputs)
     if results["overhead"]:
-        print("\n| model | batch | ORT runs per loop | replay loop | bare `run` calls | wall ratio (median of pairs) "
+        print("\n| model | batch | ORT runs per loop | overlap | replay loop | bare `run` calls | wall ratio (median of pairs) "
               "| pairs over 1.10 | CPU ratio (median of pairs) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in results["overhead"]:
             over = sum(x > 1.10 for x in r["ratios"])
-            print(f"| {r['model']} | {r['batch_size']} | {r['runs_per_loop']} | {spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
+            print(f"| {r['model']} | {r['batch_size']} | {r['runs_per_loop']} | {'yes' if r['overlap'] else 'no'} | "
+                  f"{spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
                   f"{r['ratio_median']:.3f} | {over}/{len(r['ratios'])} | {r['cpu_ratio_median']:.3f} |")
     if results["torch"]:
         print("\n| model | batch | ORT frozen replay | PyTorch eager + hooks | speed-up | max abs ΔNLL between them |")

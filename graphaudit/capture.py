@@ -149,6 +149,7 @@ def capture(
     weights_folder: Path | None = None,
     check: LiveCheck | None = None,
     validate: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], object] | None = None,
+    threads: int | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
@@ -156,6 +157,7 @@ def capture(
     `check`: a summary of the live outputs to keep for every input (see LiveCheck).
     `validate(outputs, feeds)`: called on the first batch's live outputs (coefficients left out),
     before anything is kept, to refuse outputs the caller cannot use (GraphAuditError).
+    `threads`: ONNX Runtime's intra-op threads (None: its choice).
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
@@ -168,7 +170,7 @@ def capture(
             return reused
         _make_folder(folder, cache_dir)
     session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
-                             weights_folder=weights_folder)
+                             weights_folder=weights_folder, threads=threads)
     names = [o.name for o in session.get_outputs()]
     wanted = {c.tensor for c in coefficients}
     missing = wanted - set(names)

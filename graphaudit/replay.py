@@ -16,20 +16,18 @@ frozen ones), so a difference confined to later inputs stops the audit too.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import hashlib
 import math
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
 from graphaudit.analyses.coefficients import resolve_coefficients
@@ -48,8 +46,8 @@ from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, Poisso
 from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress, track
-from graphaudit.runtime import create_session, resolve_providers, slow_fusions
-from graphaudit.surgery import frozen_graph, trace_graph
+from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions, spare_core
+from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_BATCH_SIZE = 16
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
@@ -163,9 +161,14 @@ def replay(
     resamples: int = 1000,
     confidence: float = 0.95,
     provider: str = "cpu",
+    threads: int | None = None,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
+
+    `threads`: ONNX Runtime's intra-op threads for the capture and the replay (None: its
+    choice, one per physical core). Fewer than the cores leaves one to score each run while
+    the next runs (`run_conditions`).
 
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
@@ -175,11 +178,14 @@ def replay(
     if not math.isfinite(tolerance) or tolerance < 0:
         raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                               exit_code=2)
+    if threads is not None:
+        check_threads(threads)
     loaded = load_for_runtime(model)
     graph = build_graph(loaded.model)
     coefs = resolve(loaded, coefficients, graph)
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
-                                   "tolerance": tolerance, "conditions": list(conditions), "provider": provider}
+                                   "tolerance": tolerance, "conditions": list(conditions), "provider": provider,
+                                   "threads": threads}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     check_scored_output(loaded.model, coefs)
@@ -197,14 +203,17 @@ def replay(
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
                                               weights_folder=loaded.weights_folder, check=check,
-                                              validate=scored_output))
+                                              validate=scored_output, threads=threads))
                   for label, d, check in (("calibration", calibration, None),
                                           ("evaluation", evaluation, every_input_summary(evaluation)))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed)
         task = _task(caches[1], evaluation, batch_size)
-        session = create_session(frozen_graph(loaded.model, coefs), providers, disabled_optimizers=slow_fusions(providers),
-                                 weights_folder=loaded.weights_folder)
+        frozen = frozen_graph(loaded.model, coefs)
+        if task.logits:
+            frozen = with_log_softmax(frozen, task.output, task.fetch)
+        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
+                                 weights_folder=loaded.weights_folder, threads=threads)
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
@@ -227,25 +236,26 @@ def replay(
 
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
-                   progress: Progress | None = None, every: EveryInputCheck | None = None) -> dict[str, ConditionStats]:
+                   progress: Progress | None = None, every: EveryInputCheck | None = None,
+                   overlap: bool | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
-    ONNX Runtime runs one condition's frozen graph in a worker thread (its `run` lets go of
-    Python's lock) while this thread takes the log-softmax of the run before (`log_probs`),
-    scores it and builds the next run's feeds, so that work overlaps the model's where a core
-    is free. One run is in flight at a time, in the order of the loop: a batch's `correct`
-    output, the reference for KL, is scored before its other conditions.
+    `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
+    this thread scores the run before and builds the next run's feeds. None: when the
+    session leaves a CPU core free (`spare_core`), where it took the zoo's replay loop from
+    1.06-1.13x the bare runs to 1.02-1.05x; with every core given to ONNX Runtime's threads
+    it gained nothing (BENCHMARKS.md). Either way one run is scored at a time, in the
+    order of the loop: a batch's `correct` output, the reference for KL, before its other
+    conditions.
     `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     total = -(-data.count // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
-    fetch = [task.output]
+    fetch = [task.fetch]
 
     def finish(run: Future, batch: _Batch) -> None:
         out = run.result()[0]
-        if task.logits:
-            out = log_probs(out)
         if batch.reference is None:  # `correct` comes first
             batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
             if every is not None:
@@ -254,7 +264,10 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         if len(batch.scored) == len(stats):
             ConditionStats.update_each(list(stats.values()), batch.scored, boot.weights(batch.index))
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphaudit-replay") as runner:
+    if overlap is None:
+        overlap = spare_core(session)
+    with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
+        start = runner.submit if runner is not None else _run_now
         in_flight: tuple[Future, _Batch] | None = None
         for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
@@ -265,13 +278,23 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                     if last is None or last[0] is not values:  # profiles hand back the same array every batch
                         last = laid_out[name, c.tensor] = (values, native(c, values))
                     fed[c.tensor] = last[1]
-                submitted = runner.submit(session.run, fetch, fed), batch
+                submitted = start(session.run, fetch, fed), batch
                 if in_flight is not None:
                     finish(*in_flight)
                 in_flight = submitted
         if in_flight is not None:
             finish(*in_flight)
     return stats
+
+
+def _run_now(fn, *args) -> Future:
+    """`fn(*args)` run here, as a finished Future (the loop without a worker thread)."""
+    done: Future = Future()
+    try:
+        done.set_result(fn(*args))
+    except Exception as err:  # noqa: BLE001 - handed on as the worker thread's would be, by result()
+        done.set_exception(err)
+    return done
 
 
 @dataclass
@@ -287,26 +310,6 @@ class _Batch:
 
     def __post_init__(self) -> None:
         self.index = np.arange(self.rows.start, self.rows.stop)
-
-
-def log_probs(logits: np.ndarray) -> np.ndarray:
-    """The log-softmax (last axis) of `logits`, by ONNX Runtime's LogSoftmax on one CPU thread
-    (float16 and bfloat16 logits in float32): as fast as the frozen graph's own kernels, and
-    off the worker thread that runs the next condition."""
-    if logits.dtype not in (np.float32, np.float64):
-        logits = logits.astype(np.float32)
-    return _log_softmax_session(helper.np_dtype_to_tensor_dtype(logits.dtype)).run(None, {"logits": logits})[0]
-
-
-@functools.lru_cache(maxsize=2)
-def _log_softmax_session(elem_type: int) -> ort.InferenceSession:
-    graph = helper.make_graph([helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1)], "log_softmax",
-                              [helper.make_tensor_value_info("logits", elem_type, None)],
-                              [helper.make_tensor_value_info("log_probs", elem_type, None)])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    return create_session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8),
-                          options=options)
 
 
 def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:

@@ -14,6 +14,7 @@ keeps ONNX Runtime's own choices, since it measures the model as ONNX Runtime ru
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -36,6 +37,8 @@ EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 # the two unfused kernels (hidden 64-2048, 1 and 2 threads), and FeatureGate's frozen graph
 # 17% faster without it (BENCHMARKS.md, replay). Outputs differ by rounding only.
 SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
+# Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
+MAX_THREADS = 1024
 # Operator domains ONNX Runtime implements kernels for (everything else is custom).
 RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
                              "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
@@ -78,14 +81,19 @@ def create_session(
     options: ort.SessionOptions | None = None,
     disabled_optimizers: Sequence[str] = (),
     weights_folder: Path | None = None,
+    threads: int | None = None,
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
 
     `weights_folder`: where the external weights `model` refers to lie (`LoadedModel.weights_folder`);
     ONNX Runtime maps them from there, so they never pass through the serialised proto.
+    `threads`: ONNX Runtime's intra-op threads (None: its own choice, one per physical core).
     """
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     options = options or ort.SessionOptions()
+    if threads is not None:
+        check_threads(threads)
+        options.intra_op_num_threads = threads
     if weights_folder is not None:
         options.add_session_config_entry(EXTERNAL_WEIGHTS_FOLDER, str(weights_folder))
     options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
@@ -109,6 +117,23 @@ def create_session(
                 f"expected an ONNX opset ONNX Runtime supports (up to {opset.group(2)}), found opset {opset.group(1)}"
             ) from None
         raise GraphAuditError(f"expected a model ONNX Runtime can load, found its objection: {message[:400]}") from None
+
+
+def check_threads(threads: int) -> None:
+    """Refuse an intra-op thread count outside 1..MAX_THREADS (a usage error)."""
+    if not 1 <= threads <= MAX_THREADS:
+        raise GraphAuditError(f"expected threads in 1..{MAX_THREADS}, found {threads}", exit_code=2)
+
+
+def spare_core(session: ort.InferenceSession) -> bool:
+    """Whether `session` leaves the calling thread a CPU core of this process's own: it runs
+    on an accelerator first, or on fewer intra-op threads than the cores the process may use.
+    ONNX Runtime's default (0) takes one thread per physical core, leaving none."""
+    if session.get_providers()[0] != PROVIDERS["cpu"]:
+        return True
+    threads = session.get_session_options().intra_op_num_threads
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 0 < threads < cores
 
 
 def slow_fusions(providers: list[str] | None = None) -> tuple[str, ...]:

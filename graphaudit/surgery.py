@@ -85,6 +85,20 @@ def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tupl
     return frozen, removed
 
 
+def with_log_softmax(model: onnx.ModelProto, output: str, name: str) -> onnx.ModelProto:
+    """Return a copy of `model` with the log-softmax (last axis) of graph output `output` as output `name`."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    found = next((o for o in copy.graph.output if o.name == output), None)
+    if found is None:
+        raise GraphAuditError(f"expected a graph output named {output!r}, found {[o.name for o in copy.graph.output]}")
+    copy.graph.node.append(helper.make_node("LogSoftmax", [output], [name], name=name, axis=-1))
+    out = copy.graph.output.add()
+    out.CopyFrom(found)
+    out.name = name
+    return copy
+
+
 def check_coefficients(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:
     """Raise GraphAuditError unless every coefficient is a value computed in the main graph."""
     if not coefficients:

@@ -19,9 +19,11 @@ def _batch(b=3, t=5, v=7, seed=0):
     return rng.standard_normal((b, t, v)).astype(np.float32) * 2, rng.integers(0, v, (b, t))
 
 
-def test_log_softmax_matches_float64():
+def test_log_softmax_matches_float64_and_the_replay_graph_output_name():
     logits, _ = _batch()
     np.testing.assert_allclose(log_softmax(logits), _log_softmax(logits), atol=1e-5)
+    assert Task("causal_lm", "logits", "input_ids").fetch == "graphaudit.log_probs"
+    assert Task("regression", "y", labels="targets").fetch == "y"
 
 
 def test_task_detection():

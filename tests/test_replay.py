@@ -17,9 +17,10 @@ from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_model
 from graphaudit.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.replay import default_batch_size, log_probs, replay
-from graphaudit.runtime import create_session
-from graphaudit.surgery import frozen_graph, trace_graph
+from graphaudit.metrics import PoissonBootstrap, task_for
+from graphaudit.replay import default_batch_size, replay, run_conditions
+from graphaudit.runtime import create_session, spare_core
+from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 from test_replay_models import gated_lm, mixing_lm, token_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -335,21 +336,87 @@ def test_labels_add_accuracy(files, tmp_path):
     assert 0 <= doc["conditions"]["correct"]["accuracy"] <= 1 and "accuracy" not in plain["conditions"]["correct"]
 
 
-def test_log_probs_is_the_log_softmax_of_the_last_axis_in_float32_or_float64():
-    rng = np.random.default_rng(3)
-    logits = (rng.standard_normal((3, 5, 11)) * 4).astype(np.float32)
-    logits[0, 0, 2] = -np.inf  # a class ruled out: log-probability -inf, the others finite
-    logits[1, 1, :] = -np.inf  # no class left, and an infinite top below: no log-softmax (NaN)
-    logits[2, 3, 4] = np.inf
-    out = log_probs(logits)
-    assert out.dtype == np.float32 and out.shape == logits.shape
-    expected = log_softmax(logits.astype(np.float64))
-    np.testing.assert_array_equal(np.isnan(out), np.isnan(expected))
-    assert np.isnan(out[1, 1]).all() and np.isnan(out[2, 3]).all() and out[0, 0, 2] == -np.inf
-    np.testing.assert_allclose(out, expected, atol=1e-5)  # equal NaN and -inf positions compare equal
-    assert log_probs(logits.astype(np.float64)).dtype == np.float64
-    half = log_probs(logits.astype(np.float16))
-    assert half.dtype == np.float32
-    np.testing.assert_allclose(half, log_softmax(logits.astype(np.float16).astype(np.float64)), atol=1e-5)
-    classes = log_probs(logits[:, 0])  # (inputs, classes), as a classifier gives
-    np.testing.assert_allclose(classes, expected[:, 0], atol=1e-5)
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_loop_sums_what_a_plain_loop_over_every_condition_and_batch_sums(files, overlap):
+    """run_conditions, with ONNX Runtime in a worker thread (each run scored while the next one
+    runs) or without: its totals must be those of each condition run and scored one at a time,
+    in float64, batch by batch (4 batches of 3, 3, 3 and 1 inputs, the `correct` output of
+    the same batch as the KL reference)."""
+    loaded = load_model(files / "gated.onnx")
+    coefs = declared_coefficients(loaded.model)
+    specs = input_specs(loaded.model)
+    calib, evaluation = (load_data(files / f"{k}.npz", specs) for k in ("calib", "eval"))
+    trace = trace_graph(loaded.model, coefs)
+    with capture(trace, coefs, calib, batch_size=3) as cal, capture(trace, coefs, evaluation, batch_size=3) as ev:
+        feeds = conditions(CONDITIONS, ev, cal, seed=5)
+        task = task_for(ev.live, next(evaluation.batches(3))[1], {})
+        frozen = frozen_graph(loaded.model, coefs)
+        session = create_session(with_log_softmax(frozen, task.output, task.fetch))
+        stats = run_conditions(session, feeds, coefs, evaluation, 3, task, PoissonBootstrap(5, 50), overlap=overlap)
+        plain = create_session(frozen)
+        ids = evaluation.arrays["input_ids"]
+        nll = {name: 0.0 for name in feeds}
+        kl = {name: 0.0 for name in feeds}
+        for start in range(0, evaluation.count, 3):
+            rows = np.arange(start, min(start + 3, evaluation.count))
+            logp = {name: log_softmax(plain.run(["logits"], {"input_ids": ids[rows], **{
+                        c.tensor: native(c, feed(c, rows)) for c in coefs}})[0].astype(np.float64))
+                    for name, feed in feeds.items()}
+            targets = ids[rows, 1:]
+            for name in feeds:
+                picked = np.take_along_axis(logp[name][:, :-1], targets[..., None], axis=-1)
+                nll[name] -= picked.sum()
+                kl[name] += (np.exp(logp["correct"]) * (logp["correct"] - logp[name])).sum()
+    targets, positions = ids[:, 1:].size, ids.size
+    assert list(stats) == list(CONDITIONS)
+    for name, s in stats.items():
+        assert s.inputs == evaluation.count
+        assert s.figure("nll")[0] == pytest.approx(nll[name] / targets, rel=1e-5)
+        assert s.figure("divergence")[0] == pytest.approx(kl[name] / positions, rel=1e-4, abs=1e-7)
+    assert stats["correct"].figure("divergence")[0] == 0
+    assert all(stats[name].figure("divergence")[0] > 1e-4 for name in CONDITIONS[1:])
+
+
+def test_a_run_error_in_the_worker_thread_reaches_the_caller(files):
+    loaded = load_model(files / "gated.onnx")
+    coefs = declared_coefficients(loaded.model)
+    specs = input_specs(loaded.model)
+    calib = load_data(files / "calib.npz", specs)
+    with capture(trace_graph(loaded.model, coefs), coefs, calib, batch_size=4) as cache:
+        feeds = conditions(["correct"], cache, cache, seed=0)
+        task = task_for(cache.live, next(calib.batches(4))[1], {})
+        session = create_session(with_log_softmax(frozen_graph(loaded.model, coefs), task.output, task.fetch))
+        broken = {"correct": lambda c, rows: feeds["correct"](c, rows)[..., :1]}  # a coefficient cut short
+        for overlap in (True, False):
+            with pytest.raises(Exception, match="(?i)dimension|shape"):
+                run_conditions(session, broken, coefs, calib, 4, task, PoissonBootstrap(0, 10), overlap=overlap)
+
+
+def test_a_spare_core_is_one_the_session_leaves_to_the_calling_thread(monkeypatch):
+    import onnxruntime as ort
+
+    model = gated_lm()
+    default = create_session(model)
+    one = create_session(model, threads=1)
+    assert not spare_core(default)  # ONNX Runtime's default: a thread per physical core
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert spare_core(one)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not spare_core(one)  # a process held to one core has none to spare
+    with pytest.raises(GraphAuditError, match=r"expected threads in 1\.\.1024, found 0"):
+        create_session(model, threads=0)
+    assert isinstance(one, ort.InferenceSession)
+
+
+def test_replay_threads_reach_the_report_and_bad_counts_are_usage_errors(files, tmp_path):
+    args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
+    one = replay(*args, batch_size=4, resamples=50, threads=1).to_json()
+    default = replay(*args, batch_size=4, resamples=50).to_json()
+    assert one["settings"]["threads"] == 1 and default["settings"]["threads"] is None
+    for name, figures in default["conditions"].items():  # the same figures on one thread, up to rounding
+        assert one["conditions"][name]["nll"] == pytest.approx(figures["nll"], rel=1e-6)
+    with pytest.raises(GraphAuditError, match="expected threads in 1..1024, found 0") as err:
+        replay(*args, threads=0)
+    assert err.value.exit_code == 2
+    result = CliRunner().invoke(cli, ["replay", str(args[0]), "--calib", str(args[1]), "--threads", "0"])
+    assert result.exit_code == 2 and "--threads" in result.output

@@ -13,7 +13,7 @@ from graphaudit.coefficients import Coefficient, declared_coefficients
 from graphaudit.errors import GraphAuditError
 from graphaudit.load import load_model
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.surgery import controller_nodes, freeze, frozen_graph, trace_graph
+from graphaudit.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
 from test_replay_models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -141,3 +141,17 @@ def test_zoo_frozen_graph_matches_the_exported_frozen_graph(name):
     np.testing.assert_allclose(ours, outputs["logits"], atol=1e-5)
     np.testing.assert_allclose(theirs, outputs["logits"], atol=1e-4)
 
+
+def test_with_log_softmax_adds_the_scored_output_and_leaves_the_argument_alone():
+    model = gated_lm()
+    coefs, ids, outputs = _traced(model)
+    frozen = frozen_graph(model, coefs)
+    before = frozen.SerializeToString()
+    scored = with_log_softmax(frozen, "logits", "graphaudit.log_probs")
+    assert frozen.SerializeToString() == before
+    onnx.checker.check_model(scored, full_check=True)
+    feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
+    logits, logp = run_ort(scored, feeds, ["logits", "graphaudit.log_probs"])
+    np.testing.assert_allclose(logp, log_softmax(logits), atol=1e-5)
+    with pytest.raises(GraphAuditError, match="expected a graph output named 'nope'"):
+        with_log_softmax(frozen, "nope", "x")

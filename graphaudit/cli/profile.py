@@ -12,7 +12,8 @@ from graphaudit.cli import check_output
 from graphaudit.load import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
-from graphaudit.profile.session import MAX_THREADS, OPT_LEVELS
+from graphaudit.profile.session import OPT_LEVELS
+from graphaudit.runtime import MAX_THREADS
 
 _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})

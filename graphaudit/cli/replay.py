@@ -14,6 +14,7 @@ from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
 from graphaudit.parity import DEFAULT_TOLERANCE
 from graphaudit.replay import MAX_RESAMPLES, ReplayReport, replay
+from graphaudit.runtime import MAX_THREADS
 
 
 @click.command("replay")
@@ -41,11 +42,14 @@ from graphaudit.replay import MAX_RESAMPLES, ReplayReport, replay
               help="Bootstrap resamples over inputs for the confidence intervals.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
               help="ONNX Runtime execution provider for the capture and the replay.")
+@click.option("--threads", type=click.IntRange(1, MAX_THREADS),
+              help="ONNX Runtime intra-op threads (default: ORT's choice, one per physical core). Fewer than "
+                   "the cores leaves one to score each run while the next runs.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
-               provider, fmt, quiet) -> None:
+               provider, threads, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -55,7 +59,7 @@ def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cac
         raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
     report = replay(model, calib, data, coefficients=_split(names), conditions=conditions, batch_size=batch_size,
                     seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples, provider=provider,
-                    progress=ProgressBar(quiet=quiet))
+                    threads=threads, progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 

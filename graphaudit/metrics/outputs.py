@@ -1,10 +1,10 @@
 """Per-input sums from one batch of model outputs: NLL, KL from `correct`, accuracy, MSE.
 
 `task_for` decides once what the outputs mean; `score` turns one batch of outputs into a
-(inputs × QUANTITIES) array of sums. For logits, `score` takes their log-softmax (which the
-replay computes with ONNX Runtime's LogSoftmax while the next condition runs, see
-`replay.run_conditions`) — nothing per token survives the batch, so memory does not grow
-with the number of inputs. Figures are ratios of those sums (e.g. NLL = Σ nll /
+(inputs × QUANTITIES) array of sums. For logits, `score` takes their log-softmax, which the
+replay graph computes as an extra output (`LOG_PROBS`, see `surgery.with_log_softmax`), so
+that the one pass over the vocabulary runs in ONNX Runtime's kernels — nothing per token survives the batch, so memory does
+not grow with the number of inputs. Figures are ratios of those sums (e.g. NLL = Σ nll /
 Σ targets, token-weighted), computed in `metrics.stats`.
 
 - causal LM (`logits` of shape (batch, seq, vocab) and integer ids (batch, seq)): next-token
@@ -28,6 +28,7 @@ import numpy as np
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
+LOG_PROBS = "graphaudit.log_probs"  # the replay graph's log-softmax of the scored logits
 _COL = {q: i for i, q in enumerate(QUANTITIES)}
 IGNORE_INDEX = -100
 
@@ -44,6 +45,11 @@ class Task:
     @property
     def logits(self) -> bool:
         return self.kind in ("causal_lm", "classification")
+
+    @property
+    def fetch(self) -> str:
+        """The replay graph output `score` reads: log-probabilities for logits, else the output."""
+        return LOG_PROBS if self.logits else self.output
 
     @property
     def divergence(self) -> str:
@@ -195,7 +201,7 @@ def log_probs_at(logits: np.ndarray, flat: np.ndarray) -> np.ndarray:
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
-    """log-softmax over the last axis, in NumPy (what the replay's ONNX Runtime LogSoftmax gives)."""
+    """log-softmax over the last axis, in NumPy (what the replay graph's LOG_PROBS output holds)."""
     top = x.max(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore"):  # an infinite top: NaN, as in `log_probs_at`
         shifted = x - top

@@ -20,7 +20,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.graph_build import unique_ids
 from graphaudit.load import LoadedModel
 from graphaudit.protos import all_nodes
-from graphaudit.runtime import create_session
+from graphaudit.runtime import check_threads, create_session
 
 OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -31,8 +31,6 @@ OPT_LEVELS = {
 }
 ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
 _PROTOBUF_LIMIT = 2**31 - 1
-# Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
-MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,8 @@ def session_options(
     # Sequential execution: node events do not overlap, so node time adds up to busy time.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
-    if threads is not None and not 1 <= threads <= MAX_THREADS:
-        raise GraphAuditError(f"expected threads in 1..{MAX_THREADS}, found {threads}", exit_code=2)
+    if threads is not None:
+        check_threads(threads)
     if threads:
         so.intra_op_num_threads = threads
     if profile_prefix is not None:
