@@ -242,11 +242,10 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
 
     `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
     this thread scores the run before and builds the next run's feeds. None: when the
-    session leaves a CPU core free (`spare_core`), where it took the zoo's replay loop from
-    1.06-1.13x the bare runs to 1.02-1.05x; with every core given to ONNX Runtime's threads
-    it gained nothing (BENCHMARKS.md). Either way one run is scored at a time, in the
-    order of the loop: a batch's `correct` output, the reference for KL, before its other
-    conditions.
+    session leaves a CPU core free (`spare_core`), where it cut the zoo's replay overhead over
+    the bare runs by 1-6 points; with every core given to ONNX Runtime's threads it gained
+    nothing (BENCHMARKS.md, replay). Either way one run is scored at a time, in the order of
+    the loop: a batch's `correct` output, the reference for KL, before its other conditions.
     `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
@@ -262,7 +261,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                 every.compare(batch.rows, batch.reference)
         batch.scored.append(score(task, out, batch.inputs, batch.labels, batch.reference))
         if len(batch.scored) == len(stats):
-            ConditionStats.update_each(list(stats.values()), batch.scored, boot.weights(batch.index))
+            ConditionStats.update_each(list(stats.values()), batch.scored, batch.weights)
 
     if overlap is None:
         overlap = spare_core(session)
@@ -271,6 +270,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         in_flight: tuple[Future, _Batch] | None = None
         for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
+            batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
             for name, feed in feeds.items():
                 fed = dict(inputs)
                 for c in coefficients:
@@ -307,6 +307,7 @@ class _Batch:
     reference: Reference | None = None
     scored: list[np.ndarray] = field(default_factory=list)
     index: np.ndarray = field(init=False)  # the batch's input numbers
+    weights: np.ndarray | None = None  # their bootstrap weights
 
     def __post_init__(self) -> None:
         self.index = np.arange(self.rows.start, self.rows.stop)
