@@ -15,6 +15,7 @@ replay keeps each target's log-probability), stored and mapped like the coeffici
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
@@ -164,11 +165,50 @@ def capture(
         _batch_axis(c)
     key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
     folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
+    made = _Made()  # what this call writes, removed again if it fails
     if folder is not None:
         reused = _reuse(folder, key, coefficients)
         if reused is not None:
             return reused
-        _make_folder(folder, cache_dir)
+        made.parents = _make_folder(folder, cache_dir)
+        if made.parents and made.parents[-1] == folder:
+            made.folders.append(made.parents.pop())
+        (folder / _MANIFEST).unlink(missing_ok=True)  # a cache being rewritten is no cache until saved again
+    try:
+        return _run_capture(trace, coefficients, data, batch_size, folder, key, memory_limit, label, providers,
+                            weights_folder, check, validate, threads, made)
+    except BaseException:
+        made.discard()
+        raise
+
+
+@dataclass
+class _Made:
+    """What a capture has made so far: its arrays and their mappings, the folders it created
+    whole (the cache's folder, a temporary one) and the parent folders it created for them."""
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    maps: dict[str, mmap.mmap] = field(default_factory=dict)
+    folders: list[Path] = field(default_factory=list)
+    parents: list[Path] = field(default_factory=list)  # outermost first
+
+    def discard(self) -> None:
+        """Drop the arrays and mappings and remove the folders (a parent only while empty)."""
+        self.arrays.clear()
+        for mapping in self.maps.values():
+            with contextlib.suppress(BufferError):  # a view still held elsewhere: it goes with that view
+                mapping.close()
+        for folder in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        for parent in reversed(self.parents):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+
+
+def _run_capture(trace, coefficients, data, batch_size, folder, key, memory_limit, label, providers, weights_folder,
+                 check, validate, threads, made: _Made) -> CoefficientCache:
+    """`capture`'s work, recording in `made` what it writes."""
+    arrays, maps = made.arrays, made.maps
     session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
                              weights_folder=weights_folder, threads=threads)
     names = [o.name for o in session.get_outputs()]
@@ -178,8 +218,6 @@ def capture(
         raise GraphAuditError(
             f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
         )
-    arrays: dict[str, np.ndarray] = {}
-    maps: dict[str, mmap.mmap] = {}
     live: dict[str, np.ndarray] = {}
     owned = None
     for rows, feeds in data.batches(batch_size):
@@ -201,6 +239,7 @@ def capture(
             per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
             if folder is None and per_input * data.count > memory_limit:
                 owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
+                made.folders.append(owned)
             for name, (file, first) in kept.items():
                 shape = (data.count, *first.shape[1:])
                 if folder is None:
@@ -249,14 +288,17 @@ def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.
         )
 
 
-def _make_folder(folder: Path, cache_dir: str | Path) -> None:
-    """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder."""
+def _make_folder(folder: Path, cache_dir: str | Path) -> list[Path]:
+    """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder;
+    return the folders this made, outermost first."""
+    missing = [p for p in reversed((folder, *folder.parents)) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
         found = f"{blocking} is not a folder" if blocking is not None else f"{err.strerror or err}: {err.filename}"
         raise GraphAuditError(f"expected a folder for the coefficient cache at {cache_dir}, found {found}") from None
+    return missing
 
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:

@@ -1,5 +1,7 @@
 """Capture: complete coefficient tensors, batch first, in memory or memory-mapped, reusable."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,6 +10,7 @@ from graphaudit.capture import _file as cache_module_file
 from graphaudit.capture import batch_first, capture, native
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.data import from_arrays, input_specs
+from graphaudit.errors import GraphAuditError
 from graphaudit.surgery import trace_graph
 from test_replay_models import gated_lm, mixing_lm, run_ort, token_ids
 
@@ -92,3 +95,68 @@ def test_cache_streams_in_chunks():
         assert [list(r) for r in seen] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
         rows, values = next(cache.chunks(2))
         np.testing.assert_array_equal(values["gate.1"], cache.arrays["gate.1"][:2])
+
+
+def _failing_later():
+    """A model whose controller gives NaN for input 5 only (a Log of a negative entry), and its
+    data: a capture in batches of 2 has written batches 0..1 when batch 2 stops it."""
+    from test_bad_contract import float_data, float_gated
+
+    model = float_gated(log_in_controller=True)
+    coefs = declared_coefficients(model)
+    x = float_data(8)
+    x[5, 2, 1] = -0.5
+    return trace_graph(model, coefs), coefs, from_arrays({"x": x}, input_specs(model))
+
+
+def test_a_capture_that_fails_in_a_later_batch_leaves_no_folder_it_made(tmp_path):
+    trace, coefs, data = _failing_later()
+    root = tmp_path / "new" / "cache"  # neither exists yet
+    with pytest.raises(GraphAuditError, match=r"NaN/Inf values for data input 5"):
+        capture(trace, coefs, data, batch_size=2, cache_dir=root)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "mine.txt").write_text("the user's")
+    with pytest.raises(GraphAuditError, match="NaN/Inf"):
+        capture(trace, coefs, data, batch_size=2, cache_dir=tmp_path / "kept")
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["mine.txt"]  # only the cache's own folder went
+
+
+def test_a_failed_capture_removes_its_temporary_folder(monkeypatch):
+    trace, coefs, data = _failing_later()
+    made = []
+    real = capture_module.tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(Path(real(*args, **kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(capture_module.tempfile, "mkdtemp", mkdtemp)
+    with pytest.raises(GraphAuditError, match="NaN/Inf"):
+        capture(trace, coefs, data, batch_size=2, memory_limit=0)
+    assert len(made) == 1 and not made[0].exists()
+
+
+def test_a_rewrite_that_fails_leaves_no_manifest_over_half_written_files(tmp_path, monkeypatch):
+    trace, coefs, data = _setup(gated_lm)
+    first = capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path)
+    folder = first.location
+    first.close()
+    (folder / cache_module_file(coefs[0])).write_bytes(b"truncated")  # the cache can no longer be read
+    real, seen = capture_module._check_finite, []
+
+    def stop_at_the_second_batch(coefficients, outputs, rows, label):
+        seen.append(rows)
+        if len(seen) == 2:
+            raise GraphAuditError("stopped")
+        real(coefficients, outputs, rows, label)
+
+    monkeypatch.setattr(capture_module, "_check_finite", stop_at_the_second_batch)
+    with pytest.raises(GraphAuditError, match="stopped"):
+        capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path)
+    assert not (folder / "manifest.json").exists()  # half the rows are new, half are not: no cache
+    monkeypatch.setattr(capture_module, "_check_finite", real)
+    again = capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path)
+    assert not again.reused and again.location == folder and (folder / "manifest.json").is_file()
+    again.close()
+    assert capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path).reused
