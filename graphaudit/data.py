@@ -202,6 +202,11 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
             for key in archive.files:
                 try:
                     arrays[key] = archive[key]
+                    if isinstance(arrays[key], bytes):  # numpy hands back a member that is not .npy as its bytes
+                        raise GraphAuditError(
+                            f"expected every member of {path} to be a NumPy .npy array, found {key!r} holding "
+                            f"{len(arrays[key])} bytes without the .npy header"
+                        )
                 except MemoryError:  # a header may declare any shape: numpy allocates it before reading
                     raise GraphAuditError(
                         f"expected arrays that fit in memory in {path}, found {_declared(archive.zip, key)} "

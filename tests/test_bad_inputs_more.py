@@ -198,3 +198,17 @@ def test_an_npy_header_past_numpys_limit_is_named(tmp_path, capfd):
     onnx.save(float_gated(), model)
     refused(capfd, ["replay", model, "--calib", path, "--resamples", "5", "-q"], [model, path],
             match=r"expected \.npy headers of at most 10 kB in .*big_header\.npz .*found a larger one")
+
+
+@pytest.mark.parametrize("member", ["x.npy", "x"])
+def test_an_npz_member_without_an_npy_header_is_named(tmp_path, capfd, member):
+    """numpy hands such a member back as its raw bytes; that is neither an array of the wrong
+    dtype nor a pickle, and the error says what it is."""
+    path = tmp_path / "junk.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(member, b"hello, not an array")
+    model = tmp_path / "model.onnx"
+    onnx.save(float_gated(), model)
+    refused(capfd, ["replay", model, "--calib", path, "--resamples", "5", "-q"], [model, path],
+            match=r"expected every member of .*junk\.npz to be a NumPy \.npy array, found 'x' holding 19 bytes "
+                  r"without the \.npy header")
