@@ -170,27 +170,80 @@ def capture(
         reused = _reuse(folder, key, coefficients)
         if reused is not None:
             return reused
-        made.parents = _make_folder(folder, cache_dir)
-        if made.parents and made.parents[-1] == folder:
-            made.folders.append(made.parents.pop())
+        created = _make_folder(folder, cache_dir)
+        made.folders = [p for p in created if p == folder]
+        made.parents = [p for p in created if p != folder]
         (folder / _MANIFEST).unlink(missing_ok=True)  # a cache being rewritten is no cache until saved again
-    try:
-        return _run_capture(trace, coefficients, data, batch_size, folder, key, memory_limit, label, providers,
-                            weights_folder, check, validate, threads, made)
-    except BaseException:
-        made.discard()
-        raise
+    arrays, maps = made.arrays, made.maps
+    with made:
+        session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
+                                 weights_folder=weights_folder, threads=threads)
+        names = [o.name for o in session.get_outputs()]
+        wanted = {c.tensor for c in coefficients}
+        missing = wanted - set(names)
+        if missing:
+            raise GraphAuditError(
+                f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
+            )
+        live: dict[str, np.ndarray] = {}
+        owned = None
+        for rows, feeds in data.batches(batch_size):
+            with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
+                outputs = dict(zip(names, session.run(names, feeds)))
+            live_outputs = {n: v for n, v in outputs.items() if n not in wanted}
+            if not arrays and validate is not None:
+                validate(live_outputs, feeds)
+            _check_finite(coefficients, outputs, rows, label)
+            summary = check.summarise(live_outputs, feeds, rows) if check is not None else None
+            if not arrays:
+                live = {n: v for n, v in live_outputs.items() if isinstance(v, np.ndarray)}  # tensors, not sequences
+                # batch-first rows of every array kept, by its key and file name
+                kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
+                if summary is not None:
+                    kept[_CHECK] = (_CHECK_FILE, summary)
+                else:
+                    check = None  # nothing to keep for these outputs: not asked again
+                per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
+                if folder is None and per_input * data.count > memory_limit:
+                    owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
+                    made.folders.append(owned)
+                for name, (file, first) in kept.items():
+                    shape = (data.count, *first.shape[1:])
+                    if folder is None:
+                        arrays[name] = np.empty(shape, dtype=first.dtype)
+                    else:
+                        folder.mkdir(parents=True, exist_ok=True)
+                        arrays[name], maps[name] = _create_npy(folder / file, shape, first.dtype)
+            for c in coefficients:
+                arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
+            if summary is not None:
+                arrays[_CHECK][rows] = summary
+            for mapping in maps.values():
+                _release(mapping)
+        if folder is not None:
+            for mapping in maps.values():
+                mapping.flush()
+            _save(folder, key, coefficients, live, data.count, _CHECK in arrays)
+        return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
 
 
 @dataclass
 class _Made:
     """What a capture has made so far: its arrays and their mappings, the folders it created
-    whole (the cache's folder, a temporary one) and the parent folders it created for them."""
+    whole (the cache's folder, a temporary one) and the parent folders it created for them.
+    As a context manager, it discards them all when the block fails."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     maps: dict[str, mmap.mmap] = field(default_factory=dict)
     folders: list[Path] = field(default_factory=list)
     parents: list[Path] = field(default_factory=list)  # outermost first
+
+    def __enter__(self) -> "_Made":
+        return self
+
+    def __exit__(self, failed, *exc) -> None:
+        if failed is not None:
+            self.discard()
 
     def discard(self) -> None:
         """Drop the arrays and mappings and remove the folders (a parent only while empty)."""
@@ -203,61 +256,6 @@ class _Made:
         for parent in reversed(self.parents):
             with contextlib.suppress(OSError):
                 parent.rmdir()
-
-
-def _run_capture(trace, coefficients, data, batch_size, folder, key, memory_limit, label, providers, weights_folder,
-                 check, validate, threads, made: _Made) -> CoefficientCache:
-    """`capture`'s work, recording in `made` what it writes."""
-    arrays, maps = made.arrays, made.maps
-    session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
-                             weights_folder=weights_folder, threads=threads)
-    names = [o.name for o in session.get_outputs()]
-    wanted = {c.tensor for c in coefficients}
-    missing = wanted - set(names)
-    if missing:
-        raise GraphAuditError(
-            f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
-        )
-    live: dict[str, np.ndarray] = {}
-    owned = None
-    for rows, feeds in data.batches(batch_size):
-        with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
-            outputs = dict(zip(names, session.run(names, feeds)))
-        live_outputs = {n: v for n, v in outputs.items() if n not in wanted}
-        if not arrays and validate is not None:
-            validate(live_outputs, feeds)
-        _check_finite(coefficients, outputs, rows, label)
-        summary = check.summarise(live_outputs, feeds, rows) if check is not None else None
-        if not arrays:
-            live = {n: v for n, v in live_outputs.items() if isinstance(v, np.ndarray)}  # tensors, not sequences
-            # batch-first rows of every array kept, by its key and file name
-            kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
-            if summary is not None:
-                kept[_CHECK] = (_CHECK_FILE, summary)
-            else:
-                check = None  # nothing to keep for these outputs: not asked again
-            per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
-            if folder is None and per_input * data.count > memory_limit:
-                owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
-                made.folders.append(owned)
-            for name, (file, first) in kept.items():
-                shape = (data.count, *first.shape[1:])
-                if folder is None:
-                    arrays[name] = np.empty(shape, dtype=first.dtype)
-                else:
-                    folder.mkdir(parents=True, exist_ok=True)
-                    arrays[name], maps[name] = _create_npy(folder / file, shape, first.dtype)
-        for c in coefficients:
-            arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
-        if summary is not None:
-            arrays[_CHECK][rows] = summary
-        for mapping in maps.values():
-            _release(mapping)
-    if folder is not None:
-        for mapping in maps.values():
-            mapping.flush()
-        _save(folder, key, coefficients, live, data.count, _CHECK in arrays)
-    return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
 
 
 def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.ndarray], rows: slice,
