@@ -253,7 +253,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     fetch = [task.fetch]
 
-    def finish(run: Future, batch: _Batch) -> None:
+    def finish(run: Future | _Done, batch: _Batch) -> None:
         out = run.result()[0]
         if batch.reference is None:  # `correct` comes first
             batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
@@ -267,7 +267,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         overlap = spare_core(session)
     with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
         start = runner.submit if runner is not None else _run_now
-        in_flight: tuple[Future, _Batch] | None = None
+        in_flight: tuple[Future | _Done, _Batch] | None = None
         for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
             batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
@@ -287,14 +287,21 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     return stats
 
 
-def _run_now(fn, *args) -> Future:
-    """`fn(*args)` run here, as a finished Future (the loop without a worker thread)."""
-    done: Future = Future()
-    try:
-        done.set_result(fn(*args))
-    except Exception as err:  # noqa: BLE001 - handed on as the worker thread's would be, by result()
-        done.set_exception(err)
-    return done
+class _Done:
+    """A run made in the calling thread, answering `result()` as a Future of the worker's would."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _run_now(fn, *args) -> _Done:
+    """`fn(*args)` run here (the loop without a worker thread); an error is raised at once."""
+    return _Done(fn(*args))
 
 
 @dataclass
