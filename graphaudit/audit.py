@@ -99,6 +99,7 @@ def audit(
     profile_limit: int | None = None,
     batch_size: int | None = None,
     resamples: int = 1000,
+    threads: int | None = None,
     progress: Progress | None = None,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
@@ -109,6 +110,7 @@ def audit(
     only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds.
     `batch_size` is the replay's (default 16, or 1 when the graph has value-dependent control
     flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
+    `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -145,7 +147,7 @@ def audit(
         batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
         if why:
             notes.append(f"replay batch size {batch_size}: {why}")
-    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress)
+    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
     if replayed is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
                       "--coefficients): the frozen replay did not run, so coefficient variation and functional "
@@ -153,14 +155,14 @@ def audit(
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline, provider, runs, warmup,
-                        profile_runs, profile_limit, block_pattern, static)
+                        profile_runs, profile_limit, block_pattern, static, threads)
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
     verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops)
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
-              "provider": provider, "seed": seed}
+              "provider": provider, "seed": seed, "threads": threads}
     if is_baseline:
         inputs["is_baseline"] = True
     return AuditReport(
@@ -194,20 +196,20 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
     return audit_static(loaded, block_pattern=block_pattern, coefficients=tuple(coefficients), shapes=shapes)
 
 
-def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, progress):
+def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress):
     from graphaudit.replay import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
-                    batch_size=batch_size, resamples=resamples, progress=progress)
+                    batch_size=batch_size, resamples=resamples, threads=threads, progress=progress)
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static):
+def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static, threads):
     from graphaudit.profile import profile_model
 
     return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
                          batch_size=1, provider=provider, limit=limit, block_pattern=block_pattern,
-                         static=static)
+                         static=static, threads=threads)
 
 
 def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:

@@ -254,3 +254,16 @@ def test_bookkeeping_that_changes_shape_is_no_dynamic_inference(tmp_path, capsys
     assert {v["op_type"] for v in varying} >= {"NonZero"} and not any(v["compute"] for v in varying)
     assert doc["verdict"]["conditional_execution"]["answer"] == "no"
     assert code == 3 and "claim dynamic-inference refuted" in err
+
+
+def test_threads_reach_the_replay_and_the_profile_and_are_recorded(tmp_path, capsys):
+    target = tmp_path / "one.json"
+    code, _, err = run(model_args("featuregate", baseline=False) + ["--threads", "1", "--format", "json", "-o", target,
+                                                                    "--quiet"], capsys)
+    assert code == 0, err
+    doc = json.loads(target.read_text())
+    validate(doc)
+    assert doc["inputs"]["threads"] == 1
+    assert doc["replay"]["settings"]["threads"] == 1 and doc["profile"]["threads"] == 1
+    code, _, err = run(model_args("featuregate", baseline=False) + ["--threads", "0"], capsys)
+    assert code == 2 and "--threads" in err and err.count("\n") == 1

@@ -64,7 +64,7 @@ def render_text(r: ProfileReport) -> str:
     """The report as terminal text."""
     lat, prof = r.latency_ms, r.profiled_latency_ms
     lines = [
-        f"model: {r.model}  on {r.provider}, {r.opt_level}",
+        f"model: {r.model}  on {r.provider}, {r.opt_level}" + (f", {r.threads} intra-op thread{'s' if r.threads > 1 else ''}" if r.threads else ""),
         f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
         f"latency per input: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "

@@ -12,6 +12,7 @@ from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
 from graphaudit.report import FORMATS
+from graphaudit.runtime import MAX_THREADS
 from graphaudit.verdict import CLAIMS
 
 EPILOG = """\b
@@ -49,10 +50,13 @@ what it needs.
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")
+@click.option("--threads", type=click.IntRange(1, MAX_THREADS),
+              help="ONNX Runtime intra-op threads for the replay and the profile (default: ORT's choice, one "
+                   "per physical core).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
 def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, provider, fmt, output, claims, seed,
-            runs, warmup, profile_runs, limit, resamples, quiet) -> None:
+            runs, warmup, profile_runs, limit, resamples, threads, quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
@@ -64,7 +68,7 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, prov
     with ProgressBar(quiet=quiet) as bar:
         report = audit(model, calib, data, baseline, coefficients, provider, seed=seed, block_pattern=block_pattern,
                        claims=claims, runs=runs, warmup=warmup, profile_runs=profile_runs, profile_limit=limit,
-                       resamples=resamples, progress=bar)
+                       resamples=resamples, threads=threads, progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link

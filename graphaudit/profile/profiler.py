@@ -155,6 +155,7 @@ def profile_model(
         renamed_nodes=runnable.renamed,
         notes=notes,
         agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
+        threads=threads,
     )
 
 

@@ -51,6 +51,7 @@ class ProfileReport:
     renamed_nodes: int
     notes: tuple[str, ...]
     agreements: tuple[Agreement, ...] = ()  # static verdicts against the run, when given
+    threads: int | None = None  # ONNX Runtime's intra-op threads as given; None: its own choice
 
     @property
     def coverage(self) -> float:
@@ -96,6 +97,7 @@ class ProfileReport:
             "data": self.data,
             "provider": self.provider,
             "opt_level": self.opt_level,
+            "threads": self.threads,
             "mapping": {"method": self.mapping_method, "description": self.mapping,
                         "matched_by": self.mapping_counts, "fused_nodes": self.fused_nodes},
             "node_time_kind": self.node_time_kind,
