@@ -297,7 +297,8 @@ def test_evaluation_inputs_that_are_calibration_inputs_are_named(files, tmp_path
         replay(files / "gated.onnx", files / "eval.npz", files / "eval.npz", batch_size=4, resamples=50)
 
 
-def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
+@pytest.mark.parametrize("threads", [None, 1])  # 1: scored while the next run runs, where a core is free
+def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch, threads):
     """Fault injection: the kept live log-probability of input 9's third target (batch 3 of 3) is
     moved by 0.01, as a frozen graph that departs from the live model on that input alone would be."""
     import graphaudit.replay as module
@@ -319,7 +320,7 @@ def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch):
     args = (files / "gated.onnx", files / "calib.npz", files / "eval.npz")
     with pytest.raises(ParityError, match=r"live target log-probabilities of every input within 0.0002, found max "
                                           r"\|Δ\| 0.01 at input 9, target 2 ") as err:
-        replay(*args, batch_size=4, resamples=50)
+        replay(*args, batch_size=4, resamples=50, threads=threads)
     assert err.value.parity.max_abs_diff <= 1e-6  # the first batch alone would have passed
     assert err.value.parity.every_input.inputs == 10 and not err.value.parity.ok
 
