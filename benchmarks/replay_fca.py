@@ -1,7 +1,7 @@
 """Frozen-controller replay: overhead over bare ONNX Runtime, ORT vs PyTorch hooks, memory at 4× inputs.
 
     python benchmarks/replay_fca.py [--models featuregate,mudd] [--repeats 7] [--batch-size 16]
-                                    [--torch-batch-sizes 1,4,16] [--threads 2] [--inputs 128]
+                                    [--torch-batch-sizes 1,4,16] [--threads 1] [--inputs 128]
                                     [--skip overhead,torch,memory] [--widths 256,512 [--vocab V]]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
@@ -278,7 +278,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--torch-batch-sizes", default="1,4,16")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of every session (default 1: at 2 and more, the two sessions of the "
+                             "overhead comparison slow each other, see the module doc)")
     parser.add_argument("--inputs", type=int, default=128, help="N for the memory benchmark (also runs 4N)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: overhead, torch, memory")
     parser.add_argument("--widths", default="",
