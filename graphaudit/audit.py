@@ -118,6 +118,10 @@ def audit(
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load import load_for_runtime
+    from graphaudit.runtime import check_threads
+
+    if threads is not None:
+        check_threads(threads)  # before anything runs
 
     report = progress or silent
     loaded = load_for_runtime(model)

@@ -267,3 +267,7 @@ def test_threads_reach_the_replay_and_the_profile_and_are_recorded(tmp_path, cap
     assert doc["replay"]["settings"]["threads"] == 1 and doc["profile"]["threads"] == 1
     code, _, err = run(model_args("featuregate", baseline=False) + ["--threads", "0"], capsys)
     assert code == 2 and "--threads" in err and err.count("\n") == 1
+    folder = zoo("featuregate")
+    with pytest.raises(graphaudit.GraphAuditError, match=r"expected threads in 1\.\.1024, found 0") as refused:
+        graphaudit.audit(folder / "model.onnx", folder / "calib.npz", provider="cpu", threads=0)
+    assert refused.value.exit_code == 2
