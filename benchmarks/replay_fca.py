@@ -56,7 +56,7 @@ from graphaudit.data import input_specs, load_data  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
-from graphaudit.replay import run_conditions  # noqa: E402
+from graphaudit.replay_loop import run_conditions  # noqa: E402
 from graphaudit.runtime import create_session, slow_fusions, spare_core  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 

@@ -3,7 +3,8 @@
 `replay` gives back a ReplayReport. It captures the coefficients of the calibration and
 evaluation inputs with the trace graph, builds the frozen graph, checks that the frozen
 graph fed each input's own coefficients reproduces the live outputs (parity; on failure it
-raises ParityError, naming the largest difference), then runs `run_conditions`: one loop
+raises ParityError, naming the largest difference), then runs `run_conditions`
+(graphaudit.replay_loop): one loop
 over evaluation batches and conditions that feeds each condition's coefficients and adds
 the outputs' per-input sums to streaming statistics. The controller never runs there.
 
@@ -20,33 +21,32 @@ import hashlib
 import math
 import os
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
-from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture, native
+from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
-from graphaudit.conditions import CONDITIONS, PROFILES, Feed, conditions as make_conditions, token_axis
+from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
 from graphaudit.data import InputData, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
-from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Reference, Task,
-                                difference, retained_gap, score, task_for)
+from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Task, difference,
+                                retained_gap, task_for)
 from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
-from graphaudit.progress import Progress, track
-from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions, spare_core
+from graphaudit.progress import Progress
+from graphaudit.replay_loop import run_conditions
+from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
 DEFAULT_BATCH_SIZE = 16
@@ -232,92 +232,6 @@ def replay(
     gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
                  for p in PROFILES if p in stats and "global_mean" in stats)
     return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
-
-
-def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
-                   data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
-                   progress: Progress | None = None, every: EveryInputCheck | None = None,
-                   overlap: bool | None = None) -> dict[str, ConditionStats]:
-    """Replay every condition on every batch; return each condition's streaming statistics.
-
-    `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
-    this thread scores the run before and builds the next run's feeds. None: when the
-    session leaves a CPU core free (`spare_core`), where it cut the zoo's replay overhead over
-    the bare runs by 1-6 points; with every core given to ONNX Runtime's threads it gained
-    nothing (BENCHMARKS.md, replay). Either way one run is scored at a time, in the order of
-    the loop: a batch's `correct` output, the reference for KL, before its other conditions.
-    `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
-    """
-    stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
-    total = -(-data.count // batch_size)
-    laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
-    fetch = [task.fetch]
-
-    def finish(run: Future | _Done, batch: _Batch) -> None:
-        out = run.result()[0]
-        if batch.reference is None:  # `correct` comes first
-            batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
-            if every is not None:
-                every.compare(batch.rows, batch.reference)
-        batch.scored.append(score(task, out, batch.inputs, batch.labels, batch.reference))
-        if len(batch.scored) == len(stats):
-            ConditionStats.update_each(list(stats.values()), batch.scored, batch.weights)
-
-    if overlap is None:
-        overlap = spare_core(session)
-    with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
-        start = runner.submit if runner is not None else _run_now
-        in_flight: tuple[Future | _Done, _Batch] | None = None
-        for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
-            batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
-            batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
-            for name, feed in feeds.items():
-                fed = dict(inputs)
-                for c in coefficients:
-                    values, last = feed(c, batch.index), laid_out.get((name, c.tensor))
-                    if last is None or last[0] is not values:  # profiles hand back the same array every batch
-                        last = laid_out[name, c.tensor] = (values, native(c, values))
-                    fed[c.tensor] = last[1]
-                submitted = start(session.run, fetch, fed), batch
-                if in_flight is not None:
-                    finish(*in_flight)
-                in_flight = submitted
-        if in_flight is not None:
-            finish(*in_flight)
-    return stats
-
-
-class _Done:
-    """A run made in the calling thread, answering `result()` as a Future of the worker's would."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-    def result(self):
-        return self.value
-
-
-def _run_now(fn, *args) -> _Done:
-    """`fn(*args)` run here (the loop without a worker thread); an error is raised at once."""
-    return _Done(fn(*args))
-
-
-@dataclass
-class _Batch:
-    """One evaluation batch of the replay loop, and its conditions' scores as they come."""
-
-    rows: slice
-    inputs: Mapping[str, np.ndarray]
-    labels: Mapping[str, np.ndarray]
-    reference: Reference | None = None
-    scored: list[np.ndarray] = field(default_factory=list)
-    index: np.ndarray = field(init=False)  # the batch's input numbers
-    weights: np.ndarray | None = None  # their bootstrap weights
-
-    def __post_init__(self) -> None:
-        self.index = np.arange(self.rows.start, self.rows.stop)
 
 
 def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:

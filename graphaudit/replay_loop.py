@@ -1,0 +1,113 @@
+"""The replay loop: every condition's coefficients fed to the frozen graph, batch by batch,
+each run scored into streaming statistics (`run_conditions`). The controller never runs here.
+
+Where the session leaves a CPU core free, ONNX Runtime runs in a worker thread (its `run`
+lets go of Python's lock) while this thread scores the run before and builds the next
+run's feeds; otherwise runs and scoring alternate in this thread. One run is scored at a
+time, in the order of the loop either way.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from graphaudit.capture import native
+from graphaudit.coefficients import Coefficient
+from graphaudit.conditions import Feed
+from graphaudit.data import InputData
+from graphaudit.metrics import ConditionStats, PoissonBootstrap, Reference, Task, score
+from graphaudit.parity import EveryInputCheck
+from graphaudit.progress import Progress, track
+from graphaudit.runtime import spare_core
+
+
+def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
+                   data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
+                   progress: Progress | None = None, every: EveryInputCheck | None = None,
+                   overlap: bool | None = None) -> dict[str, ConditionStats]:
+    """Replay every condition on every batch; return each condition's streaming statistics.
+
+    `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
+    this thread scores the run before and builds the next run's feeds. None: when the
+    session leaves a CPU core free (`spare_core`), where it cut the zoo's replay overhead over
+    the bare runs by 1-6 points; with every core given to ONNX Runtime's threads it gained
+    nothing (BENCHMARKS.md, replay). Either way one run is scored at a time, in the order of
+    the loop: a batch's `correct` output, the reference for KL, before its other conditions.
+    `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
+    """
+    stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
+    total = -(-data.count // batch_size)
+    laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
+    fetch = [task.fetch]
+
+    def finish(run: Future | _Done, batch: _Batch) -> None:
+        out = run.result()[0]
+        if batch.reference is None:  # `correct` comes first
+            batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
+            if every is not None:
+                every.compare(batch.rows, batch.reference)
+        batch.scored.append(score(task, out, batch.inputs, batch.labels, batch.reference))
+        if len(batch.scored) == len(stats):
+            ConditionStats.update_each(list(stats.values()), batch.scored, batch.weights)
+
+    if overlap is None:
+        overlap = spare_core(session)
+    with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
+        start = runner.submit if runner is not None else _run_now
+        in_flight: tuple[Future | _Done, _Batch] | None = None
+        for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
+            batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
+            batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
+            for name, feed in feeds.items():
+                fed = dict(inputs)
+                for c in coefficients:
+                    values, last = feed(c, batch.index), laid_out.get((name, c.tensor))
+                    if last is None or last[0] is not values:  # profiles hand back the same array every batch
+                        last = laid_out[name, c.tensor] = (values, native(c, values))
+                    fed[c.tensor] = last[1]
+                submitted = start(session.run, fetch, fed), batch
+                if in_flight is not None:
+                    finish(*in_flight)
+                in_flight = submitted
+        if in_flight is not None:
+            finish(*in_flight)
+    return stats
+
+
+class _Done:
+    """A run made in the calling thread, answering `result()` as a Future of the worker's would."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def result(self):
+        return self.value
+
+
+def _run_now(fn, *args) -> _Done:
+    """`fn(*args)` run here (the loop without a worker thread); an error is raised at once."""
+    return _Done(fn(*args))
+
+
+@dataclass
+class _Batch:
+    """One evaluation batch of the replay loop, and its conditions' scores as they come."""
+
+    rows: slice
+    inputs: Mapping[str, np.ndarray]
+    labels: Mapping[str, np.ndarray]
+    reference: Reference | None = None
+    scored: list[np.ndarray] = field(default_factory=list)
+    index: np.ndarray = field(init=False)  # the batch's input numbers
+    weights: np.ndarray | None = None  # their bootstrap weights
+
+    def __post_init__(self) -> None:
+        self.index = np.arange(self.rows.start, self.rows.stop)
