@@ -12,6 +12,10 @@
    frozen graph alone on the same, precomputed feeds, in the same process, alternating,
    warm-up discarded; median of the per-pair ratios of wall time (the target) and of CPU
    time (`time.process_time`, all threads: the work, which the overlap does not shrink).
+   Then, for as many loops again, where the loop's wall time goes: inside ORT's `run` calls
+   (timed around each call, in whichever thread makes it), before the first, between runs,
+   after the last; "loop / runs inside" is the harness's own share, which the machine's
+   noise inflates far less than the ratio of two loops timed apart.
    At --threads 2 and more, each session's intra-op pool spins after its runs and slows the
    other session's (two sessions alternating ran 40% slower than one alone here), so the
    comparison is only clean at --threads 1.
@@ -95,8 +99,8 @@ class Setup:
                                    batch_size, 1e-4)
         self.seed = seed
 
-    def replay_loop(self, overlap: bool | None = None):
-        return run_conditions(self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,
+    def replay_loop(self, overlap: bool | None = None, session=None):
+        return run_conditions(session or self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,
                               PoissonBootstrap(self.seed, 1000), every=EveryInputCheck(self.caches[1], self.parity),
                               overlap=overlap)
 
@@ -177,8 +181,52 @@ def overhead(setup: Setup, repeats: int) -> list[dict]:
                      "overlap": mode, "replay_ms": wall[i], "bare_ms": wall[0], "ratios": ratios,
                      "ratio_median": statistics.median(ratios),
                      "ratio_of_medians": statistics.median(wall[i]) / statistics.median(wall[0]),
-                     "cpu_ratio_median": statistics.median([r / b for r, b in zip(cpu[i], cpu[0])])})
+                     "cpu_ratio_median": statistics.median([r / b for r, b in zip(cpu[i], cpu[0])]),
+                     "breakdown_ms": breakdown(setup, repeats, mode)})
     return rows
+
+
+class TimedRuns:
+    """The replay's session, recording when each `run` starts and ends (whichever thread calls it)."""
+
+    def __init__(self, session):
+        self.session, self.spans = session, []
+
+    def run(self, *args, **kwargs):
+        start = time.perf_counter_ns()
+        out = self.session.run(*args, **kwargs)
+        self.spans.append((start, time.perf_counter_ns()))
+        return out
+
+
+def breakdown(setup: Setup, repeats: int, overlap: bool) -> dict:
+    """Where the replay loop's wall time goes, medians over `repeats` loops timed after the
+    comparison (alternating with the bare runs): inside ORT's `run` calls, before the first,
+    between runs, after the last; milliseconds."""
+    prepared = setup.prepared_feeds()
+    output = [setup.task.output]
+    timed = TimedRuns(setup.session)
+    parts: dict[str, list[float]] = {k: [] for k in ("loop", "runs", "before", "between", "after", "bare")}
+    setup.replay_loop(overlap, timed)
+    for _ in range(repeats):
+        timed.spans.clear()
+        start = time.perf_counter_ns()
+        setup.replay_loop(overlap, timed)
+        end = time.perf_counter_ns()
+        spans = timed.spans
+        parts["loop"].append(end - start)
+        parts["runs"].append(sum(b - a for a, b in spans))
+        parts["before"].append(spans[0][0] - start)
+        parts["between"].append(sum(spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)))
+        parts["after"].append(end - spans[-1][1])
+        parts["bare"].append(timed_ns(lambda: [setup.bare_session.run(output, f) for f in prepared]))
+    return {k: statistics.median(v) / 1e6 for k, v in parts.items()}
+
+
+def timed_ns(fn) -> int:
+    start = time.perf_counter_ns()
+    fn()
+    return time.perf_counter_ns() - start
 
 
 def torch_replay(setup: Setup, threads: int):
@@ -316,6 +364,16 @@ def main() -> None:
             print(f"| {r['model']} | {r['batch_size']} | {r['runs_per_loop']} | {'yes' if r['overlap'] else 'no'} | "
                   f"{spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
                   f"{r['ratio_median']:.3f} | {over}/{len(r['ratios'])} | {r['cpu_ratio_median']:.3f} |")
+        print("\nWhere the loop's time goes (medians over as many loops again, timed after the comparison, "
+              "each beside a bare loop; ms):\n")
+        print("| model | overlap | loop | inside ORT's runs | before the first run | between runs | after the last run "
+              "| bare runs | runs inside / bare | loop / runs inside |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in results["overhead"]:
+            b = r["breakdown_ms"]
+            print(f"| {r['model']} | {'yes' if r['overlap'] else 'no'} | {b['loop']:.1f} | {b['runs']:.1f} | "
+                  f"{b['before']:.2f} | {b['between']:.2f} | {b['after']:.2f} | {b['bare']:.1f} | "
+                  f"{b['runs'] / b['bare']:.3f} | {b['loop'] / b['runs']:.3f} |")
     if results["torch"]:
         print("\n| model | batch | ORT frozen replay | PyTorch eager + hooks | speed-up | max abs ΔNLL between them |")
         print("|---|---|---|---|---|---|")
