@@ -30,8 +30,9 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """Every node of `graph` and of its bodies, each node before the nodes of its bodies."""
     for node in graph.node:
         yield node
-        for body in node_bodies(node):
-            yield from all_nodes(body)
+        if node.op_type in BODY_OPS or node.domain:  # the test node_bodies makes, without its generator
+            for body in node_bodies(node):
+                yield from all_nodes(body)
 
 
 def node_bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
@@ -47,5 +48,6 @@ def node_bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
 
 def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
     for node in nodes:
-        for body in node_bodies(node):
-            yield from graphs(body)
+        if node.op_type in BODY_OPS or node.domain:  # the test node_bodies makes, without its generator
+            for body in node_bodies(node):
+                yield from graphs(body)
