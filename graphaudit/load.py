@@ -27,6 +27,8 @@ from graphaudit.protos import graphs, node_lists
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
 _PROTOBUF_LIMIT = 2**31 - 1
+# Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
+INFER_WEIGHTS_OVER = 64 * 2**10
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,10 @@ def load_model(
         model.CopyFrom(source)
         path = None
         base = None
+        data = None
     else:
         path = Path(source)
-        model = _parse_file(path)
+        model, data = _parse_file(path)
         base = path.resolve().parent
     _require_graph(model, path)
     _check_versions(model, path)
@@ -96,8 +99,10 @@ def load_model(
     # The checker and shape inference see the graph with its external weights still on disk:
     # they need only the weights' types and shapes, and the proto stays far below protobuf's
     # 2 GiB limit however large the weights are.
-    if check:
-        _check(external_data.as_inputs(model) if external else model, path, external if nested else ())
+    if check:  # the file's own bytes are the model's encoding: the checker takes them as they are
+        _check(external_data.as_inputs(model) if external else model, path, external if nested else (),
+               payload=None if external else data)
+    del data  # what follows works on the parsed model
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
@@ -144,7 +149,8 @@ def check_external_weights(loaded: LoadedModel) -> LoadedModel:
     return replace(loaded, weights_checked=True)
 
 
-def _parse_file(path: Path) -> onnx.ModelProto:
+def _parse_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
+    """The model in the file at `path`, and the file's bytes."""
     if not path.exists():
         raise GraphAuditError(f"expected an ONNX model file, found no file at {path}")
     if path.is_dir():
@@ -167,7 +173,7 @@ def _parse_file(path: Path) -> onnx.ModelProto:
             f"expected an ONNX model (protobuf ModelProto) in {path}, found {len(data)} bytes "
             f"that do not parse ({brief(err)}); the file may be truncated or not ONNX"
         ) from None
-    return model
+    return model, data
 
 
 def _file_kind(mode: int) -> str:
@@ -272,12 +278,15 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
         ) from None
 
 
-def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()) -> None:
+def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = (),
+           payload: bytes | None = None) -> None:
     """Run the ONNX checker on `model`, whose external weights (if any) are graph inputs but for
-    tensors nested in subgraphs, attributes or functions, stored in the files `nested` names."""
+    tensors nested in subgraphs, attributes or functions, stored in the files `nested` names.
+    `payload`: `model`'s encoding when the caller has it (the file it was parsed from)."""
     where = f" in {path}" if path else ""
     try:
-        payload = _serialised(model)
+        if payload is None or len(payload) > _PROTOBUF_LIMIT:
+            payload = _serialised(model)
         if payload is None:
             # check_model cannot take a proto past 2 GiB; its graph-only checks still apply.
             onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
@@ -325,10 +334,62 @@ def _serialised(model: onnx.ModelProto) -> bytes | None:
 
 
 def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
+
+    Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
+    their types and shapes only (a value that sets a shape is a handful of integers, and
+    those stay), so it runs on a copy that declares them as graph inputs, and what it adds
+    (the value types and output shapes of every graph and body) is written into `model`
+    itself, which the caller owns. Encoding, parsing and copying the weights was most of
+    inference's time on a model that holds them.
+    """
+    skeleton, _ = _without_weights(model)
     try:
-        inferred = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
         return model, False, brief(err)
-    return inferred, True, None
+    if skeleton is model:
+        return inferred, True, None
+    for mine, found in zip(graphs(model.graph), graphs(inferred.graph)):  # the same bodies, in the same order
+        del mine.value_info[:]
+        mine.value_info.extend(found.value_info)
+        for output, typed in zip(mine.output, found.output):
+            output.CopyFrom(typed)
+    return model, True, None
+
+
+def _without_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
+    inputs (none copied), and how many inputs that added; `model` itself when it has none."""
+    graph = model.graph
+    heavy = {t.name for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+             and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
+    if not heavy:
+        return model, 0
+    skeleton = onnx.ModelProto()
+    _copy_fields(model, skeleton, skip="graph")
+    _copy_fields(graph, skeleton.graph, skip="initializer")
+    skeleton.graph.initializer.extend([t for t in graph.initializer if t.name not in heavy])
+    declared = {i.name for i in graph.input}  # IR 3: an initializer may be an input already
+    added = 0
+    for t in graph.initializer:
+        if t.name in heavy and t.name not in declared:
+            skeleton.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            declared.add(t.name)
+            added += 1
+    return skeleton, added
+
+
+def _copy_fields(source, target, skip: str) -> None:
+    """Copy every field of the proto `source` that is set into `target`, except `skip`."""
+    for descriptor, value in source.ListFields():
+        if descriptor.name == skip:
+            continue
+        if descriptor.is_repeated:
+            getattr(target, descriptor.name).extend(value)
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            getattr(target, descriptor.name).CopyFrom(value)
+        else:
+            setattr(target, descriptor.name, value)
 
 

@@ -143,3 +143,59 @@ def test_external_weights_present_load_and_run_like_inline_ones(tmp_path):
     run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, ids)[0]
     np.testing.assert_array_equal(run(loaded.model), run(model))
     assert build_graph(loaded.model).tensors[build_graph(loaded.model).outputs[0]].shape == ("batch", "seq", 23)
+
+
+def _weighty_model(ir3: bool = False) -> onnx.ModelProto:
+    """x @ w (w: 128 KiB of float weights, past INFER_WEIGHTS_OVER), reshaped by a small int64
+    initializer, then an If whose branches have values of their own: what inference must type."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((128, 256)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([0, 16, 16], np.int64), "shape")
+    then_g = helper.make_graph([helper.make_node("Relu", ["r"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["r"], ["e_mid"]), helper.make_node("Abs", ["e_mid"], ["e_out"])],
+                               "else", [], [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["r"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 128]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    if ir3:  # the old way: every initializer is a graph input too
+        inputs += [helper.make_tensor_value_info("w", TensorProto.FLOAT, [128, 256]),
+                   helper.make_tensor_value_info("shape", TensorProto.INT64, [3])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", None, None])],
+                              initializer=[w, shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=3 if ir3 else 8)
+
+
+@pytest.mark.parametrize("ir3", [False, True])
+def test_weights_kept_from_shape_inference_change_nothing_it_infers(tmp_path, ir3, monkeypatch):
+    """Inference runs without the initializers past INFER_WEIGHTS_OVER and writes what it found
+    back: the loaded model is byte for byte what ONNX's inference of the whole model gives, the
+    Reshape typed from its small shape initializer, the If's branch values and the refined
+    output included."""
+    import graphaudit.load as load_module
+    from onnx import shape_inference
+
+    model = _weighty_model(ir3)
+    onnx.save(model, tmp_path / "m.onnx")
+    seen = []
+    real = shape_inference.infer_shapes
+    monkeypatch.setattr(load_module.shape_inference, "infer_shapes",
+                        lambda m, **kw: seen.append([t.name for t in m.graph.initializer]) or real(m, **kw))
+    loaded = load_model(tmp_path / "m.onnx")
+    assert seen == [["shape"]]  # the weight never reached inference, the shape did
+    expected = real(model, check_type=False, strict_mode=False, data_prop=True)
+    assert loaded.shape_inference_ok
+    assert loaded.model.SerializeToString() == expected.SerializeToString()
+    assert [d.dim_value for d in loaded.model.graph.output[0].type.tensor_type.shape.dim[1:]] == [16, 16]
+
+
+def test_a_damaged_weight_past_the_inference_limit_is_still_refused_by_the_checker(tmp_path):
+    model = _weighty_model()
+    w = model.graph.initializer[0]
+    w.raw_data = w.raw_data[:1000]  # 1000 of the 131072 bytes its shape takes
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(GraphAuditError, match=r"raw_data size \(1000 bytes\) is too small"):
+        load_model(tmp_path / "m.onnx")
