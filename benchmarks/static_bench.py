@@ -18,6 +18,11 @@ the spread (min–max) are reported, with the ratio of medians to the floor.
 (`time.process_time`, median) of each step of the floor and of the audit, so that the
 share of each step (checker, shape inference, graph model, each analysis) can be read.
 
+`--inline` adds Pythia-shaped graphs whose weights lie inline in the file (hidden 512, 8
+heads, vocabulary 8192, 1, 4 and 12 layers; zeros), floor and audit as above: the floor's
+shape inference encodes and parses every weight, the loader's does not (it gives inference
+the large initializers as typed inputs, `graphaudit.load.INFER_WEIGHTS_OVER`).
+
 `--bound` adds, timed side by side with the floor, the least any static audit in Python
 does that keeps the loader's two main checks and looks at every node once: the ONNX checker
 (C++, on bytes prepared beforehand, so the copy with external weights as inputs is not
@@ -28,7 +33,7 @@ the audit's analyses). The loader's other checks (UTF-8 names, versions, externa
 locations) and data propagation are left out, so it is a lower bound. What is left of 2×
 the floor is what every other analysis may cost.
 
-    python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages] [--bound]
+    python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages] [--bound] [--inline]
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from graphaudit.load import load_model
 from graphaudit.testing.synthetic import transformer_graph
 
 DEPTHS = (1, 2, 4, 8, 16, 24)
+INLINE_DEPTHS = (1, 4, 12)  # --inline: hidden 512, vocabulary 8192, weights in the file
 
 
 def floor(path: Path) -> None:
@@ -151,6 +157,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--big-layers", type=int, default=5555, help="layers of the ~100k-node graph")
     parser.add_argument("--stages", action="store_true", help="also time each step (CPU) at 24 layers and the big graph")
+    parser.add_argument("--inline", action="store_true",
+                        help="also graphs whose weights are inline (hidden 512, vocabulary 8192, 1, 4 and 12 layers: "
+                             "9-185 MB files), where the floor's inference encodes and parses the weights")
     parser.add_argument("--bound", action="store_true",
                         help="also time the least a Python static audit does (checker, inference, one pass) against the floor")
     args = parser.parse_args()
@@ -169,6 +178,13 @@ def main() -> None:
             if args.bound:
                 bounds[layers] = measure_bound(path, repeats)
             print(f"# {layers} layers done", flush=True)
+        inline = []
+        for layers in (INLINE_DEPTHS if args.inline else ()):
+            path = Path(tmp) / f"inline_{layers}.onnx"
+            onnx.save(transformer_graph(layers=layers, hidden=512, heads=8, vocab=8192, external=None), str(path))
+            inline.append((layers, path.stat().st_size, measure(path, args.repeats)))
+            path.unlink()
+            print(f"# inline {layers} layers done", flush=True)
     print("| layers | nodes | floor ms (min–max) | audit ms (min–max) | audit / floor | "
           "analyses ms (min–max) | analyses / floor | audit µs per node |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -177,6 +193,14 @@ def main() -> None:
         print(f"| {layers} | {r['nodes']:,} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) "
               f"| {a[0] / f[0]:.2f}× | {s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f}) | {s[0] / f[0]:.2f}× "
               f"| {1000 * a[0] / r['nodes']:.1f} |")
+    if inline:
+        print()
+        print("| inline weights: layers | file MB | nodes | floor ms (min–max) | audit ms (min–max) | audit / floor |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for layers, size, r in inline:
+            f, a = r["floor"], r["audit"]
+            print(f"| {layers} | {size / 2**20:.0f} | {r['nodes']:,} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) "
+                  f"| {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) | {a[0] / f[0]:.2f}× |")
     if bounds:
         print()
         print("| layers | floor ms (min–max) | bound ms (min–max) | bound / floor | left of 2× the floor, ms |")
