@@ -343,7 +343,7 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     itself, which the caller owns. Encoding, parsing and copying the weights was most of
     inference's time on a model that holds them.
     """
-    skeleton, _ = _without_weights(model)
+    skeleton = _without_weights(model)
     try:
         inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
@@ -358,26 +358,24 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     return model, True, None
 
 
-def _without_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
-    inputs (none copied), and how many inputs that added; `model` itself when it has none."""
+    inputs (none copied); `model` itself when it has none."""
     graph = model.graph
     heavy = {t.name for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
              and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
     if not heavy:
-        return model, 0
+        return model
     skeleton = onnx.ModelProto()
     _copy_fields(model, skeleton, skip="graph")
     _copy_fields(graph, skeleton.graph, skip="initializer")
     skeleton.graph.initializer.extend([t for t in graph.initializer if t.name not in heavy])
     declared = {i.name for i in graph.input}  # IR 3: an initializer may be an input already
-    added = 0
     for t in graph.initializer:
         if t.name in heavy and t.name not in declared:
             skeleton.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
             declared.add(t.name)
-            added += 1
-    return skeleton, added
+    return skeleton
 
 
 def _copy_fields(source, target, skip: str) -> None:

@@ -199,3 +199,24 @@ def test_a_damaged_weight_past_the_inference_limit_is_still_refused_by_the_check
     onnx.save(model, tmp_path / "m.onnx")
     with pytest.raises(GraphAuditError, match=r"raw_data size \(1000 bytes\) is too small"):
         load_model(tmp_path / "m.onnx")
+
+
+def test_weights_kept_from_shape_inference_with_a_local_function(tmp_path):
+    """A node calling a model-local function on a weight past the limit: typed as ONNX's own
+    inference of the whole model types it (the function's output shape from the weight's)."""
+    from onnx import TensorProto, helper, numpy_helper, shape_inference
+
+    w = numpy_helper.from_array(np.ones((128, 256), np.float32), "w")
+    block = helper.make_function("local", "Block", ["a", "b"], ["o"],
+                                 [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["o"])],
+                                 [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("Block", ["x", "w"], ["y"], domain="local")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 128])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", None])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                              functions=[block])
+    onnx.save(model, tmp_path / "m.onnx")
+    loaded = load_model(tmp_path / "m.onnx").model
+    expected = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    assert loaded.SerializeToString() == expected.SerializeToString()
+    assert loaded.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 256
