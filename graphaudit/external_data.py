@@ -12,11 +12,13 @@ import math
 import os
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import onnx
 from onnx import external_data_helper
 
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.protos import copy_except
 
 # A TensorProto stored outside serialises data_location (field 14) = EXTERNAL (1) as these bytes.
 _EXTERNAL_MARK = b"\x70\x01"
@@ -173,24 +175,25 @@ def tensor_bytes(tensor: onnx.TensorProto) -> int | None:
     return (math.prod(tensor.dims) * bits + 7) // 8
 
 
-def as_inputs(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy whose external initializers are graph inputs, so the checker opens no file."""
+def as_inputs(model: onnx.ModelProto, moved: Callable[[onnx.TensorProto], bool] | None = None) -> onnx.ModelProto:
+    """A copy whose initializers picked by `moved` (default: those stored outside, so that the
+    checker opens no file) are typed graph inputs; the moved tensors are never copied. One
+    already declared as an input (IR 3) keeps that declaration."""
+    moved = moved or (lambda t: t.data_location == onnx.TensorProto.EXTERNAL)
     copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    kept = []
+    copy_except(model, copy, "graph")
+    copy_except(model.graph, copy.graph, "initializer")
     declared = {vi.name for vi in copy.graph.input}
     types: dict[tuple, onnx.TypeProto] = {}  # (data type, dims) -> input type: weights repeat shapes
-    for tensor in copy.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            if tensor.name in declared:
-                continue
+    kept = []
+    for tensor in model.graph.initializer:
+        if not moved(tensor):
+            kept.append(tensor)
+        elif tensor.name not in declared:
             key = (tensor.data_type, *tensor.dims)
             type_proto = types.get(key)
             if type_proto is None:
                 type_proto = types[key] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
             copy.graph.input.add(name=tensor.name).type.CopyFrom(type_proto)
-        else:
-            kept.append(tensor)
-    del copy.graph.initializer[:]
     copy.graph.initializer.extend(kept)
     return copy

@@ -361,33 +361,8 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
     inputs (none copied); `model` itself when it has none."""
-    graph = model.graph
-    heavy = {t.name for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+    heavy = {t.name for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
              and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
-    if not heavy:
-        return model
-    skeleton = onnx.ModelProto()
-    _copy_fields(model, skeleton, skip="graph")
-    _copy_fields(graph, skeleton.graph, skip="initializer")
-    skeleton.graph.initializer.extend([t for t in graph.initializer if t.name not in heavy])
-    declared = {i.name for i in graph.input}  # IR 3: an initializer may be an input already
-    for t in graph.initializer:
-        if t.name in heavy and t.name not in declared:
-            skeleton.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-            declared.add(t.name)
-    return skeleton
-
-
-def _copy_fields(source, target, skip: str) -> None:
-    """Copy every field of the proto `source` that is set into `target`, except `skip`."""
-    for descriptor, value in source.ListFields():
-        if descriptor.name == skip:
-            continue
-        if descriptor.is_repeated:
-            getattr(target, descriptor.name).extend(value)
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
-            getattr(target, descriptor.name).CopyFrom(value)
-        else:
-            setattr(target, descriptor.name, value)
+    return external_data.as_inputs(model, lambda t: t.name in heavy) if heavy else model
 
 

@@ -51,3 +51,16 @@ def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
         if node.op_type in BODY_OPS or node.domain:  # the test node_bodies makes, without its generator
             for body in node_bodies(node):
                 yield from graphs(body)
+
+
+def copy_except(source, target, skip: str) -> None:
+    """Copy every field of the proto `source` that is set into `target`, except the field `skip`."""
+    for descriptor, value in source.ListFields():
+        if descriptor.name == skip:
+            continue
+        if descriptor.is_repeated:
+            getattr(target, descriptor.name).extend(value)
+        elif descriptor.type == descriptor.TYPE_MESSAGE:
+            getattr(target, descriptor.name).CopyFrom(value)
+        else:
+            setattr(target, descriptor.name, value)
