@@ -212,16 +212,19 @@ def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit
     from graphaudit.profile import profile_model
 
     return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
-                         batch_size=1, provider=provider, limit=limit, block_pattern=block_pattern,
+                         provider=provider, limit=limit, block_pattern=block_pattern,
                          static=static, threads=threads)
 
 
 def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:
-    """The shape of one input (batch 1) of `data`, per graph input, for the static FLOP count."""
-    from graphaudit.data import InputData, input_specs, load_data
+    """The shape of one run's inputs of `data` (batch 1, or the model's own fixed batch), per
+    graph input, for the static FLOP count."""
+    from graphaudit.data import InputData, fixed_batch, input_specs, load_data
 
-    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
-    return {name: (1, *array.shape[1:]) for name, array in inputs.arrays.items()}
+    specs = input_specs(loaded.model)
+    inputs = data if isinstance(data, InputData) else load_data(data, specs)
+    batch = fixed_batch(specs) or 1
+    return {name: (batch, *array.shape[1:]) for name, array in inputs.arrays.items()}
 
 
 def _check_baseline_inputs(loaded: LoadedModel, base: LoadedModel) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from graphaudit.errors import GraphAuditError
+from graphaudit.errors import GraphAuditError, UsageError
 
 LABEL_KEYS = ("labels", "targets")
 
@@ -131,7 +131,41 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec]) -> dict[str
     for spec in specs:
         _check_header(*headers[spec.name], spec, f"{spec.name!r} in {path.name}")
     _check_counts({name: shape[0] for name, (_, shape) in headers.items() if shape}, path.name)
-    return {spec.name: (1, *headers[spec.name][1][1:]) for spec in specs}
+    batch = fixed_batch(specs) or 1
+    return {spec.name: (batch, *headers[spec.name][1][1:]) for spec in specs}
+
+
+def fixed_batch(specs: Sequence[InputSpec]) -> int | None:
+    """How many inputs the model takes per run when its graph inputs fix their first (batch)
+    dimension, as an export without a dynamic batch does; None when none fixes it. Every input's
+    axis 0 holds the examples, so one input with a fixed size fixes the batch of all; inputs
+    fixing different sizes have no batch the data could be cut into, and give None (the data
+    checks and ONNX Runtime then say what does not fit)."""
+    sizes = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], int) and s.shape[0] > 0}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def check_batch_size(specs: Sequence[InputSpec], requested: int | None) -> int | None:
+    """`requested`, or the model's fixed batch when it has one; a different size is a usage error."""
+    fixed = fixed_batch(specs)
+    if fixed is not None and requested is not None and requested != fixed:
+        raise UsageError(f"expected --batch-size {fixed} (the model's inputs fix their first dimension to "
+                         f"{fixed}), found {requested}")
+    return fixed if fixed is not None else requested
+
+
+def whole_batches(data: InputData, batch: int | None) -> tuple[InputData, str | None]:
+    """`data` cut to whole batches of a model's fixed `batch` (None: as it is), and a note when
+    inputs were left out."""
+    if batch is None or data.count % batch == 0:
+        return data, None
+    whole = data.count - data.count % batch
+    if whole == 0:
+        raise GraphAuditError(f"expected at least {batch} inputs in {data.source} (the model's inputs fix "
+                              f"their first dimension to {batch}), found {data.count}")
+    note = (f"the last {data.count - whole} of the {data.count} inputs in {data.source} were left out: the model "
+            f"runs exactly {batch} at a time")
+    return data.subset(slice(0, whole)), note
 
 
 def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str = "<arrays>") -> InputData:

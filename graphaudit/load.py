@@ -15,7 +15,7 @@ import stat
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import onnx
 from google.protobuf.message import DecodeError
@@ -356,6 +356,40 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
         for output, typed in zip(mine.output, found.output):
             output.CopyFrom(typed)
     return model, True, None
+
+
+def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """The concrete shape of every main-graph value ONNX's shape inference finds with the graph
+    inputs at `shapes`, by name; {} when inference fails. With every input size a number, data
+    propagation turns shapes computed from input shapes (Shape, Gather, Concat into a Reshape,
+    as exporters without symbolic shapes write them) into numbers too, where inference on the
+    symbolic graph leaves them unknown. `model` is not changed."""
+    skeleton = _without_weights(model)
+    if skeleton is model:
+        skeleton = onnx.ModelProto()
+        skeleton.CopyFrom(model)
+    graph = skeleton.graph
+    for value in graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for size in shapes[value.name]:
+                dims.add().dim_value = int(size)
+    del graph.value_info[:]  # symbolic shapes from before would stand against the numbers
+    for output in graph.output:
+        if output.type.HasField("tensor_type"):
+            output.type.tensor_type.ClearField("shape")
+    try:
+        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
+        return {}
+    found = {}
+    for value in (*inferred.graph.value_info, *inferred.graph.output):
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
+                all(d.HasField("dim_value") for d in tensor.shape.dim):
+            found[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
+    return found
 
 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -34,7 +34,7 @@ from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
-from graphaudit.data import InputData, input_specs, load_data
+from graphaudit.data import InputData, check_batch_size, fixed_batch, input_specs, load_data, whole_batches
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
@@ -172,6 +172,8 @@ def replay(
 
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
+    A model whose inputs fix their first dimension runs that many inputs at a time (another
+    `batch_size` is a UsageError), and inputs past the last whole batch are left out, with a note.
     """
     if not 1 <= resamples <= MAX_RESAMPLES:
         raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
@@ -189,13 +191,24 @@ def replay(
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     check_scored_output(loaded.model, coefs)
+    specs = input_specs(loaded.model)
+    batch_size = check_batch_size(specs, batch_size)
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
+    notes = []
     if batch_size is None:
         conditional = audit_static(loaded, graph=graph).conditional_execution
         batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
-        settings["batch_size"] = batch_size
-        if why:
-            settings["batch_size_note"] = why
+        notes.append(why)
+    elif batch_size == fixed_batch(specs) != DEFAULT_BATCH_SIZE:
+        notes.append(_fixed_note(batch_size))
+    calibration, cut = whole_batches(calibration, fixed_batch(specs))
+    evaluation, cut_too = whole_batches(evaluation, fixed_batch(specs))
+    if cut or cut_too:
+        use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
+    notes = [n for n in (*notes, cut, cut_too) if n]
+    settings["batch_size"] = batch_size
+    if notes:
+        settings["batch_size_note"] = "; ".join(notes)
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
@@ -306,12 +319,16 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
                        input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[int, str | None]:
     """The replay's batch size when none is given, and why when it is not DEFAULT_BATCH_SIZE.
 
-    1 when the graph has value-dependent control flow (`conditional_execution`, read from the
+    The model's own batch when its inputs fix their first dimension (`data.fixed_batch`). 1 when
+    the graph has value-dependent control flow (`conditional_execution`, read from the
     static audit when not given): an If or Loop decides once per batch. Otherwise as many inputs
     as keep one batch of the scored output within OUTPUT_BUDGET, its size per input read from
     the output's declared shape with symbolic dimensions taken from `input_shapes` (data
     shapes, batch first), up to DEFAULT_BATCH_SIZE.
     """
+    fixed = fixed_batch(input_specs(loaded.model))
+    if fixed is not None:
+        return fixed, None if fixed == DEFAULT_BATCH_SIZE else _fixed_note(fixed)
     if conditional_execution is None:
         conditional_execution = audit_static(loaded).conditional_execution
     if conditional_execution:
@@ -324,6 +341,10 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
     return size, (f"the output {name!r} takes {nbytes / 2**20:.1f} MiB per input: {size} input{'s' if size > 1 else ''} "
                   f"per batch keep{'' if size > 1 else 's'} one batch of it near {OUTPUT_BUDGET // 2**20} MiB at most "
                   "(--batch-size sets it)")
+
+
+def _fixed_note(batch: int) -> str:
+    return f"the model's inputs fix their first dimension to {batch}: it runs exactly {batch} input{'s' if batch > 1 else ''} at a time"
 
 
 def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple[str, int] | None:

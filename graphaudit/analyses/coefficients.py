@@ -6,7 +6,8 @@ any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, wit
 width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
 Einsum) or routes one (TopK / ArgMax). Axes not declared are read from the symbolic
 dimensions shape inference carried from the graph inputs: the first input dimension is the
-batch, the second the token.
+batch, the second the token; in a graph exported without dynamic shapes, from the inputs'
+fixed sizes at the leading positions.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import onnx
@@ -151,34 +153,58 @@ def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
 
 def _hidden_width(mg: ModelGraph) -> int | None:
     """The most common fixed last dimension among tensors that have a token axis."""
-    tokens = _axis_names(mg)[1]
+    axes = _InputAxes.of(mg)
     widths = Counter(
         info.shape[-1] for info in mg.tensors.values()
         if info.kind == "node_output" and info.shape and len(info.shape) >= 2
-        and isinstance(info.shape[-1], int) and not tokens.isdisjoint(info.shape[:-1])
+        and isinstance(info.shape[-1], int) and TOKEN in axes.names(info.shape[:-1])
     )
     return widths.most_common(1)[0][0] if widths else None
 
 
-def _axis_names(mg: ModelGraph) -> tuple[set[str], set[str]]:
-    """The symbolic dimension names of the graph inputs' batch and token axes."""
-    batch, token = set(), set()
-    for ref in mg.inputs:
-        shape = mg.tensors[ref].shape if ref in mg.tensors else None
-        if shape and len(shape) >= 1 and isinstance(shape[0], str):
-            batch.add(shape[0])
-        if shape and len(shape) >= 2 and isinstance(shape[1], str):
-            token.add(shape[1])
-    return batch, token - batch
+@dataclass(frozen=True)
+class _InputAxes:
+    """What marks a tensor's batch and token axes, read from the graph inputs (their first
+    dimension is the batch, their second the token): the symbolic names shape inference
+    carries, wherever they stand; and, for inputs whose sizes are numbers (an export without
+    dynamic shapes), those sizes, at the same leading positions only, a token axis only after
+    a batch axis, since a number alone may be any axis's."""
+
+    batch: frozenset[str]
+    token: frozenset[str]
+    batch_size: int | None
+    token_size: int | None
+
+    @classmethod
+    def of(cls, mg: ModelGraph) -> "_InputAxes":
+        shapes = [s for s in (mg.tensors[r].shape if r in mg.tensors else None for r in mg.inputs) if s]
+        batch = {s[0] for s in shapes if isinstance(s[0], str)}
+        token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
+        sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
+        lengths = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], int) and s[1] > 0}
+        return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
+                   lengths.pop() if len(lengths) == 1 else None)
+
+    def names(self, shape) -> list[str | None]:
+        names: list[str | None] = []
+        for axis, d in enumerate(shape):
+            if isinstance(d, str):
+                names.append(BATCH if d in self.batch else TOKEN if d in self.token else None)
+            elif axis == 0 and d == self.batch_size:
+                names.append(BATCH)
+            elif axis == 1 and d == self.token_size and names[0] == BATCH:
+                names.append(TOKEN)
+            else:
+                names.append(None)
+        return names
 
 
 def axes_of(mg: ModelGraph, ref: TensorRef | None) -> tuple[str, ...]:
-    """Axis names for `ref` from its symbolic dimensions: batch, token, then slot axes."""
+    """Axis names for `ref` from its dimensions (`_InputAxes`): batch, token, then slot axes."""
     info = mg.tensors.get(ref) if ref is not None else None
     if info is None or info.shape is None:
         return ()
-    batch, token = _axis_names(mg)
-    names = [BATCH if d in batch else TOKEN if d in token else None for d in info.shape]
+    names = _InputAxes.of(mg).names(info.shape)
     slots = names.count(None)
     counter = iter(range(slots))
     return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)

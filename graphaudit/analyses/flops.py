@@ -244,10 +244,20 @@ class FlopCount:
         }
 
 
-def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> FlopCount:
-    """Return the FlopCount of every node of `mg` with the graph inputs at `shapes`."""
+def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
+                known: Mapping[str, Shape] | None = None) -> FlopCount:
+    """Return the FlopCount of every node of `mg` with the graph inputs at `shapes`.
+
+    `known`: concrete shapes of main-graph values by name (`load.infer_at`), for the values
+    whose inferred shapes stay unknown once the input dimensions are bound."""
     dims = bind_dims(mg, shapes)
-    resolve = ShapeResolver(dims)
+    bound = ShapeResolver(dims)
+    known = known or {}
+
+    def resolve(ref):
+        shape = bound(mg.tensors[ref].shape) if ref in mg.tensors else None
+        return known.get(ref.name) if shape is None and not ref.scope else shape
+
     per_node: dict[str, int] = {}
     uncounted: dict[str, int] = {}
     unknown: list[str] = []
@@ -256,8 +266,8 @@ def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> FlopCoun
             op = node.op_type if not node.domain else f"{node.domain}.{node.op_type}"
             uncounted[op] = uncounted.get(op, 0) + 1
             continue
-        ins = [resolve(mg.tensors[r].shape) if r is not None and r in mg.tensors else None for r in node.inputs]
-        outs = [resolve(mg.tensors[r].shape) if r is not None and r in mg.tensors else None for r in node.outputs]
+        ins = [resolve(r) if r is not None else None for r in node.inputs]
+        outs = [resolve(r) if r is not None else None for r in node.outputs]
         flops = node_flops(node, ins, outs)
         if flops is None:
             unknown.append(node.id)

@@ -16,7 +16,7 @@ import onnx
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import paused_gc
-from graphaudit.load import LoadedModel, load_model
+from graphaudit.load import LoadedModel, infer_at, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
@@ -158,6 +158,10 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
     fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
                 for r in mg.inputs if r in mg.tensors)
     count = count_flops(mg, shapes or {}) if shapes is not None or fixed else None
+    if count is not None and count.unknown_shape and shapes:  # e.g. a Reshape to a size computed from shapes
+        known = infer_at(loaded.model, shapes)
+        if known:
+            count = count_flops(mg, shapes, known)
     reports = []
     for bv in verdicts.blocks:
         ids = bv.block.node_ids

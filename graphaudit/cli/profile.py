@@ -28,8 +28,9 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
 @click.option("--runs", default=20, show_default=True, help="Timed rounds (each runs every batch once).")
 @click.option("--warmup", default=3, show_default=True, help="Rounds run first and discarded.")
 @click.option("--profile-runs", default=3, show_default=True, help="Rounds run with the profiler on.")
-@click.option("--batch-size", default=1, show_default=True,
-              help="Examples per run; 1 shows per-input decisions (an If decides per batch).")
+@click.option("--batch-size", type=int,
+              help="Examples per run; default 1, which shows per-input decisions (an If decides per batch), "
+                   "or the model's own batch when its inputs fix their first dimension.")
 @click.option("--limit", type=int, help="Use only the first N examples of the data.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
               help="Execution provider; cuda fails when ONNX Runtime has no CUDA.")

@@ -30,7 +30,8 @@ from graphaudit.runtime import MAX_THREADS
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Inputs per ONNX Runtime run (capture and replay use the same batches); default 16, or 1 "
                    "when the graph has value-dependent control flow (it decides once per batch), or fewer "
-                   "when one batch of the scored output would pass 256 MiB.")
+                   "when one batch of the scored output would pass 256 MiB; a model whose inputs fix their "
+                   "first dimension runs that many at a time.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from graphaudit.data import InputData, from_arrays, input_specs, load_data
+from graphaudit.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
 from graphaudit.errors import UsageError
 from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_for_runtime
@@ -48,7 +48,7 @@ def profile_model(
     runs: int = 20,
     warmup: int = 3,
     profile_runs: int = 3,
-    batch_size: int = 1,
+    batch_size: int | None = None,
     provider: str = "cpu",
     opt_level: str = "all",
     threads: int | None = None,
@@ -63,11 +63,17 @@ def profile_model(
 
     Blocks come from `block_map` if given, else from the static block finder (with
     `block_pattern`); a StaticReport given as `static` has its block verdicts checked
-    against what ran.
+    against what ran. `batch_size` None: 1, or the model's own batch when its inputs fix their
+    first dimension (another size is then a UsageError; inputs past the last whole batch are
+    left out, with a note).
     """
-    _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs, batch_size=batch_size)
+    _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs,
+                  **({"batch_size": batch_size} if batch_size is not None else {}))
     session_options(opt_level)  # an unknown level is refused before anything runs
     loaded, inputs, base = _load(model, data, baseline, limit)
+    specs = input_specs(loaded.model)
+    batch_size = check_batch_size(specs, batch_size) or 1
+    inputs, cut = whole_batches(inputs, fixed_batch(specs))
     providers = resolve_providers(provider)
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
@@ -126,7 +132,7 @@ def profile_model(
     if opt_level != "disable" and optimised is None:
         no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
                         "external weights with it" if optimised_path is None else "ORT saved no optimised model")
-    notes = _notes(blocks, execution, runnable.renamed, no_optimised)
+    notes = _notes(blocks, execution, runnable.renamed, no_optimised) + ((cut,) if cut else ())
     return ProfileReport(
         model=_label(loaded),
         data=inputs.source,
