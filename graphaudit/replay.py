@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
+from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
@@ -368,7 +369,8 @@ def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
     """The coefficients to freeze: those matching `names` (names or globs), else all the model has.
     `graph`: the graph model of `loaded`, when the caller has built it."""
-    found = resolve_coefficients(loaded, graph or build_graph(loaded.model), names)
+    graph = graph or build_graph(loaded.model)
+    found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))  # layers as the static audit gives them
     if not names:
         return found
     return tuple(c for c in found if any(fnmatch.fnmatchcase(c.tensor, n) for n in names))

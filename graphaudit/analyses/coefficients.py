@@ -57,13 +57,14 @@ def resolve_coefficients(
                 f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
             )
     known = {c.tensor for c in declared}
-    user = [c for c in _user(mg, names, blocks) if c.tensor not in known]
+    axes = _InputAxes.of(mg, model)
+    user = [c for c in _user(mg, names, blocks, axes) if c.tensor not in known]
     if declared or user:
         return tuple(declared) + tuple(user)
-    return detect_coefficients(mg, blocks=blocks, dependence=dependence)
+    return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
 
 
-def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None) -> list[Coefficient]:
+def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "_InputAxes") -> list[Coefficient]:
     if not names:
         return []
     pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
@@ -84,16 +85,18 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None) -> list
         family = _family_of(name)
         layer = _layer(mg, ref, name, blocks, order[family])
         order[family] += 1
-        coefficients.append(Coefficient(name, family, layer, axes_of(mg, ref), source="user"))
+        coefficients.append(Coefficient(name, family, layer, axes_of(mg, ref, axes), source="user"))
     return coefficients
 
 
 def detect_coefficients(
-    mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None
+    mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
+    axes: "_InputAxes | None" = None,
 ) -> tuple[Coefficient, ...]:
     """Return the tensors that look like a controller's output (DESIGN.md), marked detected."""
     dm = dependence or analyse_dependence(mg)
-    hidden = _hidden_width(mg)
+    axes = axes or _InputAxes.of(mg)
+    hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
     for node in mg.nodes.values():
@@ -104,8 +107,8 @@ def detect_coefficients(
         shape = mg.tensors[out].shape if out in mg.tensors else None
         if not shape or not isinstance(shape[-1], int) or (hidden and shape[-1] > hidden):
             continue
-        axes = axes_of(mg, out)
-        if BATCH not in axes and TOKEN not in axes:
+        named = axes_of(mg, out, axes)
+        if BATCH not in named and TOKEN not in named:
             continue
         use = _use(mg, node, out, hidden)
         if use is None:
@@ -113,7 +116,7 @@ def detect_coefficients(
         family = "router" if use == "route" else family
         layer = _layer(mg, out, out.name, blocks, order[family])
         order[family] += 1
-        found.append(Coefficient(out.name, family, layer, axes, source="detected"))
+        found.append(Coefficient(out.name, family, layer, named, source="detected"))
     return tuple(found)
 
 
@@ -151,9 +154,8 @@ def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
     return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
 
 
-def _hidden_width(mg: ModelGraph) -> int | None:
+def _hidden_width(mg: ModelGraph, axes: "_InputAxes") -> int | None:
     """The most common fixed last dimension among tensors that have a token axis."""
-    axes = _InputAxes.of(mg)
     widths = Counter(
         info.shape[-1] for info in mg.tensors.values()
         if info.kind == "node_output" and info.shape and len(info.shape) >= 2
@@ -162,34 +164,64 @@ def _hidden_width(mg: ModelGraph) -> int | None:
     return widths.most_common(1)[0][0] if widths else None
 
 
-@dataclass(frozen=True)
+PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see _InputAxes)
+
+
+@dataclass
 class _InputAxes:
     """What marks a tensor's batch and token axes, read from the graph inputs (their first
-    dimension is the batch, their second the token): the symbolic names shape inference
-    carries, wherever they stand; and, for inputs whose sizes are numbers (an export without
-    dynamic shapes), those sizes, at the same leading positions only, a token axis only after
-    a batch axis, since a number alone may be any axis's."""
+    dimension is the batch, their second the token):
+
+    - the symbolic names shape inference carries, wherever they stand;
+    - a dimension inference could only call `unk__N` (past a Reshape to a size computed from
+      Shape, as the TorchScript exporter writes them): what it becomes when shape inference
+      runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
+      tensor asked about — the batch's size there makes it a batch axis, the token's a token axis;
+    - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
+      the same leading positions only, a token axis only after a batch axis, since a number
+      alone may be any axis's.
+    """
 
     batch: frozenset[str]
     token: frozenset[str]
     batch_size: int | None
     token_size: int | None
+    model: onnx.ModelProto | None = None  # for the probe; None: no probe
+    probe_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    _probed: dict | None = None
 
     @classmethod
-    def of(cls, mg: ModelGraph) -> "_InputAxes":
-        shapes = [s for s in (mg.tensors[r].shape if r in mg.tensors else None for r in mg.inputs) if s]
+    def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "_InputAxes":
+        named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
+        shapes = [s for _, s in named]
         batch = {s[0] for s in shapes if isinstance(s[0], str)}
         token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
         sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
         lengths = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], int) and s[1] > 0}
+        probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
+                                   PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
+                                   for d in shape)) for name, shape in named)
         return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
-                   lengths.pop() if len(lengths) == 1 else None)
+                   lengths.pop() if len(lengths) == 1 else None, model if batch or token else None, probe)
 
-    def names(self, shape) -> list[str | None]:
+    def _probe(self, name: str) -> tuple[int, ...] | None:
+        if self.model is None:
+            return None
+        if self._probed is None:
+            from graphaudit.load import infer_at
+
+            self._probed = infer_at(self.model, dict(self.probe_shapes))
+        return self._probed.get(name)
+
+    def names(self, shape, tensor: str | None = None) -> list[str | None]:
         names: list[str | None] = []
         for axis, d in enumerate(shape):
-            if isinstance(d, str):
-                names.append(BATCH if d in self.batch else TOKEN if d in self.token else None)
+            if isinstance(d, str) and (d in self.batch or d in self.token):
+                names.append(BATCH if d in self.batch else TOKEN)
+            elif isinstance(d, str):
+                probed = self._probe(tensor) if tensor is not None else None
+                size = probed[axis] if probed is not None and len(probed) == len(shape) else None
+                names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else None)
             elif axis == 0 and d == self.batch_size:
                 names.append(BATCH)
             elif axis == 1 and d == self.token_size and names[0] == BATCH:
@@ -199,12 +231,12 @@ class _InputAxes:
         return names
 
 
-def axes_of(mg: ModelGraph, ref: TensorRef | None) -> tuple[str, ...]:
+def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "_InputAxes | None" = None) -> tuple[str, ...]:
     """Axis names for `ref` from its dimensions (`_InputAxes`): batch, token, then slot axes."""
     info = mg.tensors.get(ref) if ref is not None else None
     if info is None or info.shape is None:
         return ()
-    names = _InputAxes.of(mg).names(info.shape)
+    names = (axes or _InputAxes.of(mg)).names(info.shape, None if ref.scope else ref.name)
     slots = names.count(None)
     counter = iter(range(slots))
     return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
@@ -221,5 +253,5 @@ def _layer(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | 
         block = blocks.block_of(node.id) if node is not None else None
         if block is not None:
             return block.index
-    m = re.search(r"(\d+)$", name)
+    m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
     return int(m.group(1)) if m else fallback

@@ -1,0 +1,96 @@
+"""A model exported the way other people export it — torch.onnx's TorchScript exporter with or
+without dynamic axes, the dynamo exporter without dynamic shapes, none with our metadata —
+gets the same coefficients (found by detection, with their batch and token axes and layers)
+and the same replay as our own export that declares them. Nothing here trains."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+
+from exporters.export import export_live  # noqa: E402
+from exporters.zoo import build_model  # noqa: E402
+from graphaudit.analyses.static import audit_static  # noqa: E402
+from graphaudit.load import load_model  # noqa: E402
+from graphaudit.replay import replay, resolve  # noqa: E402
+
+TINY = dict(d_model=16, n_layers=2, n_heads=2, d_ff=32, context=16)
+LENGTH = 12
+CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position")
+
+
+class _LogitsOnly(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids)[0]
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("foreign")
+    torch.manual_seed(0)
+    model = build_model("featuregate", **TINY).eval()
+    export_live(model, folder / "ours.onnx")
+    wrapped = _LogitsOnly(model).eval()
+    one = torch.randint(0, model.cfg.vocab, (1, LENGTH))
+    names = dict(input_names=["input_ids"], output_names=["logits"])
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(wrapped, (one,), str(folder / "torchscript_dynamic.onnx"), dynamo=False,
+                              dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
+                              **names)
+            torch.onnx.export(wrapped, (one,), str(folder / "torchscript_fixed.onnx"), dynamo=False, **names)
+            torch.onnx.export(wrapped, (one,), dynamo=True, verbose=False, **names).save(
+                str(folder / "dynamo_fixed.onnx"))
+    finally:
+        logger.setLevel(level)
+    rng = np.random.default_rng(0)
+    np.savez(folder / "calib.npz", input_ids=rng.integers(0, model.cfg.vocab, (8, LENGTH)))
+    np.savez(folder / "eval.npz", input_ids=rng.integers(0, model.cfg.vocab, (6, LENGTH)))
+    return folder
+
+
+FOREIGN = ["torchscript_dynamic", "torchscript_fixed", "dynamo_fixed"]
+
+
+@pytest.mark.parametrize("name", FOREIGN)
+def test_detection_finds_every_gate_with_its_axes_and_layer(exports, name):
+    loaded = load_model(exports / f"{name}.onnx")
+    assert not onnx.load(exports / f"{name}.onnx").metadata_props  # nothing declared
+    found = audit_static(loaded).coefficients
+    gates = [c for c in found if c.family == "gate"]
+    assert [(c.layer, c.axes, c.source) for c in gates] == [(i, ("batch", "token", "slot"), "detected")
+                                                            for i in range(TINY["n_layers"])]
+    assert [(c.tensor, c.layer, c.axes) for c in resolve(loaded)] == [(c.tensor, c.layer, c.axes) for c in found]
+
+
+@pytest.mark.parametrize("name", FOREIGN)
+def test_replay_equals_the_replay_of_the_declared_export(exports, name):
+    ours = replay(exports / "ours.onnx", exports / "calib.npz", exports / "eval.npz", conditions=CONDITIONS,
+                  resamples=20)
+    theirs = replay(exports / f"{name}.onnx", exports / "calib.npz", exports / "eval.npz", conditions=CONDITIONS,
+                    resamples=20)
+    assert theirs.parity.ok
+    assert [c.name for c in theirs.conditions] == list(CONDITIONS)
+    for a, b in zip(ours.conditions, theirs.conditions):
+        assert b.nll.value == pytest.approx(a.nll.value, rel=1e-5), a.name
+    assert theirs.conditions[2].delta_nll.value > 0  # token_shuffle moves the gates' tokens: not a no-op
+    (family, shares), = theirs.variance
+    ((_, expected),) = ours.variance
+    assert family == "gate"
+    for share in ("eta2_layer", "layer_slot_share", "input_share", "token_share"):
+        assert shares[share].value == pytest.approx(expected[share].value, rel=1e-4, abs=1e-9), share
