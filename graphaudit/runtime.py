@@ -104,7 +104,9 @@ def create_session(
         message = " ".join(str(err).split())
         custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
         missing = re.findall(r"([\w.]*:\w+)\(-?\d+\) is not a registered function/op", message)
-        missing += re.findall(r"Could not find an implementation for (\w+\(\d+\))", message)
+        missing += [op + _typed(model, op.split("(")[0], name or node) for op, name, node in re.findall(
+            r"(?:Could not find an implementation|Failed to find kernel) for (\w+\(\d+\))"
+            r"(?: node with name '([^']*)'|\s*\(node:'([^']*)')?", message)]
         if custom or missing:
             ops = ", ".join(custom or [m.replace(":", ".") for m in missing])
             raise GraphAuditError(
@@ -117,6 +119,25 @@ def create_session(
                 f"expected an ONNX opset ONNX Runtime supports (up to {opset.group(2)}), found opset {opset.group(1)}"
             ) from None
         raise GraphAuditError(f"expected a model ONNX Runtime can load, found its objection: {message[:400]}") from None
+
+
+def _typed(model, op: str, name: str) -> str:
+    """" on <types> inputs" for the node ONNX Runtime found no kernel for (named `name`, else the
+    first `op` node), from the element types `model` declares or inferred; "" when unknown.
+    ONNX Runtime implements many operators for some element types only."""
+    if not isinstance(model, onnx.ModelProto):
+        return ""
+    nodes = [n for nodes in node_lists(model) for n in nodes if n.op_type == op]
+    node = next((n for n in nodes if name and n.name == name), nodes[0] if nodes else None)
+    if node is None:
+        return ""
+    graph = model.graph
+    types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)
+             if v.type.HasField("tensor_type")}
+    types.update((t.name, t.data_type) for t in graph.initializer)
+    found = [onnx.helper.tensor_dtype_to_string(types[i]).removeprefix("TensorProto.").lower()
+             for i in node.input if types.get(i)]
+    return f" on {'/'.join(dict.fromkeys(found))} inputs" if found else ""
 
 
 def check_threads(threads: int) -> None:

@@ -4,6 +4,7 @@ import hashlib
 
 import numpy as np
 import onnx
+import onnx.parser
 import pytest
 from onnx import TensorProto, helper
 
@@ -71,6 +72,16 @@ def test_custom_operator_loads_but_runtime_names_it():
     assert custom_operators(loaded.model) == ["acme.Frob"]
     with pytest.raises(GraphAuditError, match=r"found acme\.Frob, which it lacks; the static audit"):
         create_session(loaded.model)
+
+
+def test_an_operator_runtime_has_for_other_types_is_named_with_the_types_it_was_given():
+    """ONNX Runtime implements Max for some element types only: the error names the ones given."""
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (int16[2] a, int16[2] b) => (int16[2] y) { y = Max (a, b) }""")
+    with pytest.raises(GraphAuditError, match=r"^expected operators ONNX Runtime implements, found Max\(13\) on "
+                                              r"int16 inputs, which it lacks; the static audit"):
+        create_session(load_model(model).model)
 
 
 def test_custom_operator_inside_a_subgraph_is_found():
