@@ -251,6 +251,23 @@ def test_nodes_inside_if_branches_by_fx_metadata_and_the_if_metadata():
     assert "fx metadata" in bm.method
 
 
+def test_blocks_named_from_fx_parameters_are_spelled_as_the_others():
+    """fx parameter names spell a module path with underscores (`%p_m_blocks_2_fc_weight`): the
+    blocks only they name take the path of the blocks the name scopes name (`m.blocks.2`)."""
+    model = onnx.parser.parse_model(IF_BLOCKS.replace('"blocks.', '"val.'))
+    fx = {"h1": "%p_m_blocks_1_fc_weight", "h2": "%p_m_blocks_2_fc_weight"}
+    for node in model.graph.node:
+        if node.op_type == "If":
+            branch = next(a.g for a in node.attribute if a.name == "else_branch")
+            for inner in branch.node:
+                if inner.output[0] in fx:
+                    inner.metadata_props.add(key="pkg.torch.onnx.fx_node", value=f"linear(%x, {fx[inner.output[0]]})")
+        else:
+            node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="['', 'm', 'm.blocks.0', 'm.blocks.0.fc']")
+    bm = find_blocks(graph_of(model))
+    assert [b.name for b in bm.blocks] == ["m.blocks.0", "m.blocks.1", "m.blocks.2"]
+
+
 def test_nodes_inside_an_owned_if_take_the_owners_block():
     mg = graph_of(layered("""
         ["/model/layers.@/If"] x@+1 = If (flag) <

@@ -271,6 +271,7 @@ class _Finder:
         chosen = max(multi, key=lambda k: (coverage[k], -len(k)))
         assigned: dict[str, int] = {}
         names: dict[int, str] = {}
+        named_by: dict[int, str] = {}  # the source each block's name was read from
         how: dict[str, str] = {}
         informative: set[str] = set()
         for node, found in zip(mg.nodes.values(), first.values()):
@@ -283,7 +284,7 @@ class _Finder:
                 _, index, name = found[1][0]
                 assigned[nid] = index
                 if index not in names:
-                    names[index] = name
+                    names[index], named_by[index] = name, found[0]
                 how[nid] = "pattern" if self.regex is not None else found[0]
                 continue
             sources = [found] if any(k == chosen for k, _, _ in found[1]) else self.candidates(node)
@@ -296,10 +297,13 @@ class _Finder:
                 if index is None:
                     continue
                 assigned[nid] = index
-                names.setdefault(index, next(name for i, name in hits if i == index))
+                if index not in names:
+                    names[index], named_by[index] = next(name for i, name in hits if i == index), source
                 how[nid] = "pattern" if self.regex is not None else source
                 break
         self._fill(assigned, how, informative, chosen)
+        if self.regex is None:
+            _spell_alike(names, named_by)
         blocks = make_blocks(assigned, names)
         label = (names[min(names)].rsplit(".", 1)[0] if names else chosen) if chosen != "pattern" \
             else self.regex.pattern
@@ -361,6 +365,17 @@ class _Finder:
                 return min(names) if index < min(names) else max(n for n in names if n <= index)
         return index
 
+
+
+def _spell_alike(names: dict[int, str], named_by: dict[int, str]) -> None:
+    """Name the blocks whose name came from fx parameter names (`m_blocks.2`: the module path's
+    dots are underscores there) as the other blocks are named (`m.blocks.2`)."""
+    spelled = Counter(name.rsplit(".", 1)[0] for i, name in names.items() if named_by.get(i) != "fx_params")
+    if spelled:
+        container = spelled.most_common(1)[0][0]
+        for index, source in named_by.items():
+            if source == "fx_params":
+                names[index] = f"{container}.{index}"
 
 def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
     members: dict[int, set[str]] = {}
