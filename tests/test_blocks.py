@@ -305,6 +305,29 @@ def test_structure_when_nothing_is_named():
     assert bm.block_of(first_add.id) is None  # before the first block
 
 
+POST_NORM = """
+        a@ = MatMul (x@, w)
+        h@ = Add (x@, a@)
+        n@ = LayerNormalization (h@, scale, bias)
+        u@ = MatMul (n@, w)
+        g@ = Relu (u@)
+        d@ = MatMul (g@, w)
+        s@ = Add (n@, d@)
+        x@+1 = LayerNormalization (s@, scale, bias)
+"""
+
+
+def test_structure_of_a_post_norm_stack():
+    """x = LayerNorm(x + f(x)), as BERT: the chain runs from each Add through the normalisation."""
+    text = layered(POST_NORM, 3, "").replace(
+        "{\n", "<float[2, 2] w = " + EYE + ", float[2] scale = {1.0, 1.0}, float[2] bias = {0.0, 0.0}> {\n", 1)
+    mg = graph_of(text)
+    bm = find_blocks(mg)
+    assert "6 residual Add nodes, 2 per block, 3 blocks" in bm.method
+    assert members(bm, mg, "MatMul") == [["MatMul"] * 3] * 3
+    assert members(bm, mg, "LayerNormalization") == [["LayerNormalization"] * 2] * 3
+
+
 def test_no_names_and_no_residual_chain_gives_no_blocks():
     mg = graph_of("""
     <ir_version: 8, opset_import: ["" : 17]>

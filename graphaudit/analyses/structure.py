@@ -1,7 +1,8 @@
 """Blocks from structure alone, for a graph whose names say nothing.
 
 The residual chain is the longest run of Add nodes, each adding to the previous one's
-output; its Adds are grouped into blocks by the period of their repeating operator pattern.
+output (pre-norm), or to that output normalised or activated (post-norm, as in BERT or
+ResNet); its Adds are grouped into blocks by the period of their repeating operator pattern.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ _PLUMBING = frozenset({
 })
 
 
+# What a post-norm layer puts between one residual Add and the next (read on its first input).
+_THROUGH = frozenset({
+    "LayerNormalization", "SimplifiedLayerNormalization", "BatchNormalization", "Relu", "Gelu", "Identity",
+})
+
+
 def structural_blocks(mg: ModelGraph) -> BlockMap:
     """Blocks cut along the residual chain, for a graph whose names say nothing."""
     chain = _residual_chain(mg)
@@ -26,6 +33,11 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
                             f"of Add nodes ({len(chain)} found)")
     position = {nid: i for i, nid in enumerate(chain)}
     segment: dict[str, int] = dict(position)
+    for nid, i in position.items():  # a post-norm's normalisation belongs with the Add it normalises
+        after = mg.consumers(mg.nodes[nid].outputs[0]) if mg.nodes[nid].outputs else []
+        while len(after) == 1 and after[0].op_type in _THROUGH and after[0].id not in segment:
+            segment[after[0].id] = i
+            after = mg.consumers(after[0].outputs[0]) if after[0].outputs else []
     top = [n for n in mg.nodes.values() if not n.scopes]
     for node in reversed(top):  # each node joins the first residual Add it feeds
         if node.id in segment:
@@ -63,12 +75,26 @@ def _residual_chain(mg: ModelGraph) -> list[str]:
     adds = [n for n in mg.nodes.values() if not n.scopes and n.op_type in ("Add", "Sum")
             and any(shared(r) for r in n.inputs)]
     residual = {n.id for n in adds}
+
+    def previous(ref):
+        """The residual Add whose output reaches `ref` directly or through a post-norm's
+        normalisation and activation (x = LayerNorm(x + f(x))), else None."""
+        node = mg.producer(ref)
+        for _ in range(3):
+            if node is None or node.id in residual:
+                return node
+            if node.op_type not in _THROUGH or not node.inputs or node.inputs[0] is None \
+                    or len(mg.consumers(node.inputs[0])) != 1:
+                return None
+            node = mg.producer(node.inputs[0])
+        return None
+
     nxt: dict[str, str] = {}
     has_prev: set[str] = set()
     for node in adds:
         for ref in node.inputs:
-            prev = mg.producer(ref) if ref is not None else None
-            if prev is not None and prev.id in residual and shared(ref) and prev.id not in nxt:
+            prev = previous(ref) if ref is not None else None
+            if prev is not None and shared(ref) and prev.id not in nxt:
                 nxt[prev.id] = node.id
                 has_prev.add(node.id)
                 break
