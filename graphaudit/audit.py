@@ -145,13 +145,18 @@ def audit(
         baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
 
+    why = None
     if batch_size is None:
         from graphaudit.replay import default_batch_size
 
         batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
+    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
+    if replayed is not None:
+        why = replayed.settings.get("batch_size_note") or why  # the replay's own, with inputs it left out
         if why:
             notes.append(f"replay batch size {batch_size}: {why}")
-    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
+        if replayed.settings.get("padding"):
+            notes.append(f"replay padding: {replayed.settings['padding']}")
     if replayed is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
                       "--coefficients): the frozen replay did not run, so coefficient variation and functional "

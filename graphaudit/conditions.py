@@ -5,13 +5,14 @@ evaluation inputs at `rows`, the values to feed, batch axis first (see DESIGN.md
 
 - `correct`: the inputs' own cached coefficients (must reproduce the live outputs);
 - `cross_input`: those of input π(b), π a seeded derangement of the evaluation inputs;
-- `token_shuffle`: input b's own, with its positions permuted by a seeded σ_b;
+- `token_shuffle`: input b's own, with its positions permuted by a seeded σ_b (its tokens
+  among themselves when the inputs are padded);
 - `static_layer`: per layer and slot, the calibration mean over inputs and tokens;
 - `static_position`: per layer, slot and position, the calibration mean over inputs;
 - `global_mean`: per family, one calibration mean over every layer, slot, input and token.
 
-Profiles come from the calibration cache only; the evaluation cache only supplies the
-coefficients that `correct`, `cross_input` and `token_shuffle` rearrange.
+Profiles come from the calibration cache only (padded positions left out); the evaluation
+cache only supplies the coefficients that `correct`, `cross_input` and `token_shuffle` rearrange.
 """
 
 from __future__ import annotations
@@ -62,22 +63,47 @@ def token_axis(c: Coefficient) -> int | None:
     return t + 1 if t < b else t
 
 
-def profiles(calib: CoefficientCache, chunk: int = 64) -> Profiles:
-    """Return the calibration profiles, streaming over the cache `chunk` inputs at a time."""
+def token_weights(c: Coefficient, shape: tuple[int, ...], tokens: np.ndarray | None, rows) -> np.ndarray | None:
+    """1 where the inputs at `rows` have a token and 0 where they are padded, shaped to broadcast
+    over `c`'s batch-first values of `shape`; None when nothing is padded, or `c` has no token
+    axis as long as the inputs (its positions are not theirs)."""
+    t = token_axis(c)
+    if tokens is None or t is None or shape[t] != tokens.shape[1]:
+        return None
+    picked = tokens[rows].astype(np.float64)
+    return picked.reshape(picked.shape[0], *[picked.shape[1] if i == t else 1 for i in range(1, len(shape))])
+
+
+def profiles(calib: CoefficientCache, chunk: int = 64, tokens: np.ndarray | None = None) -> Profiles:
+    """Return the calibration profiles, streaming over the cache `chunk` inputs at a time.
+    `tokens`: (inputs, positions), False where an input is padded; padded positions are left out."""
     sums: dict[str, np.ndarray] = {}
-    for _, values in calib.chunks(chunk):
+    counts: dict[str, np.ndarray | float] = {}  # values summed at each position: inputs, less the padded
+    for rows, values in calib.chunks(chunk):
         for c in calib.coefficients:
-            part = values[c.tensor].sum(axis=0, keepdims=True, dtype=np.float64)
+            v, w = values[c.tensor], token_weights(c, calib.shape(c), tokens, rows)
+            part = (v if w is None else v * w).sum(axis=0, keepdims=True, dtype=np.float64)
             sums[c.tensor] = sums[c.tensor] + part if c.tensor in sums else part
-    position = {c.tensor: sums[c.tensor] / calib.count for c in calib.coefficients}
-    layer = {}
+            if w is not None:
+                n = w.sum(axis=0, keepdims=True)
+                counts[c.tensor] = counts[c.tensor] + n if c.tensor in counts else n
+    layer, position = {}, {}
     family_sum: dict[str, float] = {}
-    family_count: dict[str, int] = {}
+    family_count: dict[str, float] = {}
     for c in calib.coefficients:
-        t = token_axis(c)
-        layer[c.tensor] = position[c.tensor] if t is None else position[c.tensor].mean(axis=t, keepdims=True)
-        family_sum[c.family] = family_sum.get(c.family, 0.0) + float(sums[c.tensor].sum())
-        family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
+        t, total = token_axis(c), sums[c.tensor]
+        if c.tensor not in counts:
+            position[c.tensor] = total / calib.count
+            layer[c.tensor] = position[c.tensor] if t is None else position[c.tensor].mean(axis=t, keepdims=True)
+            family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
+        else:
+            n = counts[c.tensor]
+            layer[c.tensor] = total.sum(axis=t, keepdims=True) / n.sum(axis=t, keepdims=True)
+            with np.errstate(invalid="ignore", divide="ignore"):  # a position every input pads: its layer mean
+                position[c.tensor] = np.where(n > 0, total / n, layer[c.tensor])
+            slots = total.size // total.shape[t]
+            family_count[c.family] = family_count.get(c.family, 0) + float(n.sum()) * slots
+        family_sum[c.family] = family_sum.get(c.family, 0.0) + float(total.sum())
     family = {f: family_sum[f] / family_count[f] for f in family_sum}
     dtypes = {c.tensor: calib.arrays[c.tensor].dtype for c in calib.coefficients}
     return Profiles(layer, position, family, calib.count, dtypes)
@@ -133,15 +159,26 @@ def derangement(count: int, rng: np.random.Generator) -> np.ndarray:
             return perm
 
 
-def position_orders(count: int, length: int, rng: np.random.Generator) -> np.ndarray:
-    """One random permutation of `length` positions per input, shape (count, length)."""
-    return rng.permuted(np.tile(np.arange(length, dtype=np.int64), (count, 1)), axis=1)
+def position_orders(count: int, length: int, rng: np.random.Generator, tokens: np.ndarray | None = None) -> np.ndarray:
+    """One random permutation of `length` positions per input, shape (count, length); given
+    `tokens` (count, length), each input's tokens are permuted among themselves and its padded
+    positions stay where they are."""
+    if tokens is None or tokens.shape != (count, length):
+        return rng.permuted(np.tile(np.arange(length, dtype=np.int64), (count, 1)), axis=1)
+    orders = np.tile(np.arange(length, dtype=np.int64), (count, 1))
+    for b in range(count):
+        kept = np.flatnonzero(tokens[b])
+        orders[b, kept] = rng.permutation(kept)
+    return orders
 
 
 def conditions(
-    names: Sequence[str], evaluation: CoefficientCache, calibration: CoefficientCache, seed: int
+    names: Sequence[str], evaluation: CoefficientCache, calibration: CoefficientCache, seed: int,
+    tokens: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
 ) -> dict[str, Feed]:
-    """Return {condition: feed} for `names`, `correct` first; permutations drawn from `seed`."""
+    """Return {condition: feed} for `names`, `correct` first; permutations drawn from `seed`.
+    `tokens`: where the evaluation and the calibration inputs have tokens (`data.padding`):
+    token_shuffle permutes an input's tokens only, and the profiles leave padded positions out."""
     unknown = [n for n in names if n not in CONDITIONS]
     if unknown:
         raise UsageError(f"expected conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
@@ -150,10 +187,12 @@ def conditions(
     drawn = derangement(evaluation.count, rng) if "cross_input" in names or evaluation.count >= 2 else None
     partner = drawn if "cross_input" in names else None
     lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
-    orders = position_orders(evaluation.count, max(lengths, default=1), rng) if "token_shuffle" in names else None
+    orders = position_orders(evaluation.count, max(lengths, default=1), rng, tokens[0]) \
+        if "token_shuffle" in names else None
     if len(lengths) > 1 and orders is not None:
         raise GraphAuditError(f"expected one token length across coefficients for token_shuffle, found {sorted(lengths)}")
-    prof = profiles(calibration) if set(names) & {"static_layer", "static_position", "global_mean"} else None
+    prof = profiles(calibration, tokens=tokens[1]) if set(names) & {"static_layer", "static_position", "global_mean"} \
+        else None
     table = {
         "correct": partial(correct, evaluation),
         "cross_input": partial(cross_input, evaluation, partner),

@@ -135,6 +135,25 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec]) -> dict[str
     return {spec.name: (batch, *headers[spec.name][1][1:]) for spec in specs}
 
 
+MASK_INPUT = "attention_mask"  # 1 where an input has a token, 0 where it is padded
+
+
+def padding(data: InputData) -> np.ndarray | None:
+    """Where each input has a token — (inputs, positions) bools from its `attention_mask` — when
+    that mask pads any input; None without such a mask or padding. The replay leaves padded
+    positions out of every score, shuffle and profile."""
+    mask = data.arrays.get(MASK_INPUT)
+    if mask is None or mask.ndim != 2:
+        return None
+    if mask.dtype != bool:
+        other = (mask != 0) & (mask != 1)
+        if other.any():
+            raise GraphAuditError(f"expected {MASK_INPUT} in {data.source} to hold 1 for a token and 0 for "
+                                  f"padding, found {mask[other][0]!r} ({int(other.sum())} values neither)")
+        mask = mask != 0
+    return None if mask.all() else mask
+
+
 def fixed_batch(specs: Sequence[InputSpec]) -> int | None:
     """How many inputs the model takes per run when its graph inputs fix their first (batch)
     dimension, as an export without a dynamic batch does; None when none fixes it. Every input's

@@ -34,8 +34,9 @@ from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
-from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
-from graphaudit.data import InputData, check_batch_size, fixed_batch, input_specs, load_data, whole_batches
+from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis, token_weights
+from graphaudit.data import (MASK_INPUT, InputData, check_batch_size, fixed_batch, input_specs, load_data, padding,
+                             whole_batches)
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
@@ -210,6 +211,12 @@ def replay(
     settings["batch_size"] = batch_size
     if notes:
         settings["batch_size_note"] = "; ".join(notes)
+    tokens = (padding(evaluation), padding(calibration))
+    if tokens[0] is not None or tokens[1] is not None:
+        padded = sum(int((~t).sum()) for t in tokens if t is not None)
+        total = sum(t.size for t in tokens if t is not None)
+        settings["padding"] = (f"{padded} of {total} positions padded ({MASK_INPUT} 0): left out of the scores, "
+                               "the token shuffle, the profiles and the variance decomposition")
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
@@ -221,7 +228,7 @@ def replay(
                   for label, d, check in (("calibration", calibration, None),
                                           ("evaluation", evaluation, every_input_summary(evaluation)))]
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        feeds = make_conditions(conditions, caches[1], caches[0], seed)
+        feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens)
         task = _task(caches[1], evaluation, batch_size)
         frozen = frozen_graph(loaded.model, coefs)
         if task.logits:
@@ -236,7 +243,7 @@ def replay(
         if every is not None:
             parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        variance, means = _variance(caches[1], boot, confidence)
+        variance, means = _variance(caches[1], boot, confidence, tokens=tokens[0])
         timing["variance_s"] = time.perf_counter() - clock
         where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
             caches[1].location)
@@ -287,8 +294,10 @@ def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, l
                            estimate(*s.figure("mse"), level))
 
 
-def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chunk: int = 64):
-    """Variance shares per family, and per-layer mean coefficient at each position, streamed over `cache`."""
+def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chunk: int = 64,
+              tokens: np.ndarray | None = None):
+    """Variance shares per family, and per-layer mean coefficient at each position, streamed over
+    `cache`; `tokens` (inputs × positions, False where padded) leaves padded positions out."""
     axes = {c.tensor: token_axis(c) for c in cache.coefficients}
     shapes = {c.tensor: cache.shape(c) for c in cache.coefficients}
     families: dict[str, list[Coefficient]] = {}
@@ -296,14 +305,19 @@ def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chu
         families.setdefault(c.family, []).append(c)
     sums = {f: FamilyVariance.empty(f, cs, shapes, axes, boot.resamples) for f, cs in families.items()}
     position = {c.tensor: 0.0 for c in cache.coefficients}
+    counted = {c.tensor: 0.0 for c in cache.coefficients}  # inputs, less the padded, at each position
     for rows, values in cache.chunks(chunk):
         weights = boot.weights(rows)
         for f in sums.values():
-            f.update(values, axes, weights)
+            f.update(values, axes, weights, None if tokens is None else tokens[rows])
         for c in cache.coefficients:
-            position[c.tensor] = position[c.tensor] + values[c.tensor].sum(axis=0, dtype=np.float64)
+            w = token_weights(c, shapes[c.tensor], tokens, rows)
+            v = values[c.tensor] if w is None else values[c.tensor] * w
+            position[c.tensor] = position[c.tensor] + v.sum(axis=0, dtype=np.float64)
+            counted[c.tensor] = counted[c.tensor] + (len(rows) if w is None else w.sum(axis=0))
     means = tuple((f, tuple(c.layer for c in cs),
-                   tuple(_per_position(position[c.tensor] / cache.count, axes[c.tensor]) for c in cs))
+                   tuple(_per_position(position[c.tensor] / np.maximum(counted[c.tensor], 1), axes[c.tensor])
+                         for c in cs))
                   for f, cs in families.items())
     return tuple((f, s.shares(level)) for f, s in sums.items()), means
 

@@ -15,7 +15,9 @@ not grow with the number of inputs. Figures are ratios of those sums (e.g. NLL =
   accuracy.
 - regression (`targets`): squared error.
 KL(correct ‖ condition) is summed over every position of logits; for outputs that are not
-logits, the squared difference from `correct` takes its place.
+logits, the squared difference from `correct` takes its place. Where the inputs of a causal
+LM carry an `attention_mask`, a position it marks 0 (padding) is neither a target nor a
+position of KL.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from graphaudit.data import MASK_INPUT
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
@@ -41,6 +44,7 @@ class Task:
     output: str
     ids: str | None = None  # graph input holding the token ids (causal LM)
     labels: str | None = None  # "labels" or "targets" when the data has them
+    mask: str | None = None  # graph input marking tokens (1) and padding (0), beside the ids (causal LM)
 
     @property
     def logits(self) -> bool:
@@ -56,7 +60,7 @@ class Task:
         return "kl" if self.logits else "mse_from_correct"
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "output": self.output, "ids": self.ids, "labels": self.labels}
+        return {"kind": self.kind, "output": self.output, "ids": self.ids, "labels": self.labels, "mask": self.mask}
 
 
 def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
@@ -72,7 +76,9 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
     if out.ndim == 3 and ids is not None and feeds[ids].shape == out.shape[:2]:
         if label is not None:
             _same_shape("labels", label, feeds[ids])
-        return Task("causal_lm", name, ids, "labels" if label is not None else None)
+        mask = feeds.get(MASK_INPUT)
+        return Task("causal_lm", name, ids, "labels" if label is not None else None,
+                    MASK_INPUT if mask is not None and mask.shape == feeds[ids].shape else None)
     if out.ndim == 2 and label is not None and label.ndim == 1 and np.issubdtype(label.dtype, np.integer):
         return Task("classification", name, labels="labels")
     return Task("outputs", name)
@@ -109,11 +115,12 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
     """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.logits:
+        tokens = reference.tokens if reference is not None else _tokens(task, feeds)
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
             # below. First, as its pass over `out` brings it into the cache for the scattered reads of targets.
-            kl = reference.neg_entropy - _expected_log(reference.probs, out)
-            sums[:, _COL["divergence"]] = _per_input(np.maximum(kl, 0.0))
+            kl = np.maximum(reference.neg_entropy - _expected_log(reference.probs, out), 0.0)
+            sums[:, _COL["divergence"]] = _per_input(kl if tokens is None else np.where(tokens, kl, 0.0))
         truth = reference.targets if reference is not None and reference.targets is not None else \
             Targets.of(task, out.shape, feeds, labels)
         if truth is not None:
@@ -123,7 +130,7 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
             if task.labels is not None:
                 logp = out[:, :-1] if task.kind == "causal_lm" else out
                 sums[:, _COL["hits"]] = _per_input((logp.argmax(-1) == truth.ids) & truth.mask)
-        sums[:, _COL["positions"]] = out[0].size // out.shape[-1]
+        sums[:, _COL["positions"]] = out[0].size // out.shape[-1] if tokens is None else _per_input(tokens)
     else:
         if task.labels is not None:
             diff = out - labels[task.labels]
@@ -169,6 +176,7 @@ class Reference:
     probs: np.ndarray | None = None
     neg_entropy: np.ndarray | None = None  # Σ p log p per position
     targets: Targets | None = None
+    tokens: np.ndarray | None = None  # (inputs, positions): False where padded; None: no padding
 
     @classmethod
     def of(cls, task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray] | None = None,
@@ -178,7 +186,7 @@ class Reference:
             return cls(out)
         probs = np.exp(out)
         targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
-        return cls(out, probs, _expected_log(probs, out), targets)
+        return cls(out, probs, _expected_log(probs, out), targets, _tokens(task, feeds) if feeds is not None else None)
 
 
 def column(name: str) -> int:
@@ -212,11 +220,23 @@ def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray |
     if task.kind == "causal_lm":
         ids = labels[task.labels] if task.labels is not None else feeds[task.ids]
         targets = ids[:, 1:].astype(np.int64, copy=False)
+        tokens = _tokens(task, feeds)
+        if tokens is not None:  # a padded position is no target, whatever the labels say
+            return targets, (targets != IGNORE_INDEX) & tokens[:, 1:]
     elif task.kind == "classification":
         targets = labels[task.labels].astype(np.int64, copy=False)
     else:
         return None, None
     return targets, targets != IGNORE_INDEX
+
+
+def _tokens(task: Task, feeds) -> np.ndarray | None:
+    """(inputs, positions): where the batch's attention mask marks a token; None when it pads none."""
+    mask = feeds.get(task.mask) if task.mask is not None else None
+    if mask is None:
+        return None
+    tokens = mask != 0
+    return None if tokens.all() else tokens
 
 
 def _check_range(task: Task, targets: np.ndarray, mask: np.ndarray, classes: int) -> None:

@@ -11,8 +11,9 @@ squares around the grand mean splits exactly into
 and their shares of the total are `layer_slot_share`, `input_share`, `token_share`.
 `eta2_layer` is the share explained by layer identity alone (groups = layers).
 
-FamilyVariance keeps, per cell, Σ c over all inputs, and per input the scalars Σ c² and
-Σ_g (Σ_t c)² / n_gb; the same under every bootstrap resample. Its size depends on the
+FamilyVariance keeps, per cell, Σ c and the number of values over all inputs, and per input
+the scalars Σ c² and Σ_g (Σ_t c)² / n_gb; the same under every bootstrap resample. Padded
+positions (an attention mask's 0) are left out of every sum and count. Its size depends on the
 number of cells and resamples, never on the number of inputs; merging adds.
 """
 
@@ -36,9 +37,10 @@ class FamilyVariance:
     family: str
     tensors: tuple[str, ...]
     cell_layer: np.ndarray  # (cells,) layer of each cell
-    cell_tokens: np.ndarray  # (cells,) values per input in each cell (tokens, or 1)
     cell_sum: np.ndarray  # (cells,) Σ c
     resampled_cell_sum: np.ndarray  # (R, cells)
+    cell_count: np.ndarray  # (cells,) values summed: tokens (padded ones left out), or 1, per input
+    resampled_cell_count: np.ndarray  # (R, cells)
     scalars: np.ndarray  # (3,) inputs, Σ c², Σ_g,b (Σ_t c)² / n_gb
     resampled_scalars: np.ndarray  # (R, 3)
 
@@ -46,20 +48,22 @@ class FamilyVariance:
     def empty(cls, family: str, coefficients: Sequence[Coefficient], shapes: Mapping[str, tuple[int, ...]],
               token_axes: Mapping[str, int | None], resamples: int) -> "FamilyVariance":
         """Sums for `coefficients` (one family) whose batch-first shapes are `shapes`."""
-        layers, tokens = [], []
+        layers = []
         for c in coefficients:
             shape, t = shapes[c.tensor], token_axes[c.tensor]
             cells = int(np.prod([n for i, n in enumerate(shape) if i not in (0, t)]))
             layers += [c.layer] * cells
-            tokens += [shape[t] if t is not None else 1] * cells
         n = len(layers)
-        return cls(family, tuple(c.tensor for c in coefficients), np.array(layers), np.array(tokens, dtype=np.float64),
-                   np.zeros(n), np.zeros((resamples, n)), np.zeros(3), np.zeros((resamples, 3)))
+        return cls(family, tuple(c.tensor for c in coefficients), np.array(layers), np.zeros(n),
+                   np.zeros((resamples, n)), np.zeros(n), np.zeros((resamples, n)), np.zeros(3),
+                   np.zeros((resamples, 3)))
 
     def update(self, values: Mapping[str, np.ndarray], token_axes: Mapping[str, int | None],
-               weights: np.ndarray) -> None:
-        """Add one chunk of inputs: batch-first `values` per tensor, weights (R × inputs)."""
-        sums, squares = [], 0.0
+               weights: np.ndarray, tokens: np.ndarray | None = None) -> None:
+        """Add one chunk of inputs: batch-first `values` per tensor, weights (R × inputs), and
+        where those inputs have tokens (inputs × positions; None: no padding), padded positions
+        left out of every sum."""
+        sums, counts, squares = [], [], 0.0
         for tensor in self.tensors:
             v = np.asarray(values[tensor], dtype=np.float64)
             t = token_axes[tensor]
@@ -68,31 +72,42 @@ class FamilyVariance:
             else:
                 v = v[:, None]
             v = v.reshape(v.shape[0], v.shape[1], -1)  # (inputs, tokens, slots)
+            if tokens is not None and t is not None and v.shape[1] == tokens.shape[1]:
+                v = v * tokens[:, :, None]
+                n = tokens.sum(axis=1, dtype=np.float64)
+            else:
+                n = np.full(v.shape[0], float(v.shape[1]))
             sums.append(v.sum(axis=1))
+            counts.append(np.repeat(n[:, None], v.shape[2], axis=1))
             squares = squares + np.einsum("bts,bts->b", v, v)
-        cell = np.concatenate(sums, axis=1)  # (inputs, cells)
-        per_input = np.stack([np.ones(cell.shape[0]), squares, (cell * cell / self.cell_tokens).sum(axis=1)], axis=1)
+        cell, count = np.concatenate(sums, axis=1), np.concatenate(counts, axis=1)  # (inputs, cells)
+        within = (cell * cell / np.maximum(count, 1.0)).sum(axis=1)  # a cell padded whole sums to 0
+        per_input = np.stack([np.ones(cell.shape[0]), squares, within], axis=1)
         self.cell_sum += cell.sum(axis=0)
         self.resampled_cell_sum += weights @ cell
+        self.cell_count += count.sum(axis=0)
+        self.resampled_cell_count += weights @ count
         self.scalars += per_input.sum(axis=0)
         self.resampled_scalars += weights @ per_input
 
     def merge(self, other: "FamilyVariance") -> "FamilyVariance":
-        return FamilyVariance(self.family, self.tensors, self.cell_layer, self.cell_tokens,
+        return FamilyVariance(self.family, self.tensors, self.cell_layer,
                               self.cell_sum + other.cell_sum, self.resampled_cell_sum + other.resampled_cell_sum,
+                              self.cell_count + other.cell_count,
+                              self.resampled_cell_count + other.resampled_cell_count,
                               self.scalars + other.scalars, self.resampled_scalars + other.resampled_scalars)
 
     def shares(self, level: float) -> dict[str, Estimate]:
         """The four SHARES with bootstrap intervals."""
-        value = _shares(self.cell_sum[None], self.scalars[None], self.cell_layer, self.cell_tokens)
-        samples = _shares(self.resampled_cell_sum, self.resampled_scalars, self.cell_layer, self.cell_tokens)
+        value = _shares(self.cell_sum[None], self.scalars[None], self.cell_layer, self.cell_count[None])
+        samples = _shares(self.resampled_cell_sum, self.resampled_scalars, self.cell_layer, self.resampled_cell_count)
         return {name: estimate(float(value[name][0]), samples[name], level) for name in SHARES}
 
 
-def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, tokens: np.ndarray) -> dict[str, np.ndarray]:
-    """Shares for each row of (cell sums (K × cells), scalars (K × 3)); NaN where nothing varies."""
-    inputs, squares, within_cells = scalars.T
-    counts = inputs[:, None] * tokens[None]  # values per cell
+def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Shares for each row of (cell sums (K × cells), scalars (K × 3), values per cell (K × cells));
+    NaN where nothing varies."""
+    _, squares, within_cells = scalars.T
     layer_ids = np.unique(layer)
     by_layer = np.stack([cell_sum[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
     layer_counts = np.stack([counts[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
