@@ -30,7 +30,7 @@ import onnx
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
-from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.coefficients import Coefficient
@@ -381,13 +381,15 @@ def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
-    """The coefficients to freeze: those matching `names` (names or globs), else all the model has.
+    """The coefficients to freeze: those matching `names` (names or globs, each maybe with its axes:
+    `analyses.coefficients.split_entry`), else all the model has.
     `graph`: the graph model of `loaded`, when the caller has built it."""
     graph = graph or build_graph(loaded.model)
     found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))  # layers as the static audit gives them
     if not names:
         return found
-    return tuple(c for c in found if any(fnmatch.fnmatchcase(c.tensor, n) for n in names))
+    patterns = [split_entry(n, [c.tensor for c in found])[0] for n in names]
+    return tuple(c for c in found if any(c.tensor == p or fnmatch.fnmatchcase(c.tensor, p) for p in patterns))
 
 
 def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, InputData, DataUse]:

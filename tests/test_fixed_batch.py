@@ -2,6 +2,7 @@
 command runs that many inputs at a time (replay, profile, `run`) and counts FLOPs at it."""
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -208,3 +209,51 @@ def test_fixed_sizes_mark_only_the_leading_axes():
     axes = {name: axes_of(mg, mg.find_tensor(name)) for name in ("x", "y", "z", "t")}
     assert axes == {"x": ("batch", "token", "slot"), "y": ("batch", "token", "slot"),
                     "z": ("slot0", "slot1"), "t": ("batch", "slot0", "slot1")}
+
+
+def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
+    """mix.0 has its batch on axis 1: with every size fixed, nothing in the graph says so, and
+    --axes does; the replay then equals the replay of the export that declares the axes."""
+    from test_replay_models import mixing_lm
+
+    declared = mixing_lm()
+    bare = with_batch(declared, 1, 6)
+    del bare.metadata_props[:]
+    onnx.save(declared, tmp_path / "declared.onnx")
+    onnx.save(bare, tmp_path / "bare.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
+    args = [str(tmp_path / "calib.npz"), "--data", str(tmp_path / "eval.npz"), "--resamples", "20", "--format", "json"]
+
+    runner = CliRunner()
+    ours = json.loads(runner.invoke(cli, ["replay", str(tmp_path / "declared.onnx"), "--calib", *args]).output)
+    done = runner.invoke(cli, ["replay", str(tmp_path / "bare.onnx"), "--calib", *args,
+                               "--axes", "mix.0=way,batch,token,source"])
+    assert done.exit_code == 0, done.output
+    theirs = json.loads(done.output)
+    assert [c["axes"] for c in theirs["coefficients"]] == [["way", "batch", "token", "source"]]
+    assert {k: v["nll"] for k, v in theirs["conditions"].items()} == \
+        pytest.approx({k: v["nll"] for k, v in ours["conditions"].items()}, rel=1e-6)
+
+    with pytest.raises(SystemExit) as stop:  # named without its axes: the batch axis cannot be told
+        main(["replay", str(tmp_path / "bare.onnx"), "--calib", *args, "--coefficients", "mix.0"])
+    assert stop.value.code != 0 and "to name a 'batch' axis" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("mix.0", r"expected --axes NAME_OR_GLOB=AXIS,AXIS,\.\.\., found 'mix.0'"),
+    ("mix.0=way,token,source,slot", r"expected axis names for 'mix.0' as mix.0=AXIS,AXIS,\.\.\. with one 'batch' axis"),
+    ("mix.0=batch,batch,token,source", r"and no name twice"),
+    ("mix.0=way,batch,token", r"expected 4 axis names for the coefficient 'mix.0' of shape \(2, 1, 6, 3\), found 3"),
+])
+def test_axes_that_cannot_be_right_are_refused(tmp_path, capsys, entry, message):
+    from test_replay_models import mixing_lm
+
+    bare = with_batch(mixing_lm(), 1, 6)
+    del bare.metadata_props[:]
+    onnx.save(bare, tmp_path / "bare.onnx")
+    with pytest.raises(SystemExit) as stop:
+        main(["static", str(tmp_path / "bare.onnx"), "--axes", entry])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1
+    assert re.search(message, err), err

@@ -64,12 +64,27 @@ def resolve_coefficients(
     return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
 
 
+def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tuple[str, ...] | None]:
+    """A user's coefficient entry as (name or glob, axis names or None): `NAME_OR_GLOB` alone,
+    or `NAME_OR_GLOB=AXIS,AXIS,...` to give the axes the graph does not tell. An entry that is
+    itself one of `names` (a tensor whose name holds `=`) is a name."""
+    if "=" not in entry or (names is not None and entry in names):
+        return entry, None
+    pattern, _, spec = entry.rpartition("=")
+    axes = tuple(a.strip() for a in spec.split(","))
+    if not pattern or not all(axes) or len(set(axes)) < len(axes) or BATCH not in axes:
+        raise UsageError(f"expected axis names for {pattern or entry!r} as {pattern or 'NAME'}=AXIS,AXIS,... with "
+                         f"one {BATCH!r} axis and no name twice (e.g. {TOKEN!r} for positions), found {spec!r}")
+    return pattern, axes
+
+
 def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "_InputAxes") -> list[Coefficient]:
     if not names:
         return []
     pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
-    matched: list[str] = []
-    for name in names:
+    matched: dict[str, tuple[str, ...] | None] = {}  # tensor -> the axes its entry gave
+    for entry in names:
+        name, given = split_entry(entry, pool)
         hits = fnmatch.filter(pool, name) if _GLOB.search(name) else [n for n in pool if n == name]
         if not hits:
             close = difflib.get_close_matches(name, pool, n=5, cutoff=0.5)
@@ -77,15 +92,21 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "
                 f"expected --coefficients {name!r} to name a tensor of the model, found none"
                 + (f"; closest: {', '.join(close)}" if close else f" among {len(pool)} tensor names")
             )
-        matched.extend(h for h in hits if h not in matched)
+        for hit in hits:
+            if matched.get(hit) is None:
+                matched[hit] = given
     coefficients = []
     order: Counter = Counter()
-    for name in matched:
+    for name, given in matched.items():
         ref = mg.find_tensor(name)
         family = _family_of(name)
         layer = _layer(mg, ref, name, blocks, order[family])
         order[family] += 1
-        coefficients.append(Coefficient(name, family, layer, axes_of(mg, ref, axes), source="user"))
+        shape = mg.tensors[ref].shape if ref in mg.tensors else None
+        if given is not None and shape is not None and len(shape) != len(given):
+            raise UsageError(f"expected {len(shape)} axis names for the coefficient {name!r} of shape "
+                             f"({', '.join(str(d) for d in shape)}), found {len(given)}: {','.join(given)}")
+        coefficients.append(Coefficient(name, family, layer, given or axes_of(mg, ref, axes), source="user"))
     return coefficients
 
 

@@ -101,6 +101,22 @@ def usage_line(err: click.UsageError) -> str:
     return f"expected a valid command line for {where}, found: {message}{see}"
 
 
+# `static`, `replay`, `run` and `freeze`: axes of coefficients the graph does not tell
+axes_option = click.option(
+    "--axes", "axes", multiple=True, metavar="NAME_OR_GLOB=AXES",
+    help="Axis names of coefficient tensors whose shapes do not tell them (an export without dynamic shapes), "
+         "e.g. 'mudd.*=way,batch,token,source': one batch axis, token for positions, any name for the others "
+         "(repeatable; it names those tensors as coefficients too).")
+
+
+def with_axes(names, axes) -> tuple[str, ...]:
+    """The coefficient entries of --coefficients and --axes together (see --axes)."""
+    for entry in axes:
+        if "=" not in entry:
+            raise UsageError(f"expected --axes NAME_OR_GLOB=AXIS,AXIS,..., found {entry!r}")
+    return (*names, *axes)
+
+
 # `static` and `inspect` read a model's graph only (graphaudit.load.load_for_audit)
 graph_only_option = click.option(
     "--graph-only", is_flag=True,

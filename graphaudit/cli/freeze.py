@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from graphaudit.cli import axes_option, with_axes
+
 from graphaudit.frozen_files import write_graphs
 from graphaudit.load import load_for_runtime
 from graphaudit.replay import resolve
@@ -17,13 +19,14 @@ from graphaudit.replay import resolve
               help="Folder to write MODEL.trace.onnx and MODEL.frozen.onnx into (created if missing).")
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
               help="Coefficient tensors to freeze (repeatable; default: declared in the metadata, else detected).")
-def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...]) -> None:
+@axes_option
+def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[str, ...]) -> None:
     """Write MODEL's trace graph (coefficients as extra outputs) and frozen graph (coefficients
     as inputs, controller nodes removed), for replaying the model elsewhere. A model whose
     weights lie in external files keeps them there: both graphs refer to the same files, linked
     or copied into the output folder unread."""
     loaded = load_for_runtime(model)
-    coefficients = resolve(loaded, _split(names))
+    coefficients = resolve(loaded, with_axes(_split(names), axes))
     if not coefficients:
         click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors, none were given "
                    "(--coefficients) and none were detected; nothing to freeze")

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
+from graphaudit.cli import axes_option, with_axes
 from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
@@ -25,6 +26,7 @@ from graphaudit.runtime import MAX_THREADS
               help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
               help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
+@axes_option
 @click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
 @click.option("--batch-size", type=click.IntRange(min=1),
@@ -49,7 +51,7 @@ from graphaudit.runtime import MAX_THREADS
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
+def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
                provider, threads, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
@@ -58,7 +60,7 @@ def replay_cmd(model, calib, data, names, condition_names, batch_size, seed, cac
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
-    report = replay(model, calib, data, coefficients=_split(names), conditions=conditions, batch_size=batch_size,
+    report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions, batch_size=batch_size,
                     seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples, provider=provider,
                     threads=threads, progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from graphaudit.audit import audit
-from graphaudit.cli import check_output
+from graphaudit.cli import axes_option, check_output, with_axes
 from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
@@ -33,6 +33,7 @@ what it needs.
               help="A dense model taking the same inputs; latency is compared against it.")
 @click.option("--coefficients", "coefficients", multiple=True,
               help="Coefficient tensor name or glob (repeatable; default: those the model's metadata declares).")
+@axes_option
 @click.option("--block-pattern", help="Regular expression naming the blocks (default: found from the graph).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
@@ -55,7 +56,7 @@ what it needs.
                    "per physical core).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
-def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, provider, fmt, output, claims, seed,
+def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern, provider, fmt, output, claims, seed,
             runs, warmup, profile_runs, limit, resamples, threads, quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
@@ -66,7 +67,7 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, block_pattern, prov
     if output is not None:  # before the audit, which can take long
         check_output(output, "-o", (model, calib, data, baseline))
     with ProgressBar(quiet=quiet) as bar:
-        report = audit(model, calib, data, baseline, coefficients, provider, seed=seed, block_pattern=block_pattern,
+        report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed, block_pattern=block_pattern,
                        claims=claims, runs=runs, warmup=warmup, profile_runs=profile_runs, profile_limit=limit,
                        resamples=resamples, threads=threads, progress=bar)
     text = report.render(fmt)

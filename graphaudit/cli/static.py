@@ -10,7 +10,7 @@ from tabulate import tabulate
 from graphaudit.analyses.static import CLAIMS, StaticReport, audit_static
 from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
-from graphaudit.cli import graph_only_option
+from graphaudit.cli import axes_option, graph_only_option, with_axes
 from graphaudit.load import load_for_audit
 from graphaudit.runtime import custom_operators
 
@@ -23,6 +23,7 @@ from graphaudit.runtime import custom_operators
 @click.option("--coefficients", "coefficients", multiple=True, metavar="NAME_OR_GLOB",
               help="A coefficient tensor, by name or glob pattern (repeatable); added to the ones "
                    "the model's metadata declares.")
+@axes_option
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS",
               help="Concrete shape of a graph input for FLOP counting, e.g. input_ids=1,128 (repeatable).")
 @click.option("--data", type=click.Path(dir_okay=False, path_type=str),
@@ -33,7 +34,7 @@ from graphaudit.runtime import custom_operators
 @click.option("--expect", type=click.Choice(CLAIMS),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
-def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only, fmt, expect) -> None:
+def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, graph_only, fmt, expect) -> None:
     """Audit MODEL's execution statically: blocks, per-block verdicts, coefficients and FLOPs.
 
     Verdicts: always, gated, masked (every path computed, then masked), subset (runs on a
@@ -43,7 +44,7 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, graph_only
     loaded = load_for_audit(model, graph_only=graph_only)
     given = data_shapes(data, input_specs(loaded.model)) if data else {}
     given.update(_parse_shape(s) for s in shapes)
-    report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients,
+    report = audit_static(loaded, block_pattern=block_pattern, coefficients=with_axes(coefficients, axes),
                           shapes=given or None)
     # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
     lacking = custom_operators(loaded.model)
