@@ -121,6 +121,10 @@ def test_profile_and_static_run_at_the_fixed_batch(files):
     doc = json.loads(done.output)
     assert doc["batch_size"] == 4 and doc["examples"] == 8
     assert "the last 2 of the 10 inputs in eval.npz were left out: the model runs exactly 4 at a time" in doc["notes"]
+    text = runner.invoke(cli, ["profile", str(files / "batch4.onnx"), "--data", str(files / "eval.npz"), "--runs", "1",
+                               "--warmup", "0", "--profile-runs", "1", "--threads", "1"]).output
+    assert "inputs: 2 batches of 4 from eval.npz" in text and "latency per batch of 4: median" in text
+    assert "batches ran" in text and "FLOPs/batch" in text and "FLOPs/input" not in text
 
     per_input = audit_static(load_model(files / "dynamic.onnx"), shapes={"input_ids": (1, 6)}).flops.total
     done = runner.invoke(cli, ["static", str(files / "batch4.onnx"), "--data", str(files / "eval.npz"),

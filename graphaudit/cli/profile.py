@@ -64,11 +64,12 @@ def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, l
 def render_text(r: ProfileReport) -> str:
     """The report as terminal text."""
     lat, prof = r.latency_ms, r.profiled_latency_ms
+    unit, units = ("input", "inputs") if r.batch_size == 1 else ("batch", "batches")  # what one run profiles
     lines = [
         f"model: {r.model}  on {r.provider}, {r.opt_level}" + (f", {r.threads} intra-op thread{'s' if r.threads > 1 else ''}" if r.threads else ""),
         f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
-        f"latency per input: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
+        f"latency per {unit if unit == 'input' else f'batch of {r.batch_size}'}: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
         f"profiled mean {prof.mean:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
     ]
     if r.baseline is not None:
@@ -95,15 +96,15 @@ def render_text(r: ProfileReport) -> str:
             f"{len(varying)} nodes" if varying else "",
             " ".join(x for x in (entry.get("static_verdict"), entry.get("runtime_outcome")) if x),
         ))
-    lines.append(tabulate(rows, headers=["block", "median ms", "share", "inputs ran", "nodes ran",
-                                         "FLOPs/input", "value-dependent shapes", "static verdict: run"]))
+    lines.append(tabulate(rows, headers=["block", "median ms", "share", f"{units} ran", "nodes ran",
+                                         f"FLOPs/{unit}", "value-dependent shapes", "static verdict: run"]))
     groups = r.by_blocks_ran()
     if len(groups) > 1:
         every = set.intersection(*(set(g["blocks_ran"]) for g in groups))
-        lines += ["", "inputs by the blocks that ran for them:"]
+        lines += ["", f"{units} by the blocks that ran for them:"]
         for g in groups:
             extra = [b for b in g["blocks_ran"] if b not in every]
-            lines.append(f"  {g['inputs']} inputs ran {', '.join(extra) if extra else 'only the blocks common to all'}: "
+            lines.append(f"  {g['inputs']} {units} ran {', '.join(extra) if extra else 'only the blocks common to all'}: "
                          f"median {g['latency_ms']:.3f} ms")
     varying = [(b.name, v) for b in r.execution.blocks for v in b.value_dependent]
     varying.sort(key=lambda bv: bv[1].op_type not in _COMPUTE_OPS)  # the compute that shrank first
