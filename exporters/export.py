@@ -15,9 +15,11 @@ depend on the machine that wrote them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import onnx
 import torch
@@ -84,27 +86,34 @@ def _dims(model: LanguageModel) -> tuple[Dim, Dim]:
     return Dim("batch"), Dim("seq", max=model.cfg.context)
 
 
-def _export(model, args, kwargs, dynamic_shapes, input_names, output_names) -> onnx.ModelProto:
-    model.eval()
-    # The exporter logs a warning per missing optional package (torchvision) on every call.
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """No gradients, and none of torch.onnx's warnings: the exporter logs one per missing
+    optional package (torchvision) on every call."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            program = torch.onnx.export(
-                model,
-                args,
-                kwargs=kwargs,
-                dynamo=True,
-                dynamic_shapes=dynamic_shapes,
-                input_names=input_names,
-                output_names=output_names,
-                verbose=False,
-            )
+            yield
     finally:
         logger.setLevel(level)
+
+
+def _export(model, args, kwargs, dynamic_shapes, input_names, output_names) -> onnx.ModelProto:
+    model.eval()
+    with quiet_export():
+        program = torch.onnx.export(
+            model,
+            args,
+            kwargs=kwargs,
+            dynamo=True,
+            dynamic_shapes=dynamic_shapes,
+            input_names=input_names,
+            output_names=output_names,
+            verbose=False,
+        )
     return program.model_proto
 
 

@@ -230,19 +230,28 @@ def test_nodes_inside_if_branches_by_the_weights_they_read():
     assert bm.block_of("cond") is None  # the If reads two blocks' weights through its branches
 
 
-def test_nodes_inside_if_branches_by_fx_metadata_and_the_if_metadata():
-    model = onnx.parser.parse_model(IF_BLOCKS.replace('"blocks.', '"val.'))  # dynamo's anonymous weights
-    fx = {"h1": "%p_blocks_1_fc_weight", "h2": "%p_blocks_2_fc_weight"}
+def if_blocks_with_fx(path: str, outside: tuple[str, str], on_if: str | None = None) -> onnx.ModelProto:
+    """IF_BLOCKS with dynamo's anonymous weights: the else-branch's MatMuls name theirs in fx
+    metadata (`%p_<path>_1_fc_weight`), every main-graph node but the If has the metadata
+    `outside` (key, value), and the If has `on_if` as its fx metadata when given."""
+    model = onnx.parser.parse_model(IF_BLOCKS.replace('"blocks.', '"val.'))
+    fx = {"h1": f"%p_{path}_1_fc_weight", "h2": f"%p_{path}_2_fc_weight"}
     for node in model.graph.node:
         if node.op_type == "If":
-            node.metadata_props.add(key="pkg.torch.onnx.fx_node",
-                                    value="%cond = cond(%skip, %t, %f, (%x1, %p_blocks_1_fc_weight, %p_blocks_2_fc_weight))")
+            if on_if is not None:
+                node.metadata_props.add(key="pkg.torch.onnx.fx_node", value=on_if)
             branch = next(a.g for a in node.attribute if a.name == "else_branch")
             for inner in branch.node:
                 if inner.output[0] in fx:
                     inner.metadata_props.add(key="pkg.torch.onnx.fx_node", value=f"linear(%x, {fx[inner.output[0]]})")
         else:
-            node.metadata_props.add(key="pkg.torch.onnx.fx_node", value="%p_blocks_0_fc_weight")
+            node.metadata_props.add(key=outside[0], value=outside[1])
+    return model
+
+
+def test_nodes_inside_if_branches_by_fx_metadata_and_the_if_metadata():
+    model = if_blocks_with_fx("blocks", ("pkg.torch.onnx.fx_node", "%p_blocks_0_fc_weight"),
+                              "%cond = cond(%skip, %t, %f, (%x1, %p_blocks_1_fc_weight, %p_blocks_2_fc_weight))")
     mg = graph_of(model)
     bm = find_blocks(mg)
     assert [b.index for b in bm.blocks] == [0, 1, 2]
@@ -254,16 +263,7 @@ def test_nodes_inside_if_branches_by_fx_metadata_and_the_if_metadata():
 def test_blocks_named_from_fx_parameters_are_spelled_as_the_others():
     """fx parameter names spell a module path with underscores (`%p_m_blocks_2_fc_weight`): the
     blocks only they name take the path of the blocks the name scopes name (`m.blocks.2`)."""
-    model = onnx.parser.parse_model(IF_BLOCKS.replace('"blocks.', '"val.'))
-    fx = {"h1": "%p_m_blocks_1_fc_weight", "h2": "%p_m_blocks_2_fc_weight"}
-    for node in model.graph.node:
-        if node.op_type == "If":
-            branch = next(a.g for a in node.attribute if a.name == "else_branch")
-            for inner in branch.node:
-                if inner.output[0] in fx:
-                    inner.metadata_props.add(key="pkg.torch.onnx.fx_node", value=f"linear(%x, {fx[inner.output[0]]})")
-        else:
-            node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value="['', 'm', 'm.blocks.0', 'm.blocks.0.fc']")
+    model = if_blocks_with_fx("m_blocks", ("pkg.torch.onnx.name_scopes", "['', 'm', 'm.blocks.0', 'm.blocks.0.fc']"))
     bm = find_blocks(graph_of(model))
     assert [b.name for b in bm.blocks] == ["m.blocks.0", "m.blocks.1", "m.blocks.2"]
 

@@ -5,9 +5,6 @@ and the same replay as our own export that declares them. Nothing here trains.""
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
-from exporters.export import export_live  # noqa: E402
+from exporters.export import export_live, quiet_export  # noqa: E402
 from exporters.zoo import build_model  # noqa: E402
 from graphaudit.analyses.static import audit_static  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
@@ -44,20 +41,12 @@ def exports(tmp_path_factory):
     wrapped = _LogitsOnly(model).eval()
     one = torch.randint(0, model.cfg.vocab, (1, LENGTH))
     names = dict(input_names=["input_ids"], output_names=["logits"])
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(wrapped, (one,), str(folder / "torchscript_dynamic.onnx"), dynamo=False,
-                              dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
-                              **names)
-            torch.onnx.export(wrapped, (one,), str(folder / "torchscript_fixed.onnx"), dynamo=False, **names)
-            torch.onnx.export(wrapped, (one,), dynamo=True, verbose=False, **names).save(
-                str(folder / "dynamo_fixed.onnx"))
-    finally:
-        logger.setLevel(level)
+    with quiet_export():
+        torch.onnx.export(wrapped, (one,), str(folder / "torchscript_dynamic.onnx"), dynamo=False,
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
+                          **names)
+        torch.onnx.export(wrapped, (one,), str(folder / "torchscript_fixed.onnx"), dynamo=False, **names)
+        torch.onnx.export(wrapped, (one,), dynamo=True, verbose=False, **names).save(str(folder / "dynamo_fixed.onnx"))
     rng = np.random.default_rng(0)
     np.savez(folder / "calib.npz", input_ids=rng.integers(0, model.cfg.vocab, (8, LENGTH)))
     np.savez(folder / "eval.npz", input_ids=rng.integers(0, model.cfg.vocab, (6, LENGTH)))
