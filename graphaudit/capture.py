@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 from graphaudit.coefficients import BATCH, Coefficient
 from graphaudit.data import InputData
@@ -151,6 +152,7 @@ def capture(
     check: LiveCheck | None = None,
     validate: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], object] | None = None,
     threads: int | None = None,
+    open_session: Callable[[], ort.InferenceSession] | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
@@ -159,11 +161,15 @@ def capture(
     `validate(outputs, feeds)`: called on the first batch's live outputs (coefficients left out),
     before anything is kept, to refuse outputs the caller cannot use (GraphAuditError).
     `threads`: ONNX Runtime's intra-op threads (None: its choice).
+    `open_session()`: the session of `trace` to run, where the caller shares one between captures
+    (called only when the cache is not reused); by default one made here from the arguments above.
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
         _batch_axis(c)
-    key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
+    # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
+    key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None) \
+        if cache_dir is not None else None
     folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
     made = _Made()  # what this call writes, removed again if it fails
     if folder is not None:
@@ -176,8 +182,9 @@ def capture(
         (folder / _MANIFEST).unlink(missing_ok=True)  # a cache being rewritten is no cache until saved again
     arrays, maps = made.arrays, made.maps
     with made:
-        session = create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
-                                 weights_folder=weights_folder, threads=threads)
+        session = open_session() if open_session is not None else create_session(
+            trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=weights_folder,
+            threads=threads)
         names = [o.name for o in session.get_outputs()]
         wanted = {c.tensor for c in coefficients}
         missing = wanted - set(names)
@@ -220,7 +227,7 @@ def capture(
                 arrays[_CHECK][rows] = summary
             for mapping in maps.values():
                 _release(mapping)
-        if folder is not None:
+        if folder is not None and key is not None:  # kept for reuse (a temporary folder is not)
             for mapping in maps.values():
                 mapping.flush()
             _save(folder, key, coefficients, live, data.count, _CHECK in arrays)

@@ -17,6 +17,7 @@ frozen ones), so a difference confined to later inputs stops the audit too.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import math
 import os
@@ -220,13 +221,17 @@ def replay(
     providers = resolve_providers(provider)
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
+    # one session of the trace graph for both captures, opened when the first of them runs
+    trace_session = functools.cache(lambda: create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
+                                                           weights_folder=loaded.weights_folder, threads=threads))
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
                                               weights_folder=loaded.weights_folder, check=check,
-                                              validate=scored_output, threads=threads))
+                                              validate=scored_output, threads=threads, open_session=trace_session))
                   for label, d, check in (("calibration", calibration, None),
                                           ("evaluation", evaluation, every_input_summary(evaluation)))]
+        trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens)
         task = _task(caches[1], evaluation, batch_size)

@@ -422,3 +422,21 @@ def test_replay_threads_reach_the_report_and_bad_counts_are_usage_errors(files, 
     assert err.value.exit_code == 2
     result = CliRunner().invoke(cli, ["replay", str(args[0]), "--calib", str(args[1]), "--threads", "0"])
     assert result.exit_code == 2 and "--threads" in result.output
+
+
+def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cache_dir(files, monkeypatch):
+    """A model's weights are serialised for every session made and every cache key digested:
+    the replay makes one session of the trace graph and one of the frozen graph, and digests
+    nothing unless it keeps the cache for reuse."""
+    import graphaudit.capture as capture_module
+    import graphaudit.replay as replay_module
+
+    made = []
+    real = replay_module.create_session
+    monkeypatch.setattr(replay_module, "create_session", lambda model, *a, **k: made.append(model) or real(model, *a, **k))
+    monkeypatch.setattr(capture_module, "create_session", lambda *a, **k: pytest.fail("capture made its own session"))
+    monkeypatch.setattr(capture_module, "_key", lambda *a, **k: pytest.fail("a cache key was digested"))
+    report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=20)
+    assert report.parity.ok and len(made) == 2
+    assert [sorted(o.name for o in m.graph.output) for m in made] == [["gate.0", "gate.1", "logits"],  # the trace
+                                                                      ["graphaudit.log_probs", "logits"]]  # frozen
