@@ -237,7 +237,7 @@ def replay(
         task = _task(caches[1], evaluation, batch_size)
         frozen = frozen_graph(loaded.model, coefs)
         if task.logits:
-            frozen = with_log_softmax(frozen, task.output, task.fetch)
+            frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
         session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
                                  weights_folder=loaded.weights_folder, threads=threads)
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)

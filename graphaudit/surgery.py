@@ -85,10 +85,13 @@ def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tupl
     return frozen, removed
 
 
-def with_log_softmax(model: onnx.ModelProto, output: str, name: str) -> onnx.ModelProto:
-    """Return a copy of `model` with the log-softmax (last axis) of graph output `output` as output `name`."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+def with_log_softmax(model: onnx.ModelProto, output: str, name: str, *, in_place: bool = False) -> onnx.ModelProto:
+    """Return a copy of `model` with the log-softmax (last axis) of graph output `output` as output
+    `name`; `in_place`: `model` itself so changed, for a caller that owns it (the copy of a large
+    model's weights is most of the call's time)."""
+    copy = model if in_place else onnx.ModelProto()
+    if not in_place:
+        copy.CopyFrom(model)
     found = next((o for o in copy.graph.output if o.name == output), None)
     if found is None:
         raise GraphAuditError(f"expected a graph output named {output!r}, found {[o.name for o in copy.graph.output]}")

@@ -110,3 +110,19 @@ def test_a_class_ruled_out_on_both_sides_is_no_difference():
     moved[0, 2] = 0.0  # a class the live model ruled out now has a value: infinitely far
     with pytest.raises(ParityError, match=r"found max \|Δ\| inf at input 2, value 2 "):
         check.compare(slice(2, 4), Reference.of(task, moved))
+
+
+def test_difference_of_every_kind_of_value():
+    from graphaudit.parity import _difference
+
+    inf, nan = np.inf, np.nan
+    frozen = np.array([1.0, 2.0, inf, -inf, inf, nan, nan, 3.0, 1e30], dtype=np.float32)
+    live = np.array([1.0, 2.5, inf, -inf, -inf, nan, 1.0, nan, -1e30], dtype=np.float32)
+    diff = _difference(frozen, live)
+    assert diff.dtype == np.float32
+    np.testing.assert_array_equal(diff[:5], [0.0, 0.5, 0.0, 0.0, inf])  # equal infinities are no difference
+    assert diff[5] == 0.0 and np.isnan(diff[6]) and np.isnan(diff[7])  # NaN on both sides is none; on one, NaN
+    assert diff[8] == np.float32(2e30)
+    np.testing.assert_array_equal(_difference(frozen, live, nan=inf)[5:8], [0.0, inf, inf])
+    assert _difference(np.array([3, 5]), np.array([3, 1])).tolist() == [0.0, 4.0]  # integers, as float64
+    assert _difference(np.float32(1.5), np.float32(1.0)).shape == ()  # a scalar output

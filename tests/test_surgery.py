@@ -155,3 +155,5 @@ def test_with_log_softmax_adds_the_scored_output_and_leaves_the_argument_alone()
     np.testing.assert_allclose(logp, log_softmax(logits), atol=1e-5)
     with pytest.raises(GraphAuditError, match="expected a graph output named 'nope'"):
         with_log_softmax(frozen, "nope", "x")
+    assert with_log_softmax(frozen, "logits", "graphaudit.log_probs", in_place=True) is frozen  # its owner's
+    assert frozen.SerializeToString() == scored.SerializeToString()
