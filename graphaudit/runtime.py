@@ -21,10 +21,12 @@ from typing import Iterator, Sequence
 
 import onnx
 import onnxruntime as ort
+from onnx import numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.protos import node_lists
+from graphaudit.external_data import tensor_bytes
+from graphaudit.protos import copy_except, node_lists
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
@@ -39,6 +41,14 @@ EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
 # Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
 MAX_THREADS = 1024
+# Inline weights past this many bytes reach ONNX Runtime as arrays, not serialised (weights_apart)
+HANDED_OVER = 2**20
+_NATIVE_TYPES = frozenset({
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BOOL,
+    onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+    onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+})
+_NO_FILE = "graphaudit: weights handed over as arrays"  # the location a weight taken out declares
 # Operator domains ONNX Runtime implements kernels for (everything else is custom).
 RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
                              "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
@@ -88,18 +98,29 @@ def create_session(
     `weights_folder`: where the external weights `model` refers to lie (`LoadedModel.weights_folder`);
     ONNX Runtime maps them from there, so they never pass through the serialised proto.
     `threads`: ONNX Runtime's intra-op threads (None: its own choice, one per physical core).
+    A ModelProto's large inline weights reach ONNX Runtime as arrays (`weights_apart`) when the
+    options are create_session's own; should that session fail, the whole serialised model is tried.
     """
-    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    options = options or ort.SessionOptions()
     if threads is not None:
         check_threads(threads)
-        options.intra_op_num_threads = threads
-    if weights_folder is not None:
-        options.add_session_config_entry(EXTERNAL_WEIGHTS_FOLDER, str(weights_folder))
-    options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
+    providers = providers or [PROVIDERS["cpu"]]
+    disabled = list(disabled_optimizers) or None
+    if isinstance(model, onnx.ModelProto) and options is None:
+        # Weights handed over sit in the options until the session is made: only in options of
+        # our own, since a caller's may make a second session, which would be handed them twice.
+        skeleton, names, arrays = weights_apart(model)
+        if names:
+            mine = _options(ort.SessionOptions(), threads, weights_folder)
+            mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
+            try:
+                return ort.InferenceSession(skeleton.SerializeToString(), sess_options=mine, providers=providers,
+                                            disabled_optimizers=disabled)
+            except Exception:  # noqa: BLE001 - whatever ONNX Runtime objects to, the whole model below tells
+                pass
+    payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    options = _options(options or ort.SessionOptions(), threads, weights_folder)
     try:
-        return ort.InferenceSession(payload, sess_options=options, providers=providers or [PROVIDERS["cpu"]],
-                                    disabled_optimizers=list(disabled_optimizers) or None)
+        return ort.InferenceSession(payload, sess_options=options, providers=providers, disabled_optimizers=disabled)
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
         message = " ".join(str(err).split())
         custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
@@ -138,6 +159,47 @@ def _typed(model, op: str, name: str) -> str:
     found = [onnx.helper.tensor_dtype_to_string(types[i]).removeprefix("TensorProto.").lower()
              for i in node.input if types.get(i)]
     return f" on {'/'.join(dict.fromkeys(found))} inputs" if found else ""
+
+
+def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None) -> ort.SessionOptions:
+    """`options` with the threads, the external weights' folder and ORT's logging create_session sets."""
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    if weights_folder is not None:
+        options.add_session_config_entry(EXTERNAL_WEIGHTS_FOLDER, str(weights_folder))
+    options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
+    return options
+
+
+def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx.ModelProto, list[str], list]:
+    """`model` with its large inline weights taken out, their names and their arrays.
+
+    A session of a model that holds its weights costs a serialisation of every weight and
+    ONNX Runtime's parse of it back (1.3 s for 282 MB); handed over as arrays
+    (`add_external_initializers`), they are copied once instead (0.6 s). The weights past
+    `over` bytes (HANDED_OVER) of the main graph whose element type NumPy holds natively go;
+    the copy declares each as external data of a file that does not exist, which ONNX
+    Runtime replaces before it would read one. ONNX Runtime infers shapes before it puts the
+    arrays in, so a value inference reads (a Reshape's shape, an Unsqueeze's axes: a few
+    integers) must stay, and does at any sensible `over`. `model` itself comes back when none go."""
+    over = HANDED_OVER if over is None else over
+    heavy = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+             and t.data_type in _NATIVE_TYPES and (tensor_bytes(t) or 0) > over]
+    if not heavy:
+        return model, [], []
+    moved = {t.name for t in heavy}
+    skeleton = onnx.ModelProto()
+    copy_except(model, skeleton, "graph")
+    copy_except(model.graph, skeleton.graph, "initializer")
+    for tensor in model.graph.initializer:
+        if tensor.name not in moved:
+            skeleton.graph.initializer.append(tensor)
+            continue
+        stub = skeleton.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", _NO_FILE), ("offset", "0"), ("length", str(tensor_bytes(tensor)))):
+            stub.external_data.add(key=key, value=value)
+    return skeleton, [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
 
 
 def check_threads(threads: int) -> None:
