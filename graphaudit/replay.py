@@ -195,6 +195,7 @@ def replay(
         return ReplayReport(loaded.name, (), seed, settings=settings)
     check_scored_output(loaded.model, coefs)
     specs = input_specs(loaded.model)
+    fixed = fixed_batch(specs)
     batch_size = check_batch_size(specs, batch_size)
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
     notes = []
@@ -202,10 +203,10 @@ def replay(
         conditional = audit_static(loaded, graph=graph).conditional_execution
         batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
         notes.append(why)
-    elif batch_size == fixed_batch(specs) != DEFAULT_BATCH_SIZE:
+    elif batch_size == fixed != DEFAULT_BATCH_SIZE:
         notes.append(_fixed_note(batch_size))
-    calibration, cut = whole_batches(calibration, fixed_batch(specs))
-    evaluation, cut_too = whole_batches(evaluation, fixed_batch(specs))
+    calibration, cut = whole_batches(calibration, fixed)
+    evaluation, cut_too = whole_batches(evaluation, fixed)
     if cut or cut_too:
         use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
     notes = [n for n in (*notes, cut, cut_too) if n]
@@ -222,8 +223,9 @@ def replay(
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
     # one session of the trace graph for both captures, opened when the first of them runs
-    trace_session = functools.cache(lambda: create_session(trace, providers, disabled_optimizers=slow_fusions(providers),
-                                                           weights_folder=loaded.weights_folder, threads=threads))
+    trace_session = functools.cache(lambda: create_session(
+        trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
+        threads=threads))
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
@@ -364,7 +366,8 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
 
 
 def _fixed_note(batch: int) -> str:
-    return f"the model's inputs fix their first dimension to {batch}: it runs exactly {batch} input{'s' if batch > 1 else ''} at a time"
+    inputs = "input" if batch == 1 else "inputs"
+    return f"the model's inputs fix their first dimension to {batch}: it runs exactly {batch} {inputs} at a time"
 
 
 def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple[str, int] | None:
@@ -390,7 +393,8 @@ def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | 
     `analyses.coefficients.split_entry`), else all the model has.
     `graph`: the graph model of `loaded`, when the caller has built it."""
     graph = graph or build_graph(loaded.model)
-    found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))  # layers as the static audit gives them
+    # layers from the blocks, as the static audit gives them
+    found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))
     if not names:
         return found
     patterns = [split_entry(n, [c.tensor for c in found])[0] for n in names]

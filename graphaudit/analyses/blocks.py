@@ -366,7 +366,6 @@ class _Finder:
         return index
 
 
-
 def _spell_alike(names: dict[int, str], named_by: dict[int, str]) -> None:
     """Name the blocks whose name came from fx parameter names (`m_blocks.2`: the module path's
     dots are underscores there) as the other blocks are named (`m.blocks.2`)."""
@@ -376,6 +375,7 @@ def _spell_alike(names: dict[int, str], named_by: dict[int, str]) -> None:
         for index, source in named_by.items():
             if source == "fx_params":
                 names[index] = f"{container}.{index}"
+
 
 def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
     members: dict[int, set[str]] = {}
