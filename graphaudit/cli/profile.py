@@ -65,11 +65,12 @@ def render_text(r: ProfileReport) -> str:
     """The report as terminal text."""
     lat, prof = r.latency_ms, r.profiled_latency_ms
     unit, units = ("input", "inputs") if r.batch_size == 1 else ("batch", "batches")  # what one run profiles
+    per = "input" if r.batch_size == 1 else f"batch of {r.batch_size}"
     lines = [
         f"model: {r.model}  on {r.provider}, {r.opt_level}" + (f", {r.threads} intra-op thread{'s' if r.threads > 1 else ''}" if r.threads else ""),
         f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
-        f"latency per {unit if unit == 'input' else f'batch of {r.batch_size}'}: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
+        f"latency per {per}: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
         f"profiled mean {prof.mean:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
     ]
     if r.baseline is not None:
@@ -104,7 +105,8 @@ def render_text(r: ProfileReport) -> str:
         lines += ["", f"{units} by the blocks that ran for them:"]
         for g in groups:
             extra = [b for b in g["blocks_ran"] if b not in every]
-            lines.append(f"  {g['inputs']} {units} ran {', '.join(extra) if extra else 'only the blocks common to all'}: "
+            ran = ", ".join(extra) if extra else "only the blocks common to all"
+            lines.append(f"  {g['inputs']} {units} ran {ran}: "
                          f"median {g['latency_ms']:.3f} ms")
     varying = [(b.name, v) for b in r.execution.blocks for v in b.value_dependent]
     varying.sort(key=lambda bv: bv[1].op_type not in _COMPUTE_OPS)  # the compute that shrank first

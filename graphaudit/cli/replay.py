@@ -60,9 +60,9 @@ def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, see
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
-    report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions, batch_size=batch_size,
-                    seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples, provider=provider,
-                    threads=threads, progress=ProgressBar(quiet=quiet))
+    report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
+                    batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
+                    provider=provider, threads=threads, progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 

@@ -67,9 +67,10 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern
     if output is not None:  # before the audit, which can take long
         check_output(output, "-o", (model, calib, data, baseline))
     with ProgressBar(quiet=quiet) as bar:
-        report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed, block_pattern=block_pattern,
-                       claims=claims, runs=runs, warmup=warmup, profile_runs=profile_runs, profile_limit=limit,
-                       resamples=resamples, threads=threads, progress=bar)
+        report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed,
+                       block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
+                       profile_runs=profile_runs, profile_limit=limit, resamples=resamples, threads=threads,
+                       progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link
