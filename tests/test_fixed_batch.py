@@ -249,6 +249,7 @@ def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
     ("mix.0=way,token,source,slot", r"expected axis names for 'mix.0' as mix.0=AXIS,AXIS,\.\.\. with one 'batch' axis"),
     ("mix.0=batch,batch,token,source", r"and no name twice"),
     ("mix.0=way,batch,token", r"expected 4 axis names for the coefficient 'mix.0' of shape \(2, 1, 6, 3\), found 3"),
+    ("mixx.0=way,batch,token,source", r"expected --axes 'mixx.0' to name a tensor of the model, found none; closest"),
 ])
 def test_axes_that_cannot_be_right_are_refused(tmp_path, capsys, entry, message):
     from test_replay_models import mixing_lm

@@ -89,7 +89,7 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "
         if not hits:
             close = difflib.get_close_matches(name, pool, n=5, cutoff=0.5)
             raise UsageError(
-                f"expected --coefficients {name!r} to name a tensor of the model, found none"
+                f"expected {'--axes' if given else '--coefficients'} {name!r} to name a tensor of the model, found none"
                 + (f"; closest: {', '.join(close)}" if close else f" among {len(pool)} tensor names")
             )
         for hit in hits:
