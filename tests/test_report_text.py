@@ -54,3 +54,14 @@ def test_markdown_is_a_pr_comment():
     table_lines = [line for line in md.splitlines() if line.startswith("|")]
     widths = {len(line.split(" | ")) for line in table_lines if "property" in line or "conditional" in line}
     assert len(widths) == 1  # no stray pipe split a verdict row
+
+
+def test_a_block_whose_flops_leave_compute_out_shows_them_as_a_lower_bound():
+    doc = document(featuregate())
+    blocks = doc["static"]["blocks"]
+    blocks[1]["flops"], blocks[1]["flops_uncounted_nodes"] = 1234, 2
+    blocks[0]["flops"], blocks[0]["flops_uncounted_nodes"] = 5678, 0
+    for fmt in ("text", "markdown"):
+        rows = [line for line in render(doc, fmt).splitlines() if f" {blocks[0]['name']} " in line
+                or f" {blocks[1]['name']} " in line]
+        assert any("≥ 1,234" in row for row in rows) and not any("≥ 5,678" in row for row in rows), fmt

@@ -59,6 +59,15 @@ def test_moe_routed_layers_run_on_a_subset(file):
     ev = report.blocks[min(routed)].evidence[0]
     assert ev.kind == "selection" and ev.size == "data-dependent" and "NonZero" in ev.detail
     assert report.data_dependent_compute and not report.conditional_execution
+    # the experts' products have a data-dependent size: each routed block's FLOPs are a lower bound
+    assert [b.uncounted > 0 for b in report.blocks] == [b.index in routed for b in report.blocks]
+    assert sum(b.uncounted for b in report.blocks) == len(report.flops.count.unknown_shape)
+    assert [b["flops_uncounted_nodes"] for b in report.to_json()["blocks"]] == [b.uncounted for b in report.blocks]
+    from graphaudit.cli.static import render_text
+
+    table = render_text(report).splitlines()
+    assert all(("≥ " in next(line for line in table if f" {b.name} " in line)) == (b.index in routed)
+               for b in report.blocks)
 
 
 @pytest.mark.parametrize("file", FILES)

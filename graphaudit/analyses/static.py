@@ -37,6 +37,7 @@ class BlockReport:
     nodes: int
     flops: int | None
     skippable_flops: int | None
+    uncounted: int = 0  # the block's compute nodes of unknown size, left out of `flops`
 
     def to_json(self) -> dict:
         return {
@@ -44,6 +45,7 @@ class BlockReport:
             "name": self.name,
             "verdict": self.verdict,
             "flops": self.flops,
+            "flops_uncounted_nodes": self.uncounted,
             "skippable_flops": self.skippable_flops,
             "nodes": self.nodes,
             "evidence": [e.to_json() for e in self.evidence],
@@ -163,11 +165,13 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         if known:
             count = count_flops(mg, shapes, known)
     reports = []
+    unknown = set(count.unknown_shape) if count else set()
     for bv in verdicts.blocks:
         ids = bv.block.node_ids
         flops = sum(count.per_node.get(n, 0) for n in ids) if count else None
         skippable = sum(count.per_node.get(n, 0) for n in bv.skippable) if count else None
-        reports.append(BlockReport(bv.block.index, bv.block.name, bv.verdict, bv.evidence, len(ids), flops, skippable))
+        reports.append(BlockReport(bv.block.index, bv.block.name, bv.verdict, bv.evidence, len(ids), flops, skippable,
+                                   len(unknown.intersection(ids))))
     summary = None
     if count is not None:
         inside = {n for b in blocks.blocks for n in b.node_ids}

@@ -87,8 +87,9 @@ def render_text(r: StaticReport) -> str:
         "",
     ]
     if r.blocks:
-        rows = [(b.index, b.name, b.verdict, _flops(b.flops), b.evidence[0].detail if b.evidence else "")
-                for b in r.blocks]
+        # "≥": some of the block's compute has a size the graph does not fix (listed below)
+        rows = [(b.index, b.name, b.verdict, ("≥ " if b.uncounted else "") + _flops(b.flops),
+                 b.evidence[0].detail if b.evidence else "") for b in r.blocks]
         lines.append(tabulate(rows, headers=["#", "block", "verdict", "FLOPs", "evidence"],
                               maxcolwidths=[None, None, None, None, 80]))
         lines.append("")

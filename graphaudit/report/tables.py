@@ -98,8 +98,9 @@ def static_table(doc: dict) -> Table | None:
             evidence = "; ".join(str(e) if not isinstance(e, dict) else e.get("detail") or e.get("text") or str(e)
                                  for e in evidence[:2])
         flops = num(b.get("flops"))
+        at_least = "≥ " if b.get("flops_uncounted_nodes") else ""  # some compute of a value-dependent size
         rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""),
-                     "—" if flops is None else f"{flops:,.0f}", _short(evidence or "", 80)))
+                     "—" if flops is None else f"{at_least}{flops:,.0f}", _short(evidence or "", 80)))
     note = (f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}; "
             f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
     flops = static.get("flops") or {}
