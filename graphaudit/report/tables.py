@@ -105,7 +105,7 @@ def static_table(doc: dict) -> Table | None:
             f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
     flops = static.get("flops") or {}
     if num(flops.get("total")) is not None:
-        note += (f"; {num(flops['total']):,.0f} FLOPs per input at {flops.get('shapes') or 'the given shapes'}, "
+        note += (f"; {num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}, "
                  f"{pct(flops.get('skippable_share'))} where they can be skipped or shrunk")
     return Table("Static audit (graph)", ("#", "block", "verdict", "FLOPs", "evidence"), rows, note)
 
