@@ -65,3 +65,15 @@ def test_a_block_whose_flops_leave_compute_out_shows_them_as_a_lower_bound():
         rows = [line for line in render(doc, fmt).splitlines() if f" {blocks[0]['name']} " in line
                 or f" {blocks[1]['name']} " in line]
         assert any("≥ 1,234" in row for row in rows) and not any("≥ 5,678" in row for row in rows), fmt
+
+
+def test_the_static_note_says_when_skippable_compute_was_not_counted():
+    doc = document(featuregate())
+    doc["static"]["flops"] = {"total": 1000, "shapes": {"input_ids": [1, 8]}, "skippable_share": 0.0,
+                              "skippable_uncounted_nodes": 3}
+    text = render(doc, "text")
+    assert "1,000 FLOPs at input shapes {'input_ids': [1, 8]}, at least 0.0% where they can be skipped or shrunk " \
+           "(3 skippable compute nodes of a value-dependent size not counted)" in " ".join(text.split())
+    doc["static"]["flops"]["skippable_uncounted_nodes"] = 0
+    note = " ".join(render(doc, "text").split()).split("FLOPs at input shapes")[1][:120]
+    assert note.startswith(" {'input_ids': [1, 8]}, 0.0% where they can be skipped or shrunk") and "not counted" not in note

@@ -105,8 +105,11 @@ def static_table(doc: dict) -> Table | None:
             f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
     flops = static.get("flops") or {}
     if num(flops.get("total")) is not None:
+        uncounted = flops.get("skippable_uncounted_nodes") or 0
         note += (f"; {num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}, "
-                 f"{pct(flops.get('skippable_share'))} where they can be skipped or shrunk")
+                 f"{'at least ' if uncounted else ''}{pct(flops.get('skippable_share'))} where they can be skipped "
+                 "or shrunk" + (f" ({uncounted} skippable compute nodes of a value-dependent size not counted)"
+                                if uncounted else ""))
     return Table("Static audit (graph)", ("#", "block", "verdict", "FLOPs", "evidence"), rows, note)
 
 
