@@ -91,7 +91,8 @@ def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
            baseline_flops: float | None = None) -> Verdict:
     """Return the four findings from the sub-reports' JSON documents (None: not run).
 
-    `baseline_flops` is the baseline graph's FLOP count per input at the profiled shape.
+    `baseline_flops` is the baseline graph's FLOP count per profiled run (an input, or the batch
+    a model fixes) at the profiled shape.
     """
     return Verdict(
         coefficient_variation=coefficient_variation(static, replay),
@@ -301,12 +302,14 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
             "Not measured: no baseline was given to compare against"
             + (f" (median latency {fmt(latency)} ms)." if latency is not None else ".")))
     name = baseline.get("model") or "the baseline"
+    batch = num(profile.get("batch_size")) or 1  # a profiled run: one input, or a model's fixed batch
+    per = "per input" if batch == 1 else f"per batch of {batch:.0f}"
     spread = baseline.get("ratio_spread") or {}
     spread_text = (f", p10–p90 {spread['p10']:.2f}–{spread['p90']:.2f}×"
                    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
         f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
-        f"workload ratio {ratio:.2f}× (each input's median, summed){spread_text} "
+        f"workload ratio {ratio:.2f}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     flops_words = ""
     executed = num(profile.get("flops_executed"))
@@ -314,13 +317,13 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     if executed is not None and baseline_flops:
         flops_words = f"; it executes {executed / baseline_flops:.2f}× the baseline's FLOPs"
         evidence.append(Evidence("profile", (
-            f"executed FLOPs per input {executed:,.0f} (measured) against the baseline's {baseline_flops:,.0f} "
+            f"executed FLOPs {per}: {executed:,.0f} (measured) against the baseline's {baseline_flops:,.0f} "
             f"(its graph at the same input shape): {executed / baseline_flops:.2f}×")))
     elif executed is not None:
-        evidence.append(Evidence("profile", f"executed FLOPs per input {executed:,.0f}"
+        evidence.append(Evidence("profile", f"executed FLOPs {per}: {executed:,.0f}"
                                  + (f", {executed / full:.0%} of the graph's full count" if full else "")))
     elif full is not None:
-        evidence.append(Evidence("static", f"{full:,.0f} FLOPs per input in the graph; executed FLOPs not counted"))
+        evidence.append(Evidence("static", f"FLOPs {per} in the graph: {full:,.0f}; executed FLOPs not counted"))
     low, high = num(spread.get("p10")), num(spread.get("p90"))
     words = _latency_words(ratio, low, high)
     if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):

@@ -143,3 +143,14 @@ def test_verdict_is_plain_json_and_every_evidence_names_its_source():
         for item in doc[name]["evidence"]:
             assert item["source"] in ("static", "replay", "profile") and item["text"]
     assert check_claim(doc, "dynamic-inference").supported is False  # works on the JSON too
+
+
+def test_savings_evidence_counts_per_profiled_run():
+    """A profiled run is one input, or a batch where the model fixes its batch: the evidence says which."""
+    static, replay, profile = featuregate()
+    profile = {**profile, "flops_executed": 4.0e6}
+    one = decide(static, replay, profile, baseline_flops=2.0e6).compute_savings.evidence
+    four = decide(static, replay, {**profile, "batch_size": 4}, baseline_flops=2.0e6).compute_savings.evidence
+    texts = [" ".join(e.text for e in found) for found in (one, four)]
+    assert "executed FLOPs per input: 4,000,000" in texts[0] and "(each input's median, summed)" in texts[0]
+    assert "executed FLOPs per batch of 4: 4,000,000" in texts[1] and "(each batch's median, summed)" in texts[1]
