@@ -147,7 +147,7 @@ def audit(
 
     why = None
     if batch_size is None:
-        from graphaudit.replay import default_batch_size
+        from graphaudit.batching import default_batch_size
 
         batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
     replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)

@@ -32,12 +32,10 @@ import onnx
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
-from graphaudit.analyses.flops import ShapeResolver
-from graphaudit.analyses.static import audit_static
+from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis, token_weights
-from graphaudit.data import (MASK_INPUT, InputData, check_batch_size, fixed_batch, input_specs, load_data, padding,
-                             whole_batches)
+from graphaudit.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
@@ -52,15 +50,8 @@ from graphaudit.replay_loop import run_conditions
 from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 
-DEFAULT_BATCH_SIZE = 16
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
 MAX_RESAMPLES = 100_000
-# Most bytes of the scored output one batch may hold when no batch size is given: the replay
-# keeps a few arrays of that size at once (ONNX Runtime's outputs, log-probabilities, the reference)
-OUTPUT_BUDGET = 256 * 2**20
-# Why a graph with value-dependent control flow is replayed one input per batch
-ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once per batch: the replay ran one "
-                 "input per batch, so each input's decision is its own")
 
 
 @dataclass(frozen=True)
@@ -194,25 +185,14 @@ def replay(
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     check_scored_output(loaded.model, coefs)
-    specs = input_specs(loaded.model)
-    fixed = fixed_batch(specs)
-    batch_size = check_batch_size(specs, batch_size)
+    batch_size = check_batch_size(input_specs(loaded.model), batch_size)  # before any data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
-    notes = []
-    if batch_size is None:
-        conditional = audit_static(loaded, graph=graph).conditional_execution
-        batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
-        notes.append(why)
-    elif batch_size == fixed != DEFAULT_BATCH_SIZE:
-        notes.append(_fixed_note(batch_size))
-    calibration, cut = whole_batches(calibration, fixed)
-    evaluation, cut_too = whole_batches(evaluation, fixed)
-    if cut or cut_too:
+    batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation)
+    if (calibration.count, evaluation.count) != (use.calibration_inputs, use.evaluation_inputs):
         use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
-    notes = [n for n in (*notes, cut, cut_too) if n]
     settings["batch_size"] = batch_size
-    if notes:
-        settings["batch_size_note"] = "; ".join(notes)
+    if note:
+        settings["batch_size_note"] = note
     tokens = (padding(evaluation), padding(calibration))
     if tokens[0] is not None or tokens[1] is not None:
         padded = sum(int((~t).sum()) for t in tokens if t is not None)
@@ -335,57 +315,6 @@ def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
         return np.atleast_1d(mean.mean())
     moved = np.moveaxis(mean, t - 1, 0)
     return moved.reshape(moved.shape[0], -1).mean(axis=1)
-
-
-def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None,
-                       input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[int, str | None]:
-    """The replay's batch size when none is given, and why when it is not DEFAULT_BATCH_SIZE.
-
-    The model's own batch when its inputs fix their first dimension (`data.fixed_batch`). 1 when
-    the graph has value-dependent control flow (`conditional_execution`, read from the
-    static audit when not given): an If or Loop decides once per batch. Otherwise as many inputs
-    as keep one batch of the scored output within OUTPUT_BUDGET, its size per input read from
-    the output's declared shape with symbolic dimensions taken from `input_shapes` (data
-    shapes, batch first), up to DEFAULT_BATCH_SIZE.
-    """
-    fixed = fixed_batch(input_specs(loaded.model))
-    if fixed is not None:
-        return fixed, None if fixed == DEFAULT_BATCH_SIZE else _fixed_note(fixed)
-    if conditional_execution is None:
-        conditional_execution = audit_static(loaded).conditional_execution
-    if conditional_execution:
-        return 1, ONE_PER_BATCH
-    sized = _output_per_input(loaded.model, input_shapes or {})
-    if sized is None or sized[1] * DEFAULT_BATCH_SIZE <= OUTPUT_BUDGET:
-        return DEFAULT_BATCH_SIZE, None
-    name, nbytes = sized
-    size = max(1, OUTPUT_BUDGET // nbytes)
-    return size, (f"the output {name!r} takes {nbytes / 2**20:.1f} MiB per input: {size} input{'s' if size > 1 else ''} "
-                  f"per batch keep{'' if size > 1 else 's'} one batch of it near {OUTPUT_BUDGET // 2**20} MiB at most "
-                  "(--batch-size sets it)")
-
-
-def _fixed_note(batch: int) -> str:
-    inputs = "input" if batch == 1 else "inputs"
-    return f"the model's inputs fix their first dimension to {batch}: it runs exactly {batch} {inputs} at a time"
-
-
-def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple[str, int] | None:
-    """(name, bytes per input) of the output the replay scores, from its declared shape; None if unknown."""
-    outputs = {o.name: o for o in model.graph.output}
-    name = scored_name(list(outputs))
-    if name is None:
-        return None
-    out = outputs[name]
-    elem_type, dims = shape_of(out.type)
-    if not elem_type or dims is None or len(dims) < 2:
-        return None
-    sizes = {d: int(size) for spec in input_specs(model) if spec.shape  # symbolic dimension -> its size in the data
-             for d, size in zip(spec.shape, input_shapes.get(spec.name, ())) if isinstance(d, str)}
-    per_input = ShapeResolver(sizes)(dims[1:])  # the batch axis first
-    if per_input is None:
-        return None
-    return out.name, int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize) * math.prod(per_input)
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:

@@ -15,7 +15,8 @@ from graphaudit.cli import cli, main
 from graphaudit.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load import infer_at, load_model
-from graphaudit.replay import default_batch_size, replay
+from graphaudit.batching import default_batch_size
+from graphaudit.replay import replay
 from test_replay_models import gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "static_layer")

@@ -18,7 +18,8 @@ from graphaudit.load import load_model
 from graphaudit.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.metrics import PoissonBootstrap, task_for
-from graphaudit.replay import default_batch_size, replay
+from graphaudit.batching import default_batch_size
+from graphaudit.replay import replay
 from graphaudit.replay_loop import run_conditions
 from graphaudit.runtime import create_session, spare_core
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
