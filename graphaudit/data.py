@@ -150,8 +150,13 @@ def padding(data: InputData) -> np.ndarray | None:
         if other.any():
             raise GraphAuditError(f"expected {MASK_INPUT} in {data.source} to hold 1 for a token and 0 for "
                                   f"padding, found {mask[other][0]!r} ({int(other.sum())} values neither)")
-        mask = mask != 0
-    return None if mask.all() else mask
+    return tokens_of(mask)
+
+
+def tokens_of(mask: np.ndarray) -> np.ndarray | None:
+    """Where an attention mask marks a token (True) rather than padding; None when it pads nothing."""
+    tokens = mask != 0
+    return None if tokens.all() else tokens
 
 
 def fixed_batch(specs: Sequence[InputSpec]) -> int | None:

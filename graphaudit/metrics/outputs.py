@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from graphaudit.data import MASK_INPUT
+from graphaudit.data import MASK_INPUT, tokens_of
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
@@ -233,10 +233,7 @@ def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray |
 def _tokens(task: Task, feeds) -> np.ndarray | None:
     """(inputs, positions): where the batch's attention mask marks a token; None when it pads none."""
     mask = feeds.get(task.mask) if task.mask is not None else None
-    if mask is None:
-        return None
-    tokens = mask != 0
-    return None if tokens.all() else tokens
+    return tokens_of(mask) if mask is not None else None
 
 
 def _check_range(task: Task, targets: np.ndarray, mask: np.ndarray, classes: int) -> None:
