@@ -91,6 +91,29 @@ def test_coefficients_detected_when_nothing_declares_them():
     assert verdicts(report) == ["gated", "gated"]
 
 
+
+def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
+    # BERT's pooler: Tanh of the first token's projection, read by the classifier's Gemm and its
+    # weight; as wide as the hidden state and computed from the input, but it weights nothing
+    # computed from the input, so it is a layer's input, not a gate
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[batch, seq, 2] x0) => (float[batch, 2] y) <{DENSE_W.replace("@", "0")}, {DENSE_W.replace("@", "1")},
+        float[2, 2] "pooler.weight" = {EYE}, float[2, 2] "classifier.weight" = {EYE}, int64 first = {{0}}> {{
+        {DENSE.replace("@+1", "1").replace("@", "0")}
+        {DENSE.replace("@+1", "2").replace("@", "1")}
+        ["/model/pooler/Gather"] fs = Gather <axis = 1> (x2, first)
+        ["/model/pooler/Gemm"] p = Gemm <transB = 1> (fs, "pooler.weight")
+        ["/model/pooler/Tanh"] pooled = Tanh (p)
+        ["/model/classifier/Gemm"] y = Gemm <transB = 1> (pooled, "classifier.weight")
+    }}"""
+    report = audit(text)
+    assert report.coefficients == ()
+    assert verdicts(report) == ["always", "always"]
+    # the same Tanh weighting the hidden state itself is a gate
+    gated = audit(text.replace('y = Gemm <transB = 1> (pooled, "classifier.weight")', "y = Mul (pooled, fs)"))
+    assert [(c.tensor, c.family, c.source) for c in gated.coefficients] == [("pooled", "gate", "detected")]
+
 def test_coefficients_named_by_the_user_and_unknown_names():
     text = graph([GATED] * 2, [GATED_W] * 2)
     report = audit(text, coefficients=("gate.*",))

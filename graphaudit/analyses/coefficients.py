@@ -4,7 +4,7 @@ In order (DESIGN.md, "Coefficients and their axes"): the `graphaudit.coefficient
 our exporters write; then names or glob patterns the user gives; and only when neither gives
 any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, with a fixed
 width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
-Einsum) or routes one (TopK / ArgMax). Axes not declared are read from the symbolic
+Einsum with a tensor computed from the input, not a weight) or routes one (TopK / ArgMax). Axes not declared are read from the symbolic
 dimensions shape inference carried from the graph inputs: the first input dimension is the
 batch, the second the token; in a graph exported without dynamic shapes, from the inputs'
 fixed sizes at the leading positions.
@@ -131,7 +131,7 @@ def detect_coefficients(
         named = axes_of(mg, out, axes)
         if BATCH not in named and TOKEN not in named:
             continue
-        use = _use(mg, node, out, hidden)
+        use = _use(mg, node, out, hidden, dm)
         if use is None:
             continue
         family = "router" if use == "route" else family
@@ -158,14 +158,18 @@ def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tu
                 todo.extend(r for r in consumer.outputs if r is not None)
 
 
-def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None) -> str | None:
-    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None."""
+def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap) -> str | None:
+    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None.
+
+    A hidden-state tensor is computed from the input's values: a squashed activation that meets
+    only a weight (BERT's pooler, Tanh into the classifier's Gemm) is a layer's input, not a gate.
+    """
     for consumer, current in reached_consumers(mg, ref, limit=16):
         if consumer.op_type in ROUTING:
             return "route"
         if consumer.op_type in GATING:
             others = [r for r in consumer.inputs if r is not None and r != current]
-            if any(r not in producer.inputs and _width(mg, r) == hidden for r in others):
+            if any(r not in producer.inputs and _width(mg, r) == hidden and dm.value(r) == VALUE for r in others):
                 return "gate"
     return None
 
