@@ -24,11 +24,14 @@ from onnx import external_data_helper, shape_inference
 from graphaudit import external_data
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.protos import graphs, node_lists
+from graphaudit.shape_values import fold_shape_arguments
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
 _PROTOBUF_LIMIT = 2**31 - 1
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
 INFER_WEIGHTS_OVER = 64 * 2**10
+# Rounds of inference, each after writing in the shape arguments the last one left unknown
+_FOLD_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -363,28 +366,41 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
     inputs at `shapes`, by name; {} when inference fails. With every input size a number, data
     propagation turns shapes computed from input shapes (Shape, Gather, Concat into a Reshape,
     as exporters without symbolic shapes write them) into numbers too, where inference on the
-    symbolic graph leaves them unknown. `model` is not changed."""
+    symbolic graph leaves them unknown; shape arguments that data propagation cannot compute
+    are computed and written in as constants, and inference runs again (`shape_values`, up to
+    _FOLD_ROUNDS rounds). `model` is not changed."""
     skeleton = _without_weights(model)
     if skeleton is model:
         skeleton = onnx.ModelProto()
         skeleton.CopyFrom(model)
-    graph = skeleton.graph
-    for value in graph.input:
+    for value in skeleton.graph.input:
         if value.name in shapes and value.type.HasField("tensor_type"):
             dims = value.type.tensor_type.shape.dim
             del dims[:]
             for size in shapes[value.name]:
                 dims.add().dim_value = int(size)
-    del graph.value_info[:]  # symbolic shapes from before would stand against the numbers
-    for output in graph.output:
-        if output.type.HasField("tensor_type"):
-            output.type.tensor_type.ClearField("shape")
-    try:
-        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
-        return {}
+    found: dict[str, tuple[int, ...]] = {}
+    for _ in range(_FOLD_ROUNDS):
+        del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
+        for output in skeleton.graph.output:
+            if output.type.HasField("tensor_type"):
+                output.type.tensor_type.ClearField("shape")
+        try:
+            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
+            return found
+        found = _concrete_shapes(inferred.graph)
+        # a shape argument inference could not compute (a Slice's ends from a Div of a Shape):
+        # computed here, written in as a constant, and inferred again
+        if not fold_shape_arguments(inferred, {**found, **{k: tuple(v) for k, v in shapes.items()}}):
+            break
+        skeleton = inferred
+    return {name: shape for name, shape in found.items() if not name.endswith("__folded")}
+
+
+def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
     found = {}
-    for value in (*inferred.graph.value_info, *inferred.graph.output):
+    for value in (*graph.value_info, *graph.output):
         tensor = value.type.tensor_type
         if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
                 all(d.HasField("dim_value") for d in tensor.shape.dim):

@@ -8,7 +8,7 @@ from onnx import helper
 from graphaudit.analyses.flops import count_flops, is_counted, node_flops
 from graphaudit.errors import UsageError
 from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.load import infer_at, load_model
 
 
 def node(op, n_inputs=2, domain="", **attrs):
@@ -180,3 +180,41 @@ def test_each_branch_types_its_own_values():
     }""")).model)
     count = count_flops(mg, {"x": (4, 2)})
     assert count.per_node == {"up": 2 * 4 * 2 * 8, "down": 2 * 4 * 8 * 2, "up2": 2 * 4 * 2 * 4, "down2": 2 * 4 * 4 * 2}
+
+
+ROTATE_HALF = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B, T, 8] x, float[4, 8] w) => (float[B, T, 4] y) {
+        size = Shape <start = -1> (x)
+        two = Constant <value = int64[1] {2}> ()
+        half = Div (size, two)
+        zero = Constant <value = int64[1] {0}> ()
+        big = Constant <value = int64[1] {1000}> ()
+        axis = Constant <value = int64[1] {2}> ()
+        first = Slice (x, zero, half, axis)
+        second = Slice (x, half, big, axis)
+        rotated = Concat <axis = 2> (second, first)
+        y = MatMul (rotated, w)
+    }"""
+
+
+def test_shape_arguments_inference_cannot_compute_are_computed_at_concrete_shapes():
+    # ONNX's data propagation does not follow Div: the Slices' ends are unknown, so are their
+    # shapes and the MatMul's; infer_at computes `half` and infers again
+    loaded = load_model(onnx.parser.parse_model(ROTATE_HALF.replace("float[4, 8] w", "float[8, 4] w")))
+    mg = build_graph(loaded.model)
+    shapes = {"x": (2, 5, 8)}
+    assert count_flops(mg, shapes).unknown_shape
+    known = infer_at(loaded.model, shapes)
+    assert known["first"] == (2, 5, 4) and known["rotated"] == (2, 5, 8) and known["y"] == (2, 5, 4)
+    count = count_flops(mg, shapes, known)
+    assert count.unknown_shape == () and count.total == 2 * 2 * 5 * 8 * 4
+    assert not any(n.op_type == "Constant" and n.output[0] == "half" for n in loaded.model.graph.node)  # unchanged
+
+
+def test_shape_arguments_from_input_values_stay_unknown():
+    text = ROTATE_HALF.replace("float[4, 8] w", "float[8, 4] w, int64[1] cut").replace(
+        "half = Div (size, two)", "half = Div (cut, two)")
+    loaded = load_model(onnx.parser.parse_model(text))
+    known = infer_at(loaded.model, {"x": (2, 5, 8), "cut": (1,)})
+    assert "first" not in known and "y" not in known

@@ -160,10 +160,11 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
     fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
                 for r in mg.inputs if r in mg.tensors)
     count = count_flops(mg, shapes or {}) if shapes is not None or fixed else None
-    if count is not None and count.unknown_shape and shapes:  # e.g. a Reshape to a size computed from shapes
-        known = infer_at(loaded.model, shapes)
+    at = shapes or ({r.name: mg.tensors[r].shape for r in mg.inputs if r in mg.tensors} if fixed else None)
+    if count is not None and count.unknown_shape and at:  # e.g. a Reshape to a size computed from shapes
+        known = infer_at(loaded.model, at)
         if known:
-            count = count_flops(mg, shapes, known)
+            count = count_flops(mg, shapes or {}, known)
     reports = []
     unknown = set(count.unknown_shape) if count else set()
     for bv in verdicts.blocks:
