@@ -4,7 +4,8 @@ Every condition is one small function `(c, rows) -> values`: for coefficient `c`
 evaluation inputs at `rows`, the values to feed, batch axis first (see DESIGN.md):
 
 - `correct`: the inputs' own cached coefficients (must reproduce the live outputs);
-- `cross_input`: those of input π(b), π a seeded derangement of the evaluation inputs;
+- `cross_input`: those of input π(b), π a seeded derangement of the evaluation inputs (with
+  padded inputs, a partner with tokens wherever b has them: `cross_partners`);
 - `token_shuffle`: input b's own, with its positions permuted by a seeded σ_b (its tokens
   among themselves when the inputs are padded);
 - `static_layer`: per layer and slot, the calibration mean over inputs and tokens;
@@ -159,6 +160,45 @@ def derangement(count: int, rng: np.random.Generator) -> np.ndarray:
             return perm
 
 
+def cross_partners(drawn: np.ndarray, tokens: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str | None]:
+    """cross_input's partner of every input when inputs are padded: the derangement `drawn`,
+    except where the drawn partner has padding at one of the input's tokens (it is shorter, as
+    DESIGN.md's "equal lengths" rules out): there, an input drawn at random among those with
+    tokens wherever this one has them, else among those that share most of its tokens. Returns
+    the partners and a note of what was changed (None: nothing). Partners may then repeat."""
+    masks, group = np.unique(tokens, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    counts = masks.sum(axis=1)
+    members = [np.flatnonzero(group == g) for g in range(len(masks))]
+    partner = drawn.copy()
+    shared: dict[int, np.ndarray] = {}  # group -> tokens each group shares with it
+    moved = short = missed = 0
+    for b in range(len(drawn)):
+        g = group[b]
+        if g not in shared:
+            shared[g] = masks.astype(np.int64) @ masks[g].astype(np.int64)
+        if shared[g][group[drawn[b]]] == counts[g]:
+            continue
+        # the inputs that cover this one's tokens (its own group among them), else those sharing most
+        for level in sorted(set(shared[g].tolist()), reverse=True):
+            candidates = np.concatenate([members[h] for h in np.flatnonzero(shared[g] == level)])
+            candidates = candidates[candidates != b]
+            if len(candidates):
+                break
+        partner[b] = rng.choice(candidates)
+        moved += 1
+        if level < counts[g]:
+            short += 1
+            missed += int(counts[g] - level)
+    if not moved:
+        return partner, None
+    note = (f"cross_input gave {moved} of {len(drawn)} inputs another partner, one with tokens wherever they "
+            "have them (a shorter partner's padding would have reached their tokens)")
+    if short:
+        note += f"; {missed} tokens of {short} inputs that no other input covers still met a partner's padding"
+    return partner, note
+
+
 def position_orders(count: int, length: int, rng: np.random.Generator, tokens: np.ndarray | None = None) -> np.ndarray:
     """One random permutation of `length` positions per input, shape (count, length); given
     `tokens` (count, length), each input's tokens are permuted among themselves and its padded
@@ -174,11 +214,13 @@ def position_orders(count: int, length: int, rng: np.random.Generator, tokens: n
 
 def conditions(
     names: Sequence[str], evaluation: CoefficientCache, calibration: CoefficientCache, seed: int,
-    tokens: tuple[np.ndarray | None, np.ndarray | None] = (None, None),
+    tokens: tuple[np.ndarray | None, np.ndarray | None] = (None, None), notes: dict[str, str] | None = None,
 ) -> dict[str, Feed]:
     """Return {condition: feed} for `names`, `correct` first; permutations drawn from `seed`.
     `tokens`: where the evaluation and the calibration inputs have tokens (`data.padding`):
-    token_shuffle permutes an input's tokens only, and the profiles leave padded positions out."""
+    cross_input's partners have tokens wherever their input has, token_shuffle permutes an
+    input's tokens only, and the profiles leave padded positions out. What that changed is
+    written in `notes`, by condition."""
     unknown = [n for n in names if n not in CONDITIONS]
     if unknown:
         raise UsageError(f"expected conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
@@ -186,6 +228,10 @@ def conditions(
     # drawn whether cross_input runs or not, so that a seed gives token_shuffle the same orders either way
     drawn = derangement(evaluation.count, rng) if "cross_input" in names or evaluation.count >= 2 else None
     partner = drawn if "cross_input" in names else None
+    if partner is not None and tokens[0] is not None:
+        partner, note = cross_partners(partner, tokens[0], np.random.default_rng([seed, 1]))  # apart from the orders
+        if note and notes is not None:
+            notes["cross_input"] = note
     lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
     orders = position_orders(evaluation.count, max(lengths, default=1), rng, tokens[0]) \
         if "token_shuffle" in names else None

@@ -215,7 +215,10 @@ def replay(
                                           ("evaluation", evaluation, every_input_summary(evaluation)))]
         trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens)
+        notes: dict[str, str] = {}
+        feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
+        if "cross_input" in notes:
+            settings["padding"] += f"; {notes['cross_input']}"
         task = _task(caches[1], evaluation, batch_size)
         frozen = frozen_graph(loaded.model, coefs)
         if task.logits:

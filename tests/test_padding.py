@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from graphaudit.conditions import position_orders
+from graphaudit.conditions import cross_partners, derangement, position_orders
 from graphaudit.data import from_arrays, input_specs, padding
 from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, task_for
@@ -38,12 +38,12 @@ def masked_lm() -> onnx.ModelProto:
     return model
 
 
-def right_padded(count: int, length: int, seed: int, filler: int) -> dict[str, np.ndarray]:
+def right_padded(count: int, length: int, seed: int, filler: int, full: int = 1) -> dict[str, np.ndarray]:
     """Token ids whose positions past each input's length hold `filler`, and their mask."""
     rng = np.random.default_rng(seed)
     ids = token_ids(count, length, seed=seed)
     lengths = rng.integers(3, length + 1, count)
-    lengths[0] = length  # one input unpadded
+    lengths[:full] = length  # `full` inputs unpadded
     mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int64)
     return {"input_ids": np.where(mask == 1, ids, filler), "attention_mask": mask}
 
@@ -123,3 +123,43 @@ def test_without_the_mask_padding_would_count(tmp_path):
         assert "padding" not in report.settings
         nll.append(report.conditions[0].nll.value)
     assert nll[0] != pytest.approx(nll[1], rel=1e-3)
+
+
+def test_cross_input_partners_have_tokens_wherever_their_input_has():
+    lengths = np.array([8, 8, 5, 3, 5, 2, 7, 3])
+    tokens = np.arange(8)[None] < lengths[:, None]
+    for seed in range(20):
+        drawn = derangement(len(lengths), np.random.default_rng(seed))
+        partner, note = cross_partners(drawn, tokens, np.random.default_rng(seed))
+        assert (partner != np.arange(len(lengths))).all()
+        assert (tokens[partner] >= tokens).all()  # no token meets a partner's padding
+        kept = lengths[drawn] >= lengths
+        assert (partner[kept] == drawn[kept]).all()  # a drawn partner that covers stays
+        moved = int((~kept).sum())
+        assert (note is None) == (moved == 0)
+        if moved:
+            assert note.startswith(f"cross_input gave {moved} of 8 inputs another partner") and "still" not in note
+
+
+def test_an_input_no_other_covers_takes_the_partner_sharing_most_of_its_tokens():
+    lengths = np.array([8, 6, 6, 3])
+    tokens = np.arange(8)[None] < lengths[:, None]
+    partner, note = cross_partners(np.array([3, 0, 1, 2]), tokens, np.random.default_rng(0))
+    assert partner[0] in (1, 2) and partner[1] in (0, 2) and partner[2] in (0, 1) and partner[3] == 2
+    assert note.endswith("2 tokens of 1 inputs that no other input covers still met a partner's padding")
+
+
+def test_what_padding_holds_changes_nothing_cross_input_reports(tmp_path):
+    onnx.save(masked_lm(), tmp_path / "m.onnx")
+    reports = []
+    for filler in (0, 7):
+        np.savez(tmp_path / f"calib{filler}.npz", **right_padded(10, 8, seed=3, filler=filler))
+        np.savez(tmp_path / f"eval{filler}.npz", **right_padded(8, 8, seed=4, filler=filler, full=2))
+        reports.append(replay(tmp_path / "m.onnx", tmp_path / f"calib{filler}.npz", tmp_path / f"eval{filler}.npz",
+                              conditions=("correct", "cross_input"), resamples=50, batch_size=4))
+    a, b = reports
+    assert "cross_input gave" in a.settings["padding"] and "still" not in a.settings["padding"]
+    for figure in ("nll", "divergence"):
+        assert getattr(b.conditions[1], figure).value == pytest.approx(getattr(a.conditions[1], figure).value,
+                                                                       rel=1e-5, abs=1e-7), figure
+    assert a.conditions[1].delta_nll.value > 0
