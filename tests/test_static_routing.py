@@ -83,6 +83,39 @@ def test_densified_moe_is_masked_not_subset():
     assert not report.dynamic
 
 
+BATCHED = """
+        ["/model/layers.@/router/MatMul"] logits = MatMul (x@, "model.layers.@.router.weight")
+        ["/model/layers.@/router/Softmax"] probs = Softmax <axis = -1> (logits)
+        k1 = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/TopK"] top, choice = TopK (probs, k1)
+        ["/model/layers.@/experts/Gather"] w = Gather <axis = 0> ("model.layers.@.experts.weight", choice)
+        rows = Constant <value = int64[4] {-1, 1, 1, 2}> ()
+        ["/model/layers.@/experts/Reshape"] xr = Reshape (x@, rows)
+        ["/model/layers.@/experts/MatMul"] yr = MatMul (xr, w)
+        flat = Constant <value = int64[2] {-1, 2}> ()
+        ["/model/layers.@/experts/Reshape_1"] ye = Reshape (yr, flat)
+        ["/model/layers.@/Mul"] weighted = Mul (ye, top)
+        ["/model/layers.@/Add"] x@+1 = Add (x@, weighted)
+"""
+BATCHED_W = (f'float[2, 2] "model.layers.@.router.weight" = {EYE}, '
+             f'float[2, 2, 2] "model.layers.@.experts.weight" = {{1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 2.0}}')
+
+
+def test_batched_moe_picking_experts_weights_is_subset_of_fixed_size():
+    # each token's expert weights are gathered by its TopK index and multiplied in (a batched MoE,
+    # as transformers' batched_mm experts export): only the routed experts run, at a fixed size,
+    # and only that MatMul is skippable, not what follows the combine
+    report = audit(graph([DENSE, BATCHED, DENSE], [DENSE_W, BATCHED_W, DENSE_W]))
+    assert verdicts(report) == ["always", "subset", "always"]
+    ev = report.blocks[1].evidence[0]
+    assert (ev.kind, ev.op, ev.size) == ("selection", "Gather", "fixed (capacity)")
+    assert "experts' weights" in ev.detail and "/model/layers.1/experts/MatMul" in ev.detail
+    assert report.blocks[2].evidence == () and report.outside_blocks == ()
+    (y,) = ReferenceEvaluator(model_of(graph([BATCHED], [BATCHED_W]))).run(
+        None, {"x0": np.array([[1.0, 2.0], [3.0, 1.0]], dtype=np.float32)})
+    assert y.shape == (2, 2)
+
+
 CHOICE = """
         ["/model/layers.1/a/MatMul"] a1 = MatMul (x1, "model.layers.1.a.weight")
         ["/model/layers.1/b/MatMul"] b1 = MatMul (x1, "model.layers.1.b.weight")

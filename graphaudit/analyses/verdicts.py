@@ -6,7 +6,9 @@ Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
   count depends on input values (or in an ONNX Runtime search operator's decoder);
 - `subset`: its compute reads rows picked by value — Gather / Slice / Compress driven by
   NonZero, TopK indices, ArgMax — or tensors whose extent depends on values (a fixed-size
-  pick is a *capacity*; a NonZero-sized one is data-dependent); ONNX Runtime's MoE too;
+  pick is a *capacity*; a NonZero-sized one is data-dependent); or it multiplies by experts'
+  weights picked out of a stack (experts × in × out) by a routed index, as a batched MoE
+  does (each token runs only its top-k experts; a fixed size); ONNX Runtime's MoE too;
 - `masked`: routing exists (TopK / ArgMax / NonZero of values) but every path is computed
   at full size and then multiplied, combined (MatMul / Einsum) or picked by the routing
   result, or a Where chooses between two of the block's results by a value-dependent
@@ -172,6 +174,7 @@ class _Audit:
         mask: dict[TensorRef, str] = {}  # anything computed from a routing decision
         picked: set[TensorRef] = set()  # picks of results computed at full size, no compute since
         computed: dict[TensorRef, str] = {}  # activation -> the compute node nearest upstream
+        weights: dict[TensorRef, str] = {}  # experts' weights picked by a routed index (not their results)
         for node in execution_order(mg):
             ins = [r for r in node.inputs if r is not None]
             outs = [r for r in node.outputs if r is not None]
@@ -194,13 +197,19 @@ class _Audit:
                 self._select(node, routed, selected)
                 if node.id in self.selector_of and ins[0] in computed:
                     picked.update(outs)
+                if routed and self._expert_weights(node, routed):
+                    self.selector_of[node.id] = (ins[0], ins[1], routed.get(ins[1]))
+                    weights.update(dict.fromkeys(outs, node.id))
+            elif weights and not counted and not weights.keys().isdisjoint(ins):  # reshaped, transposed
+                origin = next(weights[r] for r in ins if r in weights)
+                weights.update(dict.fromkeys(outs, origin))
             elif (selected and not selected.keys().isdisjoint(ins) and op not in SCATTERING
                   and op not in ("Shape", "Size")):
                 origin = next(selected[r] for r in ins if r in selected)
                 for out in outs:
                     selected.setdefault(out, origin)
             if counted:
-                self._compute(node, selected)
+                self._compute(node, selected, weights)
             if node.domain == "com.microsoft" and node.op_type in CONTRIB_ROUTED:
                 self.note(node.id, SUBSET, Evidence(
                     "contrib", node.id, _op(node), node.inputs[1].name if len(node.inputs) > 1 and node.inputs[1] else None,
@@ -269,16 +278,29 @@ class _Audit:
                 selected[out] = node.id
         self.selector_of[node.id] = (data, chooser, routed.get(chooser))
 
-    def _compute(self, node: Node, selected) -> None:
+    def _expert_weights(self, node: Node, routed) -> bool:
+        """Whether `node` picks matrices out of a stack of weights (experts × in × out) by a routed
+        index: each token then runs only the experts it was routed to, as a batched MoE does."""
+        info = self.mg.tensors.get(node.inputs[0])
+        stacked = info is not None and info.shape is not None and len(info.shape) >= 3
+        axis = next((a.i for a in node.proto.attribute if a.name in ("axis", "batch_dims")), 0)
+        first_axis = node.op_type in ("Gather", "GatherND") and axis == 0
+        return stacked and first_axis and node.inputs[1] in routed
+
+    def _compute(self, node: Node, selected, weights) -> None:
         mg, dm = self.mg, self.dm
         picked = next((r for r in node.inputs if r is not None and r in selected), None) if selected else None
-        if picked is not None:
-            sel = mg.nodes[selected[picked]]
+        expert = next((r for r in node.inputs if r is not None and r in weights), None) if weights else None
+        if picked is not None or expert is not None:
+            sel = mg.nodes[selected[picked] if picked is not None else weights[expert]]
             data, chooser, origin = self.selector_of[sel.id]
-            size = "data-dependent" if dm.shape(picked) == VALUE else "fixed (capacity)"
+            size = "data-dependent" if dm.shape(picked if picked is not None else expert) == VALUE \
+                else "fixed (capacity)"
             source = f" (from {_op(mg.nodes[origin])} `{origin}`)" if origin else ""
+            what = f"rows of `{data.name}`" if picked is not None else \
+                f"experts' weights out of `{data.name}` (each token runs only the experts it is routed to)"
             ev = Evidence("selection", sel.id, _op(sel), chooser.name, "value",
-                          f"{_op(sel)} `{sel.id}` picks rows of `{data.name}` by `{chooser.name}`{source}, "
+                          f"{_op(sel)} `{sel.id}` picks {what} by `{chooser.name}`{source}, "
                           f"feeding {_op(node)} `{node.id}`; selected size {size}", size)
         else:
             varying = next((r for r in node.inputs if r is not None and dm.shape(r) == VALUE), None)
