@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphaudit.coefficients import BATCH, Coefficient
+from graphaudit.coefficients import BATCH, MERGED, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.external_data import external_locations
@@ -127,14 +127,25 @@ class CoefficientCache:
         self.close()
 
 
-def batch_first(c: Coefficient, values: np.ndarray) -> np.ndarray:
-    """`values` in `c`'s own layout, with its batch axis moved to the front."""
-    return np.moveaxis(values, _batch_axis(c), 0)
+def batch_first(c: Coefficient, values: np.ndarray, count: int) -> np.ndarray:
+    """`values` of `count` inputs in `c`'s own layout, with its batch axis moved to the front
+    (a `batch*token` axis split into batch, token)."""
+    first = np.moveaxis(values, _batch_axis(c), 0)
+    if MERGED not in c.axes:
+        return first
+    if count <= 0 or first.shape[0] % count:
+        raise GraphAuditError(
+            f"expected coefficient {c.tensor!r} to hold {count} inputs' tokens on its {MERGED!r} axis "
+            f"{_batch_axis(c)}, found shape {values.shape}"
+        )
+    return first.reshape(count, first.shape[0] // count, *first.shape[1:])
 
 
 def native(c: Coefficient, values: np.ndarray) -> np.ndarray:
     """Batch-first `values` back in `c`'s own layout, contiguous, ready to feed."""
     axis = _batch_axis(c)
+    if MERGED in c.axes:
+        values = values.reshape(values.shape[0] * values.shape[1], *values.shape[2:])
     return np.ascontiguousarray(values if axis == 0 else np.moveaxis(values, 0, axis))
 
 
@@ -205,7 +216,8 @@ def capture(
             if not arrays:
                 live = {n: v for n, v in live_outputs.items() if isinstance(v, np.ndarray)}  # tensors, not sequences
                 # batch-first rows of every array kept, by its key and file name
-                kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor])) for c in coefficients}
+                kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor], rows.stop - rows.start))
+                        for c in coefficients}
                 if summary is not None:
                     kept[_CHECK] = (_CHECK_FILE, summary)
                 else:
@@ -273,7 +285,7 @@ def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.
         if not isinstance(values, np.ndarray) or not np.issubdtype(values.dtype, np.floating):  # a sequence, ints
             continue
         c = wanted.get(name)
-        values = batch_first(c, values) if c is not None else values
+        values = batch_first(c, values, rows.stop - rows.start) if c is not None else values
         bad = ~np.isfinite(values) if c is not None else np.isnan(values)
         if not bad.any():
             continue
@@ -307,7 +319,7 @@ def _make_folder(folder: Path, cache_dir: str | Path) -> list[Path]:
 
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
-    first = batch_first(c, values)
+    first = batch_first(c, values, rows.stop - rows.start)
     if first.shape[0] != rows.stop - rows.start:
         raise GraphAuditError(
             f"expected coefficient {c.tensor!r} to have the batch ({rows.stop - rows.start} inputs) on its "
@@ -345,10 +357,11 @@ def _release(mapping: mmap.mmap) -> None:
 
 
 def _batch_axis(c: Coefficient) -> int:
-    axis = c.axis(BATCH)
+    axis = c.axis(BATCH) if BATCH in c.axes else c.axis(MERGED)
     if axis is None:
         raise GraphAuditError(
-            f"expected coefficient {c.tensor!r} to name a {BATCH!r} axis, found axes {list(c.axes)}"
+            f"expected coefficient {c.tensor!r} to name a {BATCH!r} axis (or a {MERGED!r} one), found axes "
+            f"{list(c.axes)}"
         )
     return axis
 

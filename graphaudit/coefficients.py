@@ -8,7 +8,9 @@ The exporters in `exporters/` declare them in the ONNX metadata under the key
 
 `tensor` names a value of the live graph (an intermediate tensor) and, in the frozen graph,
 the graph input that replaces it. Axis names: `batch` and `token` are special; every other
-axis is a slot axis (`feature`, `way`, `source`, `expert`, ...).
+axis is a slot axis (`feature`, `way`, `source`, `expert`, ...). `batch*token` is one axis
+that holds both, batch-major (row b·T + t), as a MoE router sees the tokens once its input is
+flattened (`hidden.view(-1, hidden_size)`); the replay splits it into `batch` and `token`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from graphaudit.errors import GraphAuditError
 
 METADATA_KEY = "graphaudit.coefficients"
 BATCH, TOKEN = "batch", "token"
+MERGED = f"{BATCH}*{TOKEN}"  # one axis for both, batch-major
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,7 @@ class Coefficient:
     @property
     def slot_axes(self) -> tuple[int, ...]:
         """Positions of the axes that are neither batch nor token."""
-        return tuple(i for i, a in enumerate(self.axes) if a not in (BATCH, TOKEN))
+        return tuple(i for i, a in enumerate(self.axes) if a not in (BATCH, TOKEN, MERGED))
 
     def axis(self, name: str) -> int | None:
         """Position of the axis called `name`, or None."""

@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from graphaudit.capture import CoefficientCache
-from graphaudit.coefficients import BATCH, TOKEN, Coefficient
+from graphaudit.coefficients import BATCH, MERGED, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
 
 CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")
@@ -58,6 +58,8 @@ class Profiles:
 
 def token_axis(c: Coefficient) -> int | None:
     """Position of `c`'s token axis once its batch axis is moved to the front."""
+    if MERGED in c.axes:
+        return 1  # split right after the batch
     t, b = c.axis(TOKEN), c.axis(BATCH)
     if t is None:
         return None

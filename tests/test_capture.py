@@ -26,7 +26,7 @@ def _setup(build, count=10, seed=0):
 def _expected(trace, coefs, data):
     names = [o.name for o in trace.graph.output]
     outputs = dict(zip(names, run_ort(trace, {"input_ids": data.arrays["input_ids"]})))
-    return {c.tensor: batch_first(c, outputs[c.tensor]) for c in coefs}, outputs
+    return {c.tensor: batch_first(c, outputs[c.tensor], data.count) for c in coefs}, outputs
 
 
 @pytest.mark.parametrize("build", [gated_lm, mixing_lm])

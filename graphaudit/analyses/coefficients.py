@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 
 import onnx
 
-from graphaudit.coefficients import BATCH, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
+from graphaudit.coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
@@ -72,9 +72,11 @@ def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tu
         return entry, None
     pattern, _, spec = entry.rpartition("=")
     axes = tuple(a.strip() for a in spec.split(","))
-    if not pattern or not all(axes) or len(set(axes)) < len(axes) or BATCH not in axes:
+    merged = MERGED in axes and BATCH not in axes and TOKEN not in axes
+    if not pattern or not all(axes) or len(set(axes)) < len(axes) or (BATCH not in axes and not merged):
         raise UsageError(f"expected axis names for {pattern or entry!r} as {pattern or 'NAME'}=AXIS,AXIS,... with "
-                         f"one {BATCH!r} axis and no name twice (e.g. {TOKEN!r} for positions), found {spec!r}")
+                         f"one {BATCH!r} axis and no name twice (e.g. {TOKEN!r} for positions, or one {MERGED!r} "
+                         f"axis for both, batch-major), found {spec!r}")
     return pattern, axes
 
 
@@ -129,7 +131,7 @@ def detect_coefficients(
         if not shape or not isinstance(shape[-1], int) or (hidden and shape[-1] > hidden):
             continue
         named = axes_of(mg, out, axes)
-        if BATCH not in named and TOKEN not in named:
+        if BATCH not in named and TOKEN not in named and (MERGED not in named or not _batch_major(mg, out, axes)):
             continue
         use = _use(mg, node, out, hidden, dm)
         if use is None:
@@ -238,15 +240,23 @@ class _InputAxes:
             self._probed = infer_at(self.model, dict(self.probe_shapes))
         return self._probed.get(name)
 
+    def _merged(self, dim: str) -> bool:
+        """Whether a symbolic dimension is the product of the batch and the token ("seq*batch")."""
+        parts = [p.strip() for p in dim.split("*")]
+        return len(parts) == 2 and sum(p in self.batch for p in parts) == 1 and sum(p in self.token for p in parts) == 1
+
     def names(self, shape, tensor: str | None = None) -> list[str | None]:
         names: list[str | None] = []
         for axis, d in enumerate(shape):
             if isinstance(d, str) and (d in self.batch or d in self.token):
                 names.append(BATCH if d in self.batch else TOKEN)
+            elif isinstance(d, str) and self._merged(d):
+                names.append(MERGED)
             elif isinstance(d, str):
                 probed = self._probe(tensor) if tensor is not None else None
                 size = probed[axis] if probed is not None and len(probed) == len(shape) else None
-                names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else None)
+                names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else
+                             MERGED if size == PROBE_SIZES[0] * PROBE_SIZES[1] else None)
             elif axis == 0 and d == self.batch_size:
                 names.append(BATCH)
             elif axis == 1 and d == self.token_size and names[0] == BATCH:
@@ -265,6 +275,27 @@ def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "_InputAxes | None" = N
     slots = names.count(None)
     counter = iter(range(slots))
     return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
+
+
+def _batch_major(mg: ModelGraph, ref: TensorRef, axes: "_InputAxes", limit: int = 32) -> bool:
+    """Whether the `batch*token` axis of `ref` was made batch-major: going up through the inputs
+    that carry it, the Reshape or Flatten that made it merged a (batch, token, ...) tensor.
+    (A (token, batch, ...) one, as sequence-first models keep, would need the other order.)"""
+    for _ in range(limit):
+        node = mg.producer(ref)
+        if node is None:
+            return False
+        if node.op_type in ("Reshape", "Flatten") and node.inputs and node.inputs[0] is not None:
+            source = mg.tensors.get(node.inputs[0])
+            names = axes.names(source.shape, node.inputs[0].name) if source and source.shape else []
+            if names[:1] != [MERGED]:  # not a reshape of the merged tensor itself: the one that merged
+                return names[:2] == [BATCH, TOKEN]
+        carrying = [r for r in node.inputs if r is not None and (info := mg.tensors.get(r)) is not None
+                    and info.shape and axes.names(info.shape, r.name if not r.scope else None)[0] == MERGED]
+        if not carrying:
+            return False
+        ref = carrying[0]
+    return False
 
 
 def _family_of(name: str) -> str:
