@@ -24,6 +24,7 @@ from onnx import external_data_helper, shape_inference
 from graphaudit import external_data
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.protos import graphs, node_lists
+from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.shape_values import fold_shape_arguments
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
@@ -347,6 +348,7 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     inference's time on a model that holds them.
     """
     skeleton = _without_weights(model)
+    skeleton = with_shape_functions(skeleton, copy=skeleton is model)  # ONNX Runtime's fused operators
     try:
         inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
@@ -373,6 +375,7 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
     if skeleton is model:
         skeleton = onnx.ModelProto()
         skeleton.CopyFrom(model)
+    skeleton = with_shape_functions(skeleton, copy=False)
     for value in skeleton.graph.input:
         if value.name in shapes and value.type.HasField("tensor_type"):
             dims = value.type.tensor_type.shape.dim

@@ -1,0 +1,204 @@
+"""Shapes through ONNX Runtime's fused operators, for ONNX's shape inference.
+
+ONNX's shape inference knows no `com.microsoft` operator (nor the ones ONNX Runtime adds to
+the default domain, such as `SimplifiedLayerNormalization`): past the first of them, a model
+that ONNX Runtime's transformer optimizer fused (SkipLayerNormalization, FastGelu,
+Attention, FusedMatMul, ...) has no shapes left, and so no FLOPs. `with_shape_functions`
+gives inference a copy in which each such node whose output shapes follow from its inputs
+calls a model-local function of its own, written in standard operators that give the same
+output shapes (a FastGelu's output is shaped as its input; an Attention's as the input's
+rows by the value width). Inference then runs through them in one pass; only the shapes it
+finds are kept (`load._infer_shapes`), never the copy.
+
+A node with an output whose shape cannot be written that way (an Attention's `present`,
+GroupQueryAttention's caches) is left as it is: its outputs stay unknown, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import onnx
+from onnx import helper
+
+DOMAIN = "graphaudit.shapes"  # the functions' domain, in the copy only
+MS = "com.microsoft"
+_SKIP_NORMS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+
+
+def with_shape_functions(model: onnx.ModelProto, *, copy: bool) -> onnx.ModelProto:
+    """`model` (or, with `copy`, a copy of it) whose fused ONNX Runtime nodes of the main graph
+    call shape functions; `model` itself when it has none."""
+    if not any(o.domain in (MS, "com.ms.internal.nhwc") for o in model.opset_import) and \
+            not any(n.op_type in _DEFAULT_DOMAIN_EXTRAS and not n.domain for n in model.graph.node):
+        return model
+    dims = _known_dims(model.graph)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+    plans = []
+    for index, node in enumerate(model.graph.node):
+        rule = _RULES.get((node.domain or "", node.op_type))
+        if rule is None:
+            continue
+        body = rule(node, dims)
+        if body is not None:
+            plans.append((index, body))
+    if not plans:
+        return model
+    if copy:
+        duplicate = onnx.ModelProto()
+        duplicate.CopyFrom(model)
+        model = duplicate
+    for k, (index, body) in enumerate(plans):
+        node = model.graph.node[index]
+        name = f"{node.op_type}_{k}"
+        inputs = [f"i{j}" for j in range(len(node.input))]
+        outputs = [f"o{j}" for j in range(len(node.output))]
+        model.functions.append(helper.make_function(DOMAIN, name, inputs, outputs, body,
+                                                    [helper.make_opsetid("", opset)]))
+        node.domain, node.op_type = DOMAIN, name
+        del node.attribute[:]
+    model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+    return model
+
+
+def _known_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:
+    """The dimensions of the weights and graph inputs, by name (None where not a number)."""
+    dims: dict[str, tuple[int | None, ...]] = {t.name: tuple(t.dims) for t in graph.initializer}
+    for value in graph.input:
+        if value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape"):
+            dims[value.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                     for d in value.type.tensor_type.shape.dim)
+    return dims
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _present(node: onnx.NodeProto, k: int) -> bool:
+    return k < len(node.input) and bool(node.input[k])
+
+
+def _outputs(node: onnx.NodeProto) -> list[int]:
+    return [j for j, name in enumerate(node.output) if name]
+
+
+def _const(name: str, values: Sequence[int]) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, onnx.TensorProto.INT64,
+                                                                               [len(values)], list(values)))
+
+
+def _like_first(node: onnx.NodeProto, dims) -> list[onnx.NodeProto] | None:
+    """Output 0 shaped as input 0 (an activation, a rotary embedding, a normalisation)."""
+    if _outputs(node) != [0]:
+        return None
+    return [helper.make_node("Identity", ["i0"], ["o0"])]
+
+
+def _bias_add(node, dims):
+    """BiasGelu(A, B) / BiasAdd(X, bias, skip): shaped as the broadcast of the inputs."""
+    if _outputs(node) != [0]:
+        return None
+    other = "i2" if node.op_type == "BiasAdd" and _present(node, 2) else "i1"
+    return [helper.make_node("Add", ["i0", other], ["o0"])]
+
+
+def _skip_norm(node, dims):
+    """SkipLayerNormalization: output and input_skip_bias_sum shaped as input + skip; mean and
+    inverse standard deviation with the last axis kept as 1."""
+    body = [helper.make_node("Add", ["i0", "i1"], ["sum"])]
+    for j in _outputs(node):
+        if j in (0, 3):
+            body.append(helper.make_node("Identity", ["sum"], [f"o{j}"]))
+        else:
+            body += [_const(f"last{j}", [-1]), helper.make_node("ReduceMean", ["sum", f"last{j}"], [f"o{j}"])]
+    return body
+
+
+def _fused_matmul(node, dims):
+    if _outputs(node) != [0] or _attr(node, "transBatchA", 0) or _attr(node, "transBatchB", 0):
+        return None
+    a = "...ji" if _attr(node, "transA", 0) else "...ij"
+    rank_b = len(dims[node.input[1]]) if node.input[1] in dims else None
+    b_term = "kj" if _attr(node, "transB", 0) else "jk"
+    if rank_b == 2:
+        b = b_term
+    elif rank_b is None or rank_b > 2:
+        b = f"...{b_term}"
+    else:
+        return None
+    return [helper.make_node("Einsum", ["i0", "i1"], ["o0"], equation=f"{a},{b}->...ik")]
+
+
+def _gemm_fast_gelu(node, dims):
+    if _outputs(node) != [0]:
+        return None
+    return [helper.make_node("MatMul", ["i0", "i1"], ["o0"])]
+
+
+def _matmul_nbits(node, dims):
+    """MatMulNBits(A, packed B, scales, ...) with attributes K and N: A's rows by N."""
+    k, n = _attr(node, "K"), _attr(node, "N")
+    if _outputs(node) != [0] or not k or not n:
+        return None
+    return [_const("kn", [k, n]), helper.make_node("ConstantOfShape", ["kn"], ["w"]),
+            helper.make_node("CastLike", ["w", "i0"], ["wt"]), helper.make_node("MatMul", ["i0", "wt"], ["o0"])]
+
+
+def _ort_attention(node, dims):
+    """Attention(input, weights, bias, ...): the input's rows by the value width (the third of
+    qkv_hidden_sizes, else a third of the weights' columns)."""
+    if _outputs(node) != [0]:
+        return None
+    sizes = _attr(node, "qkv_hidden_sizes")
+    if sizes:
+        q, v = int(sizes[0]), int(sizes[2])
+        body = [helper.make_node("MatMul", ["i0", "i1"], ["qkv"]), _const("start", [q + int(sizes[1])]),
+                _const("stop", [q + int(sizes[1]) + v]), _const("axis", [-1]),
+                helper.make_node("Slice", ["qkv", "start", "stop", "axis"], ["o0"])]
+        return body
+    columns = dims.get(node.input[1], (None, None))[-1]
+    if not columns or columns % 3:
+        return None
+    return [helper.make_node("MatMul", ["i0", "i1"], ["qkv"]), _const("start", [0]), _const("stop", [columns // 3]),
+            _const("axis", [-1]), helper.make_node("Slice", ["qkv", "start", "stop", "axis"], ["o0"])]
+
+
+def _mha(node, dims):
+    """MultiHeadAttention(query, key, value, ...) with separate 3-D query, key and value: the
+    query's rows by the value's width."""
+    if _outputs(node) != [0] or not (_present(node, 1) and _present(node, 2)):
+        return None
+    if len(dims.get(node.input[0], "qkv")) != 3 or len(dims.get(node.input[2], "qkv")) != 3:
+        return None
+    return [helper.make_node("Einsum", ["i0", "i2"], ["o0"], equation="bsd,blv->bsv")]
+
+
+def _embed_norm(node, dims):
+    """EmbedLayerNormalization(input_ids, segment_ids, word_embedding, ...): a row of the
+    embedding per token; mask_index, one per input."""
+    body = [helper.make_node("Gather", ["i2", "i0"], ["o0"])]
+    for j in _outputs(node)[1:]:
+        if j == 1:
+            body += [_const("tokens", [1]), helper.make_node("ReduceSum", ["i0", "tokens"], ["count"], keepdims=0),
+                     helper.make_node("Cast", ["count"], ["o1"], to=onnx.TensorProto.INT32)]
+        elif j == 2:  # embedding_sum
+            body.append(helper.make_node("Identity", ["o0"], ["o2"]))
+    return body
+
+
+_DEFAULT_DOMAIN_EXTRAS = frozenset({"SimplifiedLayerNormalization"})  # ONNX Runtime's, in the default domain
+_RULES: dict[tuple[str, str], Callable] = {
+    (MS, "Gelu"): _like_first, (MS, "FastGelu"): _like_first, (MS, "QuickGelu"): _like_first,
+    (MS, "BiasGelu"): _bias_add, (MS, "BiasAdd"): _bias_add,
+    (MS, "RotaryEmbedding"): _like_first,
+    (MS, "SkipLayerNormalization"): _skip_norm, (MS, "SkipSimplifiedLayerNormalization"): _skip_norm,
+    (MS, "SimplifiedLayerNormalization"): _like_first, ("", "SimplifiedLayerNormalization"): _like_first,
+    (MS, "FusedMatMul"): _fused_matmul, (MS, "GemmFastGelu"): _gemm_fast_gelu,
+    (MS, "MatMulNBits"): _matmul_nbits,
+    (MS, "Attention"): _ort_attention, (MS, "MultiHeadAttention"): _mha,
+    (MS, "EmbedLayerNormalization"): _embed_norm,
+}

@@ -1,0 +1,108 @@
+"""Shapes through ONNX Runtime's fused operators (graphaudit.contrib_shapes): a model that ONNX
+Runtime's transformer optimizer fused keeps its shapes, and so its FLOPs, past the first
+com.microsoft node; the shapes agree with what ONNX Runtime computes; the loaded model keeps
+its own nodes; outputs whose shape cannot be told stay unknown."""
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+import pytest
+
+from graphaudit.analyses.flops import count_flops
+from graphaudit.graph import build_graph
+from graphaudit.load import load_model
+
+FUSED = """
+    <ir_version: 8, opset_import: ["" : 18, "com.microsoft" : 1]>
+    g (float[B, S, 8] x) => (float[B, S, 4] y) <float[16, 8] w1 = {WEIGHTS_128}, float[8] gamma = {ONES_8},
+        float[8] beta = {ZEROS_8}, float[8, 24] qkv = {WEIGHTS_192}, float[24] qkv_bias = {ZEROS_24},
+        float[8, 8] w2 = {WEIGHTS_64}, float[8, 4] w3 = {WEIGHTS_32}> {
+        h = com.microsoft.FusedMatMul <transB = 1, alpha = 1.0> (x, w1)
+        a, b = Split <axis = -1, num_outputs = 2> (h)
+        g = com.microsoft.BiasGelu (a, beta)
+        n, mean, inv, sum = com.microsoft.SkipLayerNormalization <epsilon = 1e-5> (g, x, gamma, beta)
+        att = com.microsoft.Attention <num_heads = 2> (n, qkv, qkv_bias)
+        f = com.microsoft.FastGelu (att)
+        m = MatMul (f, w2)
+        r = com.microsoft.SkipSimplifiedLayerNormalization <epsilon = 1e-5> (m, n, gamma)
+        y = MatMul (r, w3)
+    }"""
+
+
+def _filled(text: str) -> str:
+    rng = np.random.default_rng(0)
+    for token, size in (("WEIGHTS_128", 128), ("WEIGHTS_192", 192), ("WEIGHTS_64", 64), ("WEIGHTS_32", 32)):
+        text = text.replace(token, ", ".join(f"{v:.3f}" for v in rng.standard_normal(size) * 0.3))
+    for token, value, size in (("ONES_8", 1.0, 8), ("ZEROS_8", 0.0, 8), ("ZEROS_24", 0.0, 24)):
+        text = text.replace(token, ", ".join([str(value)] * size))
+    return text
+
+
+@pytest.fixture(scope="module")
+def fused():
+    return onnx.parser.parse_model(_filled(FUSED))
+
+
+def test_shapes_flow_through_fused_operators_as_onnx_runtime_computes_them(fused):
+    loaded = load_model(fused)
+    mg = build_graph(loaded.model)
+    shapes = {r.name: info.shape for r, info in mg.tensors.items()}
+    assert shapes["h"] == ("B", "S", 16) and shapes["g"] == ("B", "S", 8) and shapes["att"] == ("B", "S", 8)
+    assert shapes["y"] == ("B", "S", 4)
+    names = ["h", "g", "n", "sum", "att", "f", "m", "r", "y"]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(fused)
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names[:-1])
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    run = dict(zip([o.name for o in session.get_outputs()],
+                   session.run(None, {"x": np.ones((2, 5, 8), np.float32)})))
+    bound = {"B": 2, "S": 5}
+    for name in names:
+        assert tuple(bound.get(d, d) for d in shapes[name]) == run[name].shape, name
+    # the loaded model keeps its own nodes and opsets: only shapes were added
+    assert [n.op_type for n in loaded.model.graph.node] == [n.op_type for n in fused.graph.node]
+    assert not loaded.model.functions and "graphaudit.shapes" not in {o.domain for o in loaded.model.opset_import}
+
+
+def test_flops_of_a_fused_model_are_counted(fused):
+    mg = build_graph(load_model(fused).model)
+    count = count_flops(mg, {"x": (2, 5, 8)})
+    assert count.unknown_shape == ()
+    rows = 2 * 5
+    matmuls = 2 * rows * (8 * 16 + 8 * 24 + 8 * 8 + 8 * 4)
+    assert count.total >= matmuls  # FusedMatMul, Attention's projection, both MatMuls; attention itself on top
+
+
+def test_an_output_whose_shape_cannot_be_told_stays_unknown():
+    model = onnx.parser.parse_model(_filled("""
+    <ir_version: 8, opset_import: ["" : 18, "com.microsoft" : 1]>
+    g (float[B, S, 8] x, float[2, B, 2, P, 4] past) => (float[B, S, 8] y, float[2, B, 2, T, 4] present)
+        <float[8, 24] qkv = {WEIGHTS_192}, float[24] qkv_bias = {ZEROS_24}> {
+        y, present = com.microsoft.Attention <num_heads = 2, unidirectional = 1> (x, qkv, qkv_bias, , past)
+    }"""))
+    mg = build_graph(load_model(model).model)
+    shapes = {r.name: info.shape for r, info in mg.tensors.items()}
+    assert shapes["y"] == ("B", "S", 8) and shapes["present"] == (2, "B", 2, "T", 4)  # as declared, not made up
+    inner = [r.name for r, info in mg.tensors.items() if info.kind == "node_output"]
+    assert sorted(inner) == ["present", "y"]
+
+
+def test_a_four_bit_matmul_is_shaped_by_its_n():
+    rng = np.random.default_rng(1)
+    packed = onnx.numpy_helper.from_array(rng.integers(0, 255, (4, 1, 8)).astype(np.uint8), "packed")
+    scales = onnx.numpy_helper.from_array(np.full(4, 0.1, np.float32), "scales")
+    node = onnx.helper.make_node("MatMulNBits", ["x", "packed", "scales"], ["h"], domain="com.microsoft",
+                                 K=16, N=4, bits=4, block_size=16)
+    graph = onnx.helper.make_graph(
+        [node, onnx.helper.make_node("Relu", ["h"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", "S", 16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["B", "S", 4])], [packed, scales])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    mg = build_graph(load_model(model).model)
+    assert {r.name: info.shape for r, info in mg.tensors.items()}["h"] == ("B", "S", 4)  # inferred, not declared
+    (y,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones((3, 2, 16), np.float32)})
+    assert y.shape == (3, 2, 4)
+    assert count_flops(mg, {"x": (3, 2, 16)}).total == 2 * 6 * 16 * 4
