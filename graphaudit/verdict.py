@@ -290,6 +290,9 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
 
 # -- compute savings ---------------------------------------------------------------------
 
+SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
+
+
 def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
     """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
     if profile is None:
@@ -327,6 +330,9 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     low, high = num(spread.get("p10")), num(spread.get("p90"))
     words = _latency_words(ratio, low, high)
     if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
+        if executed is not None and baseline_flops and executed >= SAME_WORK * baseline_flops:
+            flops_words += (", so the time is saved in how the work runs (kernels, fusion, layout), "
+                            "not by skipping any of it")
         return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
     return Finding(NO, f"No: {words}{flops_words}; a saving needs a workload ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
                        "with the spread below 1×.", tuple(evidence))

@@ -154,3 +154,13 @@ def test_savings_evidence_counts_per_profiled_run():
     texts = [" ".join(e.text for e in found) for found in (one, four)]
     assert "executed FLOPs per input: 4,000,000" in texts[0] and "(each input's median, summed)" in texts[0]
     assert "executed FLOPs per batch of 4: 4,000,000" in texts[1] and "(each batch's median, summed)" in texts[1]
+
+
+def test_faster_with_as_many_flops_says_the_saving_is_not_skipped_work():
+    # an ONNX Runtime-optimised copy of the same model against the original: faster, same FLOPs
+    static, replay, profile = featuregate()
+    profile = {**profile_doc(ratio=0.90), "flops_executed": 5.0e6}
+    same = decide(static, replay, profile, baseline_flops=5.0e6).compute_savings
+    assert same.answer == YES and "not by skipping any of it" in same.statement
+    less = decide(static, replay, {**profile, "flops_executed": 3.0e6}, baseline_flops=5.0e6).compute_savings
+    assert less.answer == YES and "0.60× the baseline's FLOPs" in less.statement and "skipping" not in less.statement
