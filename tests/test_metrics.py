@@ -33,6 +33,10 @@ def test_task_detection():
     assert task_for({"y": logits[:, 0]}, {"x": logits}, {"labels": ids[:, 0]}).kind == "classification"
     assert task_for({"y": logits}, {"x": logits}, {"targets": logits}).kind == "regression"
     assert task_for({"y": logits}, {"x": logits}, {}).kind == "outputs"
+    # an encoder-decoder's logits predict its decoder's tokens, whatever the encoder's length
+    for encoder in (ids, np.concatenate([ids, ids], axis=1)):
+        feeds = {"input_ids": encoder, "decoder_input_ids": ids}
+        assert task_for({"logits": logits}, feeds, {}) == Task("causal_lm", "logits", "decoder_input_ids")
 
 
 def test_causal_nll_is_next_token_cross_entropy_per_input():

@@ -271,8 +271,10 @@ def _per_input(values: np.ndarray) -> np.ndarray:
 
 
 def _token_ids(feeds: Mapping[str, np.ndarray]) -> str | None:
-    if "input_ids" in feeds:
-        return "input_ids"
+    """The input whose tokens the logits predict: an encoder-decoder's logits are the decoder's."""
+    for name in ("decoder_input_ids", "input_ids"):
+        if name in feeds:
+            return name
     ints = [k for k, v in feeds.items() if v.ndim == 2 and np.issubdtype(v.dtype, np.integer)]
     return ints[0] if len(ints) == 1 else None
 
