@@ -105,7 +105,8 @@ def usage_line(err: click.UsageError) -> str:
 axes_option = click.option(
     "--axes", "axes", multiple=True, metavar="NAME_OR_GLOB=AXES",
     help="Axis names of coefficient tensors whose shapes do not tell them (an export without dynamic shapes), "
-         "e.g. 'mudd.*=way,batch,token,source': one batch axis, token for positions, any name for the others "
+         "e.g. 'mudd.*=way,batch,token,source': one batch axis, token for positions, any name for the others; "
+         "'batch*token' for one axis holding both, batch-major, as a MoE router's flattened tokens "
          "(repeatable; it names those tensors as coefficients too).")
 
 
