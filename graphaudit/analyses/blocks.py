@@ -12,7 +12,9 @@ in order of trust:
    only reader (exporters share de-duplicated weights between layers).
 
 The container offered by the most nodes (at least two indices where any has two) names the
-blocks. A `--block-pattern` regex replaces the candidates with its own matches, searched in the
+blocks, together with any other container of at least a quarter as many nodes that no node
+names along with it (an encoder-decoder's `encoder.block` and `decoder.block`, numbered on
+from the first; not the sublayers or experts numbered inside a block). A `--block-pattern` regex replaces the candidates with its own matches, searched in the
 same texts and, after the dotted path of 3, in the node's name as it is. Nodes nested
 in a body without candidates of their own take their owner's block, or the block of their
 neighbours among those the owner's metadata names. With no names at all, blocks are cut
@@ -248,6 +250,7 @@ class _Finder:
         first = {nid: self.first(n) for nid, n in mg.nodes.items()}
         coverage: Counter = Counter()
         indices: dict[str, set[int]] = {}
+        nested: set[tuple[str, str]] = set()  # containers named by one node together (one inside the other)
         for found in first.values():
             if found is None:
                 continue
@@ -261,7 +264,9 @@ class _Finder:
                     seen.add(i)
                 continue
             keys = {(k, i) for k, i, _ in found[1]}
-            for k in {k for k, _ in keys}:
+            named = {k for k, _ in keys}
+            nested.update((a, b) for a in named for b in named if a != b)
+            for k in named:
                 coverage[k] += 1
             for k, i in keys:
                 indices.setdefault(k, set()).add(i)
@@ -269,6 +274,7 @@ class _Finder:
             return None
         multi = [k for k in coverage if len(indices[k]) >= 2] or list(coverage)
         chosen = max(multi, key=lambda k: (coverage[k], -len(k)))
+        stacks = self._stacks(chosen, multi, coverage, indices, nested, first)
         assigned: dict[str, int] = {}
         names: dict[int, str] = {}
         named_by: dict[int, str] = {}  # the source each block's name was read from
@@ -280,16 +286,17 @@ class _Finder:
                 informative.add(nid)
             if found is None:
                 continue
-            if len(found[1]) == 1 and found[1][0][0] == chosen:  # the common case, kept cheap
-                _, index, name = found[1][0]
+            if len(found[1]) == 1 and found[1][0][0] in stacks:  # the common case, kept cheap
+                key, index, name = found[1][0]
+                index += stacks[key]
                 assigned[nid] = index
                 if index not in names:
                     names[index], named_by[index] = name, found[0]
                 how[nid] = "pattern" if self.regex is not None else found[0]
                 continue
-            sources = [found] if any(k == chosen for k, _, _ in found[1]) else self.candidates(node)
+            sources = [found] if any(k in stacks for k, _, _ in found[1]) else self.candidates(node)
             for source, cs in sources:
-                hits = [(i, name) for k, i, name in cs if k == chosen]
+                hits = [(i + stacks[k], name) for k, i, name in cs if k in stacks]
                 if not hits:
                     continue
                 votes = Counter(i for i, _ in hits)
@@ -301,12 +308,16 @@ class _Finder:
                     names[index], named_by[index] = next(name for i, name in hits if i == index), source
                 how[nid] = "pattern" if self.regex is not None else source
                 break
-        self._fill(assigned, how, informative, chosen)
-        if self.regex is None:
+        self._fill(assigned, how, informative, stacks)
+        if self.regex is None and len(stacks) == 1:
             _spell_alike(names, named_by)
         blocks = make_blocks(assigned, names)
-        label = (names[min(names)].rsplit(".", 1)[0] if names else chosen) if chosen != "pattern" \
-            else self.regex.pattern
+        if chosen == "pattern":
+            label = self.regex.pattern
+        elif len(stacks) > 1:
+            label = "`, `".join(dict.fromkeys(names[i].rsplit(".", 1)[0] for i in sorted(names)))
+        else:
+            label = names[min(names)].rsplit(".", 1)[0] if names else chosen
         counts = Counter(how.values())
         main = counts.most_common(1)[0][0] if counts else "pattern"
         method = (f"{SOURCES[main]}: {len(blocks)} blocks under `{label}`"
@@ -316,7 +327,34 @@ class _Finder:
             method += " (" + "; ".join(extra) + ")"
         return block_map(blocks, method, counts)
 
-    def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str], chosen: str) -> None:
+    def _stacks(self, chosen: str, multi, coverage: Counter, indices: dict[str, set[int]],
+                nested: set[tuple[str, str]], first: dict) -> dict[str, int]:
+        """The numbered containers that name blocks, each with the offset of its first block:
+        `chosen`, and beside it any other container of as many as a quarter of its nodes that
+        no node names together with another (an encoder-decoder's `encoder.block` and
+        `decoder.block`; not the `experts` numbered inside each layer). In the order their
+        nodes first appear, numbered on from one container to the next."""
+        if chosen == "pattern":
+            return {chosen: 0}
+        keys = [chosen]
+        for k in sorted(multi, key=lambda k: (-coverage[k], len(k))):  # the outer container of a nested pair first
+            if k != chosen and coverage[k] * 4 >= coverage[chosen] and len(indices[k]) >= 2 \
+                    and not any((k, other) in nested for other in keys):
+                keys.append(k)
+        if len(keys) == 1:
+            return {chosen: 0}
+        position = {}
+        for at, found in enumerate(first.values()):
+            for k, _, _ in found[1] if found else ():
+                position.setdefault(k, at)
+        stacks, offset = {}, 0
+        for k in sorted(keys, key=lambda k: position.get(k, 0)):
+            stacks[k] = offset
+            offset += max(indices[k]) + 1
+        return stacks
+
+    def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str],
+              stacks: dict[str, int]) -> None:
         """Attribute nested or unnamed nodes through their owner, else their neighbours."""
         mg = self.mg
         # owner id -> the blocks its metadata names and those its nested nodes were put in
@@ -324,7 +362,7 @@ class _Finder:
         for nid, node in mg.nodes.items() if mg.body_table else ():
             if mg.bodies(nid) and nid not in assigned:
                 cands = self.candidates(node)
-                allowed[nid] = {i for _, cs in cands for k, i, _ in cs if k == chosen}
+                allowed[nid] = {i + stacks[k] for _, cs in cands for k, i, _ in cs if k in stacks}
         for nid, node in mg.nodes.items() if allowed else ():
             for scope in node.scopes:
                 if nid in assigned and scope.owner in allowed:
