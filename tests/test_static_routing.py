@@ -111,6 +111,16 @@ def test_batched_moe_picking_experts_weights_is_subset_of_fixed_size():
     assert (ev.kind, ev.op, ev.size) == ("selection", "Gather", "fixed (capacity)")
     assert "experts' weights" in ev.detail and "/model/layers.1/experts/MatMul" in ev.detail
     assert report.blocks[2].evidence == () and report.outside_blocks == ()
+    # a stack computed from the input is no weights: picked from, it is a selection of rows (data-
+    # dependent rows of activations), and nothing past the combine is taken for expert compute
+    computed = BATCHED.replace('w = Gather <axis = 0> ("model.layers.@.experts.weight", choice)',
+                               'stack@ = Mul ("model.layers.@.experts.weight", mean@)\n'
+                               '        w = Gather <axis = 0> (stack@, choice)').replace(
+        '["/model/layers.@/router/MatMul"]', 'xu@ = Unsqueeze (x@, zero1)\n        mean@ = ReduceMean <keepdims = 1> (xu@)\n'
+        '        ["/model/layers.@/router/MatMul"]')
+    mixed = audit(graph([DENSE, computed, DENSE], [DENSE_W, BATCHED_W + ", int64[1] zero1 = {0}", DENSE_W]))
+    assert "experts' weights" not in " ".join(e.detail for b in mixed.blocks for e in b.evidence)
+    assert verdicts(mixed)[2] == "always"
     (y,) = ReferenceEvaluator(model_of(graph([BATCHED], [BATCHED_W]))).run(
         None, {"x0": np.array([[1.0, 2.0], [3.0, 1.0]], dtype=np.float32)})
     assert y.shape == (2, 2)

@@ -44,6 +44,11 @@ NORMALISING = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "
                          "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization",
                          "BatchNormalization", "InstanceNormalization"})
 CONTRIB_ROUTED = frozenset({"MoE", "QMoE", "SparseMoE"})
+# Ops that broadcast their inputs together, elementwise.
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Sum", "Mean", "Pow"})
+# Ops that only lay picked weights out differently on their way to the MatMul that reads them.
+LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Identity", "Expand",
+                    "Slice", "Split"})
 _INDEX_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})  # (u)int8..64 and bool
 
 
@@ -200,14 +205,15 @@ class _Audit:
                 if routed and self._expert_weights(node, routed):
                     self.selector_of[node.id] = (ins[0], ins[1], routed.get(ins[1]))
                     weights.update(dict.fromkeys(outs, node.id))
-            elif weights and not counted and not weights.keys().isdisjoint(ins):  # reshaped, transposed
+            elif weights and op in LAYOUT and not weights.keys().isdisjoint(ins):  # reshaped, transposed
                 origin = next(weights[r] for r in ins if r in weights)
                 weights.update(dict.fromkeys(outs, origin))
             elif (selected and not selected.keys().isdisjoint(ins) and op not in SCATTERING
                   and op not in ("Shape", "Size")):
                 origin = next(selected[r] for r in ins if r in selected)
                 for out in outs:
-                    selected.setdefault(out, origin)
+                    if op not in ELEMENTWISE or not self._whole_again(out, ins, selected):
+                        selected.setdefault(out, origin)
             if counted:
                 self._compute(node, selected, weights)
             if node.domain == "com.microsoft" and node.op_type in CONTRIB_ROUTED:
@@ -246,6 +252,18 @@ class _Audit:
                 for out in outs:
                     computed[out] = origin
 
+    def _whole_again(self, out: TensorRef, ins, selected) -> bool:
+        """Whether the broadcast `out` has the extent of an input that holds no picked rows (a
+        residual stream a per-token pick is added back into): what follows runs on every row
+        again. Broadcasting gives the output every dimension of an input of its rank that is
+        not 1."""
+        info = self.mg.tensors.get(out)
+        rank = len(info.shape) if info is not None and info.shape is not None else None
+        return rank is not None and any(
+            r not in selected and self.dm.value(r) == VALUE and (other := self.mg.tensors.get(r)) is not None
+            and other.shape is not None and len(other.shape) == rank and 1 not in other.shape
+            and not any(isinstance(d, str) and d.startswith("unk__") for d in other.shape) for r in ins)
+
     def _chooses_computed(self, node: Node, computed: dict[TensorRef, str]) -> bool:
         """Whether a Where picks, by a value-dependent condition, between two results of its
         own block's compute: both paths ran. A constant or filled branch (the -inf of an
@@ -282,7 +300,8 @@ class _Audit:
         """Whether `node` picks matrices out of a stack of weights (experts × in × out) by a routed
         index: each token then runs only the experts it was routed to, as a batched MoE does."""
         info = self.mg.tensors.get(node.inputs[0])
-        stacked = info is not None and info.shape is not None and len(info.shape) >= 3
+        stacked = info is not None and info.shape is not None and len(info.shape) >= 3 \
+            and self.dm.value(node.inputs[0]) != VALUE  # weights, not activations
         axis = next((a.i for a in node.proto.attribute if a.name in ("axis", "batch_dims")), 0)
         first_axis = node.op_type in ("Gather", "GatherND") and axis == 0
         return stacked and first_axis and node.inputs[1] in routed
