@@ -27,6 +27,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.bootstrap import mix64
 from graphaudit.metrics.outputs import Targets, log_probs_at
+from graphaudit.runtime import replaying
 
 DEFAULT_TOLERANCE = 1e-4
 WHOLE_OUTPUT_LIMIT = 4096  # values per input the capture keeps of an output for parity: all, or this many
@@ -233,7 +234,8 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
     index = np.arange(rows.start, rows.stop)
     names = [o.name for o in session.get_outputs() if o.name in cache.live]
     fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}
-    outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
+    with replaying("correct", rows):
+        outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
     worst = None
     for name in names:
         live, frozen = np.asarray(cache.live[name]), np.asarray(outputs[name])

@@ -24,7 +24,7 @@ from graphaudit.data import InputData
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Reference, Task, score
 from graphaudit.parity import EveryInputCheck
 from graphaudit.progress import Progress, track
-from graphaudit.runtime import spare_core
+from graphaudit.runtime import replaying, spare_core
 
 
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
@@ -46,8 +46,9 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     fetch = [task.fetch]
 
-    def finish(run: Future | _Done, batch: _Batch) -> None:
-        out = run.result()[0]
+    def finish(run: Future | _Done, batch: _Batch, name: str) -> None:
+        with replaying(name, batch.rows):
+            out = run.result()[0]
         if batch.reference is None:  # `correct` comes first
             batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
             if every is not None:
@@ -71,7 +72,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                     if last is None or last[0] is not values:  # profiles hand back the same array every batch
                         last = laid_out[name, c.tensor] = (values, native(c, values))
                     fed[c.tensor] = last[1]
-                submitted = start(session.run, fetch, fed), batch
+                submitted = start(session.run, fetch, fed), batch, name
                 if in_flight is not None:
                     finish(*in_flight)
                 in_flight = submitted
@@ -83,18 +84,24 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
 class _Done:
     """A run made in the calling thread, answering `result()` as a Future of the worker's would."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "error")
 
-    def __init__(self, value) -> None:
-        self.value = value
+    def __init__(self, value, error: BaseException | None = None) -> None:
+        self.value, self.error = value, error
 
     def result(self):
+        if self.error is not None:
+            raise self.error
         return self.value
 
 
 def _run_now(fn, *args) -> _Done:
-    """`fn(*args)` run here (the loop without a worker thread); an error is raised at once."""
-    return _Done(fn(*args))
+    """`fn(*args)` run here (the loop without a worker thread); an error is raised by `result()`,
+    as a Future's is."""
+    try:
+        return _Done(fn(*args))
+    except Exception as err:  # noqa: BLE001 - raised again where the run is finished
+        return _Done(None, err)
 
 
 @dataclass

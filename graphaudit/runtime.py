@@ -233,6 +233,20 @@ def running(what: str) -> Iterator[None]:
         raise GraphAuditError(f"expected inputs that {what} can run on, found {describe_run_error(err)}") from None
 
 
+@contextlib.contextmanager
+def replaying(condition: str, rows: slice) -> Iterator[None]:
+    """Turn ONNX Runtime's objection to running the frozen graph on a condition's coefficients
+    into a GraphAuditError that names the condition and the inputs."""
+    try:
+        yield
+    except RUN_ERRORS as err:
+        raise GraphAuditError(
+            f"expected the frozen graph to run on the {condition} coefficients of evaluation inputs "
+            f"{rows.start}..{rows.stop - 1}, found {describe_run_error(err).rstrip('.')}; a graph exported by tracing "
+            "can hold sizes that fit only the routing it was traced with"
+        ) from None
+
+
 def describe_run_error(err: BaseException) -> str:
     """ONNX Runtime's run error in a few words: the node, its operator and the message."""
     message = " ".join(str(err).split())

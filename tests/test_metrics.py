@@ -33,6 +33,10 @@ def test_task_detection():
     assert task_for({"y": logits[:, 0]}, {"x": logits}, {"labels": ids[:, 0]}).kind == "classification"
     assert task_for({"y": logits}, {"x": logits}, {"targets": logits}).kind == "regression"
     assert task_for({"y": logits}, {"x": logits}, {}).kind == "outputs"
+    # an encoder's hidden states (ids past their width) are compared as outputs, not scored as logits
+    hidden = {"last_hidden_state": logits[..., :2]}
+    assert task_for(hidden, {"input_ids": ids}, {}).kind == ("outputs" if ids.max() >= 2 else "causal_lm")
+    assert ids.max() >= 2
     # an encoder-decoder's logits predict its decoder's tokens, whatever the encoder's length
     for encoder in (ids, np.concatenate([ids, ids], axis=1)):
         feeds = {"input_ids": encoder, "decoder_input_ids": ids}

@@ -74,6 +74,8 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
         return Task("regression", name, labels="targets")
     label = labels.get("labels")
     if out.ndim == 3 and ids is not None and feeds[ids].shape == out.shape[:2]:
+        if label is None and name != "logits" and feeds[ids].size and int(feeds[ids].max()) >= out.shape[-1]:
+            return Task("outputs", name)  # token ids past its width: hidden states, not logits over them
         if label is not None:
             _same_shape("labels", label, feeds[ids])
         mask = feeds.get(MASK_INPUT)
