@@ -139,6 +139,29 @@ def _gemm_fast_gelu(node, dims):
     return [helper.make_node("MatMul", ["i0", "i1"], ["o0"])]
 
 
+def _quantized_matmul(node, dims):
+    """DynamicQuantizeMatMul(A, B, ...) / MatMulIntegerToFloat(A, B, a_scale, ...): A times B, in
+    A's float type (in the scale's, for integer A)."""
+    if _outputs(node) != [0]:
+        return None
+    like = "i0" if node.op_type == "DynamicQuantizeMatMul" else "i2"
+    return [helper.make_node("CastLike", ["i0", like], ["a"]), helper.make_node("CastLike", ["i1", like], ["b"]),
+            helper.make_node("MatMul", ["a", "b"], ["o0"])]
+
+
+def _with_attributes(op: str, kept: Sequence[str]) -> Callable:
+    """A fused Conv / Gemm: the standard operator with the node's own attributes of `kept`."""
+    def rule(node, dims):
+        if _outputs(node) != [0]:
+            return None
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in kept}
+        inputs = [f"i{j}" for j in range(len(node.input)) if _present(node, j)][:3]
+        if inputs != [f"i{j}" for j in range(len(inputs))]:
+            return None
+        return [helper.make_node(op, inputs, ["o0"], **attributes)]
+    return rule
+
+
 def _matmul_nbits(node, dims):
     """MatMulNBits(A, packed B, scales, ...) with attributes K and N: A's rows by N."""
     k, n = _attr(node, "K"), _attr(node, "N")
@@ -199,6 +222,10 @@ _RULES: dict[tuple[str, str], Callable] = {
     (MS, "SimplifiedLayerNormalization"): _like_first, ("", "SimplifiedLayerNormalization"): _like_first,
     (MS, "FusedMatMul"): _fused_matmul, (MS, "GemmFastGelu"): _gemm_fast_gelu,
     (MS, "MatMulNBits"): _matmul_nbits,
+    (MS, "DynamicQuantizeMatMul"): _quantized_matmul, (MS, "MatMulIntegerToFloat"): _quantized_matmul,
+    (MS, "FusedConv"): _with_attributes("Conv", ("auto_pad", "dilations", "group", "kernel_shape", "pads",
+                                                 "strides")),
+    (MS, "FusedGemm"): _with_attributes("Gemm", ("alpha", "beta", "transA", "transB")),
     (MS, "Attention"): _ort_attention, (MS, "MultiHeadAttention"): _mha,
     (MS, "EmbedLayerNormalization"): _embed_norm,
 }

@@ -106,3 +106,38 @@ def test_a_four_bit_matmul_is_shaped_by_its_n():
         None, {"x": np.ones((3, 2, 16), np.float32)})
     assert y.shape == (3, 2, 4)
     assert count_flops(mg, {"x": (3, 2, 16)}).total == 2 * 6 * 16 * 4
+
+
+def test_quantized_and_fused_conv_gemm_nodes_are_shaped_as_onnx_runtime_shapes_them():
+    rng = np.random.default_rng(2)
+    w8 = onnx.numpy_helper.from_array(rng.integers(-5, 5, (8, 6)).astype(np.int8), "w8")
+    scale = onnx.numpy_helper.from_array(np.array(0.05, np.float32), "scale")
+    kernel = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "kernel")
+    gw = onnx.numpy_helper.from_array(rng.standard_normal((5, 6)).astype(np.float32), "gw")
+    ms = dict(domain="com.microsoft")
+    nodes = [
+        onnx.helper.make_node("DynamicQuantizeMatMul", ["x", "w8", "scale"], ["q"], **ms),
+        onnx.helper.make_node("FusedGemm", ["q", "gw"], ["g"], transB=1, alpha=1.0, activation="Relu", **ms),
+        onnx.helper.make_node("FusedConv", ["img", "kernel"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1],
+                              activation="Relu", **ms),
+        onnx.helper.make_node("Relu", ["g"], ["y"]), onnx.helper.make_node("Relu", ["c"], ["z"]),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes, "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8]),
+         onnx.helper.make_tensor_value_info("img", onnx.TensorProto.FLOAT, ["N", 3, 9, 9])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 5]),
+         onnx.helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, ["N", 4, 5, 5])], [w8, scale, kernel, gw])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    mg = build_graph(load_model(model).model)
+    shapes = {r.name: info.shape for r, info in mg.tensors.items()}
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in ("q", "g", "c"))
+    session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    run = dict(zip([o.name for o in session.get_outputs()], session.run(
+        None, {"x": np.ones((2, 8), np.float32), "img": np.ones((2, 3, 9, 9), np.float32)})))
+    for name in ("q", "g", "c"):
+        assert tuple(2 if d == "N" else d for d in shapes[name]) == run[name].shape, name
+    assert count_flops(mg, {"x": (2, 8), "img": (2, 3, 9, 9)}).unknown_shape == ()
