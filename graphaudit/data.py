@@ -346,6 +346,10 @@ def _check_header(dtype: np.dtype, shape: tuple[int, ...], spec: InputSpec, wher
                 raise GraphAuditError(f"expected {where} to have size {want} on axis {axis}, found {got}")
     if len(shape) == 0:
         raise GraphAuditError(f"expected {where} to have a batch axis, found a scalar")
-    if 0 in shape:
+    # an empty axis past the batch and token ones that the model leaves open (a decoder's past keys
+    # of length 0, on its first step) is data; an empty batch or token sequence, or an empty axis
+    # of a fixed or unknown size, is not
+    open_axes = {a for a, want in enumerate(spec.shape or ()) if a >= 2 and isinstance(want, str)}
+    if 0 in shape and (shape[0] == 0 or any(size == 0 and a not in open_axes for a, size in enumerate(shape))):
         raise GraphAuditError(f"expected {where} to hold data, found an empty array of shape {tuple(shape)}")
     return widen

@@ -86,3 +86,24 @@ def test_not_an_npz(tmp_path):
     path.write_bytes(b"hello")
     with pytest.raises(GraphAuditError, match="not a zip archive"):
         load_data(path, SPECS)
+
+
+def test_an_empty_axis_the_model_leaves_open_is_data(tmp_path):
+    # a decoder's past keys on its first step: (batch, heads, 0 positions, head size)
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    m (int64[batch, seq] input_ids, float[batch, 2, past, 4] past_key) => (float[batch, 2, total, 4] y) {
+        y = Concat <axis = 2> (past_key, past_key)
+    }""")
+    specs = input_specs(model)
+    ids = np.arange(15).reshape(3, 5)
+    data = load_data(save(tmp_path, input_ids=ids, past_key=np.zeros((3, 2, 0, 4), np.float32)), specs)
+    assert data.count == 3 and data.arrays["past_key"].shape == (3, 2, 0, 4)
+    past = np.zeros((3, 2, 1, 4), np.float32)
+    for arrays, message in (
+        ({"input_ids": ids[:0], "past_key": past[:0]}, "'input_ids' .* to hold data, found an empty array"),  # batch
+        ({"input_ids": ids[:, :0], "past_key": past}, "'input_ids' .* to hold data, found an empty array"),  # tokens
+        ({"input_ids": ids, "past_key": np.zeros((3, 0, 1, 4), np.float32)}, "size 2 on axis 1, found 0"),
+    ):
+        with pytest.raises(GraphAuditError, match=message):
+            load_data(save(tmp_path, **arrays), specs)
