@@ -114,6 +114,29 @@ def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
     gated = audit(text.replace('y = Gemm <transB = 1> (pooled, "classifier.weight")', "y = Mul (pooled, fs)"))
     assert [(c.tensor, c.family, c.source) for c in gated.coefficients] == [("pooled", "gate", "detected")]
 
+GELU_TANH = """
+        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/model/layers.@/gelu/Mul"] hh@ = Mul (h@, h@)
+        ["/model/layers.@/gelu/Mul_1"] cube@ = Mul (hh@, h@)
+        ["/model/layers.@/gelu/Add"] inner@ = Add (h@, cube@)
+        ["/model/layers.@/gelu/Tanh"] t@ = Tanh (inner@)
+        ["/model/layers.@/gelu/Add_1"] t1@ = Add (t@, "one")
+        ["/model/layers.@/gelu/Mul_2"] half@ = Mul (h@, "half")
+        ["/model/layers.@/gelu/Mul_3"] g@ = Mul (half@, t1@)
+        ["/model/layers.@/Add"] x@+1 = Add (x@, g@)
+"""
+
+
+def test_an_activation_function_written_out_is_not_a_gate():
+    # GELU's tanh form (BLOOM's, GPT-2's) as TorchScript writes it: the Tanh weights x·½, but both
+    # come from the same x element by element; an FFN as wide as the residual stream lets the
+    # width rule pass it, so only that tells it from a gate
+    text = graph([GELU_TANH] * 2, [DENSE_W] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("> {", ', float one = {1.0}, float half = {0.5}> {', 1)
+    report = audit(text)
+    assert report.coefficients == () and verdicts(report) == ["always", "always"]
+
+
 def test_coefficients_named_by_the_user_and_unknown_names():
     text = graph([GATED] * 2, [GATED_W] * 2)
     report = audit(text, coefficients=("gate.*",))

@@ -165,15 +165,43 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
 
     A hidden-state tensor is computed from the input's values: a squashed activation that meets
     only a weight (BERT's pooler, Tanh into the classifier's Gemm) is a layer's input, not a gate.
+    Nor is one that meets what its own input was computed from, element by element: that is an
+    activation function written out (SiLU's x·σ(x), the tanh form of GELU, x·½·(1 + tanh(…x…))).
     """
+    own: set[TensorRef] | None = None
     for consumer, current in reached_consumers(mg, ref, limit=16):
         if consumer.op_type in ROUTING:
             return "route"
         if consumer.op_type in GATING:
-            others = [r for r in consumer.inputs if r is not None and r != current]
-            if any(r not in producer.inputs and _width(mg, r) == hidden and dm.value(r) == VALUE for r in others):
+            others = [r for r in consumer.inputs if r is not None and r != current
+                      and r not in producer.inputs and _width(mg, r) == hidden and dm.value(r) == VALUE]
+            if others and own is None:
+                own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
+            if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
                 return "gate"
     return None
+
+
+# Ops that compute element by element: an activation function written out is made of them.
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Tanh", "Erf", "Sigmoid", "Neg", "Abs", "Exp",
+                          "Cast", "Identity", "Relu", "Softplus", "Reciprocal"})
+
+
+def _elementwise_sources(mg: ModelGraph, refs: Sequence[TensorRef], limit: int = 24) -> set[TensorRef]:
+    """The tensors `refs` are computed from element by element (themselves included), going up
+    through element-wise ops only, as far as `limit` tensors."""
+    seen: set[TensorRef] = set()
+    todo = list(refs)
+    while todo and len(seen) < limit:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        node = mg.producer(current)
+        if node is not None and not node.domain and node.op_type in _ELEMENTWISE:
+            todo.extend(r for r in node.inputs if r is not None and mg.tensors.get(r) is not None
+                        and mg.tensors[r].kind == "node_output")
+    return seen
 
 
 def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
