@@ -10,8 +10,9 @@ output shapes (a FastGelu's output is shaped as its input; an Attention's as the
 rows by the value width). Inference then runs through them in one pass; only the shapes it
 finds are kept (`load._infer_shapes`), never the copy.
 
-A node with an output whose shape cannot be written that way (an Attention's `present`,
-GroupQueryAttention's caches) is left as it is: its outputs stay unknown, as before.
+A node with an output whose shape cannot be written that way (an Attention's `present`) is
+left as it is: its outputs stay unknown, as before; a dimension that depends on the data
+(GroupQueryAttention's cache length) is made unknown on purpose.
 """
 
 from __future__ import annotations
@@ -200,6 +201,31 @@ def _mha(node, dims):
     return [helper.make_node("Einsum", ["i0", "i2"], ["o0"], equation="bsd,blv->bsv")]
 
 
+def _gqa(node, dims):
+    """GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, ...) with separate
+    query, key and value: the output is shaped as the query; each present cache as its past
+    (batch, kv heads, positions, head size), else as the new keys or values in that layout,
+    with its positions left unknown (past and new ones, or the shared buffer's length: the
+    `Compress` by a condition read from seqlens_k says only that they depend on the data)."""
+    kv_heads = _attr(node, "kv_num_heads")
+    if not (_present(node, 1) and _present(node, 2) and _present(node, 5)) or not kv_heads:
+        return None
+    body = [helper.make_node("Identity", ["i0"], ["o0"]),
+            helper.make_node("Cast", ["i5"], ["positions"], to=onnx.TensorProto.BOOL)]
+    for j, new, past in ((1, "i1", 3), (2, "i2", 4)):
+        if j not in _outputs(node):
+            continue
+        if _present(node, past):
+            base = f"i{past}"
+        else:
+            base = f"bnsh{j}"
+            body += [_const(f"heads{j}", [0, 0, kv_heads, -1]),
+                     helper.make_node("Reshape", [new, f"heads{j}"], [f"bsnh{j}"]),
+                     helper.make_node("Transpose", [f"bsnh{j}"], [base], perm=[0, 2, 1, 3])]
+        body.append(helper.make_node("Compress", [base, "positions"], [f"o{j}"], axis=2))
+    return body
+
+
 def _embed_norm(node, dims):
     """EmbedLayerNormalization(input_ids, segment_ids, word_embedding, ...): a row of the
     embedding per token; mask_index, one per input."""
@@ -226,6 +252,6 @@ _RULES: dict[tuple[str, str], Callable] = {
     (MS, "FusedConv"): _with_attributes("Conv", ("auto_pad", "dilations", "group", "kernel_shape", "pads",
                                                  "strides")),
     (MS, "FusedGemm"): _with_attributes("Gemm", ("alpha", "beta", "transA", "transB")),
-    (MS, "Attention"): _ort_attention, (MS, "MultiHeadAttention"): _mha,
+    (MS, "Attention"): _ort_attention, (MS, "MultiHeadAttention"): _mha, (MS, "GroupQueryAttention"): _gqa,
     (MS, "EmbedLayerNormalization"): _embed_norm,
 }
