@@ -10,7 +10,9 @@ of them is opened.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import stat
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -299,6 +301,9 @@ def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()
         else:
             onnx.checker.check_model(payload)
     except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
+        relabelled = _runtime_ops_apart(model, str(err))
+        if relabelled is not None:  # ONNX Runtime's own operators in the default domain: checked apart
+            return _check(relabelled, path, nested)
         problem = _diagnose_order(model) if "topologically sorted" in str(err) else None
         if problem:
             raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
@@ -311,6 +316,37 @@ def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()
             f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
             "(the file is damaged or not ONNX)"
         ) from None
+
+
+_RUNTIME_DOMAIN = "graphaudit.runtime-default"  # where the checker's copy puts them
+
+
+def _runtime_ops_apart(model: onnx.ModelProto, objection: str) -> onnx.ModelProto | None:
+    """A copy of `model` for the checker whose nodes of ONNX Runtime's own operators in the
+    default domain (SimplifiedLayerNormalization, as ONNX Runtime GenAI writes every decoder)
+    are put in a domain of their own, which the checker leaves to the runtime; None when the
+    checker's objection is not about such an operator."""
+    found = re.search(r"No Op registered for (\w+) with domain_version", objection)
+    if not found or found.group(1) not in _runtime_default_ops():
+        return None
+    ops = _runtime_default_ops()
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for graph in graphs(copy.graph):
+        for node in graph.node:
+            if node.domain in ("", "ai.onnx") and node.op_type in ops:
+                node.domain = _RUNTIME_DOMAIN
+    copy.opset_import.add(domain=_RUNTIME_DOMAIN, version=1)
+    return copy
+
+
+@functools.cache
+def _runtime_default_ops() -> frozenset[str]:
+    """The operators ONNX Runtime runs in the default domain that ONNX does not define."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+    return frozenset(s.name for s in ort_state.get_all_operator_schema()
+                     if s.domain in ("", "ai.onnx") and not onnx.defs.has(s.name))
 
 
 def _check_beside_placeholders(payload: bytes, locations: Sequence[str], path: Path | None) -> None:

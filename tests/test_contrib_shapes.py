@@ -11,6 +11,7 @@ import pytest
 
 from graphaudit.analyses.flops import count_flops
 from graphaudit.graph import build_graph
+from graphaudit.errors import GraphAuditError
 from graphaudit.load import load_model
 
 FUSED = """
@@ -184,3 +185,28 @@ def test_group_query_attention_output_and_caches(past):
     count = count_flops(mg, {n: v.shape for n, v in feeds.items()})
     assert count.unknown_shape == ()
     assert count.total == 2 * b * s * 32 * 32 + 4 * b * s * (past + s) * 32  # projection; attention over every key
+
+
+def test_onnx_runtime_operators_in_the_default_domain_pass_the_check():
+    # ONNX Runtime GenAI writes SimplifiedLayerNormalization (RMSNorm) in the default domain, where
+    # ONNX defines no such operator: the checker refused every such model; ONNX Runtime runs it
+    def model(op):
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node(op, ["x", "scale"], ["n"], epsilon=1e-5, axis=-1),
+             onnx.helper.make_node("MatMul", ["n", "w"], ["y"])], "g",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["B", 8])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["B", 4])],
+            [onnx.numpy_helper.from_array(np.ones(8, np.float32), "scale"),
+             onnx.numpy_helper.from_array(np.ones((8, 4), np.float32), "w")])
+        return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 22)])
+
+    rms = model("SimplifiedLayerNormalization")
+    loaded = load_model(rms)
+    assert [n.domain for n in loaded.model.graph.node] == ["", ""]  # the model itself is not relabelled
+    mg = build_graph(loaded.model)
+    assert {r.name: info.shape for r, info in mg.tensors.items()}["n"] == ("B", 8)
+    (y,) = ort.InferenceSession(rms.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones((3, 8), np.float32)})
+    assert y.shape == (3, 4)
+    with pytest.raises(GraphAuditError, match="ONNX checker's objection: No Op registered for RootMeanSquareNorm"):
+        load_model(model("RootMeanSquareNorm"))  # no runtime has it: still refused
