@@ -106,8 +106,12 @@ def load_model(
     # they need only the weights' types and shapes, and the proto stays far below protobuf's
     # 2 GiB limit however large the weights are.
     if check:  # the file's own bytes are the model's encoding: the checker takes them as they are
-        _check(external_data.as_inputs(model) if external else model, path, external if nested else (),
-               payload=None if external else data)
+        try:
+            _check(external_data.as_inputs(model) if external else model, path, external if nested else (),
+                   payload=None if external else data)
+        except _Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
+            _sort_nodes(model.graph)
+            _check(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
     inferred_ok, inferred_error = True, None
     if infer_shapes:
@@ -304,7 +308,10 @@ def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()
         relabelled = _runtime_ops_apart(model, str(err))
         if relabelled is not None:  # ONNX Runtime's own operators in the default domain: checked apart
             return _check(relabelled, path, nested)
-        problem = _diagnose_order(model) if "topologically sorted" in str(err) else None
+        unsorted = "topologically sorted" in str(err)
+        problem = _diagnose_order(model) if unsorted else None
+        if unsorted and problem is None and not _in_order(model.graph):
+            raise _Unsorted from None
         if problem:
             raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
         raise GraphAuditError(
@@ -316,6 +323,34 @@ def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = ()
             f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
             "(the file is damaged or not ONNX)"
         ) from None
+
+
+class _Unsorted(Exception):
+    """The main graph is acyclic and every input is defined, but its nodes are out of order."""
+
+
+def _in_order(graph: onnx.GraphProto) -> bool:
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
+    for node in graph.node:
+        if any(name not in defined for name in node.input):
+            return False
+        defined.update(node.output)
+    return True
+
+
+def _sort_nodes(graph: onnx.GraphProto) -> None:
+    """Put the main graph's nodes in an order where each comes after what it reads, keeping
+    the file's order wherever it already is one (the graph is known to be acyclic)."""
+    import networkx as nx
+
+    producer = {out: index for index, node in enumerate(graph.node) for out in node.output if out}
+    order = nx.DiGraph()
+    order.add_nodes_from(range(len(graph.node)))
+    order.add_edges_from((producer[name], index) for index, node in enumerate(graph.node)
+                         for name in node.input if name in producer)
+    nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes[i] for i in nx.lexicographical_topological_sort(order))
 
 
 _RUNTIME_DOMAIN = "graphaudit.runtime-default"  # where the checker's copy puts them

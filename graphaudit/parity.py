@@ -30,6 +30,11 @@ from graphaudit.metrics.outputs import Targets, log_probs_at
 from graphaudit.runtime import replaying
 
 DEFAULT_TOLERANCE = 1e-4
+# A model computing in half precision: the tolerance is this share of its largest live output
+# (8 units in the last place of float16, whose 10-bit fraction rounds at 2^-11 relative): two
+# graphs of the same float16 model, fused differently by ONNX Runtime, round differently.
+HALF_RELATIVE = 2.0**-7
+_HALF = (np.float16,)
 WHOLE_OUTPUT_LIMIT = 4096  # values per input the capture keeps of an output for parity: all, or this many
 LOG_PROBS_KIND, OUTPUTS_KIND = "target log-probabilities", "outputs"
 SAMPLED_KIND = f"outputs at {WHOLE_OUTPUT_LIMIT} positions"
@@ -225,6 +230,20 @@ def kept_positions(per_input: int) -> np.ndarray | None:
     kept = np.sort(candidates[np.sort(first)[:WHOLE_OUTPUT_LIMIT]]).astype(np.int64)
     kept.flags.writeable = False
     return kept
+
+
+def default_tolerance(cache: CoefficientCache) -> tuple[float, str | None]:
+    """The parity tolerance when none is given: DEFAULT_TOLERANCE, or for a model whose
+    coefficients or outputs are float16, HALF_RELATIVE of the largest live output magnitude of
+    the first batch; with a note saying why (None for the default)."""
+    arrays = [*(cache.arrays[c.tensor] for c in cache.coefficients), *cache.live.values()]
+    if not any(a.dtype in _HALF for a in arrays if isinstance(a, np.ndarray)):
+        return DEFAULT_TOLERANCE, None
+    scale = max((float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0)) for a in cache.live.values()
+                 if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating)), default=0.0)
+    tolerance = max(DEFAULT_TOLERANCE, HALF_RELATIVE * scale)
+    return tolerance, (f"the model computes in float16: parity tolerance {tolerance:.3g}, 2^-7 of the largest "
+                       f"live output magnitude ({scale:.3g}), since two graphs of it round differently")
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],

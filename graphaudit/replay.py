@@ -40,7 +40,8 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
-from graphaudit.parity import DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, every_input_summary
+from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, default_tolerance,
+                               every_input_summary)
 from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Task, difference,
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import scored_name, scored_output
@@ -150,7 +151,7 @@ def replay(
     batch_size: int | None = None,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float | None = None,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     resamples: int = 1000,
     confidence: float = 0.95,
@@ -171,7 +172,7 @@ def replay(
     """
     if not 1 <= resamples <= MAX_RESAMPLES:
         raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
-    if not math.isfinite(tolerance) or tolerance < 0:
+    if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
         raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                               exit_code=2)
     if threads is not None:
@@ -180,7 +181,8 @@ def replay(
     graph = build_graph(loaded.model)
     coefs = resolve(loaded, coefficients, graph)
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
-                                   "tolerance": tolerance, "conditions": list(conditions), "provider": provider,
+                                   "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
+                                   "conditions": list(conditions), "provider": provider,
                                    "threads": threads}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
@@ -225,6 +227,11 @@ def replay(
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
         session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
                                  weights_folder=loaded.weights_folder, threads=threads)
+        if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
+            tolerance, why = default_tolerance(caches[1])
+            settings["tolerance"] = tolerance
+            if why:
+                settings["tolerance_note"] = why
         parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)

@@ -1,6 +1,7 @@
 """The parity check of every input, unit by unit: what the capture keeps and how it is compared."""
 
 import numpy as np
+import onnx
 import pytest
 
 from graphaudit.capture import CoefficientCache
@@ -9,6 +10,8 @@ from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
                                every_input_summary, kept_positions)
+from graphaudit.replay import replay
+from test_replay_models import gated_lm, token_ids
 
 
 def _first_batch_parity():
@@ -126,3 +129,25 @@ def test_difference_of_every_kind_of_value():
     np.testing.assert_array_equal(_difference(frozen, live, nan=inf)[5:8], [0.0, inf, inf])
     assert _difference(np.array([3, 5]), np.array([3, 1])).tolist() == [0.0, 4.0]  # integers, as float64
     assert _difference(np.float32(1.5), np.float32(1.0)).shape == ()  # a scalar output
+
+
+def test_a_float16_model_gets_a_tolerance_relative_to_its_outputs(tmp_path):
+    # two graphs of one float16 model (live and frozen, fused differently) round differently:
+    # the default tolerance is then 2^-7 of the largest live output, and the report says so
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(gated_lm(), keep_io_types=True)
+    onnx.save(model, tmp_path / "half.onnx")
+    onnx.save(gated_lm(), tmp_path / "single.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
+    half, single = (replay(tmp_path / f"{name}.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz",
+                           conditions=("correct", "cross_input"), resamples=10) for name in ("half", "single"))
+    assert single.settings["tolerance"] == DEFAULT_TOLERANCE and "tolerance_note" not in single.settings
+    assert half.parity.ok and half.settings["tolerance"] > DEFAULT_TOLERANCE
+    assert "computes in float16" in half.settings["tolerance_note"]
+    assert half.parity.tolerance == half.settings["tolerance"]
+    assert half.conditions[1].nll.value == pytest.approx(single.conditions[1].nll.value, rel=1e-2)
+    given = replay(tmp_path / "half.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz",
+                   conditions=("correct",), resamples=10, tolerance=0.5)
+    assert given.parity.tolerance == 0.5 and "tolerance_note" not in given.settings  # a given one stands

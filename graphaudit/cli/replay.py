@@ -38,9 +38,10 @@ from graphaudit.runtime import MAX_THREADS
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run.")
-@click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE, show_default=True,
-              help="Largest absolute output difference the parity check accepts (twice that on the "
-                   "log-probabilities of every input's targets).")
+@click.option("--tolerance", type=click.FloatRange(min=0),
+              help=f"Largest absolute output difference the parity check accepts (twice that on the "
+                   f"log-probabilities of every input's targets). Default {DEFAULT_TOLERANCE:g}; for a model "
+                   "computing in float16, 2^-7 of its largest live output magnitude.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples over inputs for the confidence intervals.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
@@ -91,6 +92,8 @@ def render_text(r: ReplayReport) -> str:
         lines.append(f"batch size {r.settings['batch_size']}: {r.settings['batch_size_note']}")
     if r.settings.get("padding"):
         lines.append(f"padding: {r.settings['padding']}")
+    if r.settings.get("tolerance_note"):
+        lines.append(f"parity: {r.settings['tolerance_note']}")
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
                  f"(tolerance {p.tolerance:g})")
