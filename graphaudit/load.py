@@ -10,11 +10,8 @@ of them is opened.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import stat
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -24,13 +21,12 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, shape_inference
 
 from graphaudit import external_data
+from graphaudit.checker import Unsorted, check_model, sort_nodes
+from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.protos import graphs, node_lists
-from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.shape_values import fold_shape_arguments
 
-# Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
-_PROTOBUF_LIMIT = 2**31 - 1
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
 INFER_WEIGHTS_OVER = 64 * 2**10
 # Rounds of inference, each after writing in the shape arguments the last one left unknown
@@ -107,11 +103,11 @@ def load_model(
     # 2 GiB limit however large the weights are.
     if check:  # the file's own bytes are the model's encoding: the checker takes them as they are
         try:
-            _check(external_data.as_inputs(model) if external else model, path, external if nested else (),
-                   payload=None if external else data)
-        except _Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
-            _sort_nodes(model.graph)
-            _check(external_data.as_inputs(model) if external else model, path, external if nested else ())
+            check_model(external_data.as_inputs(model) if external else model, path,
+                        external if nested else (), payload=None if external else data)
+        except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
+            sort_nodes(model.graph)
+            check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
     inferred_ok, inferred_error = True, None
     if infer_shapes:
@@ -253,32 +249,6 @@ def _check_versions(model: onnx.ModelProto, path: Path | None) -> None:
             )
 
 
-def _diagnose_order(model: onnx.ModelProto) -> str | None:
-    """Say whether the main graph has a cycle or an input nothing defines (None if neither)."""
-    import networkx as nx
-
-    defined = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer}
-    producer = {}
-    for index, node in enumerate(model.graph.node):
-        for out in node.output:
-            producer[out] = index
-    g = nx.DiGraph()
-    for index, node in enumerate(model.graph.node):
-        for name in node.input:
-            if not name or name in defined:
-                continue
-            if name not in producer:
-                label = node.name or f"#{index} ({node.op_type})"
-                return f"node {label} reads {name!r}, which no node, input or initializer defines"
-            g.add_edge(producer[name], index)
-    try:
-        cycle = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return None
-    names = [model.graph.node[a].name or f"#{a} ({model.graph.node[a].op_type})" for a, _ in cycle]
-    return "a cycle through nodes " + " -> ".join(names)
-
-
 def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
     try:
         external_data_helper.load_external_data_for_model(model, str(base))
@@ -286,126 +256,6 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
         raise GraphAuditError(
             f"expected readable external data for {path}, found an error: {brief(err)}"
         ) from None
-
-
-def _check(model: onnx.ModelProto, path: Path | None, nested: Sequence[str] = (),
-           payload: bytes | None = None) -> None:
-    """Run the ONNX checker on `model`, whose external weights (if any) are graph inputs but for
-    tensors nested in subgraphs, attributes or functions, stored in the files `nested` names.
-    `payload`: `model`'s encoding when the caller has it (the file it was parsed from)."""
-    where = f" in {path}" if path else ""
-    try:
-        if payload is None or len(payload) > _PROTOBUF_LIMIT:
-            payload = _serialised(model)
-        if payload is None:
-            # check_model cannot take a proto past 2 GiB; its graph-only checks still apply.
-            onnx.checker.check_graph(model.graph, onnx.checker.DEFAULT_CONTEXT)
-        elif nested:
-            _check_beside_placeholders(payload, nested, path)
-        else:
-            onnx.checker.check_model(payload)
-    except (onnx.checker.ValidationError, onnx.onnx_cpp2py_export.checker.ValidationError) as err:
-        relabelled = _runtime_ops_apart(model, str(err))
-        if relabelled is not None:  # ONNX Runtime's own operators in the default domain: checked apart
-            return _check(relabelled, path, nested)
-        unsorted = "topologically sorted" in str(err)
-        problem = _diagnose_order(model) if unsorted else None
-        if unsorted and problem is None and not _in_order(model.graph):
-            raise _Unsorted from None
-        if problem:
-            raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
-        raise GraphAuditError(
-            f"expected a valid ONNX model{where}, found the ONNX checker's objection: {brief(err)}"
-        ) from None
-    except UnicodeDecodeError:
-        # The checker's message quotes a name whose bytes are not UTF-8: the file is damaged.
-        raise GraphAuditError(
-            f"expected a valid ONNX model{where}, found names or strings that are not valid UTF-8 "
-            "(the file is damaged or not ONNX)"
-        ) from None
-
-
-class _Unsorted(Exception):
-    """The main graph is acyclic and every input is defined, but its nodes are out of order."""
-
-
-def _in_order(graph: onnx.GraphProto) -> bool:
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    for node in graph.node:
-        if any(name not in defined for name in node.input):
-            return False
-        defined.update(node.output)
-    return True
-
-
-def _sort_nodes(graph: onnx.GraphProto) -> None:
-    """Put the main graph's nodes in an order where each comes after what it reads, keeping
-    the file's order wherever it already is one (the graph is known to be acyclic)."""
-    import networkx as nx
-
-    producer = {out: index for index, node in enumerate(graph.node) for out in node.output if out}
-    order = nx.DiGraph()
-    order.add_nodes_from(range(len(graph.node)))
-    order.add_edges_from((producer[name], index) for index, node in enumerate(graph.node)
-                         for name in node.input if name in producer)
-    nodes = list(graph.node)
-    del graph.node[:]
-    graph.node.extend(nodes[i] for i in nx.lexicographical_topological_sort(order))
-
-
-_RUNTIME_DOMAIN = "graphaudit.runtime-default"  # where the checker's copy puts them
-
-
-def _runtime_ops_apart(model: onnx.ModelProto, objection: str) -> onnx.ModelProto | None:
-    """A copy of `model` for the checker whose nodes of ONNX Runtime's own operators in the
-    default domain (SimplifiedLayerNormalization, as ONNX Runtime GenAI writes every decoder)
-    are put in a domain of their own, which the checker leaves to the runtime; None when the
-    checker's objection is not about such an operator."""
-    found = re.search(r"No Op registered for (\w+) with domain_version", objection)
-    if not found or found.group(1) not in _runtime_default_ops():
-        return None
-    ops = _runtime_default_ops()
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    for graph in graphs(copy.graph):
-        for node in graph.node:
-            if node.domain in ("", "ai.onnx") and node.op_type in ops:
-                node.domain = _RUNTIME_DOMAIN
-    copy.opset_import.add(domain=_RUNTIME_DOMAIN, version=1)
-    return copy
-
-
-@functools.cache
-def _runtime_default_ops() -> frozenset[str]:
-    """The operators ONNX Runtime runs in the default domain that ONNX does not define."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
-
-    return frozenset(s.name for s in ort_state.get_all_operator_schema()
-                     if s.domain in ("", "ai.onnx") and not onnx.defs.has(s.name))
-
-
-def _check_beside_placeholders(payload: bytes, locations: Sequence[str], path: Path | None) -> None:
-    """The checker on a model whose nested tensors are external: it only asks that each named file
-    exists beside the model, so it checks a copy in a temporary folder with an empty file at each
-    location; the real files may be absent (a graph-only load) and are never opened."""
-    with tempfile.TemporaryDirectory(prefix="graphaudit-check-") as folder:
-        base = Path(folder).resolve()
-        for location in locations:
-            external_data.check_location(location, base, path)
-            target = base / location
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
-        (base / "model.onnx").write_bytes(payload)
-        onnx.checker.check_model(str(base / "model.onnx"))
-
-
-def _serialised(model: onnx.ModelProto) -> bytes | None:
-    """The model's bytes, or None past protobuf's 2 GiB limit (encoded once, not sized then encoded)."""
-    try:
-        payload = model.SerializeToString()
-    except Exception:  # noqa: BLE001 - upb raises EncodeError past its limit
-        return None
-    return payload if len(payload) <= _PROTOBUF_LIMIT else None
 
 
 def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
