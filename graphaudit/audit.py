@@ -118,7 +118,7 @@ def audit(
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load import load_for_runtime
-    from graphaudit.runtime import check_threads
+    from graphaudit.runtime import FrozenRunError, check_threads
 
     if threads is not None:
         check_threads(threads)  # before anything runs
@@ -150,7 +150,12 @@ def audit(
         from graphaudit.batching import default_batch_size
 
         batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
-    replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
+    failure = None
+    try:
+        replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
+    except FrozenRunError as err:  # the model's graph fits only its own coefficients: the rest still stands
+        replayed, failure = None, str(err)
+        notes.append(f"the frozen replay stopped: {failure}")
     if replayed is not None:
         why = replayed.settings.get("batch_size_note") or why  # the replay's own, with inputs it left out
         if why:
@@ -159,7 +164,7 @@ def audit(
             notes.append(f"replay padding: {replayed.settings['padding']}")
         if replayed.settings.get("tolerance_note"):
             notes.append(f"replay parity: {replayed.settings['tolerance_note']}")
-    if replayed is None:
+    if replayed is None and failure is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
                       "--coefficients): the frozen replay did not run, so coefficient variation and functional "
                       "dependence are not measured")
@@ -170,7 +175,8 @@ def audit(
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
-    verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops)
+    verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops,
+                     replay_failure=failure)
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
               "provider": provider, "seed": seed, "threads": threads}

@@ -233,14 +233,19 @@ def running(what: str) -> Iterator[None]:
         raise GraphAuditError(f"expected inputs that {what} can run on, found {describe_run_error(err)}") from None
 
 
+class FrozenRunError(GraphAuditError):
+    """ONNX Runtime would not run the frozen graph on some condition's coefficients: a fact
+    about the model (its graph fits only the coefficients it was exported with), not bad input."""
+
+
 @contextlib.contextmanager
 def replaying(condition: str, rows: slice) -> Iterator[None]:
     """Turn ONNX Runtime's objection to running the frozen graph on a condition's coefficients
-    into a GraphAuditError that names the condition and the inputs."""
+    into a FrozenRunError that names the condition and the inputs."""
     try:
         yield
     except RUN_ERRORS as err:
-        raise GraphAuditError(
+        raise FrozenRunError(
             f"expected the frozen graph to run on the {condition} coefficients of evaluation inputs "
             f"{rows.start}..{rows.stop - 1}, found {describe_run_error(err).rstrip('.')}; a graph exported by tracing "
             "can hold sizes that fit only the routing it was traced with"

@@ -88,15 +88,16 @@ class ClaimCheck:
 
 
 def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
-           baseline_flops: float | None = None) -> Verdict:
+           baseline_flops: float | None = None, replay_failure: str | None = None) -> Verdict:
     """Return the four findings from the sub-reports' JSON documents (None: not run).
 
     `baseline_flops` is the baseline graph's FLOP count per profiled run (an input, or the batch
-    a model fixes) at the profiled shape.
+    a model fixes) at the profiled shape. `replay_failure`: why the frozen replay stopped, when
+    it did (ONNX Runtime would not run the frozen graph on some condition's coefficients).
     """
     return Verdict(
-        coefficient_variation=coefficient_variation(static, replay),
-        functional_dependence=functional_dependence(replay),
+        coefficient_variation=coefficient_variation(static, replay, replay_failure),
+        functional_dependence=functional_dependence(replay, replay_failure),
         conditional_execution=conditional_execution(static, profile),
         compute_savings=compute_savings(static, profile, baseline_flops),
     )
@@ -121,12 +122,13 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
 
 # -- coefficient variation ---------------------------------------------------------------
 
-def coefficient_variation(static: dict | None, replay: dict | None) -> Finding:
+def coefficient_variation(static: dict | None, replay: dict | None, failure: str | None = None) -> Finding:
     """Do the coefficients vary with the input; how much does layer identity explain?"""
     variance = (replay or {}).get("variance") or {}
     if not variance:
         declared = len((static or {}).get("coefficients") or [])
-        why = ("the model declares no coefficient tensors and none were given"
+        why = (f"the frozen replay stopped ({failure})" if failure else
+               "the model declares no coefficient tensors and none were given"
                if static is not None and declared == 0 else
                "the coefficients were not captured (no replay ran)")
         return Finding(NOT_MEASURED, f"Not measured: {why}.")
@@ -157,8 +159,11 @@ def coefficient_variation(static: dict | None, replay: dict | None) -> Finding:
 
 # -- functional dependence ---------------------------------------------------------------
 
-def functional_dependence(replay: dict | None) -> Finding:
+def functional_dependence(replay: dict | None, failure: str | None = None) -> Finding:
     """Does the frozen model depend on which input's coefficients it is given?"""
+    if not replay and failure:
+        return Finding(NOT_MEASURED, f"Not measured: the frozen replay stopped: {failure}.",
+                       (Evidence("replay", f"the frozen replay stopped: {failure}"),))
     if not replay:
         return Finding(NOT_MEASURED, "Not measured: no frozen replay ran (it needs coefficient tensors).")
     parity = replay.get("parity") or {}

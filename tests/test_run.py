@@ -271,3 +271,62 @@ def test_threads_reach_the_replay_and_the_profile_and_are_recorded(tmp_path, cap
     with pytest.raises(graphaudit.GraphAuditError, match=r"expected threads in 1\.\.1024, found 0") as refused:
         graphaudit.audit(folder / "model.onnx", folder / "calib.npz", provider="cpu", threads=0)
     assert refused.value.exit_code == 2
+
+
+def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_of_the_audit(tmp_path, capsys):
+    """The router's probabilities are the coefficient, but the graph also routes on the logits they
+    came from (a second path the freeze leaves live): with another input's probabilities the two
+    selections differ in size and ONNX Runtime refuses the Add that joins them. The live model runs
+    on every input, so the static audit and the profile still stand; the replay's findings are
+    not measured, and say why."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphaudit.coefficients import Coefficient, metadata_entry
+
+    width = 4
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "router"], ["logits"], name="/blocks.0/router/MatMul"),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="/blocks.0/router/Softmax", axis=-1),
+        helper.make_node("Gather", ["probs", "zero"], ["p0"], name="/blocks.0/Gather", axis=2),
+        helper.make_node("Greater", ["p0", "half"], ["by_probs"], name="/blocks.0/Greater"),
+        helper.make_node("Gather", ["logits", "zero"], ["l0"], name="/blocks.0/Gather_1", axis=2),
+        helper.make_node("Gather", ["logits", "one"], ["l1"], name="/blocks.0/Gather_2", axis=2),
+        helper.make_node("Greater", ["l0", "l1"], ["by_logits"], name="/blocks.0/Greater_1"),
+        helper.make_node("Reshape", ["x", "rows"], ["flat"], name="/blocks.0/Reshape"),
+        helper.make_node("Reshape", ["by_probs", "all"], ["m1"], name="/blocks.0/Reshape_1"),
+        helper.make_node("Reshape", ["by_logits", "all"], ["m2"], name="/blocks.0/Reshape_2"),
+        helper.make_node("Compress", ["flat", "m1"], ["s1"], name="/blocks.0/Compress", axis=0),
+        helper.make_node("Compress", ["flat", "m2"], ["s2"], name="/blocks.0/Compress_1", axis=0),
+        helper.make_node("Add", ["s1", "s2"], ["both"], name="/blocks.0/Add"),
+        helper.make_node("ReduceSum", ["both"], ["total"], name="/blocks.0/ReduceSum", keepdims=0),
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="/blocks.0/fc/MatMul"),
+        helper.make_node("Add", ["h", "total"], ["y"], name="/blocks.0/Add_1"),
+    ]
+    inits = [numpy_helper.from_array(rng.standard_normal((width, 2)).astype(np.float32), "router"),
+             numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array([-1, width], np.int64), "rows"),
+             numpy_helper.from_array(np.array([-1], np.int64), "all")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model.metadata_props.append(metadata_entry([Coefficient("probs", "router", 0, ("batch", "token", "expert"))]))
+    onnx.save(model, tmp_path / "model.onnx")
+    for name, seed in (("calib", 1), ("eval", 2)):
+        np.savez(tmp_path / f"{name}.npz", x=np.random.default_rng(seed).standard_normal((6, 8, width)).astype(np.float32))
+    code, out, err = run(["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--data",
+                          tmp_path / "eval.npz", "--format", "json", *FAST], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["replay"] is None and doc["static"]["blocks"] and doc["profile"]["blocks"]
+    stopped = doc["verdict"]["functional_dependence"]
+    assert stopped["answer"] == "not measured"
+    assert re.search(r"the frozen replay stopped: expected the frozen graph to run on the \w+ coefficients of "
+                     r"evaluation inputs \d+\.\.\d+, found ONNX Runtime's error in node '/blocks\.0/Add'", stopped["statement"])
+    assert doc["verdict"]["coefficient_variation"]["answer"] == "not measured"
+    assert any(n.startswith("the frozen replay stopped") for n in doc["notes"])
+    assert not any(n.startswith("no coefficient tensors") for n in doc["notes"])
