@@ -164,6 +164,8 @@ def audit(
             notes.append(f"replay padding: {replayed.settings['padding']}")
         if replayed.settings.get("tolerance_note"):
             notes.append(f"replay parity: {replayed.settings['tolerance_note']}")
+        if replayed.settings.get("token_shuffle_note"):
+            notes.append(f"replay conditions: {replayed.settings['token_shuffle_note']}")
     if replayed is None and failure is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
                       "--coefficients): the frozen replay did not run, so coefficient variation and functional "

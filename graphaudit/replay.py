@@ -186,6 +186,11 @@ def replay(
                                    "threads": threads}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
+    if "token_shuffle" in conditions and all(token_axis(c) is None for c in coefs):
+        conditions = [n for n in conditions if n != "token_shuffle"]
+        settings["conditions"] = list(conditions)
+        settings["token_shuffle_note"] = ("token_shuffle left out: no coefficient has a token axis (one value per "
+                                          "input and slot, as a CNN's channel gates), so it would feed the correct ones")
     check_scored_output(loaded.model, coefs)
     batch_size = check_batch_size(input_specs(loaded.model), batch_size)  # before any data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)

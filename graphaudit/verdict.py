@@ -37,6 +37,7 @@ MATERIAL_NATS = 0.01
 # Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
 SAVINGS_RATIO_MAX = 0.95
 REASSIGNMENTS = ("cross_input", "token_shuffle")
+REASSIGNED_WORDS = {"cross_input": "another input's coefficients", "token_shuffle": "its own shuffled over tokens"}
 PROFILES = ("static_layer", "static_position")
 
 
@@ -216,9 +217,9 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         parts = [f"{n.replace('_', '-')} +{fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
                              f"({', '.join(parts)}){gap_words}."), tuple(evidence))
-    return Finding(NO, (f"No: feeding the frozen model another input's coefficients, or its own shuffled over "
-                        f"tokens, raises its NLL by no measurable amount above {MATERIAL_NATS:g} nats{gap_words}."),
-                   tuple(evidence))
+    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    return Finding(NO, (f"No: feeding the frozen model {fed} raises its NLL by no measurable amount above "
+                        f"{MATERIAL_NATS:g} nats{gap_words}."), tuple(evidence))
 
 
 # -- conditional execution ---------------------------------------------------------------

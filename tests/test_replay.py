@@ -443,3 +443,24 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     assert report.parity.ok and len(made) == 2
     assert [sorted(o.name for o in m.graph.output) for m in made] == [["gate.0", "gate.1", "logits"],  # the trace
                                                                       ["graphaudit.log_probs", "logits"]]  # frozen
+
+
+def test_channel_gates_of_a_cnn_are_detected_and_replayed_without_a_token_shuffle(tmp_path):
+    # squeeze-and-excitation gates (batch, channels) scale feature maps (batch, channels, h, w):
+    # detected without a token axis to tell the hidden state by; token_shuffle has no positions
+    # to move, so it is left out with a note instead of reported as a zero effect
+    from test_replay_models import se_cnn
+
+    onnx.save(se_cnn(), tmp_path / "cnn.onnx")
+    rng = np.random.default_rng(0)
+    for name, count in (("calib", 12), ("eval", 10)):
+        np.savez(tmp_path / f"{name}.npz", pixels=rng.standard_normal((count, 4, 5, 5)).astype(np.float32),
+                 labels=rng.integers(0, 3, count))
+    report = replay(tmp_path / "cnn.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
+    assert [(c.tensor, c.family, c.layer, c.axes, c.source) for c in report.coefficients] == [
+        (f"se.{i}", "gate", i, ("batch", "slot"), "detected") for i in range(2)]
+    assert report.parity.ok and report.task.kind == "classification"
+    assert [c.name for c in report.conditions] == ["correct", "cross_input", "static_layer", "static_position",
+                                                   "global_mean"]
+    assert "token_shuffle left out" in report.settings["token_shuffle_note"]
+    assert report.condition("cross_input").delta_nll.value != 0.0

@@ -154,3 +154,37 @@ def test_gated_lm_is_causal():
     (a,), (b,) = run_ort(gated_lm(), {"input_ids": ids}), run_ort(gated_lm(), {"input_ids": changed})
     np.testing.assert_array_equal(a[0, :4], b[0, :4])
     assert not np.allclose(a[0, 4:], b[0, 4:])
+
+
+def se_cnn(blocks: int = 2, seed: int = 0, channels: int = 4, classes: int = 3) -> onnx.ModelProto:
+    """A tiny CNN classifier whose blocks scale their feature maps (batch, channels, h, w) by a
+    squeeze-and-excitation gate `se.i` of shape (batch, channels): coefficients without a token
+    axis, nothing declared (for detection)."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits = [numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "spatial"),
+             _weights(rng, "head", channels, classes)]
+    x = "pixels"
+    for i in range(blocks):
+        inits += [_weights(rng, f"conv.{i}", channels, channels, 1, 1, scale=0.5),
+                  _weights(rng, f"se.{i}.w", channels, channels)]
+        nodes += [
+            helper.make_node("Conv", [x, f"conv.{i}"], [f"c.{i}"], name=f"/blocks.{i}/conv/Conv"),
+            helper.make_node("Relu", [f"c.{i}"], [f"r.{i}"], name=f"/blocks.{i}/Relu"),
+            helper.make_node("ReduceMean", [f"r.{i}", "spatial"], [f"m.{i}"], name=f"/blocks.{i}/se/ReduceMean",
+                             keepdims=0),
+            helper.make_node("MatMul", [f"m.{i}", f"se.{i}.w"], [f"z.{i}"], name=f"/blocks.{i}/se/MatMul"),
+            helper.make_node("Sigmoid", [f"z.{i}"], [f"se.{i}"], name=f"/blocks.{i}/se/Sigmoid"),
+            helper.make_node("Unsqueeze", [f"se.{i}", "spatial"], [f"g.{i}"], name=f"/blocks.{i}/se/Unsqueeze"),
+            helper.make_node("Mul", [f"r.{i}", f"g.{i}"], [f"s.{i}"], name=f"/blocks.{i}/se/Mul"),
+            helper.make_node("Add", [x, f"s.{i}"], [f"x.{i + 1}"], name=f"/blocks.{i}/Add"),
+        ]
+        x = f"x.{i + 1}"
+    nodes += [helper.make_node("ReduceMean", [x, "spatial"], ["pooled"], name="/head/ReduceMean", keepdims=0),
+              helper.make_node("MatMul", ["pooled", "head"], ["logits"], name="/head/MatMul")]
+    graph = helper.make_graph(
+        nodes, "se_cnn", [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", channels, 5, 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    onnx.checker.check_model(model, full_check=True)
+    return model

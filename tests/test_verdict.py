@@ -164,3 +164,14 @@ def test_faster_with_as_many_flops_says_the_saving_is_not_skipped_work():
     assert same.answer == YES and "not by skipping any of it" in same.statement
     less = decide(static, replay, {**profile, "flops_executed": 3.0e6}, baseline_flops=5.0e6).compute_savings
     assert less.answer == YES and "0.60× the baseline's FLOPs" in less.statement and "skipping" not in less.statement
+
+
+def test_no_dependence_names_only_the_reassignments_that_ran():
+    # coefficients without a token axis (a CNN's channel gates): the replay leaves token_shuffle out
+    doc = replay_doc(cross=(0.001, -0.002, 0.004), shuffle=(0.0, -0.001, 0.001))
+    both = decide(None, doc, None).functional_dependence
+    del doc["conditions"]["token_shuffle"]
+    cross_only = decide(None, doc, None).functional_dependence
+    assert both.answer == cross_only.answer == NO
+    assert "or its own shuffled over tokens" in both.statement
+    assert "shuffled" not in cross_only.statement and "another input's coefficients raises" in cross_only.statement

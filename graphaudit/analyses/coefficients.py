@@ -173,8 +173,9 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
         if consumer.op_type in ROUTING:
             return "route"
         if consumer.op_type in GATING:
-            others = [r for r in consumer.inputs if r is not None and r != current
-                      and r not in producer.inputs and _width(mg, r) == hidden and dm.value(r) == VALUE]
+            others = [r for r in consumer.inputs if r is not None and r != current and r not in producer.inputs
+                      and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r))
+                      and dm.value(r) == VALUE]
             if others and own is None:
                 own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
             if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
@@ -202,6 +203,16 @@ def _elementwise_sources(mg: ModelGraph, refs: Sequence[TensorRef], limit: int =
             todo.extend(r for r in node.inputs if r is not None and mg.tensors.get(r) is not None
                         and mg.tensors[r].kind == "node_output")
     return seen
+
+
+def _scales(mg: ModelGraph, gate: TensorRef, other: TensorRef) -> bool:
+    """Without a token axis to tell the hidden state by (a CNN's feature maps): whether `gate`
+    scales `other` along some of its axes, as a squeeze-and-excitation gate of shape
+    (batch, channels, 1, 1) scales a (batch, channels, height, width) feature map."""
+    a, b = mg.tensors.get(gate), mg.tensors.get(other)
+    if a is None or b is None or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return False
+    return len(a.shape) >= 2 and all(x == 1 or x == y for x, y in zip(a.shape, b.shape)) and a.shape[0] == b.shape[0]
 
 
 def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
@@ -233,7 +244,8 @@ class _InputAxes:
       runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
       tensor asked about — the batch's size there makes it a batch axis, the token's a token axis;
     - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
-      the same leading positions only, a token axis only after a batch axis, since a number
+      the same leading positions only, a token axis only after a batch axis and only from
+      inputs of rank 2 or 3 (an image's second axis is its channels), since a number
       alone may be any axis's.
     """
 
@@ -252,7 +264,8 @@ class _InputAxes:
         batch = {s[0] for s in shapes if isinstance(s[0], str)}
         token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
         sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
-        lengths = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], int) and s[1] > 0}
+        # a fixed second size is a length only for token ids or embeddings: an image's are its channels
+        lengths = {s[1] for s in shapes if len(s) in (2, 3) and isinstance(s[1], int) and s[1] > 0}
         probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
                                    PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
                                    for d in shape)) for name, shape in named)

@@ -94,6 +94,8 @@ def render_text(r: ReplayReport) -> str:
         lines.append(f"padding: {r.settings['padding']}")
     if r.settings.get("tolerance_note"):
         lines.append(f"parity: {r.settings['tolerance_note']}")
+    if r.settings.get("token_shuffle_note"):
+        lines.append(f"conditions: {r.settings['token_shuffle_note']}")
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
                  f"(tolerance {p.tolerance:g})")
