@@ -464,3 +464,20 @@ def test_channel_gates_of_a_cnn_are_detected_and_replayed_without_a_token_shuffl
                                                    "global_mean"]
     assert "token_shuffle left out" in report.settings["token_shuffle_note"]
     assert report.condition("cross_input").delta_nll.value != 0.0
+
+
+def test_a_dynamic_convolutions_kernel_attention_is_detected_and_replayed(tmp_path):
+    # π mixes K stacked kernels into one per input (W = Σ_k π_k W_k): it meets only a weight, yet
+    # what it makes is applied as weights to the feature map, so it is a coefficient (a BERT
+    # pooler's Tanh into a classifier is not: tests/test_static.py)
+    from test_replay_models import dynamic_conv
+
+    onnx.save(dynamic_conv(), tmp_path / "dyconv.onnx")
+    rng = np.random.default_rng(1)
+    for name, count in (("calib", 12), ("eval", 10)):
+        np.savez(tmp_path / f"{name}.npz", pixels=rng.standard_normal((count, 4, 5, 5)).astype(np.float32),
+                 labels=rng.integers(0, 3, count))
+    report = replay(tmp_path / "dyconv.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
+    assert [(c.tensor, c.family, c.axes, c.source) for c in report.coefficients] == [
+        ("pi", "mix", ("batch", "slot"), "detected")]
+    assert report.parity.ok and report.condition("cross_input").delta_nll.value != 0.0

@@ -188,3 +188,35 @@ def se_cnn(blocks: int = 2, seed: int = 0, channels: int = 4, classes: int = 3) 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: int = 3) -> onnx.ModelProto:
+    """A dynamic 1x1 convolution (CondConv / DyConv): attention π = Softmax(pool(x)·Wa) over
+    `kernels` stacked weights mixes them into one weight per input, W = Σ_k π_k W_k, applied to
+    the feature map by a batched MatMul; π, shape (batch, kernels), is the coefficient. Nothing
+    declared (for detection)."""
+    rng = np.random.default_rng(seed)
+    c, k = channels, kernels
+    inits = [numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "spatial"),
+             _weights(rng, "attention", c, k), _weights(rng, "stack", k, c * c, scale=0.5),
+             numpy_helper.from_array(np.array([-1, c, c], dtype=np.int64), "per_input"),
+             numpy_helper.from_array(np.array([0, c, -1], dtype=np.int64), "flat_map"),
+             _weights(rng, "head", c, classes)]
+    nodes = [
+        helper.make_node("ReduceMean", ["pixels", "spatial"], ["pooled"], name="/dyconv/ReduceMean", keepdims=0),
+        helper.make_node("MatMul", ["pooled", "attention"], ["att"], name="/dyconv/attention/MatMul"),
+        helper.make_node("Softmax", ["att"], ["pi"], name="/dyconv/attention/Softmax", axis=-1),
+        helper.make_node("MatMul", ["pi", "stack"], ["mixed"], name="/dyconv/MatMul"),
+        helper.make_node("Reshape", ["mixed", "per_input"], ["kernel"], name="/dyconv/Reshape"),
+        helper.make_node("Reshape", ["pixels", "flat_map"], ["flat"], name="/dyconv/Reshape_1"),
+        helper.make_node("MatMul", ["kernel", "flat"], ["conv"], name="/dyconv/MatMul_1"),
+        helper.make_node("ReduceMean", ["conv", "last"], ["summary"], name="/head/ReduceMean", keepdims=0),
+        helper.make_node("MatMul", ["summary", "head"], ["logits"], name="/head/MatMul"),
+    ]
+    inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "last"))
+    graph = helper.make_graph(
+        nodes, "dynamic_conv", [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", c, 5, 5])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    onnx.checker.check_model(model, full_check=True)
+    return model

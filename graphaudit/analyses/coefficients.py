@@ -180,7 +180,33 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
                 own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
             if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
                 return "gate"
+            if consumer.op_type in ("MatMul", "Gemm") and _mixes_weights(mg, consumer, current, dm):
+                return "gate"
     return None
+
+
+WEIGHT_READERS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum"})
+
+
+def _mixes_weights(mg: ModelGraph, mix: Node, ref: TensorRef, dm: DependenceMap) -> bool:
+    """Whether `ref`, of width K, mixes a stack of K weights into per-input weights that a layer
+    then applies to its input (dynamic convolution, CondConv: W = Σ_k π_k W_k): the other
+    operand is a constant (K, N) with N at least 4K, and the mixture reaches, through reshapes,
+    a MatMul / Conv whose other operand is computed from the input. A squashed activation fed to
+    an ordinary linear layer (a classifier's) meets a weight as wide as itself and makes an
+    activation, not weights."""
+    k = _width(mg, ref)
+    stack = next((r for r in mix.inputs if r is not None and r != ref), None)
+    info = mg.tensors.get(stack) if stack is not None else None
+    if not k or info is None or info.shape is None or len(info.shape) != 2 or dm.value(stack) == VALUE:
+        return False
+    if info.shape[0] != k or not isinstance(info.shape[1], int) or info.shape[1] < 4 * k:
+        return False
+    for consumer, current in reached_consumers(mg, mix.outputs[0], limit=16):
+        if consumer.op_type in WEIGHT_READERS and any(
+                r is not None and r != current and dm.value(r) == VALUE for r in consumer.inputs):
+            return True
+    return False
 
 
 # Ops that compute element by element: an activation function written out is made of them.
