@@ -14,8 +14,9 @@ in order of trust:
 The container offered by the most nodes (at least two indices where any has two) names the
 blocks, together with any other container of at least a quarter as many nodes that no node
 names along with it (an encoder-decoder's `encoder.block` and `decoder.block`, numbered on
-from the first; not the sublayers or experts numbered inside a block). A `--block-pattern` regex replaces the candidates with its own matches, searched in the
-same texts and, after the dotted path of 3, in the node's name as it is. Nodes nested
+from the first; not the sublayers or experts numbered inside a block). A `--block-pattern`
+regex replaces the candidates with its own matches, searched in the same texts and, after
+the dotted path of 3, in the node's name as it is. Nodes nested
 in a body without candidates of their own take their owner's block, or the block of their
 neighbours among those the owner's metadata names. With no names at all, blocks are cut
 along the residual chain (graphaudit.analyses.structure).

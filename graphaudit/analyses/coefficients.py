@@ -4,10 +4,13 @@ In order (DESIGN.md, "Coefficients and their axes"): the `graphaudit.coefficient
 our exporters write; then names or glob patterns the user gives; and only when neither gives
 any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, with a fixed
 width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
-Einsum with a tensor computed from the input, not a weight) or routes one (TopK / ArgMax). Axes not declared are read from the symbolic
-dimensions shape inference carried from the graph inputs: the first input dimension is the
-batch, the second the token; in a graph exported without dynamic shapes, from the inputs'
-fixed sizes at the leading positions.
+Einsum with a tensor computed from the input, not a weight, nor from the squashed tensor's
+own input element by element), routes one (TopK / ArgMax), scales a CNN's feature map
+channel by channel, or mixes stacked weights that are then applied to one (a dynamic
+convolution). Axes not declared are read from the symbolic dimensions shape inference
+carried from the graph inputs: the first input dimension is the batch, the second the
+token (`batch*token` where the two are one axis); in a graph exported without dynamic
+shapes, from the inputs' fixed sizes at the leading positions.
 """
 
 from __future__ import annotations
