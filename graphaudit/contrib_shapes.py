@@ -10,9 +10,10 @@ output shapes (a FastGelu's output is shaped as its input; an Attention's as the
 rows by the value width). Inference then runs through them in one pass; only the shapes it
 finds are kept (`load._infer_shapes`), never the copy.
 
-A node with an output whose shape cannot be written that way (an Attention's `present`) is
-left as it is: its outputs stay unknown, as before; a dimension that depends on the data
-(GroupQueryAttention's cache length) is made unknown on purpose.
+A node with an output whose shape cannot be written that way (packed QKV, an unknown
+weight width) is left as it is: its outputs stay unknown, as before; a dimension that
+depends on the data (a KV cache's length, past and new positions or a shared buffer's) is
+made unknown on purpose, so that a graph output's declared size stands.
 """
 
 from __future__ import annotations
@@ -173,22 +174,29 @@ def _matmul_nbits(node, dims):
 
 
 def _ort_attention(node, dims):
-    """Attention(input, weights, bias, ...): the input's rows by the value width (the third of
-    qkv_hidden_sizes, else a third of the weights' columns)."""
-    if _outputs(node) != [0]:
+    """Attention(input, weights, bias, mask_index, past, ...): the input's rows by the value
+    width (the third of qkv_hidden_sizes, else a third of the weights' columns); `present`,
+    given a `past` (2, batch, heads, positions, head size), shaped as the past with its
+    positions left unknown (past and new ones: `_gqa` says why Compress)."""
+    outputs = _outputs(node)
+    if outputs not in ([0], [0, 1]) or (outputs == [0, 1] and not _present(node, 4)):
         return None
     sizes = _attr(node, "qkv_hidden_sizes")
     if sizes:
-        q, v = int(sizes[0]), int(sizes[2])
-        body = [helper.make_node("MatMul", ["i0", "i1"], ["qkv"]), _const("start", [q + int(sizes[1])]),
-                _const("stop", [q + int(sizes[1]) + v]), _const("axis", [-1]),
-                helper.make_node("Slice", ["qkv", "start", "stop", "axis"], ["o0"])]
-        return body
-    columns = dims.get(node.input[1], (None, None))[-1]
-    if not columns or columns % 3:
-        return None
-    return [helper.make_node("MatMul", ["i0", "i1"], ["qkv"]), _const("start", [0]), _const("stop", [columns // 3]),
+        start, stop = int(sizes[0]) + int(sizes[1]), sum(int(s) for s in sizes[:3])
+    else:
+        columns = dims.get(node.input[1], (None, None))[-1]
+        if not columns or columns % 3:
+            return None
+        start, stop = 0, columns // 3
+    body = [helper.make_node("MatMul", ["i0", "i1"], ["qkv"]), _const("start", [start]), _const("stop", [stop]),
             _const("axis", [-1]), helper.make_node("Slice", ["qkv", "start", "stop", "axis"], ["o0"])]
+    if outputs == [0, 1]:  # a condition computed from the input's values: its length is not known
+        body += [helper.make_node("ReduceMax", ["i0"], ["peak"], keepdims=0), _const("one", [1]),
+                 helper.make_node("Reshape", ["peak", "one"], ["peak1"]),
+                 helper.make_node("Cast", ["peak1"], ["keep"], to=onnx.TensorProto.BOOL),
+                 helper.make_node("Compress", ["i4", "keep"], ["o1"], axis=3)]
+    return body
 
 
 def _mha(node, dims):
