@@ -137,6 +137,21 @@ def test_an_activation_function_written_out_is_not_a_gate():
     assert report.coefficients == () and verdicts(report) == ["always", "always"]
 
 
+def test_a_quantised_gate_weights_its_block_through_its_quantize_dequantize_pair():
+    # a QDQ model (ONNX Runtime's static quantisation) puts QuantizeLinear / DequantizeLinear
+    # between the gate and the Mul it weights: declared or detected, it still gates its block
+    qdq = GATED.replace('["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)',
+                        'gq@ = QuantizeLinear ("gate.@", "scale", "zero")\n'
+                        '        gd@ = DequantizeLinear (gq@, "scale", "zero")\n'
+                        '        ["/model/layers.@/Mul"] m@ = Mul (gd@, h@)')
+    text = graph([qdq] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("> {", ', float scale = {0.01}, uint8 zero = {0}> {', 1)
+    assert verdicts(audit(text, GATE_META)) == ["gated", "gated"]
+    detected = audit(text)
+    assert [(c.tensor, c.source) for c in detected.coefficients] == [("gate.0", "detected"), ("gate.1", "detected")]
+    assert verdicts(detected) == ["gated", "gated"]
+
+
 def test_coefficients_named_by_the_user_and_unknown_names():
     text = graph([GATED] * 2, [GATED_W] * 2)
     report = audit(text, coefficients=("gate.*",))

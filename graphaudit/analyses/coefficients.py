@@ -34,10 +34,11 @@ from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_depende
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix"}
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
-# Operators a coefficient may pass through on its way to the node it weights.
+# Operators a coefficient may pass through on its way to the node it weights (a quantised
+# model's QuantizeLinear / DequantizeLinear pairs included).
 PLUMBING = frozenset({
     "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
-    "Identity", "Concat", "Flatten", "Add", "Sub",
+    "Identity", "Concat", "Flatten", "Add", "Sub", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
 })
 _GLOB = re.compile(r"[*?\[]")
 
