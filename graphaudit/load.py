@@ -268,12 +268,18 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     itself, which the caller owns. Encoding, parsing and copying the weights was most of
     inference's time on a model that holds them.
     """
-    skeleton = _without_weights(model)
-    skeleton = with_shape_functions(skeleton, copy=skeleton is model)  # ONNX Runtime's fused operators
+    plain = _without_weights(model)
+    skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
     try:
         inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
-        return model, False, brief(err)
+        if skeleton is plain:
+            return model, False, brief(err)
+        try:  # a shape function ONNX would not take: inference as before, without them
+            skeleton, inferred = plain, shape_inference.infer_shapes(plain, check_type=False, strict_mode=False,
+                                                                     data_prop=True)
+        except Exception as err:  # noqa: BLE001
+            return model, False, brief(err)
     if skeleton is model:
         return inferred, True, None
     for mine, found in zip(graphs(model.graph), graphs(inferred.graph)):  # the same bodies, in the same order

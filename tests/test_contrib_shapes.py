@@ -219,3 +219,24 @@ def test_onnx_runtime_operators_in_the_default_domain_pass_the_check():
     assert y.shape == (3, 4)
     with pytest.raises(GraphAuditError, match="ONNX checker's objection: No Op registered for RootMeanSquareNorm"):
         load_model(model("RootMeanSquareNorm"))  # no runtime has it: still refused
+
+
+def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fused, monkeypatch):
+    # should ONNX's inference ever refuse a shape function (an onnx release stricter about
+    # function bodies), the model loads with the shapes inference finds without them, as before
+    import graphaudit.load as load
+    from graphaudit.contrib_shapes import DOMAIN
+
+    real = load.shape_inference.infer_shapes
+
+    def strict(model, **options):
+        if any(f.domain == DOMAIN for f in model.functions):
+            raise onnx.shape_inference.InferenceError("function bodies refused")
+        return real(model, **options)
+
+    monkeypatch.setattr(load.shape_inference, "infer_shapes", strict)
+    loaded = load_model(fused)
+    assert loaded.shape_inference_ok
+    shapes = {r.name: info.shape for r, info in build_graph(loaded.model).tensors.items()}
+    assert shapes["y"] == ("B", "S", 4)  # declared
+    assert shapes["h"] is None  # past the fused node, as before the shape functions
