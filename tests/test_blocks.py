@@ -428,3 +428,34 @@ def test_dynamo_export_with_metadata_only(tmp_path):
     assert bm.method.startswith("torch name-scope metadata")
     assert all({"MatMul", "Relu"} <= {mg.nodes[n].op_type for n in b.node_ids} for b in bm.blocks)
     assert time.perf_counter() - start < 60
+
+
+SHARED = """
+        ["/model/layers.0/q/MatMul@"] q@ = MatMul (x@, "model.layers.0.q.weight")
+        ["/model/layers.0/k/MatMul@"] k@ = MatMul (x@, "model.layers.0.k.weight")
+        ["/model/layers.0/mlp/MatMul@"] m@ = MatMul (q@, "model.layers.0.mlp.weight")
+        ["/model/layers.0/Add@"] s@ = Add (m@, k@)
+        ["/model/layers.0/Add_res@"] x@+1 = Add (x@, s@)
+"""
+SHARED_W = ", ".join(f'float[2, 2] "model.layers.0.{w}.weight" = {EYE}' for w in ("q", "k", "mlp"))
+
+
+def test_one_layer_run_three_times_is_three_blocks():
+    # ALBERT's shared layer group: one module path, the same weights, three passes
+    text = layered(SHARED, 3).replace("(float[B, T, 2] x0) => (float[B, T, 2] y)",
+                                      f"(float[B, T, 2] x0) => (float[B, T, 2] y) <{SHARED_W}>")
+    mg = graph_of(text)
+    bm = find_blocks(mg)
+    assert [b.name for b in bm.blocks] == [f"model.layers.0 (pass {i} of 3)" for i in (1, 2, 3)]
+    assert members(bm, mg) == [["Add", "Add", "MatMul", "MatMul", "MatMul"]] * 3
+    assert [sorted(mg.nodes[n].name for n in b.node_ids)[0] for b in bm.blocks] == [
+        f"/model/layers.0/Add@".replace("@", str(i)) for i in range(3)]
+    assert "runs 3 times with the same weights" in bm.method
+    # beside a layer of its own, as in a model that shares one layer group and not the next
+    after = text.replace("        y = Identity (x3)", LEGACY.replace("@+1", "4").replace("@", "3").replace(
+        "layers.3", "layers.1") + "\n        y = Identity (x4)").replace("<" + SHARED_W, "<" + SHARED_W + ", " + LEGACY_W.replace("@", "1"))
+    mixed = find_blocks(graph_of(after))
+    assert [b.name for b in mixed.blocks] == [f"model.layers.0 (pass {i} of 3)" for i in (1, 2, 3)] + ["model.layers.1"]
+    # three layers with weights of their own stay three blocks, named as before
+    own = find_blocks(graph_of(layered(LEGACY, 3, LEGACY_W)))
+    assert [b.name for b in own.blocks] == ["model.layers.0", "model.layers.1", "model.layers.2"]

@@ -89,7 +89,9 @@ def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     finder = _Finder(mg, regex)
     found = finder.by_names()
     if found is not None:
-        return found
+        from graphaudit.analyses.repeats import split_repeats  # it builds on this module's types
+
+        return split_repeats(mg, found)
     if regex is not None:
         raise UsageError(
             f"expected --block-pattern {pattern!r} to match node names, name scopes or "
