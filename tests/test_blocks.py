@@ -60,37 +60,6 @@ def test_legacy_node_names():
     assert bm.block_of(next(iter(bm.blocks[1].node_ids))) == bm.blocks[1]
 
 
-SUBLAYERED = """
-        ["/model/STACK/block.@/layer.0/MatMul"] a@ = MatMul (x@, "STACK.@.w0")
-        ["/model/STACK/block.@/layer.1/MatMul"] b@ = MatMul (a@, "STACK.@.w1")
-        ["/model/STACK/block.@/Add"] x@+1 = Add (x@, b@)
-"""
-SUBLAYERED_W = 'float[2, 2] "STACK.@.w0" = ' + EYE + ', float[2, 2] "STACK.@.w1" = ' + EYE
-
-
-def test_an_encoder_and_a_decoder_stack_are_both_blocks():
-    # T5's layout: encoder.block.N and decoder.block.N, each with numbered sublayers inside
-    # (block.N.layer.M, which are not blocks); the decoder reads the encoder's output
-    encoder = SUBLAYERED.replace("STACK", "encoder")
-    decoder = SUBLAYERED.replace("STACK", "decoder").replace("x@+1", "d@+1").replace("(x@,", "(d@,").replace(
-        "a@", "da@").replace("b@", "db@")
-    text = layered(encoder, 2, SUBLAYERED_W.replace("STACK", "encoder")).replace(
-        "        y = Identity (x2)", "        [\"/model/bridge/Identity\"] d0 = Identity (x2)\n" + "\n".join(
-            decoder.replace("@+1", str(i + 1)).replace("@", str(i)) for i in range(3)) + "\n        y = Identity (d3)")
-    weights = ", ".join(SUBLAYERED_W.replace("STACK", "decoder").replace("@", str(i)) for i in range(3))
-    text = text.replace("> {", f", {weights}> {{", 1)
-    mg = graph_of(text)
-    bm = find_blocks(mg)
-    assert [b.name for b in bm.blocks] == ["model.encoder.block.0", "model.encoder.block.1", "model.decoder.block.0",
-                                           "model.decoder.block.1", "model.decoder.block.2"]
-    assert [b.index for b in bm.blocks] == [0, 1, 2, 3, 4]
-    assert members(bm, mg) == [["Add", "MatMul", "MatMul"]] * 5
-    assert "5 blocks under `model.encoder.block`, `model.decoder.block`" in bm.method
-    # one stack alone is found as before, its sublayers inside its blocks
-    single = find_blocks(graph_of(layered(encoder, 3, SUBLAYERED_W.replace("STACK", "encoder"))))
-    assert [b.name for b in single.blocks] == [f"model.encoder.block.{i}" for i in range(3)]
-
-
 def test_synthetic_pythia_names_and_shared_constants_stay_outside():
     mg = build_graph(load_model(transformer_graph(layers=3, hidden=8, heads=2, vocab=16, external=None)).model)
     bm = find_blocks(mg)
@@ -429,33 +398,3 @@ def test_dynamo_export_with_metadata_only(tmp_path):
     assert all({"MatMul", "Relu"} <= {mg.nodes[n].op_type for n in b.node_ids} for b in bm.blocks)
     assert time.perf_counter() - start < 60
 
-
-SHARED = """
-        ["/model/layers.0/q/MatMul@"] q@ = MatMul (x@, "model.layers.0.q.weight")
-        ["/model/layers.0/k/MatMul@"] k@ = MatMul (x@, "model.layers.0.k.weight")
-        ["/model/layers.0/mlp/MatMul@"] m@ = MatMul (q@, "model.layers.0.mlp.weight")
-        ["/model/layers.0/Add@"] s@ = Add (m@, k@)
-        ["/model/layers.0/Add_res@"] x@+1 = Add (x@, s@)
-"""
-SHARED_W = ", ".join(f'float[2, 2] "model.layers.0.{w}.weight" = {EYE}' for w in ("q", "k", "mlp"))
-
-
-def test_one_layer_run_three_times_is_three_blocks():
-    # ALBERT's shared layer group: one module path, the same weights, three passes
-    text = layered(SHARED, 3).replace("(float[B, T, 2] x0) => (float[B, T, 2] y)",
-                                      f"(float[B, T, 2] x0) => (float[B, T, 2] y) <{SHARED_W}>")
-    mg = graph_of(text)
-    bm = find_blocks(mg)
-    assert [b.name for b in bm.blocks] == [f"model.layers.0 (pass {i} of 3)" for i in (1, 2, 3)]
-    assert members(bm, mg) == [["Add", "Add", "MatMul", "MatMul", "MatMul"]] * 3
-    assert [sorted(mg.nodes[n].name for n in b.node_ids)[0] for b in bm.blocks] == [
-        f"/model/layers.0/Add@".replace("@", str(i)) for i in range(3)]
-    assert "runs 3 times with the same weights" in bm.method
-    # beside a layer of its own, as in a model that shares one layer group and not the next
-    after = text.replace("        y = Identity (x3)", LEGACY.replace("@+1", "4").replace("@", "3").replace(
-        "layers.3", "layers.1") + "\n        y = Identity (x4)").replace("<" + SHARED_W, "<" + SHARED_W + ", " + LEGACY_W.replace("@", "1"))
-    mixed = find_blocks(graph_of(after))
-    assert [b.name for b in mixed.blocks] == [f"model.layers.0 (pass {i} of 3)" for i in (1, 2, 3)] + ["model.layers.1"]
-    # three layers with weights of their own stay three blocks, named as before
-    own = find_blocks(graph_of(layered(LEGACY, 3, LEGACY_W)))
-    assert [b.name for b in own.blocks] == ["model.layers.0", "model.layers.1", "model.layers.2"]

@@ -182,12 +182,7 @@ def se_cnn(blocks: int = 2, seed: int = 0, channels: int = 4, classes: int = 3) 
         x = f"x.{i + 1}"
     nodes += [helper.make_node("ReduceMean", [x, "spatial"], ["pooled"], name="/head/ReduceMean", keepdims=0),
               helper.make_node("MatMul", ["pooled", "head"], ["logits"], name="/head/MatMul")]
-    graph = helper.make_graph(
-        nodes, "se_cnn", [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", channels, 5, 5])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
-    onnx.checker.check_model(model, full_check=True)
-    return model
+    return _finish_images(nodes, inits, "se_cnn", channels, classes)
 
 
 def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: int = 3) -> onnx.ModelProto:
@@ -214,8 +209,13 @@ def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: in
         helper.make_node("MatMul", ["summary", "head"], ["logits"], name="/head/MatMul"),
     ]
     inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "last"))
+    return _finish_images(nodes, inits, "dynamic_conv", c, classes)
+
+
+def _finish_images(nodes, inits, name: str, channels: int, classes: int) -> onnx.ModelProto:
+    """An image classifier's graph: (batch, channels, 5, 5) `pixels` in, (batch, classes) `logits` out."""
     graph = helper.make_graph(
-        nodes, "dynamic_conv", [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", c, 5, 5])],
+        nodes, name, [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", channels, 5, 5])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", classes])], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
     onnx.checker.check_model(model, full_check=True)
