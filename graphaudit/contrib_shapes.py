@@ -10,8 +10,8 @@ output shapes (a FastGelu's output is shaped as its input; an Attention's as the
 rows by the value width). Inference then runs through them in one pass; only the shapes it
 finds are kept (`load._infer_shapes`), never the copy.
 
-A node with an output whose shape cannot be written that way (packed QKV, an unknown
-weight width) is left as it is: its outputs stay unknown, as before; a dimension that
+A node with an output whose shape cannot be written that way (MultiHeadAttention's packed
+QKV, an unknown weight width) is left as it is: its outputs stay unknown, as before; a dimension that
 depends on the data (a KV cache's length, past and new positions or a shared buffer's) is
 made unknown on purpose, so that a graph output's declared size stands.
 """
@@ -210,16 +210,29 @@ def _mha(node, dims):
 
 
 def _gqa(node, dims):
-    """GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, ...) with separate
-    query, key and value: the output is shaped as the query; each present cache as its past
-    (batch, kv heads, positions, head size), else as the new keys or values in that layout,
-    with its positions left unknown (past and new ones, or the shared buffer's length: the
-    `Compress` by a condition read from seqlens_k says only that they depend on the data)."""
-    kv_heads = _attr(node, "kv_num_heads")
-    if not (_present(node, 1) and _present(node, 2) and _present(node, 5)) or not kv_heads:
+    """GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k, ...): the output
+    is shaped as the query, or for packed QKV (no key and value: the query holds num_heads +
+    2 kv_num_heads heads) as its query heads; each present cache as its past (batch, kv heads,
+    positions, head size), else as the new keys or values in that layout, with its positions
+    left unknown (past and new ones, or a shared buffer's length: the `Compress` by a
+    condition read from seqlens_k says only that they depend on the data)."""
+    heads, kv_heads = _attr(node, "num_heads"), _attr(node, "kv_num_heads")
+    packed = not _present(node, 1) and not _present(node, 2)
+    if not (packed or (_present(node, 1) and _present(node, 2))) or not _present(node, 5) or not kv_heads \
+            or (packed and not heads):
         return None
-    body = [helper.make_node("Identity", ["i0"], ["o0"]),
-            helper.make_node("Cast", ["i5"], ["positions"], to=onnx.TensorProto.BOOL)]
+    body = [helper.make_node("Cast", ["i5"], ["positions"], to=onnx.TensorProto.BOOL)]
+    if packed:  # (batch, seq, heads of q, k and v, head size), the heads taken apart by Slice
+        body += [_const("split_heads", [0, 0, heads + 2 * kv_heads, -1]),
+                 helper.make_node("Reshape", ["i0", "split_heads"], ["qkv"]), _const("head_axis", [2]),
+                 _const("q0", [0]), _const("q1", [heads]), _const("k1", [heads + kv_heads]),
+                 _const("v1", [heads + 2 * kv_heads]), _const("merge_heads", [0, 0, -1]),
+                 helper.make_node("Slice", ["qkv", "q0", "q1", "head_axis"], ["q"]),
+                 helper.make_node("Reshape", ["q", "merge_heads"], ["o0"]),
+                 helper.make_node("Slice", ["qkv", "q1", "k1", "head_axis"], ["bsnh1"]),
+                 helper.make_node("Slice", ["qkv", "k1", "v1", "head_axis"], ["bsnh2"])]
+    else:
+        body.append(helper.make_node("Identity", ["i0"], ["o0"]))
     for j, new, past in ((1, "i1", 3), (2, "i2", 4)):
         if j not in _outputs(node):
             continue
@@ -227,9 +240,10 @@ def _gqa(node, dims):
             base = f"i{past}"
         else:
             base = f"bnsh{j}"
-            body += [_const(f"heads{j}", [0, 0, kv_heads, -1]),
-                     helper.make_node("Reshape", [new, f"heads{j}"], [f"bsnh{j}"]),
-                     helper.make_node("Transpose", [f"bsnh{j}"], [base], perm=[0, 2, 1, 3])]
+            if not packed:
+                body += [_const(f"heads{j}", [0, 0, kv_heads, -1]),
+                         helper.make_node("Reshape", [new, f"heads{j}"], [f"bsnh{j}"])]
+            body.append(helper.make_node("Transpose", [f"bsnh{j}"], [base], perm=[0, 2, 1, 3]))
         body.append(helper.make_node("Compress", [base, "positions"], [f"o{j}"], axis=2))
     return body
 
