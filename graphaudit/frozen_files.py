@@ -3,9 +3,12 @@
 `write_graphs` freezes a loaded model and saves both graphs as `STEM.trace.onnx` and
 `STEM.frozen.onnx`. Weights in the proto are written with the graphs (beside them, as
 external data, past protobuf's 2 GiB). Weights that a model keeps in external files stay
-there, never read: both graphs refer to the same files, which are hard-linked into the
-folder, or copied where a link cannot be made; a different file of the same name already
-in the folder is never overwritten.
+there, never read: both graphs refer to the same files, which are copied into the folder
+(cloned, sharing the original's blocks, where the file system can) or, asked for, hard-linked
+there. A copy is the default because onnx's loader refuses a weights file with more than one
+link (it takes it for a hard-link attack): a link would make onnx.load refuse the user's own
+model too. A different file of the same name already in the folder is never overwritten; one
+copied there before (same size and modification time) is kept.
 
 Every output is written by `graphaudit.files.replace_file`: a fresh file beside the target,
 renamed onto it, so a link already at the target is replaced, never written through.
@@ -42,8 +45,10 @@ class WrittenGraphs:
     placed: tuple[str, ...]  # external-data files linked or copied into the folder
 
 
-def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_dir: Path, stem: str) -> WrittenGraphs:
-    """Freeze `loaded` for `coefficients` and write both graphs into `out_dir` (created if missing)."""
+def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_dir: Path, stem: str,
+                 link: bool = False) -> WrittenGraphs:
+    """Freeze `loaded` for `coefficients` and write both graphs into `out_dir` (created if missing).
+    `link`: hard-link external weight files into `out_dir` instead of copying them."""
     paths = [out_dir / f"{stem}.{kind}.onnx" for kind in ("trace", "frozen")]
     _refuse_targets(paths, _input_files(loaded))
     surgery = freeze(loaded.model, coefficients)
@@ -54,7 +59,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
                               f"({err.strerror})") from None
     placed: tuple[str, ...] = ()
     if loaded.weights_folder is not None and out_dir.resolve() != loaded.weights_folder:
-        _place_weights(loaded.external_files, loaded.weights_folder, out_dir)
+        _place_weights(loaded.external_files, loaded.weights_folder, out_dir, link)
         placed = loaded.external_files
     for path, proto in zip(paths, (surgery.trace, surgery.frozen)):
         location = None
@@ -63,6 +68,28 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
             unlink_entry(out_dir / location)  # onnx appends to it: start from a fresh entry, not a link's target
         replace_file(path, partial(_save, proto, location), "the frozen graphs")
     return WrittenGraphs(paths[0], paths[1], surgery, placed)
+
+
+_FICLONE = 0x40049409  # Linux ioctl: make `target` share `original`'s blocks (btrfs, XFS)
+
+
+def _copy(original: Path, target: Path) -> None:
+    """Copy `original` to `target`, its modification time kept: cloned where the file system
+    can, else in the kernel (`shutil.copyfile`)."""
+    with open(original, "rb") as src, open(target, "wb") as dst:
+        try:
+            import fcntl
+
+            fcntl.ioctl(dst.fileno(), _FICLONE, src.fileno())
+        except (ImportError, OSError):  # no clones here: copy
+            shutil.copyfileobj(src, dst, 16 * 2**20)
+    shutil.copystat(original, target)
+
+
+def _copied(original: Path, target: Path) -> bool:
+    """Whether `target` is the copy `_copy` made of `original`: same size and modification time."""
+    a, b = original.stat(), target.stat()
+    return (a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns)
 
 
 def _save(proto: onnx.ModelProto, location: str | None, path: Path) -> None:
@@ -90,12 +117,13 @@ def _refuse_targets(paths: Sequence[Path], inputs: Sequence[Path]) -> None:
                                   "found a directory")
 
 
-def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> None:
-    """Make each external-data file available in `out_dir`: a hard link, else a copy; never overwrite another."""
+def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path, link: bool) -> None:
+    """Make each external-data file available in `out_dir`: a copy (cloned where the file system
+    can), or with `link` a hard link (else a copy); never overwrite another."""
     for location in locations:
         original, target = source / location, out_dir / location
         if target.exists() or target.is_symlink():  # a broken link too: a copy would land where it points
-            if target.exists() and same_file(target, original):
+            if target.exists() and (same_file(target, original) or _copied(original, target)):
                 continue
             raise GraphAuditError(
                 f"expected no other file at {target} (the frozen graphs' weights {location!r} go there), "
@@ -104,9 +132,11 @@ def _place_weights(locations: tuple[str, ...], source: Path, out_dir: Path) -> N
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
+                if not link:
+                    raise OSError("a copy was asked for")
                 os.link(original, target)
-            except OSError:  # another file system, or links not allowed: copy, in chunks
-                shutil.copyfile(original, target)
+            except OSError:  # a copy asked for, another file system, or links not allowed
+                _copy(original, target)
         except OSError as err:
             raise GraphAuditError(f"expected to place the weights {location!r} in {out_dir}, found: "
                                   f"{err.strerror}") from None

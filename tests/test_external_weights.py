@@ -199,3 +199,28 @@ def test_a_model_proto_with_external_weights_is_refused_for_running(external):
     with pytest.raises(graphaudit.load.GraphAuditError, match="expected a model with its weights inline when given "
                                                               "a ModelProto, found external-data references"):
         load_for_runtime(proto)
+
+
+def test_freeze_copies_the_weights_so_that_onnx_still_loads_both_models(external, tmp_path):
+    # onnx's loader refuses a weights file with several links (a hard-link attack, to it): a link
+    # placed by freeze would make onnx.load refuse the user's own model as well as the frozen one
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+
+    folder = tmp_path / "model"
+    shutil.copytree(external, folder)
+    for flag, links in (((), 1), (("--link",), 2)):
+        out = tmp_path / f"frozen{len(flag)}"
+        result = CliRunner().invoke(cli, ["freeze", str(folder / "model.onnx"), "-o", str(out), *flag])
+        assert result.exit_code == 0, result.output
+        assert (folder / DATA_FILE).stat().st_nlink == links
+        assert (out / DATA_FILE).read_bytes() == (folder / DATA_FILE).read_bytes()
+        if not flag:
+            onnx.load(str(folder / "model.onnx"))  # weights read: one link, nothing refused
+            onnx.load(str(out / "model.frozen.onnx"))
+            again = CliRunner().invoke(cli, ["freeze", str(folder / "model.onnx"), "-o", str(out)])
+            assert again.exit_code == 0, again.output  # the copy made before is kept, not taken for another file
+        else:
+            with pytest.raises(Exception, match="hard ?link"):
+                onnx.load(str(folder / "model.onnx"))

@@ -250,13 +250,26 @@ def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
     return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
 
 
+# Normalisations: what they output is the residual stream, at the hidden width.
+NORMALISATIONS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                            "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
+
+
 def _hidden_width(mg: ModelGraph, axes: "_InputAxes") -> int | None:
-    """The most common fixed last dimension among tensors that have a token axis."""
-    widths = Counter(
-        info.shape[-1] for info in mg.tensors.values()
-        if info.kind == "node_output" and info.shape and len(info.shape) >= 2
-        and isinstance(info.shape[-1], int) and TOKEN in axes.names(info.shape[:-1])
-    )
+    """The hidden width: the most common fixed last dimension of what the normalisations with
+    a token axis output, else of every tensor with a token axis (an MLP written out op by op
+    can outnumber the residual stream's tensors at its own, wider width)."""
+    def width(info) -> int | None:
+        shape = info.shape if info is not None else None
+        if shape and len(shape) >= 2 and isinstance(shape[-1], int) and TOKEN in axes.names(shape[:-1]):
+            return shape[-1]
+        return None
+
+    normed = Counter(w for node in mg.nodes.values() if node.op_type in NORMALISATIONS and node.outputs
+                     and node.outputs[0] is not None and (w := width(mg.tensors.get(node.outputs[0]))) is not None)
+    if normed:
+        return normed.most_common(1)[0][0]
+    widths = Counter(w for info in mg.tensors.values() if info.kind == "node_output" and (w := width(info)) is not None)
     return widths.most_common(1)[0][0] if widths else None
 
 

@@ -19,25 +19,30 @@ from graphaudit.replay import resolve
               help="Folder to write MODEL.trace.onnx and MODEL.frozen.onnx into (created if missing).")
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
               help="Coefficient tensors to freeze (repeatable; default: declared in the metadata, else detected).")
+@click.option("--link", is_flag=True,
+              help="Hard-link external weight files into the folder instead of copying them (no copy of large "
+                   "weights, but onnx.load then refuses both models' weights: it takes a file with several "
+                   "links for an attack; ONNX Runtime loads them).")
 @axes_option
-def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[str, ...]) -> None:
+def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[str, ...], link: bool) -> None:
     """Write MODEL's trace graph (coefficients as extra outputs) and frozen graph (coefficients
     as inputs, controller nodes removed), for replaying the model elsewhere. A model whose
-    weights lie in external files keeps them there: both graphs refer to the same files, linked
-    or copied into the output folder unread."""
+    weights lie in external files keeps them there: both graphs refer to the same files, copied
+    into the output folder unread (cloned where the file system can; --link hard-links them)."""
     loaded = load_for_runtime(model)
     coefficients = resolve(loaded, with_axes(_split(names), axes))
     if not coefficients:
         click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors, none were given "
                    "(--coefficients) and none were detected; nothing to freeze")
         return
-    written = write_graphs(loaded, coefficients, out_dir, Path(model).name.removesuffix(".onnx"))
+    written = write_graphs(loaded, coefficients, out_dir, Path(model).name.removesuffix(".onnx"), link=link)
     click.echo(f"{len(coefficients)} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})")
     click.echo(f"trace graph:  {written.trace}  (+{len(coefficients)} outputs)")
     click.echo(f"frozen graph: {written.frozen}  (+{len(coefficients)} inputs, {len(written.surgery.removed)} "
                "controller nodes removed)")
     if written.placed:
-        click.echo(f"weights: {', '.join(written.placed)} beside them (linked, or copied where a link cannot be made)")
+        how = "hard-linked, or copied where a link cannot be made" if link else "copied"
+        click.echo(f"weights: {', '.join(written.placed)} beside them ({how})")
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
