@@ -153,18 +153,19 @@ def test_quantized_and_fused_conv_gemm_nodes_are_shaped_as_onnx_runtime_shapes_t
     assert count_flops(mg, {"x": (2, 8), "img": (2, 3, 9, 9)}).unknown_shape == ()
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["qkv-apart", "qkv-packed"])
 @pytest.mark.parametrize("past", [0, 3])
-def test_group_query_attention_output_and_caches(past):
-    # a decoder layer as ONNX Runtime GenAI writes it: GQA (4 query heads, 2 kv heads of size 4)
-    # then the output projection; with and without a past cache
+def test_group_query_attention_output_and_caches(past, packed):
+    # a decoder layer as ONNX Runtime GenAI writes it: GQA (4 query heads, 2 kv heads of size 8),
+    # fed separate query, key and value or one packed projection, then the output projection;
+    # with and without a past cache
     rng = np.random.default_rng(3)
     wo = onnx.numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "wo")
-    inputs = [onnx.helper.make_tensor_value_info("q", onnx.TensorProto.FLOAT, ["B", "S", 32]),
-              onnx.helper.make_tensor_value_info("k", onnx.TensorProto.FLOAT, ["B", "S", 16]),
-              onnx.helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, ["B", "S", 16]),
+    widths = {"qkv": 64} if packed else {"q": 32, "k": 16, "v": 16}
+    inputs = [*(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["B", "S", w]) for n, w in widths.items()),
               onnx.helper.make_tensor_value_info("seqlens_k", onnx.TensorProto.INT32, ["B"]),
               onnx.helper.make_tensor_value_info("total", onnx.TensorProto.INT32, [])]
-    names = ["q", "k", "v", "", "", "seqlens_k", "total"]
+    names = ["qkv", "", "", "", "", "seqlens_k", "total"] if packed else ["q", "k", "v", "", "", "seqlens_k", "total"]
     if past:
         inputs += [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["B", 2, "P", 8])
                    for n in ("past_key", "past_value")]
@@ -184,9 +185,8 @@ def test_group_query_attention_output_and_caches(past):
     assert shapes["att"] == ("B", "S", 32)  # inferred: only the graph outputs are declared
     assert shapes["present_key"] == ("B", 2, "T", 8)  # the declared length stands: inference leaves it unknown
     s, b = 5, 1 if past else 2  # ORT takes a past with more than one new token at batch 1 only
-    feeds = {"q": np.ones((b, s, 32), np.float32), "k": np.ones((b, s, 16), np.float32),
-             "v": np.ones((b, s, 16), np.float32), "seqlens_k": np.full(b, past + s - 1, np.int32),
-             "total": np.array(past + s, np.int32)}
+    feeds = {**{n: np.ones((b, s, w), np.float32) for n, w in widths.items()},
+             "seqlens_k": np.full(b, past + s - 1, np.int32), "total": np.array(past + s, np.int32)}
     if past:
         feeds.update(past_key=np.ones((b, 2, past, 8), np.float32), past_value=np.ones((b, 2, past, 8), np.float32))
     run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -240,39 +240,3 @@ def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fuse
     shapes = {r.name: info.shape for r, info in build_graph(loaded.model).tensors.items()}
     assert shapes["y"] == ("B", "S", 4)  # declared
     assert shapes["h"] is None  # past the fused node, as before the shape functions
-
-
-@pytest.mark.parametrize("past", [0, 3])
-def test_group_query_attention_on_packed_qkv(past):
-    # ONNX Runtime GenAI's decoders feed GQA one projection holding the query, key and value heads
-    rng = np.random.default_rng(4)
-    wo = onnx.numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "wo")
-    inputs = [onnx.helper.make_tensor_value_info("qkv", onnx.TensorProto.FLOAT, ["B", "S", 64]),
-              onnx.helper.make_tensor_value_info("seqlens_k", onnx.TensorProto.INT32, ["B"]),
-              onnx.helper.make_tensor_value_info("total", onnx.TensorProto.INT32, [])]
-    names = ["qkv", "", "", "", "", "seqlens_k", "total"]
-    if past:
-        inputs += [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["B", 2, "P", 8])
-                   for n in ("past_key", "past_value")]
-        names[3:5] = ["past_key", "past_value"]
-    nodes = [onnx.helper.make_node("GroupQueryAttention", names, ["att", "present_key", "present_value"],
-                                   domain="com.microsoft", num_heads=4, kv_num_heads=2),
-             onnx.helper.make_node("MatMul", ["att", "wo"], ["y"])]
-    graph = onnx.helper.make_graph(
-        nodes, "g", inputs,
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["B", "S", 32]),
-         onnx.helper.make_tensor_value_info("present_key", onnx.TensorProto.FLOAT, ["B", 2, "T", 8]),
-         onnx.helper.make_tensor_value_info("present_value", onnx.TensorProto.FLOAT, ["B", 2, "T", 8])], [wo])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
-                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
-    mg = build_graph(load_model(model).model)
-    assert {r.name: info.shape for r, info in mg.tensors.items()}["att"] == ("B", "S", 32)
-    s, b = 5, 1 if past else 2
-    feeds = {"qkv": np.ones((b, s, 64), np.float32), "seqlens_k": np.full(b, past + s - 1, np.int32),
-             "total": np.array(past + s, np.int32)}
-    if past:
-        feeds.update(past_key=np.ones((b, 2, past, 8), np.float32), past_value=np.ones((b, 2, past, 8), np.float32))
-    run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-    assert run[0].shape == (b, s, 32) and run[1].shape == (b, 2, past + s, 8)
-    count = count_flops(mg, {n: v.shape for n, v in feeds.items()})
-    assert count.unknown_shape == () and count.total == 2 * b * s * 32 * 32 + 4 * b * s * (past + s) * 32
