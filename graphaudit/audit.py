@@ -160,12 +160,7 @@ def audit(
         why = replayed.settings.get("batch_size_note") or why  # the replay's own, with inputs it left out
         if why:
             notes.append(f"replay batch size {batch_size}: {why}")
-        if replayed.settings.get("padding"):
-            notes.append(f"replay padding: {replayed.settings['padding']}")
-        if replayed.settings.get("tolerance_note"):
-            notes.append(f"replay parity: {replayed.settings['tolerance_note']}")
-        if replayed.settings.get("token_shuffle_note"):
-            notes.append(f"replay conditions: {replayed.settings['token_shuffle_note']}")
+        notes += [f"replay {about}: {note}" for about, note in replayed.setting_notes()]
     if replayed is None and failure is None:
         notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
                       "--coefficients): the frozen replay did not run, so coefficient variation and functional "

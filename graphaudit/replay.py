@@ -93,6 +93,10 @@ class DataUse:
                 "shared_inputs": self.shared_inputs}
 
 
+# settings key -> what its note is about, in the order reports give them
+_SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"))
+
+
 @dataclass(frozen=True)
 class ReplayReport:
     """Everything `graphaudit replay` found; `to_json()` is its JSON form."""
@@ -114,6 +118,11 @@ class ReplayReport:
     @property
     def controller(self) -> bool:
         return bool(self.coefficients)
+
+    def setting_notes(self) -> list[tuple[str, str]]:
+        """(what it is about, the note) for each note the settings hold on how the replay ran:
+        padding left out, the parity tolerance chosen, a condition left out."""
+        return [(about, str(self.settings[key])) for key, about in _SETTING_NOTES if self.settings.get(key)]
 
     def condition(self, name: str) -> ConditionResult:
         return next(c for c in self.conditions if c.name == name)

@@ -90,12 +90,7 @@ def render_text(r: ReplayReport) -> str:
                          "calibration inputs: the profiles saw them")
     if r.settings.get("batch_size_note"):
         lines.append(f"batch size {r.settings['batch_size']}: {r.settings['batch_size_note']}")
-    if r.settings.get("padding"):
-        lines.append(f"padding: {r.settings['padding']}")
-    if r.settings.get("tolerance_note"):
-        lines.append(f"parity: {r.settings['tolerance_note']}")
-    if r.settings.get("token_shuffle_note"):
-        lines.append(f"conditions: {r.settings['token_shuffle_note']}")
+    lines += [f"{about}: {note}" for about, note in r.setting_notes()]
     p = r.parity
     lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
                  f"(tolerance {p.tolerance:g})")
