@@ -114,6 +114,23 @@ def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
     gated = audit(text.replace('y = Gemm <transB = 1> (pooled, "classifier.weight")', "y = Mul (pooled, fs)"))
     assert [(c.tensor, c.family, c.source) for c in gated.coefficients] == [("pooled", "gate", "detected")]
 
+TANH_UNDER_GATE = GATED.replace('m@ = Mul ("gate.@", h@)', 'ht@ = Tanh (h@)\n        ["/model/layers.@/Mul"] m@ = Mul ("gate.@", ht@)')
+
+
+def test_a_tanh_weighted_by_a_sigmoid_is_content_not_a_second_gate():
+    # a block ending in Tanh under its sigmoid gate, or WaveNet's tanh(a)·σ(b): each squashed
+    # tensor weights the other, but only the Sigmoid is the gate
+    text = graph([TANH_UNDER_GATE] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y")
+    assert "Tanh" in text
+    report = audit(text)
+    assert [(c.tensor, c.source) for c in report.coefficients] == [("gate.0", "detected"), ("gate.1", "detected")]
+    assert verdicts(report) == ["gated", "gated"]
+    # two Tanh weighting each other are still both taken: nothing tells gate from content
+    both = audit(text.replace('"gate.@" = Sigmoid'.replace("@", "0"), '"gate.0" = Tanh'))
+    assert [c.tensor for c in both.coefficients] == ["gate.0", "ht0", "gate.1"]
+
+
 GELU_TANH = """
         ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
         ["/model/layers.@/gelu/Mul"] hh@ = Mul (h@, h@)

@@ -171,6 +171,8 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
     only a weight (BERT's pooler, Tanh into the classifier's Gemm) is a layer's input, not a gate.
     Nor is one that meets what its own input was computed from, element by element: that is an
     activation function written out (SiLU's x·σ(x), the tanh form of GELU, x·½·(1 + tanh(…x…))).
+    A Tanh weighted by a Sigmoid or Softmax (a gated activation, tanh(a)·σ(b); a block ending in
+    Tanh under its gate) is what the gate weights: the content, not a second gate.
     """
     own: set[TensorRef] | None = None
     for consumer, current in reached_consumers(mg, ref, limit=16):
@@ -179,13 +181,30 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
         if consumer.op_type in GATING:
             others = [r for r in consumer.inputs if r is not None and r != current and r not in producer.inputs
                       and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r))
-                      and dm.value(r) == VALUE]
+                      and dm.value(r) == VALUE
+                      and not (producer.op_type == "Tanh" and _squashed_by(mg, r) in GATE_SQUASHING)]
             if others and own is None:
                 own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
             if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
                 return "gate"
             if consumer.op_type in ("MatMul", "Gemm") and _mixes_weights(mg, consumer, current, dm):
                 return "gate"
+    return None
+
+
+# What a gate is squashed by, as against Tanh, which also squashes content (a block's output).
+GATE_SQUASHING = frozenset({"Sigmoid", "HardSigmoid", "Softmax"})
+
+
+def _squashed_by(mg: ModelGraph, ref: TensorRef) -> str | None:
+    """The op type of what made `ref`, looking up through reshapes and slices (PLUMBING)."""
+    for _ in range(16):
+        node = mg.producer(ref)
+        if node is None or node.domain:
+            return None
+        if node.op_type not in PLUMBING or not node.inputs or node.inputs[0] is None:
+            return node.op_type
+        ref = node.inputs[0]
     return None
 
 
