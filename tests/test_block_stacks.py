@@ -1,5 +1,6 @@
 """Blocks beyond one stack of layers with weights of their own: an encoder-decoder's two
-stacks, and one layer run several times with the same weights (one block per pass)."""
+stacks, one layer run several times with the same weights (one block per pass), and a last
+"layer" that only holds the final norm."""
 
 from graphaudit.analyses.blocks import find_blocks
 from test_blocks import EYE, LEGACY, LEGACY_W, graph_of, layered, members
@@ -65,3 +66,21 @@ def test_one_layer_run_three_times_is_three_blocks():
     # three layers with weights of their own stay three blocks, named as before
     own = find_blocks(graph_of(layered(LEGACY, 3, LEGACY_W)))
     assert [b.name for b in own.blocks] == ["model.layers.0", "model.layers.1", "model.layers.2"]
+
+
+def test_a_last_layer_holding_only_the_final_norm_is_not_a_block():
+    # ONNX Runtime GenAI's builder names the final norm `/model/layers.N/final_norm_layernorm`
+    text = layered(LEGACY, 3, LEGACY_W).replace("y = Identity (x3)", """
+        ["/model/layers.3/final_norm_layernorm/LayerNorm"] y = LayerNormalization <axis = -1> (x3, "ln.scale")""")
+    text = text.replace("<float[2, 2]", '<float[2] "ln.scale" = {1.0, 1.0}, float[2, 2]', 1)
+    mg = graph_of(text)
+    bm = find_blocks(mg)
+    assert [b.name for b in bm.blocks] == ["model.layers.0", "model.layers.1", "model.layers.2"]
+    assert bm.method.startswith("node names: 3 blocks under `model.layers`")
+    assert "`model.layers.3` is left out" in bm.method and "LayerNormalization only" in bm.method
+    ln = next(n for n in mg.nodes.values() if n.op_type == "LayerNormalization")
+    assert bm.block_of(ln.id) is None
+    # a user's pattern stands as given; so does a norm-only layer that is not the last
+    assert len(find_blocks(mg, r"layers\.(\d+)").blocks) == 4
+    early = layered(LEGACY, 3, LEGACY_W).replace('["/model/layers.0/mlp/MatMul"]', '["/model/front/MatMul"]')
+    assert len(find_blocks(graph_of(early)).blocks) == 3

@@ -34,6 +34,7 @@ from typing import Iterator, Mapping
 
 from graphaudit.errors import UsageError
 from graphaudit.graph import ModelGraph, Node
+from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
 
 NAMESPACE = "namespace"
@@ -91,7 +92,7 @@ def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     if found is not None:
         from graphaudit.analyses.repeats import split_repeats  # it builds on this module's types
 
-        return split_repeats(mg, found)
+        return split_repeats(mg, found if regex is not None else _without_empty_tail(mg, found))
     if regex is not None:
         raise UsageError(
             f"expected --block-pattern {pattern!r} to match node names, name scopes or "
@@ -101,6 +102,23 @@ def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     from graphaudit.analyses.structure import structural_blocks  # it builds on this module's types
 
     return structural_blocks(mg)
+
+
+def _without_empty_tail(mg: ModelGraph, bm: BlockMap) -> BlockMap:
+    """`bm` without its last block when that one computes nothing while every other does: a
+    final normalisation named as one more layer (ONNX Runtime GenAI's model builder writes
+    `/model/layers.N/final_norm_layernorm` after N layers) is the model's, not a layer's."""
+    if len(bm.blocks) < 3:
+        return bm
+    *layers, last = bm.blocks
+    computes = [any(is_counted(mg.nodes[n]) for n in b.node_ids) for b in bm.blocks]
+    if computes[-1] or not all(computes[:-1]):
+        return bm
+    ops = ", ".join(sorted({mg.nodes[n].op_type for n in last.node_ids}))
+    counts = Counter(dict(bm.sources))
+    note = f"`{last.name}` is left out: no matrix product, convolution or attention, as in the others ({ops} only)"
+    return block_map(tuple(layers), bm.method.replace(f"{len(bm.blocks)} blocks", f"{len(layers)} blocks", 1)
+                     + f"; {note}", counts)
 
 
 def _compile(pattern: str) -> re.Pattern:
