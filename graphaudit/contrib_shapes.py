@@ -10,8 +10,8 @@ output shapes (a FastGelu's output is shaped as its input; an Attention's as the
 rows by the value width). Inference then runs through them in one pass; only the shapes it
 finds are kept (`load._infer_shapes`), never the copy.
 
-A node with an output whose shape cannot be written that way (MultiHeadAttention's packed
-QKV, an unknown weight width) is left as it is: its outputs stay unknown, as before; a dimension that
+A node with an output whose shape cannot be written that way (an unknown weight width, a
+present cache) is left as it is: its outputs stay unknown, as before; a dimension that
 depends on the data (a KV cache's length, past and new positions or a shared buffer's) is
 made unknown on purpose, so that a graph output's declared size stands.
 """
@@ -200,13 +200,26 @@ def _ort_attention(node, dims):
 
 
 def _mha(node, dims):
-    """MultiHeadAttention(query, key, value, ...) with separate 3-D query, key and value: the
-    query's rows by the value's width."""
-    if _outputs(node) != [0] or not (_present(node, 1) and _present(node, 2)):
+    """MultiHeadAttention(query, key, value, ...): the query's rows by the value's width. The
+    value may come packed: with the query (no key and value; the query is (batch, seq, heads, 3,
+    head size)), or with the key (no value; the key is (batch, positions, heads, 2, head size))."""
+    if _outputs(node) != [0] or _present(node, 2) and not _present(node, 1):
         return None
-    if len(dims.get(node.input[0], "qkv")) != 3 or len(dims.get(node.input[2], "qkv")) != 3:
+    if not _present(node, 1):  # packed QKV: the value is index 2 of axis 3
+        return [_const("v_at", [2]), _const("merge_heads", [0, 0, -1]),
+                helper.make_node("Gather", ["i0", "v_at"], ["v"], axis=3),
+                helper.make_node("Reshape", ["v", "merge_heads"], ["o0"])]
+    if len(dims.get(node.input[0], "qkv")) != 3:
         return None
-    return [helper.make_node("Einsum", ["i0", "i2"], ["o0"], equation="bsd,blv->bsv")]
+    if not _present(node, 2):  # packed KV: the value is index 1 of axis 3
+        value = [_const("v_at", [1]), _const("merge_heads", [0, 0, -1]),
+                 helper.make_node("Gather", ["i1", "v_at"], ["v"], axis=3),
+                 helper.make_node("Reshape", ["v", "merge_heads"], ["value"])]
+    elif len(dims.get(node.input[2], "qkv")) != 3:
+        return None
+    else:
+        value = [helper.make_node("Identity", ["i2"], ["value"])]
+    return value + [helper.make_node("Einsum", ["i0", "value"], ["o0"], equation="bsd,blv->bsv")]
 
 
 def _gqa(node, dims):

@@ -240,3 +240,39 @@ def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fuse
     shapes = {r.name: info.shape for r, info in build_graph(loaded.model).tensors.items()}
     assert shapes["y"] == ("B", "S", 4)  # declared
     assert shapes["h"] is None  # past the fused node, as before the shape functions
+
+
+@pytest.mark.parametrize("layout", ["apart", "packed-kv", "packed-qkv"])
+def test_multi_head_attention_on_separate_or_packed_inputs_is_shaped(layout):
+    # MultiHeadAttention (2 heads of size 4) on separate query, key and value; on a query with key
+    # and value packed (batch, positions, heads, 2, head size); on query, key and value packed in
+    # one (batch, seq, heads, 3, head size), as ONNX Runtime's operator documentation lays them
+    # out; then the output projection
+    rng = np.random.default_rng(5)
+    wo = onnx.numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "wo")
+    make = onnx.helper.make_tensor_value_info
+    if layout == "apart":
+        inputs, names = [make(n, onnx.TensorProto.FLOAT, ["B", "S" if n == "q" else "L", 8]) for n in "qkv"], ["q", "k", "v"]
+    elif layout == "packed-kv":
+        inputs = [make("q", onnx.TensorProto.FLOAT, ["B", "S", 8]), make("kv", onnx.TensorProto.FLOAT, ["B", "L", 2, 2, 4])]
+        names = ["q", "kv"]
+    else:
+        inputs, names = [make("qkv", onnx.TensorProto.FLOAT, ["B", "S", 2, 3, 4])], ["qkv"]
+    nodes = [onnx.helper.make_node("MultiHeadAttention", names, ["att"], domain="com.microsoft", num_heads=2),
+             onnx.helper.make_node("MatMul", ["att", "wo"], ["y"])]
+    graph = onnx.helper.make_graph(nodes, "g", inputs, [make("y", onnx.TensorProto.FLOAT, ["B", "S", 8])], [wo])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                         onnx.helper.make_opsetid("com.microsoft", 1)])
+    mg = build_graph(load_model(model).model)
+    shapes = {r.name: info.shape for r, info in mg.tensors.items()}
+    assert shapes["att"] == ("B", "S", 8)  # inferred: only the graph output is declared
+    b, s, length = 2, 3, (3 if layout == "packed-qkv" else 6)
+    feeds = {"q": (b, s, 8), "k": (b, length, 8), "v": (b, length, 8), "kv": (b, length, 2, 2, 4),
+             "qkv": (b, s, 2, 3, 4)}
+    feeds = {i.name: rng.standard_normal(feeds[i.name]).astype(np.float32) for i in inputs}
+    if layout == "apart":  # ONNX Runtime's CPU kernel takes no packed inputs (its CUDA one does)
+        run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        assert run[0].shape == (b, s, 8)
+    count = count_flops(mg, {n: v.shape for n, v in feeds.items()})
+    assert count.unknown_shape == ()
+    assert count.total == 4 * b * s * length * 8 + 2 * b * s * 8 * 8  # scores and mix over every key; projection

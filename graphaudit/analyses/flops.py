@@ -156,7 +156,9 @@ def _mha(proto, ins, outs):
     q = _need(ins, 0)
     b, s = q[0], q[1]
     key = ins[1] if len(ins) > 1 and ins[1] is not None else None
-    length = key[1] if key is not None and len(key) == 3 else (key[2] if key is not None and len(key) == 4 else s)
+    # key (batch, positions, hidden), packed with the value (batch, positions, heads, 2, head
+    # size), or (batch, heads, positions, head size); none with a packed query
+    length = key[1] if key is not None and len(key) in (3, 5) else (key[2] if key is not None and len(key) == 4 else s)
     d = math.prod(_need(outs, 0)[2:])
     return 4 * b * s * _key_length(ins, outs, 6, length) * d
 
