@@ -57,6 +57,7 @@ def test_one_layer_run_three_times_is_three_blocks():
     assert members(bm, mg) == [["Add", "Add", "MatMul", "MatMul", "MatMul"]] * 3
     assert [sorted(mg.nodes[n].name for n in b.node_ids)[0] for b in bm.blocks] == [
         f"/model/layers.0/Add@".replace("@", str(i)) for i in range(3)]
+    assert bm.method.startswith("node names: 3 blocks under `model.layers`")
     assert "runs 3 times with the same weights" in bm.method
     # beside a layer of its own, as in a model that shares one layer group and not the next
     after = text.replace("        y = Identity (x3)", LEGACY.replace("@+1", "4").replace("@", "3").replace(

@@ -117,8 +117,16 @@ def _without_empty_tail(mg: ModelGraph, bm: BlockMap) -> BlockMap:
     ops = ", ".join(sorted({mg.nodes[n].op_type for n in last.node_ids}))
     counts = Counter(dict(bm.sources))
     note = f"`{last.name}` is left out: no matrix product, convolution or attention, as in the others ({ops} only)"
-    return block_map(tuple(layers), bm.method.replace(f"{len(bm.blocks)} blocks", f"{len(layers)} blocks", 1)
-                     + f"; {note}", counts)
+    return block_map(tuple(layers), recount(bm.method, len(bm.blocks), len(layers)) + f"; {note}", counts)
+
+
+def blocks_text(n: int) -> str:
+    return f"{n} block" if n == 1 else f"{n} blocks"
+
+
+def recount(method: str, before: int, after: int) -> str:
+    """`method` (how the blocks were found) with its count of blocks made `after`."""
+    return method.replace(blocks_text(before), blocks_text(after), 1)
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -341,8 +349,8 @@ class _Finder:
             label = names[min(names)].rsplit(".", 1)[0] if names else chosen
         counts = Counter(how.values())
         main = counts.most_common(1)[0][0] if counts else "pattern"
-        method = (f"{SOURCES[main]}: {len(blocks)} blocks under `{label}`"
-                  if main != "pattern" else f"--block-pattern {label!r}: {len(blocks)} blocks")
+        method = (f"{SOURCES[main]}: {blocks_text(len(blocks))} under `{label}`"
+                  if main != "pattern" else f"--block-pattern {label!r}: {blocks_text(len(blocks))}")
         extra = [f"{n} nodes by {SOURCES[s]}" for s, n in counts.most_common() if s != main]
         if extra:
             method += " (" + "; ".join(extra) + ")"

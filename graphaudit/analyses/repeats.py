@@ -17,7 +17,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter, defaultdict
 
-from graphaudit.analyses.blocks import Block, BlockMap, _module_paths, block_map
+from graphaudit.analyses.blocks import Block, BlockMap, _module_paths, block_map, recount
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
 from graphaudit.graph import ModelGraph
@@ -52,7 +52,8 @@ def split_repeats(mg: ModelGraph, bm: BlockMap) -> BlockMap:
     if not notes:
         return bm
     made = tuple(Block(i, name, ids) for i, (name, ids) in enumerate(blocks))
-    return block_map(made, f"{bm.method}; {'; '.join(notes)}", Counter(dict(bm.sources)))
+    return block_map(made, f"{recount(bm.method, len(bm.blocks), len(made))}; {'; '.join(notes)}",
+                     Counter(dict(bm.sources)))
 
 
 # Ops that only re-lay a weight (TorchScript's Identity copies of a shared weight): their

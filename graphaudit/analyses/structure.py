@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from graphaudit.analyses.blocks import SOURCES, BlockMap, block_map, make_blocks
+from graphaudit.analyses.blocks import SOURCES, BlockMap, block_map, blocks_text, make_blocks
 from graphaudit.graph import ModelGraph, TensorRef
 
 # Operators that only move or reshape data: left out of the pattern that blocks repeat.
@@ -62,7 +62,7 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
     names = {i: f"block.{i}" for i in set(assigned.values())}
     blocks = make_blocks(assigned, names)
     method = (f"{SOURCES['structure']}: {len(chain)} residual Add nodes, "
-              f"{period} per block, {len(blocks)} blocks (no layer names found)")
+              f"{period} per block, {blocks_text(len(blocks))} (no layer names found)")
     return block_map(blocks, method, Counter({"structure": len(assigned)}))
 
 
