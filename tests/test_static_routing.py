@@ -263,3 +263,37 @@ def test_ort_search_decoder_is_conditional(op):
     (control,) = report.controls
     assert control.op == f"com.microsoft.{op}" and control.dependence == "value"
     assert "decoder of" in report.blocks[0].evidence[0].detail
+
+
+MIXTURE_OF_DEPTHS = """
+        ["/model/layers.@/router/MatMul"] s@ = MatMul (x@, "model.layers.@.router.weight")
+        axis@ = Constant <value = int64[1] {1}> ()
+        ["/model/layers.@/router/Squeeze"] score@ = Squeeze (s@, axis@)
+        k@ = Constant <value = int64[1] {2}> ()
+        ["/model/layers.@/TopK"] top@, idx@ = TopK <axis = 0> (score@, k@)
+        ["/model/layers.@/TopK_1"] sorted@, order@ = TopK <axis = 0, largest = 0> (idx@, k@)
+        ["/model/layers.@/Gather"] sel@ = Gather <axis = 0> (x@, sorted@)
+        ["/model/layers.@/block/MatMul"] out@ = MatMul (sel@, "model.layers.@.expert.weight")
+        ["/model/layers.@/Gather_1"] w@ = Gather <axis = 0> (score@, sorted@)
+        ["/model/layers.@/Sigmoid"] ws@ = Sigmoid (w@)
+        wu@ = Unsqueeze (ws@, axis@)
+        ["/model/layers.@/Sub"] d@ = Sub (out@, sel@)
+        ["/model/layers.@/Mul"] upd@ = Mul (d@, wu@)
+        at@ = Unsqueeze (sorted@, axis@)
+        ["/model/layers.@/ScatterND"] x@+1 = ScatterND <reduction = "add"> (x@, at@, upd@)
+"""
+
+
+def test_mixture_of_depths_blocks_run_on_their_chosen_tokens():
+    # Mixture-of-Depths: each routed block takes its top-k tokens, in their order (torch.sort of
+    # the indices exports as a second TopK), and adds its residual branch, weighted by the picked
+    # router scores, back to those rows. Two such blocks in a row: the stream the first one's
+    # scatter writes is no routing mask, so the second's weighting is no masking
+    text = graph([DENSE, MIXTURE_OF_DEPTHS, MIXTURE_OF_DEPTHS, DENSE], [DENSE_W, MOE_W, MOE_W, DENSE_W])
+    x = np.array([[1.0, 2.0], [-3.0, -1.0], [0.5, 0.5], [2.0, 0.0]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": x})
+    assert y.shape == (4, 2)
+    report = audit(text)
+    assert verdicts(report) == ["always", "subset", "subset", "always"]
+    for block in report.blocks[1:3]:
+        assert [(e.kind, e.op, e.size) for e in block.evidence] == [("selection", "Gather", "fixed (capacity)")]

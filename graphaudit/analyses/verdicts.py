@@ -191,7 +191,9 @@ class _Audit:
             if op in ROUTING and ins and dm.value(ins[0]) == VALUE:
                 for k, out in enumerate(outs):
                     mask[out] = node.id
-                    if op != "TopK" or k == 1:
+                    # TopK's values are indices too where it sorts routed indices (Mixture-of-
+                    # Depths keeps its chosen tokens in order: torch.sort exports as TopK)
+                    if op != "TopK" or k == 1 or ins[0] in routed:
                         routed[out] = node.id
             elif not counted and routed and not routed.keys().isdisjoint(ins):
                 origin = next(routed[r] for r in ins if r in routed)
@@ -244,7 +246,10 @@ class _Audit:
                     "routing mask", node.id, _op(node), cond.name, "value",
                     f"{_op(node)} `{node.id}` chooses between `{a.name}` and `{b.name}`, both computed at "
                     f"full size, by `{cond.name}`, which depends on input values"))
-            elif mask_in and not counted and op not in NORMALISING:
+            elif mask_in and not counted and op not in NORMALISING and not (
+                    op in SCATTERING and not any(r in mask for r in ins[:1] + ins[2:3])):
+                # rows written back by routed indices (a scatter whose data and updates are no
+                # mask) are the stream again, not a routing mask
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
             origin = node.id if counted else next(filter(None, map(computed.get, ins)), None)
