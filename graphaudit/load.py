@@ -29,8 +29,10 @@ from graphaudit.shape_values import fold_shape_arguments
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
 INFER_WEIGHTS_OVER = 64 * 2**10
-# Rounds of inference, each after writing in the shape arguments the last one left unknown
-_FOLD_ROUNDS = 6
+# Rounds of inference at most, each after writing in the shape arguments the last one left
+# unknown; they end sooner where a round finds none to write (a TorchScript export of token
+# pruning needed 7: each pruning step's sizes are computed from the shape the last one made)
+_FOLD_ROUNDS = 32
 
 
 @dataclass(frozen=True)

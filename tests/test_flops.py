@@ -218,3 +218,27 @@ def test_shape_arguments_from_input_values_stay_unknown():
     loaded = load_model(onnx.parser.parse_model(text))
     known = infer_at(loaded.model, {"x": (2, 5, 8), "cut": (1,)})
     assert "first" not in known and "y" not in known
+
+
+def test_shape_arguments_computed_from_shapes_found_a_round_before_are_computed_round_after_round():
+    # each step keeps the first half of the tokens left by the step before (token pruning as
+    # TorchScript exports it): its Slice end is a Div of the Shape the last step's Slice made, so
+    # every step needs one more round of inference; ten steps of 2048 tokens leave 2
+    steps = 10
+    body = ["two = Constant <value = int64[1] {2}> ()", "zero = Constant <value = int64[1] {0}> ()",
+            "axis = Constant <value = int64[1] {1}> ()", "t0 = Identity (x)"]
+    for i in range(steps):
+        body += [f"size{i} = Shape <start = 1, end = 2> (t{i})", f"half{i} = Div (size{i}, two)",
+                 f"t{i + 1} = Slice (t{i}, zero, half{i}, axis)"]
+    body.append(f"y = MatMul (t{steps}, w)")
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B, T, 8] x, float[8, 4] w) => (float[B, S, 4] y) {{
+        {chr(10).join(body)}
+    }}"""
+    loaded = load_model(onnx.parser.parse_model(text))
+    shapes = {"x": (1, 2048, 8)}
+    known = infer_at(loaded.model, shapes)
+    assert known["t10"] == (1, 2, 8) and known["y"] == (1, 2, 4)
+    count = count_flops(build_graph(loaded.model), shapes, known)
+    assert count.unknown_shape == () and count.total == 2 * 2 * 8 * 4
