@@ -162,8 +162,8 @@ def audit(
             notes.append(f"replay batch size {batch_size}: {why}")
         notes += [f"replay {about}: {note}" for about, note in replayed.setting_notes()]
     if replayed is None and failure is None:
-        notes.append("no coefficient tensors (none declared in the model's metadata, none named with "
-                      "--coefficients): the frozen replay did not run, so coefficient variation and functional "
+        notes.append("no coefficient tensors (none declared in the model's metadata, named with --coefficients "
+                      "or detected): the frozen replay did not run, so coefficient variation and functional "
                       "dependence are not measured")
 
     report("profile", 0, 1)

@@ -45,7 +45,24 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     varying = shrunk(block)
     if varying or verdict not in SKIPPABLE:
         return varying
-    return left_out(block)
+    return left_out(block) or (picked(block) if verdict == "subset" else None)
+
+
+def picked(block: dict) -> str | None:
+    """The share of the rows a `subset` block's selections kept, in words, when they left some out."""
+    kept = block.get("rows_kept") or {}
+    low, high = num(kept.get("min")), num(kept.get("max"))
+    if low is None or high is None or high >= 1.0:
+        return None
+    return rows_kept_text(low, high)
+
+
+def rows_kept_text(low: float, high: float) -> str:
+    """Words for the share of rows a block's selections kept: the same on every input (a fixed
+    capacity; which rows, the input decides) or varying."""
+    if high - low < 1e-9:
+        return f"ran on {pct(high)} of the rows on every input (a fixed capacity; the input decides which rows)"
+    return f"ran on {pct(low)} to {pct(high)} of the rows, as the input decides"
 
 
 def left_out(block: dict) -> str | None:

@@ -129,7 +129,7 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
     if not variance:
         declared = len((static or {}).get("coefficients") or [])
         why = (f"the frozen replay stopped ({failure})" if failure else
-               "the model declares no coefficient tensors and none were given"
+               "no coefficient tensors were declared, given or detected"
                if static is not None and declared == 0 else
                "the coefficients were not captured (no replay ran)")
         return Finding(NOT_MEASURED, f"Not measured: {why}.")

@@ -1,5 +1,6 @@
 """Execution evidence, time breakdown and trace, read from recorded profiler files."""
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -85,6 +86,26 @@ def test_executed_flops_follow_the_shapes_run(evidence):
     assert per_input == [0, 2 * 6 * 8 * 8, 0, 2 * 6 * 8 * 8]
     assert blocks["moe"].flops.min < blocks["moe"].flops.max  # expert FLOPs track the routed tokens
     assert evidence.mean_flops() == pytest.approx(np.mean([sum(i.flops.values()) for i in evidence.inputs]))
+
+
+def test_a_main_graph_node_that_ran_on_no_input_is_not_block_work():
+    # ONNX Runtime drops some nodes of the main graph before it runs (TorchScript's Cast of an
+    # int64 shape value to int64): no event on any input; nothing decided that, so the block
+    # still ran all of its work. A node inside the If that no input took still counts.
+    mg = build_graph(dynamic_model())
+    runs = parse_profile(PROFILES / "dynamic_disable_all.json").runs
+    node_map = one_to_one(mg, {ev.name for run in runs for ev in run.events})
+    blocks = assign_blocks(mg, prefix_blocks(mg))
+    whole = by_name(read_execution(runs, ROWS, SHAPES, mg, node_map, blocks))["block0"]
+    dropped = next(n for n in block_work(mg, blocks)["block0"] if mg.nodes[n].op_type != "MatMul")
+    runs = [dataclasses.replace(run, events=tuple(ev for ev in run.events if node_map.node_of(ev.name) != dropped))
+            for run in runs]
+    block0 = by_name(read_execution(runs, ROWS, SHAPES, mg, node_map, blocks))["block0"]
+    assert block0.nodes == whole.nodes - 1 and block0.node_fraction.min == 1.0
+    exits = [r for r in runs if any(node_map.node_of(ev.name) == "/block1/skip" for ev in r.events)]
+    always_exits = [dataclasses.replace(r, index=i) for i, r in enumerate(exits + exits)]
+    block1 = by_name(read_execution(always_exits, ROWS, SHAPES, mg, node_map, blocks))["block1"]
+    assert block1.executed_fraction == 0.0 and block1.nodes == 3
 
 
 def test_event_shapes_line_up_with_the_nodes_inputs():

@@ -42,7 +42,7 @@ def test_earlyexit_skips_blocks_and_supports_both_claims():
 def test_dense_has_nothing_to_vary_or_replay():
     verdict = decide(*dense())
     assert verdict.coefficient_variation.answer == NOT_MEASURED
-    assert "declares no coefficient" in verdict.coefficient_variation.statement
+    assert "no coefficient tensors were declared, given or detected" in verdict.coefficient_variation.statement
     assert verdict.functional_dependence.answer == NOT_MEASURED
     assert verdict.conditional_execution.answer == NO
 

@@ -5,7 +5,8 @@ given. Per block, the outcome is one of:
 
 - `confirmed`: the run matches the verdict (an `always` / `gated` / `masked` block ran in
   full at shape-set sizes on every input; a `branch` block was skipped or cut short on some
-  input; a `subset` block ran at value-dependent sizes);
+  input; a `subset` block ran at value-dependent sizes, or its selections kept only part of
+  the rows, as a fixed capacity does on every input);
 - `not_observed`: the graph allows skipping or shrinking, but these inputs never did it
   (the data may not exercise it);
 - `contradicted`: the graph says every node always runs at shape-set sizes, yet the
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from graphaudit.executed import rows_kept_text
 from graphaudit.profile.execution import BlockExecution
 
 SAVES_COMPUTE = frozenset({"branch", "subset"})
@@ -53,6 +55,8 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     # shape never takes; only the graph's verdict tells them apart.
     always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)
     resized = any(v.compute for v in ex.value_dependent)  # bookkeeping that changes shape is no resizing
+    kept = ex.rows_kept
+    picked = kept is not None and kept.max < 1.0  # some rows left out on every input
     facts = []
     if ex.executed_fraction < 1.0:
         facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
@@ -61,11 +65,13 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
         facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
     if resized:
         facts.append(f"{sum(v.compute for v in ex.value_dependent)} compute nodes ran at value-dependent shapes")
+    if picked:
+        facts.append(rows_kept_text(kept.min, kept.max))
     seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
     if verdict == "branch":
         outcome = "confirmed" if varies or always_less else "not_observed"
     elif verdict == "subset":
-        outcome = "confirmed" if resized or varies or always_less else "not_observed"
+        outcome = "confirmed" if resized or varies or always_less or picked else "not_observed"
     else:
         outcome = "contradicted" if varies or resized else "confirmed"
     return Agreement(name, verdict, outcome, seen)

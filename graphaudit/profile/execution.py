@@ -11,7 +11,13 @@ A block *ran* for an input when one of its compute nodes (those the FLOP counter
 MatMul, Gemm, Conv, attention...) ran; a block without any runs when any of its nodes
 did. A pass-through left in the skipping branch (an Identity) is not the block running.
 Constant nodes (folded into initializers at load), Identity, control-flow owners and
-inlined function bodies are not counted as block work.
+inlined function bodies are not counted as block work; nor is a node of the main graph that
+ran on no input: there nothing decides whether it runs, so ONNX Runtime removed it (a Cast to
+the type its input already has), and its missing events say nothing of the input.
+
+For a block the graph says runs on a subset of rows (a `subset` verdict), the selection
+nodes' shapes tell how much of what they pick from they kept on each input (`rows_kept`):
+a fixed capacity keeps the same share on every input, a threshold a share that varies.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ class BlockExecution:
     node_fraction: Stats  # share of the block's nodes that ran, over inputs
     flops: Stats | None  # FLOPs executed per input; None without a FLOP counter
     value_dependent: tuple[ShapeVariation, ...]
+    rows_kept: Stats | None = None  # share of the rows its selections kept, over inputs; None without any
 
     @property
     def executed_fraction(self) -> float:
@@ -96,6 +103,7 @@ class BlockExecution:
             "node_fraction": self.node_fraction.to_json(),
             "executed_flops": None if self.flops is None else self.flops.to_json(),
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
+            "rows_kept": None if self.rows_kept is None else self.rows_kept.to_json(),
         }
 
 
@@ -138,15 +146,21 @@ def read_execution(
     node_map: NodeMap,
     blocks: BlockAssignment,
     flop_counter: FlopCounter | None = None,
+    selections: Mapping[str, Sequence[str]] | None = None,
 ) -> Execution:
-    """Execution evidence from `runs`, one per input in order, mapped one-to-one."""
+    """Execution evidence from `runs`, one per input in order, mapped one-to-one.
+
+    `selections`: block name -> the nodes that pick the rows it runs on (its `subset` evidence).
+    """
     work = block_work(mg, blocks)
     compute = {b: [n for n in ids if _is_compute(mg.nodes[n])] or ids for b, ids in work.items()}
     inputs = tuple(
         _read_input(i, run, rows[i], feed_shapes[i], mg, node_map, blocks, compute, flop_counter)
         for i, run in enumerate(runs)
     )
-    summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None)
+    ran = {n for inp in inputs for n in inp.ran}
+    work = {b: [n for n in ids if n in ran or mg.nodes[n].scopes] for b, ids in work.items()}
+    summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None, (selections or {}).get(name))
                       for name, ids in work.items() if ids)
     name = getattr(flop_counter, "__module__", None) if flop_counter else None
     return Execution(inputs, summaries, name)
@@ -170,12 +184,38 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, compute, fl
     return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)
 
 
-def _summarise(name, ids, inputs, mg, with_flops) -> BlockExecution:
+def _summarise(name, ids, inputs, mg, with_flops, selections) -> BlockExecution:
     fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
     executed = sum(name in inp.blocks_ran for inp in inputs)
     flops = _stats([inp.flops.get(name) or 0 for inp in inputs]) if with_flops else None
     return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
-                          _value_dependent(ids, inputs, mg))
+                          _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs))
+
+
+def _rows_kept(selections: Sequence[str] | None, inputs) -> Stats | None:
+    """Per input, the elements the selection nodes output over those they picked from (their
+    first input), summed over the nodes and their calls; None when none ran with shapes."""
+    shares = []
+    for inp in inputs:
+        kept = picked_from = 0
+        for node_id in selections or ():
+            for sig in inp.ran.get(node_id, ()):
+                ins, _, outs = sig.partition(" -> ")
+                data, out = _first_volume(ins), _first_volume(outs)
+                if data and out is not None:
+                    kept, picked_from = kept + out, picked_from + data
+        if picked_from:
+            shares.append(kept / picked_from)
+    return _stats(shares) if shares else None
+
+
+def _first_volume(shapes: str) -> int | None:
+    """The element count of the first shape of "[2,32,64]x[2,16]", or None without one."""
+    first = shapes.split("]", 1)[0].strip("[") if shapes.startswith("[") else None
+    if first is None:
+        return None
+    dims = [d for d in first.split(",") if d.strip()]
+    return int(np.prod([int(d) for d in dims], dtype=np.int64)) if dims else 1
 
 
 def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:

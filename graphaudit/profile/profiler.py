@@ -115,7 +115,7 @@ def profile_model(
             node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
             evidence_runs = _evidence_runs(runnable, providers, feeds, threads, work / "evidence")
         execution = read_execution(evidence_runs, rows, feed_shapes, mg, _one_to_one(mg, evidence_runs),
-                                   blocks, flop_counter)
+                                   blocks, flop_counter, _selections(static, mg))
         base_flops = None
         if base is not None and flop_counter is not None:
             base_mg = build_graph(base_runnable.model)
@@ -163,6 +163,19 @@ def profile_model(
         agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
         threads=threads,
     )
+
+
+def _selections(static: Any | None, mg) -> dict[str, list[str]]:
+    """Block name -> the nodes that pick the rows of activations it runs on, from the static
+    verdicts' evidence (not a pick of experts' weights, which are no rows of the input)."""
+    found: dict[str, list[str]] = {}
+    for block in static.blocks if static is not None else ():
+        for ev in block.evidence:
+            node = mg.nodes.get(ev.node) if ev.kind == "selection" else None
+            data = mg.tensors.get(node.inputs[0]) if node is not None and node.inputs and node.inputs[0] else None
+            if data is not None and data.kind != "initializer":
+                found.setdefault(block.name, []).append(ev.node)
+    return found
 
 
 def _load(model, data, baseline, limit) -> tuple[LoadedModel, InputData, LoadedModel | None]:
