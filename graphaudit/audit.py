@@ -119,6 +119,7 @@ def audit(
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load import load_for_runtime
     from graphaudit.runtime import FrozenRunError, check_threads
+    from graphaudit.surgery import UnfreezableError
 
     if threads is not None:
         check_threads(threads)  # before anything runs
@@ -153,7 +154,7 @@ def audit(
     failure = None
     try:
         replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
-    except FrozenRunError as err:  # the model's graph fits only its own coefficients: the rest still stands
+    except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
     if replayed is not None:

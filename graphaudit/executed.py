@@ -79,6 +79,10 @@ def shrunk(block: dict) -> str | None:
     low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
     if low < high:
         return f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another)"
+    calls = block.get("calls") or {}
+    if block.get("calls_vary") and num(calls.get("min")) is not None and num(calls.get("max")) is not None:
+        return (f"ran its nodes {calls['min']:,.0f} to {calls['max']:,.0f} times in all depending on the input "
+                "(a loop's iterations)")
     # Only compute that changed size: a bookkeeping node (a NonZero counting positives, say) whose
     # shape follows the values leaves the block's work the same.
     varying = [v for v in block.get("value_dependent_shapes") or [] if not isinstance(v, dict) or v.get("compute", True)]

@@ -102,6 +102,11 @@ def with_log_softmax(model: onnx.ModelProto, output: str, name: str, *, in_place
     return copy
 
 
+class UnfreezableError(GraphAuditError):
+    """A coefficient the graph computes inside control flow or a function: a fact about the
+    model (it cannot be exposed or fed from the main graph), not bad input."""
+
+
 def check_coefficients(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:
     """Raise GraphAuditError unless every coefficient is a value computed in the main graph."""
     if not coefficients:
@@ -128,7 +133,7 @@ def check_coefficients(model: onnx.ModelProto, coefficients: Sequence[Coefficien
         if ref.scope:
             producer = mg.producer(ref)
             where = producer.describe_scope() if producer is not None else ref.scope
-            raise GraphAuditError(
+            raise UnfreezableError(
                 f"expected coefficient {c.tensor!r} in the main graph, found it inside the {where}; "
                 "a coefficient inside control flow or a function cannot be exposed or frozen"
             )

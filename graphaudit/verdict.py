@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
-from graphaudit.wording import ci_text, fmt, interval, median, num, num_text, pct, signed
+from graphaudit.wording import ci_text, counted, fmt, interval, median, num, num_text, pct, signed
 
 YES, NO, NOT_MEASURED = "yes", "no", "not measured"
 ANSWERS = (YES, NO, NOT_MEASURED)
@@ -236,7 +236,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
             if b.get("verdict") in SKIPPABLE:
                 skippable.append(f"{b.get('name')} ({b.get('verdict')})")
         summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no blocks found"
-        evidence.append(Evidence("static", f"{len(blocks)} blocks: {summary}"))
+        evidence.append(Evidence("static", f"{counted(len(blocks), 'block')}: {summary}"))
         if skippable:
             evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
         flops = static.get("flops") or {}

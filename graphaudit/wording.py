@@ -58,3 +58,8 @@ def ci_text(lo, hi) -> str:
 def pct(value) -> str:
     x = num(value)
     return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 block", "3 blocks"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -330,3 +330,24 @@ def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_
     assert doc["verdict"]["coefficient_variation"]["answer"] == "not measured"
     assert any(n.startswith("the frozen replay stopped") for n in doc["notes"])
     assert not any(n.startswith("no coefficient tensors") for n in doc["notes"])
+
+
+def test_a_coefficient_inside_control_flow_stops_the_replay_not_the_audit(tmp_path, capsys):
+    # the metadata names a gate computed inside an If's then-branch: it can be neither exposed
+    # nor fed, so the replay cannot run; the static audit and the profile still stand
+    import numpy as np
+    import onnx
+
+    from test_replay_models import gate_in_branch, token_ids
+
+    model = gate_in_branch()
+    onnx.save(model, tmp_path / "model.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8))
+    code, out, err = run(["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--format", "json", *FAST],
+                         capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["replay"] is None and doc["profile"] is not None and doc["static"] is not None
+    stopped = doc["verdict"]["functional_dependence"]["statement"]
+    assert "the frozen replay stopped: expected coefficient 'gate.b' in the main graph, found it inside the " \
+           "then-branch of If `branch`" in stopped

@@ -154,6 +154,34 @@ def test_an_activation_function_written_out_is_not_a_gate():
     assert report.coefficients == () and verdicts(report) == ["always", "always"]
 
 
+def test_a_gate_inside_a_loop_body_is_not_detected():
+    # one layer applied by a Loop as often as the input says, gated inside the body: the gate can
+    # be neither exposed nor fed from the main graph, so it is no coefficient to replay
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 2] x0) => (float[batch, seq, 2] y) <float[2, 2] w = {0.9, -0.3, 0.2, 0.8},
+        float[2, 2] wg = {0.5, 0.1, -0.2, 0.4}, int64 most = {6}> {
+        total = ReduceSum <keepdims = 0> (x0)
+        size = Abs (total)
+        steps_f = Floor (size)
+        steps_all = Cast <to = 7> (steps_f)
+        steps = Min (steps_all, most)
+        go = Constant <value = bool {1}> ()
+        ["/ponder/Loop"] y = Loop (steps, go, x0) <body = step (int64 i, bool c, float[batch, seq, 2] h)
+                => (bool c_out, float[batch, seq, 2] h_out) {
+            c_out = Identity (c)
+            m = MatMul (h, w)
+            t = Relu (m)
+            gl = MatMul (h, wg)
+            gate = Sigmoid (gl)
+            h_out = Mul (gate, t)
+        }>
+    }"""
+    report = audit(text)
+    assert report.coefficients == ()
+    assert [(b.name, b.verdict) for b in report.blocks] == [("/ponder/Loop", "branch")]
+
+
 def test_a_quantised_gate_weights_its_block_through_its_quantize_dequantize_pair():
     # a QDQ model (ONNX Runtime's static quantisation) puts QuantizeLinear / DequantizeLinear
     # between the gate and the Mul it weights: declared or detected, it still gates its block

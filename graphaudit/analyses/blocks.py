@@ -33,6 +33,7 @@ from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from graphaudit.errors import UsageError
+from graphaudit.wording import counted
 from graphaudit.graph import ModelGraph, Node
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
@@ -55,6 +56,7 @@ SOURCES = {
     "owner": "the enclosing control-flow node",
     "neighbours": "neighbouring nodes",
     "structure": "the residual chain",
+    "bodies": "the control-flow bodies that hold compute",
 }
 
 
@@ -121,7 +123,7 @@ def _without_empty_tail(mg: ModelGraph, bm: BlockMap) -> BlockMap:
 
 
 def blocks_text(n: int) -> str:
-    return f"{n} block" if n == 1 else f"{n} blocks"
+    return counted(n, "block")
 
 
 def recount(method: str, before: int, after: int) -> str:

@@ -120,13 +120,16 @@ def detect_coefficients(
     mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
     axes: "_InputAxes | None" = None,
 ) -> tuple[Coefficient, ...]:
-    """Return the tensors that look like a controller's output (DESIGN.md), marked detected."""
+    """Return the tensors that look like a controller's output (DESIGN.md), marked detected:
+    in the main graph only, as one inside an If or Loop body could not be frozen."""
     dm = dependence or analyse_dependence(mg)
     axes = axes or _InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
     for node in mg.nodes.values():
+        if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
+            continue
         family = SQUASHING.get(node.op_type) if not node.domain else None
         out = node.outputs[0] if node.outputs else None
         if family is None or out is None or dm.of(out) != VALUE:

@@ -3,6 +3,8 @@
 The residual chain is the longest run of Add nodes, each adding to the previous one's
 output (pre-norm), or to that output normalised or activated (post-norm, as in BERT or
 ResNet); its Adds are grouped into blocks by the period of their repeating operator pattern.
+Without such a chain, each top-level If, Loop or Scan whose bodies hold compute is a block (an
+adaptive-computation model's one layer, applied by a Loop as often as its halting score says).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
     """Blocks cut along the residual chain, for a graph whose names say nothing."""
     chain = _residual_chain(mg)
     if len(chain) < 2:
-        return BlockMap((), "no blocks: no layer names, no --block-pattern, and no residual chain "
-                            f"of Add nodes ({len(chain)} found)")
+        return _bodies(mg) or BlockMap((), "no blocks: no layer names, no --block-pattern, no residual chain "
+                                           f"of Add nodes ({len(chain)} found) and no control flow holding compute")
     position = {nid: i for i, nid in enumerate(chain)}
     segment: dict[str, int] = dict(position)
     for nid, i in position.items():  # a post-norm's normalisation belongs with the Add it normalises
@@ -64,6 +66,27 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
     method = (f"{SOURCES['structure']}: {len(chain)} residual Add nodes, "
               f"{period} per block, {blocks_text(len(blocks))} (no layer names found)")
     return block_map(blocks, method, Counter({"structure": len(assigned)}))
+
+
+def _bodies(mg: ModelGraph) -> BlockMap | None:
+    """One block per top-level control-flow node whose bodies hold compute (its own node and
+    everything nested under it), in graph order; None when there is none."""
+    from graphaudit.analyses.flops import is_counted
+
+    owners = {n.id: n for n in mg.nodes.values() if not n.scopes and mg.bodies(n.id)}
+    members: dict[str, set[str]] = {}
+    for node in mg.nodes.values():
+        if node.scopes and node.scopes[0].owner in owners:
+            members.setdefault(node.scopes[0].owner, set()).add(node.id)
+    chosen = [o for o in owners if any(is_counted(mg.nodes[n]) for n in members.get(o, ()))]
+    if not chosen:
+        return None
+    assigned = {n: i for i, owner in enumerate(chosen) for n in (owner, *members[owner])}
+    blocks = make_blocks(assigned, {i: owner for i, owner in enumerate(chosen)})
+    kinds = ", ".join(sorted({owners[o].op_type for o in chosen}))
+    method = (f"{SOURCES['bodies']}: {blocks_text(len(blocks))}, one per {kinds} (no layer names and no "
+              "residual chain found)")
+    return block_map(blocks, method, Counter({"bodies": len(assigned)}))
 
 
 def _residual_chain(mg: ModelGraph) -> list[str]:

@@ -50,7 +50,7 @@ def compare_verdicts(static: Any, executed: tuple[BlockExecution, ...]) -> tuple
 
 def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     # Skipped as the input decides: on some inputs and not others, or more nodes on some than others.
-    varies = 0.0 < ex.executed_fraction < 1.0 or ex.node_fraction.min < ex.node_fraction.max
+    varies = 0.0 < ex.executed_fraction < 1.0 or ex.node_fraction.min < ex.node_fraction.max or ex.calls_vary
     # The same part left out on every input: a branch no profiled input took, or one an If on a
     # shape never takes; only the graph's verdict tells them apart.
     always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)
@@ -63,6 +63,8 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     elif ex.node_fraction.min < 1.0:
         where = "on some input" if varies else "on every input"
         facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
+    if ex.calls_vary and ex.calls is not None:
+        facts.append(f"its nodes ran {ex.calls.min:.0f} to {ex.calls.max:.0f} times in all, as the input decides")
     if resized:
         facts.append(f"{sum(v.compute for v in ex.value_dependent)} compute nodes ran at value-dependent shapes")
     if picked:

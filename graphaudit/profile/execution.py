@@ -91,6 +91,8 @@ class BlockExecution:
     flops: Stats | None  # FLOPs executed per input; None without a FLOP counter
     value_dependent: tuple[ShapeVariation, ...]
     rows_kept: Stats | None = None  # share of the rows its selections kept, over inputs; None without any
+    calls: Stats | None = None  # node runs per input (a Loop body's nodes run once per iteration)
+    calls_vary: bool = False  # the number of runs differed between inputs fed the same shapes
 
     @property
     def executed_fraction(self) -> float:
@@ -104,6 +106,7 @@ class BlockExecution:
             "executed_flops": None if self.flops is None else self.flops.to_json(),
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
             "rows_kept": None if self.rows_kept is None else self.rows_kept.to_json(),
+            "calls": None if self.calls is None else self.calls.to_json(), "calls_vary": self.calls_vary,
         }
 
 
@@ -188,8 +191,13 @@ def _summarise(name, ids, inputs, mg, with_flops, selections) -> BlockExecution:
     fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
     executed = sum(name in inp.blocks_ran for inp in inputs)
     flops = _stats([inp.flops.get(name) or 0 for inp in inputs]) if with_flops else None
+    calls = [sum(len(inp.ran.get(n, ())) for n in ids) for inp in inputs]
+    groups: dict[tuple, set[int]] = {}
+    for inp, count in zip(inputs, calls):
+        groups.setdefault(inp.feed_shapes, set()).add(count)
     return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
-                          _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs))
+                          _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs), _stats(calls),
+                          any(len(counts) > 1 for counts in groups.values()))
 
 
 def _rows_kept(selections: Sequence[str] | None, inputs) -> Stats | None:
@@ -219,7 +227,9 @@ def _first_volume(shapes: str) -> int | None:
 
 
 def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
-    """Nodes whose shapes differed between inputs fed the same shapes."""
+    """Nodes whose shapes differed between inputs fed the same shapes. A node that ran more
+    often on one input (a Loop body's, once per iteration) at the same shapes did not change
+    shape: that is `calls_vary`."""
     groups: dict[tuple, list[InputExecution]] = {}
     for inp in inputs:
         groups.setdefault(inp.feed_shapes, []).append(inp)
@@ -228,9 +238,9 @@ def _value_dependent(ids, inputs, mg) -> tuple[ShapeVariation, ...]:
         varies = False
         seen: list[str] = []
         for group in groups.values():
-            sigs = {"; ".join(inp.ran[node_id]) for inp in group if node_id in inp.ran}
+            sigs = {frozenset(inp.ran[node_id]) for inp in group if node_id in inp.ran}
             varies |= len(sigs) > 1
-            seen += [s for s in sigs if s not in seen]
+            seen += [s for calls in sigs for s in sorted(calls) if s not in seen]
         if varies:
             ordered = sorted(seen, key=_volume)
             keep = ordered if len(ordered) <= _MAX_SHAPES else ordered[:_MAX_SHAPES // 2] + ordered[-_MAX_SHAPES // 2:]

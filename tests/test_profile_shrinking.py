@@ -1,7 +1,14 @@
-"""A block that runs on a fixed share of the tokens (Mixture-of-Depths' capacity): the profile
+"""Run-time evidence of blocks that do less work for some inputs, without skipping a branch.
+
+A block that runs on a fixed share of the tokens (Mixture-of-Depths' capacity): the profile
 reads, from its selection's shapes, the share of the rows it kept on each input, confirms the
 `subset` verdict with it, and `run`'s conditional-execution answer says the block was shrunk,
-by a fixed capacity, the same on every input."""
+by a fixed capacity, the same on every input.
+
+A layer applied by a Loop as many times as the input says (adaptive computation time): with
+no layer names and no residual chain, the Loop is the block; its nodes run a number of times
+that varies between same-shaped inputs, at the same shapes, which confirms its `branch`
+verdict and is not taken for a change of shape."""
 
 import numpy as np
 import onnx
@@ -71,3 +78,53 @@ def test_conditional_execution_says_the_block_was_shrunk_by_a_fixed_capacity(pro
     assert finding.answer == YES
     assert "model.layers.1 ran on 33.3% of the rows on every input (a fixed capacity" in finding.statement
     assert "model.layers.0" not in finding.statement and "model.layers.2" not in finding.statement
+
+
+# One layer applied min(floor(|sum of the input|), 6) times: a halting rule decided by values.
+PONDER = """
+<ir_version: 8, opset_import: ["" : 18]>
+g (float[B, T, 2] x0) => (float[B, T, 2] y) <float[2, 2] w = {0.9, -0.3, 0.2, 0.8}, int64 most = {6}> {
+    total = ReduceSum <keepdims = 0> (x0)
+    size = Abs (total)
+    steps_f = Floor (size)
+    steps_all = Cast <to = 7> (steps_f)
+    steps = Min (steps_all, most)
+    go = Constant <value = bool {1}> ()
+    ["/ponder/Loop"] y = Loop (steps, go, x0) <body = step (int64 i, bool c, float[B, T, 2] h) => (bool c_out, float[B, T, 2] h_out) {
+        c_out = Identity (c)
+        m = MatMul (h, w)
+        h_out = Tanh (m)
+    }>
+}"""
+
+
+@pytest.fixture(scope="module")
+def pondered(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ponder")
+    model = onnx.parser.parse_model(PONDER)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, folder / "ponder.onnx")
+    x = 4 * np.random.default_rng(0).standard_normal((6, 3, 2)).astype(np.float32)  # 2, 1, 6, 6, 3, 1 steps
+    np.savez(folder / "data.npz", x0=x)
+    static = audit_static(load_model(folder / "ponder.onnx"), shapes={"x0": (1, 3, 2)})
+    report = profile_model(folder / "ponder.onnx", folder / "data.npz", runs=2, warmup=1, profile_runs=1, static=static)
+    return static, report
+
+
+def test_a_loop_with_a_value_dependent_trip_count_is_a_block_of_its_own(pondered):
+    static, _ = pondered
+    assert [(b.name, b.verdict) for b in static.blocks] == [("/ponder/Loop", "branch")]
+    assert static.blocks[0].evidence[0].detail.endswith("trip count depends on input values")
+    assert "control-flow bodies that hold compute: 1 block, one per Loop" in static.block_method
+
+
+def test_a_varying_number_of_iterations_is_no_change_of_shape(pondered):
+    static, report = pondered
+    (loop,) = [b for b in report.execution.blocks if b.name == "/ponder/Loop"]
+    assert loop.executed_fraction == 1.0
+    assert loop.calls_vary and (loop.calls.min, loop.calls.max) == (2 * 1, 2 * 6)  # MatMul and Tanh, 1 to 6 times
+    assert loop.value_dependent == ()  # every iteration ran at the same shapes
+    outcome = {a.block: a for a in report.agreements}["/ponder/Loop"]
+    assert outcome.outcome == "confirmed" and "ran 2 to 12 times in all" in outcome.detail
+    finding = conditional_execution(static.to_json(), report.to_json())
+    assert finding.answer == YES and "/ponder/Loop ran its nodes 2 to 12 times in all" in finding.statement
