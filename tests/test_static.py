@@ -92,6 +92,29 @@ def test_coefficients_detected_when_nothing_declares_them():
 
 
 
+def test_a_gate_applied_between_the_blocks_belongs_to_the_block_it_weights():
+    # SkipNet's gates computed and applied in the model's forward, x + g·block(x), for blocks 1
+    # and 2 only: outside every block, named /Sigmoid and /Sigmoid_1 by the exporter (numbered
+    # by occurrence, not by layer); their weights `gate.1`, `gate.2` are numbered too, but they
+    # run between the layers, so they are no second stack of blocks
+    gated = """
+        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/gate@/MatMul"] gl@ = MatMul (x@, "gate.@.weight")
+        ["SIGMOID"] g@ = Sigmoid (gl@)
+        ["MUL"] m@ = Mul (g@, h@)
+        ["ADD"] x@+1 = Add (x@, m@)
+"""
+    blocks = [DENSE, gated.replace("SIGMOID", "/Sigmoid").replace("MUL", "/Mul").replace("ADD", "/Add"),
+              gated.replace("SIGMOID", "/Sigmoid_1").replace("MUL", "/Mul_1").replace("ADD", "/Add_1")]
+    weights = [DENSE_W, DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}', DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}']
+    text = graph(blocks, weights, inputs="float[batch, seq, 2] x0").replace("float[T, 2] y", "float[batch, seq, 2] y")
+    report = audit(text)
+    assert [(c.tensor, c.layer) for c in report.coefficients] == [("g1", 1), ("g2", 2)]
+    assert verdicts(report) == ["always", "gated", "gated"]
+    assert report.block_method == "node names: 3 blocks under `model.layers`"
+    assert [e.node for e in report.blocks[1].evidence] == ["/Mul"]
+
+
 def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
     # BERT's pooler: Tanh of the first token's projection, read by the classifier's Gemm and its
     # weight; as wide as the hidden state and computed from the input, but it weights nothing

@@ -363,21 +363,36 @@ class _Finder:
         """The numbered containers that name blocks, each with the offset of its first block:
         `chosen`, and beside it any other container of as many as a quarter of its nodes that
         no node names together with another (an encoder-decoder's `encoder.block` and
-        `decoder.block`; not the `experts` numbered inside each layer). In the order their
-        nodes first appear, numbered on from one container to the next."""
+        `decoder.block`; not the `experts` numbered inside each layer) and whose layers run
+        before or after those of the others, not between them (not a controller numbered by
+        the layers it serves: DynamicViT's `score_predictor.0` before its third block). In the
+        order their nodes first appear, numbered on from one container to the next."""
         if chosen == "pattern":
             return {chosen: 0}
+        candidates = [k for k in sorted(multi, key=lambda k: (-coverage[k], len(k)))  # the outer of a nested pair first
+                      if k != chosen and coverage[k] * 4 >= coverage[chosen] and len(indices[k]) >= 2]
+        if not candidates:
+            return {chosen: 0}
+        position: dict[str, int] = {}
+        starts: dict[str, set[int]] = {}  # container -> where each of its layers first appears
+        seen: set[tuple[str, int]] = set()
+        for at, found in enumerate(first.values()):
+            for k, i, _ in found[1] if found else ():
+                position.setdefault(k, at)
+                if (k, i) not in seen:
+                    seen.add((k, i))
+                    starts.setdefault(k, set()).add(at)
+
+        def between(a: str, b: str) -> bool:  # a layer of one starts within the other's span
+            return any(min(starts[b]) < at < max(starts[b]) for at in starts[a]) or \
+                any(min(starts[a]) < at < max(starts[a]) for at in starts[b])
+
         keys = [chosen]
-        for k in sorted(multi, key=lambda k: (-coverage[k], len(k))):  # the outer container of a nested pair first
-            if k != chosen and coverage[k] * 4 >= coverage[chosen] and len(indices[k]) >= 2 \
-                    and not any((k, other) in nested for other in keys):
+        for k in candidates:
+            if not any((k, other) in nested for other in keys) and not any(between(k, other) for other in keys):
                 keys.append(k)
         if len(keys) == 1:
             return {chosen: 0}
-        position = {}
-        for at, found in enumerate(first.values()):
-            for k, _, _ in found[1] if found else ():
-                position.setdefault(k, at)
         stacks, offset = {}, 0
         for k in sorted(keys, key=lambda k: position.get(k, 0)):
             stacks[k] = offset

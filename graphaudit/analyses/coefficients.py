@@ -150,6 +150,20 @@ def detect_coefficients(
     return tuple(found)
 
 
+def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
+    """The block that computed what `ref` weights (the other operand of a gating node it
+    reaches through PLUMBING), or None."""
+    for consumer, current in reached_consumers(mg, ref, limit=16):
+        if consumer.op_type not in GATING:
+            continue
+        for other in consumer.inputs:
+            producer = mg.producer(other) if other is not None and other != current else None
+            block = blocks.block_of(producer.id) if producer is not None else None
+            if block is not None:
+                return block
+    return None
+
+
 def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
     """Each node `ref` reaches through reshapes and slices (PLUMBING), with the tensor it reads.
 
@@ -410,9 +424,15 @@ def _family_of(name: str) -> str:
 
 
 def _layer(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
+    """The block that computes the coefficient; else the block whose output it weights (a gate
+    computed and applied between the blocks, x + g·block(x)); else the block that reads it;
+    else the number its name ends in; else `fallback`."""
     if blocks is not None and ref is not None:
-        node = mg.producer(ref) or next(iter(mg.consumers(ref)), None)
-        block = blocks.block_of(node.id) if node is not None else None
+        producer = mg.producer(ref)
+        block = blocks.block_of(producer.id) if producer is not None else None
+        block = block or weighted_block(mg, ref, blocks)
+        reader = next(iter(mg.consumers(ref)), None)
+        block = block or (blocks.block_of(reader.id) if reader is not None else None)
         if block is not None:
             return block.index
     m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append

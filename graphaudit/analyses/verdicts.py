@@ -348,7 +348,9 @@ class _Audit:
                 ev = Evidence("gate", node.id, _op(node), c.tensor, str(self.dm.of(ref)),
                               f"coefficient `{c.tensor}` ({c.family}, layer {c.layer}) weights "
                               f"{_op(node)} `{node.id}`")
-                block = self.blocks.block_of(node.id) or self.blocks.by_index(c.layer)
+                # applied between the blocks (x + g·block(x)): the gate belongs to what it weights
+                block = (self.blocks.block_of(node.id) or _operand_block(mg, node, ref, self.blocks)
+                         or self.blocks.by_index(c.layer))
                 if block is not None:
                     self.gate_of.setdefault(block.index, []).append(ev)
 
@@ -398,3 +400,13 @@ def _dedupe(evidence) -> tuple[Evidence, ...]:
             seen.add(key)
             out.append(ev)
     return tuple(out)
+
+
+def _operand_block(mg: ModelGraph, node: Node, coefficient: TensorRef, blocks: BlockMap) -> Block | None:
+    """The block that computed an operand of `node` other than the coefficient, or None."""
+    for ref in node.inputs:
+        producer = mg.producer(ref) if ref is not None and ref != coefficient else None
+        block = blocks.block_of(producer.id) if producer is not None else None
+        if block is not None:
+            return block
+    return None
