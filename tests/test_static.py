@@ -104,15 +104,36 @@ def test_a_gate_applied_between_the_blocks_belongs_to_the_block_it_weights():
         ["MUL"] m@ = Mul (g@, h@)
         ["ADD"] x@+1 = Add (x@, m@)
 """
-    blocks = [DENSE, gated.replace("SIGMOID", "/Sigmoid").replace("MUL", "/Mul").replace("ADD", "/Add"),
-              gated.replace("SIGMOID", "/Sigmoid_1").replace("MUL", "/Mul_1").replace("ADD", "/Add_1")]
+    # the second as x + g·(block(x) − x): the Sub is in no block either
+    # the second as x + g·(block(x) − x): the Sub is in no block either. The gates' tensor names
+    # carry no number that could tell their layer.
+    blocks = [DENSE, gated.replace("SIGMOID", "/Sigmoid").replace("MUL", "/Mul").replace("ADD", "/Add").replace(
+                  "g@", "gateA"),
+              gated.replace("SIGMOID", "/Sigmoid_1").replace("MUL", "/Mul_1").replace("ADD", "/Add_1").replace(
+                  "m@ = Mul (g@, h@)", 'd@ = Sub (h@, x@)\n        ["/Mul_1"] m@ = Mul (g@, d@)').replace(
+                  '["/Mul_1"] d@', '["/Sub"] d@').replace("g@", "gateB")]
     weights = [DENSE_W, DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}', DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}']
     text = graph(blocks, weights, inputs="float[batch, seq, 2] x0").replace("float[T, 2] y", "float[batch, seq, 2] y")
     report = audit(text)
-    assert [(c.tensor, c.layer) for c in report.coefficients] == [("g1", 1), ("g2", 2)]
+    assert [(c.tensor, c.layer) for c in report.coefficients] == [("gateA", 1), ("gateB", 2)]
     assert verdicts(report) == ["always", "gated", "gated"]
     assert report.block_method == "node names: 3 blocks under `model.layers`"
     assert [e.node for e in report.blocks[1].evidence] == ["/Mul"]
+
+
+@pytest.mark.parametrize("hard", [
+    'hard@ = Greater ("gate.@", half)\n        on@ = Cast <to = 1> (hard@)',  # SkipNet, BlockDrop: σ > ½
+    'on@ = Round ("gate.@")',  # a straight-through estimator's forward pass
+])
+def test_a_hard_gate_thresholded_from_a_squashed_score_is_detected(hard):
+    # the block is computed for every input and multiplied by 0 or 1: gated, no compute saved
+    block = GATED.replace('["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)',
+                          f'{hard}\n        ["/model/layers.@/Mul"] m@ = Mul (on@, h@)')
+    text = graph([block] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("> {", ", float half = {0.5}> {", 1)
+    report = audit(text)
+    assert [(c.tensor, c.source) for c in report.coefficients] == [("gate.0", "detected"), ("gate.1", "detected")]
+    assert verdicts(report) == ["gated", "gated"] and not report.dynamic
 
 
 def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():

@@ -35,10 +35,12 @@ SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax"
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
 # Operators a coefficient may pass through on its way to the node it weights (a quantised
-# model's QuantizeLinear / DequantizeLinear pairs included).
+# model's QuantizeLinear / DequantizeLinear pairs included; a hard gate's threshold or rounding:
+# SkipNet's and BlockDrop's (σ > ½) cast to 0 / 1, a straight-through estimator's round(σ)).
 PLUMBING = frozenset({
     "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
     "Identity", "Concat", "Flatten", "Add", "Sub", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Round",
 })
 _GLOB = re.compile(r"[*?\[]")
 
@@ -154,13 +156,26 @@ def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
     """The block that computed what `ref` weights (the other operand of a gating node it
     reaches through PLUMBING), or None."""
     for consumer, current in reached_consumers(mg, ref, limit=16):
-        if consumer.op_type not in GATING:
-            continue
-        for other in consumer.inputs:
-            producer = mg.producer(other) if other is not None and other != current else None
-            block = blocks.block_of(producer.id) if producer is not None else None
+        if consumer.op_type in GATING:
+            block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
             if block is not None:
                 return block
+    return None
+
+
+def block_upstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 8):
+    """The latest block among the nearest producers of `refs` that are in a block, looking up
+    through nodes in none (x + g·(block(x) − x): the Sub is in no block, block(x) is), or None."""
+    level, seen = list(refs), set(refs)
+    for _ in range(depth):
+        producers = [p for p in map(mg.producer, level) if p is not None]
+        found = [b for b in (blocks.block_of(p.id) for p in producers) if b is not None]
+        if found:
+            return max(found, key=lambda b: b.index)
+        level = [r for p in producers for r in p.inputs if r is not None and r not in seen]
+        seen.update(level)
+        if not level:
+            return None
     return None
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blocks import Block, BlockMap
-from graphaudit.analyses.coefficients import GATING, reached_consumers
+from graphaudit.analyses.coefficients import GATING, block_upstream, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
@@ -349,7 +349,8 @@ class _Audit:
                               f"coefficient `{c.tensor}` ({c.family}, layer {c.layer}) weights "
                               f"{_op(node)} `{node.id}`")
                 # applied between the blocks (x + g·block(x)): the gate belongs to what it weights
-                block = (self.blocks.block_of(node.id) or _operand_block(mg, node, ref, self.blocks)
+                block = (self.blocks.block_of(node.id)
+                         or block_upstream(mg, [r for r in node.inputs if r is not None and r != ref], self.blocks)
                          or self.blocks.by_index(c.layer))
                 if block is not None:
                     self.gate_of.setdefault(block.index, []).append(ev)
@@ -400,13 +401,3 @@ def _dedupe(evidence) -> tuple[Evidence, ...]:
             seen.add(key)
             out.append(ev)
     return tuple(out)
-
-
-def _operand_block(mg: ModelGraph, node: Node, coefficient: TensorRef, blocks: BlockMap) -> Block | None:
-    """The block that computed an operand of `node` other than the coefficient, or None."""
-    for ref in node.inputs:
-        producer = mg.producer(ref) if ref is not None and ref != coefficient else None
-        block = blocks.block_of(producer.id) if producer is not None else None
-        if block is not None:
-            return block
-    return None
