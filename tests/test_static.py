@@ -198,6 +198,33 @@ def test_an_activation_function_written_out_is_not_a_gate():
     assert report.coefficients == () and verdicts(report) == ["always", "always"]
 
 
+def test_a_gate_that_decides_whether_a_block_runs_is_a_coefficient_of_that_block():
+    # SkipNet with real control flow: σ of a pooled projection, computed between the blocks,
+    # decides the If whose then-branch is block 1 (one input at a time: its condition is a scalar)
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 2] x0) => (float[batch, seq, 2] y) <{DENSE_W.replace("@", "0")}, {DENSE_W.replace("@", "1")},
+        float[2, 1] "skip.weight" = {{0.5, -0.5}}, int64[1] tokens = {{1}}, int64[0] scalar = {{}}, float half = {{0.5}}> {{
+        {DENSE.replace("@+1", "1").replace("@", "0")}
+        ["/pool"] pooled = ReduceMean <keepdims = 0> (x1, tokens)
+        ["/skip/MatMul"] score = MatMul (pooled, "skip.weight")
+        ["/Sigmoid"] p = Sigmoid (score)
+        ["/Reshape"] ps = Reshape (p, scalar)
+        ["/Greater"] go = Greater (ps, half)
+        ["/If"] x2 = If (go) <
+            then_branch = t () => (float[batch, seq, 2] x2a) {{
+                ["/model/layers.1/fc/MatMul"] h1 = MatMul (x1, "model.layers.1.fc.weight")
+                ["/model/layers.1/Add"] x2a = Add (x1, h1)
+            }},
+            else_branch = e () => (float[batch, seq, 2] same) {{ same = Identity (x1) }}
+        >
+        y = Identity (x2)
+    }}"""
+    report = audit(text)
+    assert [(c.tensor, c.family, c.layer, c.source) for c in report.coefficients] == [("p", "gate", 1, "detected")]
+    assert verdicts(report) == ["always", "branch"]
+
+
 def test_a_gate_inside_a_loop_body_is_not_detected():
     # one layer applied by a Loop as often as the input says, gated inside the body: the gate can
     # be neither exposed nor fed from the main graph, so it is no coefficient to replay

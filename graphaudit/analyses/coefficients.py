@@ -34,6 +34,7 @@ from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_depende
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix"}
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
+DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
 # Operators a coefficient may pass through on its way to the node it weights (a quantised
 # model's QuantizeLinear / DequantizeLinear pairs included; a hard gate's threshold or rounding:
 # SkipNet's and BlockDrop's (σ > ½) cast to 0 / 1, a straight-through estimator's round(σ)).
@@ -154,12 +155,18 @@ def detect_coefficients(
 
 def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
     """The block that computed what `ref` weights (the other operand of a gating node it
-    reaches through PLUMBING), or None."""
+    reaches through PLUMBING), or the block of the If / Loop it decides, or None."""
     for consumer, current in reached_consumers(mg, ref, limit=16):
         if consumer.op_type in GATING:
             block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
-            if block is not None:
-                return block
+        elif consumer.op_type in DECIDING:
+            block = blocks.block_of(consumer.id) or next(
+                (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
+                 for b in [blocks.block_of(n.id)] if b is not None), None)
+        else:
+            continue
+        if block is not None:
+            return block
     return None
 
 
@@ -197,7 +204,8 @@ def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tu
 
 
 def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap) -> str | None:
-    """"gate" when `ref` weights a hidden-state tensor, "route" when it routes, else None.
+    """"gate" when `ref` weights a hidden-state tensor or decides an If / Loop, "route" when it
+    routes, else None.
 
     A hidden-state tensor is computed from the input's values: a squashed activation that meets
     only a weight (BERT's pooler, Tanh into the classifier's Gemm) is a layer's input, not a gate.
@@ -210,6 +218,9 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
     for consumer, current in reached_consumers(mg, ref, limit=16):
         if consumer.op_type in ROUTING:
             return "route"
+        if consumer.op_type in DECIDING and not consumer.domain and current in consumer.inputs[:2] \
+                and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
+            return "gate"  # it decides whether a branch runs (SkipNet's If) or how often a body does
         if consumer.op_type in GATING:
             others = [r for r in consumer.inputs if r is not None and r != current and r not in producer.inputs
                       and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r))
