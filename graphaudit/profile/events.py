@@ -9,7 +9,12 @@ node events whose interval falls inside it, in time order. Two layouts are accep
 
 Either may be a bare JSON array or a Chrome-trace object with `traceEvents`. A control-flow
 node's event (If, Loop, Scan) encloses the events of the body it ran, so each event also
-gets its *self* time: its duration less that of the events directly nested in it.
+gets its *self* time: its duration less that of the events directly nested in it, and
+its *owners*: the control-flow events it ran inside. ONNX Runtime gives the nodes it creates
+(`Gelu`, `gemm_input_reshape`) the same name in the main graph and in every body, and the
+profiler's events say nothing else of where a node lies; so a name that ran under more than
+one chain of owners is written with its owners (`/If_2 > Gelu`, see `qualified_name`), which
+tells the nodes apart wherever events are keyed by name.
 GPU kernel events (`cat == "Kernel"`, only in builds with CUDA profiling) follow, in file
 order, the node event that launched them; their durations are added to that node's
 `kernel_dur`, the GPU's time for it, where the node event itself times the launch.
@@ -29,6 +34,7 @@ from graphaudit.errors import GraphAuditError
 KERNEL_SUFFIX = "_kernel_time"
 FENCE_SUFFIXES = ("_fence_before", "_fence_after")
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+OWNER_SEPARATOR = " > "
 # ts / dur are whole microseconds: a nested event may poke out of its parent by rounding.
 _SLACK_US = 1.0
 
@@ -39,7 +45,7 @@ Shape = tuple[int, ...]
 class NodeEvent:
     """One execution of one node, as the profiler recorded it (times in microseconds)."""
 
-    name: str  # the node's name in the graph ORT ran (suffix removed)
+    name: str  # the node's name in the graph ORT ran (suffix removed); qualified where nodes share it
     op_type: str | None
     provider: str | None
     ts: float
@@ -53,6 +59,7 @@ class NodeEvent:
     graph_index: int | None = None  # fenced layout only
     plan_index: int | None = None  # node_index, or exec_plan_index in the fenced layout
     kernel_dur: float | None = None  # GPU kernel time it launched, when kernel events exist
+    owners: tuple[str, ...] = ()  # names of the control-flow events it ran inside, outermost first; set when grouped
 
     @property
     def end(self) -> float:
@@ -143,8 +150,17 @@ def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
     return Profile("fenced" if fenced or args_fenced else "current", runs, outside, kernels, label)
 
 
+def qualified_name(owners: Sequence[str], name: str) -> str:
+    """`name` as run inside the control-flow nodes `owners` (outermost first): "/If_2 > Gelu"."""
+    return OWNER_SEPARATOR.join((*owners, name))
+
+
 def group_runs(events: Sequence[NodeEvent], windows: Sequence[tuple[float, float]]) -> tuple[tuple[Run, ...], int]:
-    """Assign each event to the model_run window holding it; return the runs and the leftovers."""
+    """Assign each event to the model_run window holding it; return the runs and the leftovers.
+
+    A name that ran under more than one chain of owners names more than one node: each of
+    its events is renamed to its qualified name.
+    """
     starts = [ts for ts, _ in windows]
     buckets: list[list[NodeEvent]] = [[] for _ in windows]
     outside = 0
@@ -154,16 +170,23 @@ def group_runs(events: Sequence[NodeEvent], windows: Sequence[tuple[float, float
             buckets[i].append(ev)
         else:
             outside += 1
+    nested = [_nested(sorted(bucket, key=lambda e: (e.ts, -e.dur))) for bucket in buckets]
+    owners_of: dict[str, set[tuple[str, ...]]] = {}
+    for ev in (ev for run_events in nested for ev in run_events):
+        owners_of.setdefault(ev.name, set()).add(ev.owners)
+    shared = {name for name, owners in owners_of.items() if len(owners) > 1}
     runs = tuple(
-        Run(i, ts, dur, _with_self_times(sorted(bucket, key=lambda e: (e.ts, -e.dur))))
-        for i, ((ts, dur), bucket) in enumerate(zip(windows, buckets))
+        Run(i, ts, dur, tuple(replace(ev, name=qualified_name(ev.owners, ev.name)) if ev.name in shared else ev
+                              for ev in run_events))
+        for i, ((ts, dur), run_events) in enumerate(zip(windows, nested))
     )
     return runs, outside
 
 
-def _with_self_times(events: list[NodeEvent]) -> tuple[NodeEvent, ...]:
-    """Each event with its self time: a parent (If/Loop body owner) less its direct children."""
+def _nested(events: list[NodeEvent]) -> list[NodeEvent]:
+    """Each event with its owners and its self time: a parent (If/Loop body owner) less its direct children."""
     child_time = [0.0] * len(events)
+    owners: list[tuple[str, ...]] = []
     stacks: dict[int, list[int]] = {}
     for i, ev in enumerate(events):
         stack = stacks.setdefault(ev.tid, [])
@@ -171,8 +194,9 @@ def _with_self_times(events: list[NodeEvent]) -> tuple[NodeEvent, ...]:
             stack.pop()
         if stack and events[stack[-1]].is_control_flow:
             child_time[stack[-1]] += ev.dur
+        owners.append(tuple(events[j].name for j in stack if events[j].is_control_flow))
         stack.append(i)
-    return tuple(replace(ev, self_dur=max(ev.dur - child_time[i], 0.0)) for i, ev in enumerate(events))
+    return [replace(ev, self_dur=max(ev.dur - child_time[i], 0.0), owners=owners[i]) for i, ev in enumerate(events)]
 
 
 def _contains(parent: NodeEvent, child: NodeEvent) -> bool:
