@@ -196,20 +196,24 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             hurts.append(name)
     gap = replay.get("retained_gap") or {}
     gap_ci = replay.get("retained_gap_ci") or {}
+    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
+    # no gap to retain: one global mean does as well as the correct coefficients, or better
+    no_gap = global_gap is not None and global_gap < MATERIAL_NATS
     for name in PROFILES:
         if num(gap.get(name)) is not None:
             lo, hi = interval(gap_ci.get(name))
             ci = f" (95% CI {pct(lo)} to {pct(hi)})" if lo is not None and hi is not None else ""
-            evidence.append(Evidence("replay", (
-                f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} of the gap between "
-                "global-mean and correct coefficients")))
+            of = (f"of a gap of {signed(global_gap)} nats between global-mean and correct coefficients, too small "
+                  "to share out" if no_gap else "of the gap between global-mean and correct coefficients")
+            evidence.append(Evidence("replay", f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} {of}"))
     if not measured:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
     gap_words = ""
-    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
-    if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
-        gap_words = "; one global mean does as well as the correct coefficients, so no gap is left for a profile"
+    if no_gap:
+        better = " or better" if global_gap <= -MATERIAL_NATS else ""
+        gap_words = (f"; one global mean does as well as the correct coefficients{better}, so no gap is left for a "
+                     "profile")
     elif num(gap.get("static_layer")) is not None:
         gap_words = (f"; a static per-layer profile keeps {pct(gap['static_layer'])} of what the "
                      "coefficients contribute over one global mean")

@@ -175,3 +175,17 @@ def test_no_dependence_names_only_the_reassignments_that_ran():
     assert both.answer == cross_only.answer == NO
     assert "or its own shuffled over tokens" in both.statement
     assert "shuffled" not in cross_only.statement and "another input's coefficients raises" in cross_only.statement
+
+
+@pytest.mark.parametrize("global_gap, better", [(0.004, False), (-0.031, True)])
+def test_no_gap_between_global_mean_and_correct_leaves_nothing_for_a_profile_to_keep(global_gap, better):
+    # one global mean does as well as the correct coefficients, or better: a retained share of
+    # that gap (here 6.3% of −0.031 nats) means nothing, and the answer does not quote it
+    doc = replay_doc(cross=(0.001, -0.002, 0.004), shuffle=(0.0, -0.001, 0.001), gap_layer=0.063)
+    doc["conditions"]["global_mean"]["delta_nll"] = global_gap
+    finding = decide(None, doc, None).functional_dependence
+    assert "keeps" not in finding.statement and "6.3%" not in finding.statement
+    assert ("as well as the correct coefficients or better, so no gap" in finding.statement) == better
+    assert "so no gap is left for a profile" in finding.statement
+    line = next(e.text for e in finding.evidence if e.text.startswith("a static layer profile retains"))
+    assert "too small to share out" in line
