@@ -120,16 +120,19 @@ def cross_input(cache: CoefficientCache, partner: np.ndarray, c: Coefficient, ro
     return cache.rows(c, partner[rows])
 
 
-def token_shuffle(cache: CoefficientCache, orders: np.ndarray, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+def token_shuffle(cache: CoefficientCache, orders: dict[int, np.ndarray], c: Coefficient,
+                  rows: np.ndarray) -> np.ndarray:
+    """`c`'s values with each input's positions in its order σ_b (`orders`: by token length)."""
     values, t = cache.rows(c, rows), token_axis(c)
     if t is None:
         return values
+    order = orders[values.shape[t]]
     # as lines: (input, axes before t, position) → the values after t; input b's lines in the order σ_b
     count, length = values.shape[0], values.shape[t]
     before = int(np.prod(values.shape[1:t], dtype=np.int64))
     lines = values.reshape(count * before * length, -1)
     first = np.arange(count * before, dtype=np.int64).reshape(count, before, 1) * length
-    return np.take(lines, (first + orders[rows][:, None, :]).ravel(), axis=0).reshape(values.shape)
+    return np.take(lines, (first + order[rows][:, None, :]).ravel(), axis=0).reshape(values.shape)
 
 
 def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
@@ -235,10 +238,14 @@ def conditions(
         if note and notes is not None:
             notes["cross_input"] = note
     lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
-    orders = position_orders(evaluation.count, max(lengths, default=1), rng, tokens[0]) \
-        if "token_shuffle" in names else None
-    if len(lengths) > 1 and orders is not None:
-        raise GraphAuditError(f"expected one token length across coefficients for token_shuffle, found {sorted(lengths)}")
+    orders = None
+    if "token_shuffle" in names:
+        # the inputs' own positions: one order each, of their tokens only; coefficients with fewer
+        # positions (those a pruning step kept) get orders of their own, from the same seed
+        longest = max(lengths, default=1)
+        orders = {longest: position_orders(evaluation.count, longest, rng, tokens[0])}
+        orders.update({n: position_orders(evaluation.count, n, np.random.default_rng([seed, 2, n]))
+                       for n in lengths if n != longest})
     prof = profiles(calibration, tokens=tokens[1]) if set(names) & {"static_layer", "static_position", "global_mean"} \
         else None
     table = {

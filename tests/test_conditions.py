@@ -135,3 +135,24 @@ def test_token_shuffle_orders_do_not_depend_on_whether_cross_input_runs():
     both, _, _ = _feeds(["cross_input", "token_shuffle"], seed=5)
     for c in (*GATE, MIX):
         np.testing.assert_array_equal(alone["token_shuffle"](c, rows), both["token_shuffle"](c, rows))
+
+
+def test_token_shuffle_of_coefficients_over_fewer_positions_permutes_those_positions():
+    # a token pruner's second score covers only the tokens the first step kept (5 of 9): its
+    # positions get an order of their own; the full-length ones keep the orders they had
+    rng = np.random.default_rng(0)
+    full = Coefficient("score.0", "router", 2, ("batch", "token", "slot"))
+    kept = Coefficient("score.1", "router", 3, ("batch", "token", "slot"))
+    arrays = {"score.0": rng.random((4, 9, 2)).astype(np.float32), "score.1": rng.random((4, 5, 2)).astype(np.float32)}
+    evaluation = CoefficientCache((full, kept), arrays, 4, {})
+    feeds = conditions(["token_shuffle"], evaluation, evaluation, seed=3)
+    rows = np.arange(4)
+    for c, length in ((full, 9), (kept, 5)):
+        shuffled, own = feeds["token_shuffle"](c, rows), arrays[c.tensor]
+        for b in rows:
+            order = [next(j for j in range(length) if np.array_equal(own[b, j], shuffled[b, t])) for t in range(length)]
+            assert sorted(order) == list(range(length))
+        assert not np.array_equal(shuffled, own)
+    alone = conditions(["token_shuffle"], CoefficientCache((full,), {"score.0": arrays["score.0"]}, 4, {}),
+                       evaluation, seed=3)
+    np.testing.assert_array_equal(alone["token_shuffle"](full, rows), feeds["token_shuffle"](full, rows))

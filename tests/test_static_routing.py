@@ -297,3 +297,74 @@ def test_mixture_of_depths_blocks_run_on_their_chosen_tokens():
     assert verdicts(report) == ["always", "subset", "subset", "always"]
     for block in report.blocks[1:3]:
         assert [(e.kind, e.op, e.size) for e in block.evidence] == [("selection", "Gather", "fixed (capacity)")]
+
+
+@pytest.mark.parametrize("squash", ["log_softmax", "sigmoid"])
+def test_a_token_pruners_score_is_a_router_of_the_block_it_prunes_for(squash):
+    # DynamicViT: a predictor (outside the blocks, run before block 1) scores each token with a
+    # LogSoftmax over keep / drop; TopK of the keep column picks the tokens block 1 runs on. Or
+    # one σ per token, of shape (batch, seq): as wide as the sequence, still a router
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 2] x0) => (float[batch, two, 2] y) <{DENSE_W.replace("@", "0")}, {DENSE_W.replace("@", "1")},
+        float[2, 2] "score_predictor.0.weight" = {EYE}, int64[1] keep = {{0}}, int64[1] k = {{2}},
+        int64[3] wide = {{1, 1, 2}}, int64[1] last = {{2}}> {{
+        {DENSE.replace("@+1", "1").replace("@", "0")}
+        ["/score_predictor.0/MatMul"] s = MatMul (x1, "score_predictor.0.weight")
+        ["/score_predictor.0/LogSoftmax"] score = LogSoftmax <axis = -1> (s)
+        ["/Gather"] kept = Gather <axis = 2> (score, keep)
+        ["/Squeeze"] kept2 = Squeeze (kept, last)
+        ["/TopK"] top, idx = TopK <axis = 1> (kept2, k)
+        ["/Unsqueeze"] idx3 = Unsqueeze (idx, last)
+        ["/Expand"] rows = Expand (idx3, wide)
+        ["/GatherElements"] picked = GatherElements <axis = 1> (x1, rows)
+        ["/model/layers.1/fc/MatMul"] h1 = MatMul (picked, "model.layers.1.fc.weight")
+        ["/model/layers.1/Add"] y = Add (picked, h1)
+    }}"""
+    if squash == "sigmoid":
+        text = text.replace('score = LogSoftmax <axis = -1> (s)', 'score = Identity (s)').replace(
+            '["/Squeeze"] kept2 = Squeeze (kept, last)', '["/Squeeze"] kept1 = Squeeze (kept, last)\n'
+            '        ["/score_predictor.0/Sigmoid"] kept2 = Sigmoid (kept1)')
+    report = audit(text)
+    expected = ("score", "router", 1, ("batch", "token", "slot")) if squash == "log_softmax" else \
+        ("kept2", "router", 1, ("batch", "token"))
+    assert [(c.tensor, c.family, c.layer, c.axes) for c in report.coefficients] == [expected]
+    assert verdicts(report) == ["always", "subset"]
+
+
+def test_a_gate_over_the_tokens_and_a_class_token_has_a_token_axis():
+    # a class token put before the tokens: the gate's second axis is seq + 1, which inference calls
+    # unk; it grows with the token count, so it is the token axis (token_shuffle, static_position)
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 2] x0) => (float[batch, more, 2] y) <{DENSE_W.replace("@", "0")},
+        float[1, 1, 2] cls = {{0.5, -0.5}}, float[2, 2] "gate.weight" = {EYE}, int64[2] one_two = {{1, 2}}> {{
+        ["/Shape"] b = Shape <end = 1> (x0)
+        ["/Concat"] size = Concat <axis = 0> (b, one_two)
+        ["/Expand"] c = Expand (cls, size)
+        ["/Concat_1"] xc = Concat <axis = 1> (c, x0)
+        ["/model/layers.0/fc/MatMul"] h0 = MatMul (xc, "model.layers.0.fc.weight")
+        ["/model/layers.0/gate/MatMul"] gl = MatMul (xc, "gate.weight")
+        ["/model/layers.0/gate/Sigmoid"] gate = Sigmoid (gl)
+        ["/model/layers.0/Mul"] m = Mul (gate, h0)
+        ["/model/layers.0/Add"] y = Add (xc, m)
+    }}"""
+    report = audit(text)
+    assert [(c.tensor, c.axes) for c in report.coefficients] == [("gate", ("batch", "token", "slot"))]
+
+
+def test_attention_probabilities_over_the_tokens_are_no_coefficient():
+    # softmax(q·kᵀ) of shape (batch, seq, seq) weights the values: its last axis is the tokens
+    # too, but one score per token of a (batch, seq) router is what counts, not this
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 2] x0) => (float[batch, seq, 2] y) <{DENSE_W.replace("@", "0")}, int64[3] swap = {{0, 2, 1}}> {{
+        ["/model/layers.0/q/MatMul"] q = MatMul (x0, "model.layers.0.fc.weight")
+        ["/model/layers.0/Transpose"] kt = Transpose <perm = [0, 2, 1]> (x0)
+        ["/model/layers.0/scores/MatMul"] scores = MatMul (q, kt)
+        ["/model/layers.0/Softmax"] probs = Softmax <axis = -1> (scores)
+        ["/model/layers.0/mix/MatMul"] mixed = MatMul (probs, x0)
+        ["/model/layers.0/Add"] y = Add (x0, mixed)
+    }}"""
+    report = audit(text)
+    assert report.coefficients == () and verdicts(report) == ["always"]

@@ -31,7 +31,7 @@ from graphaudit.load import LoadedModel
 from graphaudit.analyses.blocks import BlockMap
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
-SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix"}
+SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
 DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
@@ -138,9 +138,13 @@ def detect_coefficients(
         if family is None or out is None or dm.of(out) != VALUE:
             continue
         shape = mg.tensors[out].shape if out in mg.tensors else None
-        if not shape or not isinstance(shape[-1], int) or (hidden and shape[-1] > hidden):
+        if not shape:
             continue
         named = axes_of(mg, out, axes)
+        # narrower than the hidden state, or one score per token (a per-token router's (batch,
+        # token); not attention's probabilities over the tokens, per query token)
+        if not (isinstance(shape[-1], int) and not (hidden and shape[-1] > hidden)) and tuple(named) != (BATCH, TOKEN):
+            continue
         if BATCH not in named and TOKEN not in named and (MERGED not in named or not _batch_major(mg, out, axes)):
             continue
         use = _use(mg, node, out, hidden, dm)
@@ -163,10 +167,29 @@ def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
             block = blocks.block_of(consumer.id) or next(
                 (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
                  for b in [blocks.block_of(n.id)] if b is not None), None)
+        elif consumer.op_type in ROUTING:  # a router serves the block its choice feeds
+            block = blocks.block_of(consumer.id) or block_downstream(
+                mg, [r for r in consumer.outputs if r is not None], blocks)
         else:
             continue
         if block is not None:
             return block
+    return None
+
+
+def block_downstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 12):
+    """The earliest block among the nearest readers of `refs` that are in a block, looking down
+    through nodes in none (a token pruner's TopK, then the Gathers that keep the tokens), or None."""
+    level, seen = list(refs), set(refs)
+    for _ in range(depth):
+        readers = [c for r in level for c in mg.consumers(r)]
+        found = [b for b in (blocks.block_of(c.id) for c in readers) if b is not None]
+        if found:
+            return min(found, key=lambda b: b.index)
+        level = [r for c in readers for r in c.outputs if r is not None and r not in seen]
+        seen.update(level)
+        if not level:
+            return None
     return None
 
 
@@ -336,6 +359,7 @@ def _hidden_width(mg: ModelGraph, axes: "_InputAxes") -> int | None:
 
 
 PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see _InputAxes)
+LONGER = 23  # the token size of the second probe
 
 
 @dataclass
@@ -347,7 +371,9 @@ class _InputAxes:
     - a dimension inference could only call `unk__N` (past a Reshape to a size computed from
       Shape, as the TorchScript exporter writes them): what it becomes when shape inference
       runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
-      tensor asked about — the batch's size there makes it a batch axis, the token's a token axis;
+      tensor asked about — the batch's size there makes it a batch axis, the token's a token axis,
+      and an axis whose size changes again when only the token size does (LONGER) is a token
+      axis too: the tokens plus a class token, or the half of them a pruning step kept;
     - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
       the same leading positions only, a token axis only after a batch axis and only from
       inputs of rank 2 or 3 (an image's second axis is its channels), since a number
@@ -377,14 +403,28 @@ class _InputAxes:
         return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
                    lengths.pop() if len(lengths) == 1 else None, model if batch or token else None, probe)
 
-    def _probe(self, name: str) -> tuple[int, ...] | None:
+    def _probe(self, name: str, longer: bool = False) -> tuple[int, ...] | None:
         if self.model is None:
             return None
+        key = "longer" if longer else "probe"
         if self._probed is None:
+            self._probed = {}
+        if key not in self._probed:
             from graphaudit.load import infer_at
 
-            self._probed = infer_at(self.model, dict(self.probe_shapes))
-        return self._probed.get(name)
+            shapes = dict(self.probe_shapes)
+            if longer:
+                shapes = {name: tuple(LONGER if d == PROBE_SIZES[1] and axis == 1 else d for axis, d in enumerate(shape))
+                          for name, shape in shapes.items()}
+            self._probed[key] = infer_at(self.model, shapes)
+        return self._probed[key].get(name)
+
+    def _moves_with_tokens(self, tensor: str, axis: int, rank: int, size: int | None) -> bool:
+        """Whether the axis's size at the probe changes when only the token size does."""
+        if size is None or not self.token:
+            return False
+        longer = self._probe(tensor, longer=True)
+        return longer is not None and len(longer) == rank and longer[axis] != size
 
     def _merged(self, dim: str) -> bool:
         """Whether a symbolic dimension is the product of the batch and the token ("seq*batch")."""
@@ -402,7 +442,8 @@ class _InputAxes:
                 probed = self._probe(tensor) if tensor is not None else None
                 size = probed[axis] if probed is not None and len(probed) == len(shape) else None
                 names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else
-                             MERGED if size == PROBE_SIZES[0] * PROBE_SIZES[1] else None)
+                             MERGED if size == PROBE_SIZES[0] * PROBE_SIZES[1] else
+                             TOKEN if self._moves_with_tokens(tensor, axis, len(shape), size) else None)
             elif axis == 0 and d == self.batch_size:
                 names.append(BATCH)
             elif axis == 1 and d == self.token_size and names[0] == BATCH:
