@@ -33,7 +33,7 @@ from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_depende
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
-ROUTING = frozenset({"TopK", "ArgMax", "ArgMin"})
+ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero"})  # NonZero: of a thresholded score
 DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
 # Operators a coefficient may pass through on its way to the node it weights (a quantised
 # model's QuantizeLinear / DequantizeLinear pairs included; a hard gate's threshold or rounding:
@@ -167,7 +167,7 @@ def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
             block = blocks.block_of(consumer.id) or next(
                 (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
                  for b in [blocks.block_of(n.id)] if b is not None), None)
-        elif consumer.op_type in ROUTING:  # a router serves the block its choice feeds
+        elif _routes(consumer, current):  # a router serves the block its choice feeds
             block = blocks.block_of(consumer.id) or block_downstream(
                 mg, [r for r in consumer.outputs if r is not None], blocks)
         else:
@@ -175,6 +175,12 @@ def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
         if block is not None:
             return block
     return None
+
+
+def _routes(consumer: Node, current: TensorRef) -> bool:
+    """Whether `consumer` chooses by `current`: a TopK / ArgMax / NonZero of it, or a Compress
+    keeping what it marks."""
+    return consumer.op_type in ROUTING or (consumer.op_type == "Compress" and current == consumer.inputs[1])
 
 
 def block_downstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 12):
@@ -239,7 +245,7 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
     """
     own: set[TensorRef] | None = None
     for consumer, current in reached_consumers(mg, ref, limit=16):
-        if consumer.op_type in ROUTING:
+        if _routes(consumer, current):
             return "route"
         if consumer.op_type in DECIDING and not consumer.domain and current in consumer.inputs[:2] \
                 and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
