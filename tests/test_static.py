@@ -502,3 +502,26 @@ def test_cli_claims_exit_3_when_contradicted(branchy, capsys):
 def test_cli_usage_errors_are_one_line_status_2(branchy, capsys, args, message):
     code, _, err = run_main(["static", branchy, *args], capsys)
     assert code == 2 and err.startswith(f"graphaudit: error: {message}") and err.count("\n") == 1
+
+
+def test_a_gate_that_also_divides_is_shown_and_placed_by_what_it_weights():
+    # ACT written out densely: each block's halting probability weights its output (Mul) and is
+    # summed into the normaliser the result is divided by at the end (Div, after the last block)
+    gated = """
+        ["/model/layers.@/fc/MatMul"] f@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/model/layers.@/act/Relu"] h@ = Relu (f@)
+        ["/halt@/MatMul"] hl@ = MatMul (x@, "halt.@.weight")
+        ["/halt@/Sigmoid"] haltA@ = Sigmoid (hl@)
+        ["/Mul_@"] m@ = Mul (haltA@, h@)
+        ["/Add_@"] x@+1 = Add (x@, m@)
+"""
+    weights = DENSE_W + f', float[2, 2] "halt.@.weight" = {EYE}'
+    text = graph([gated] * 3, [weights] * 3, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace('["/model/head/Identity"] y = Identity (x3)', """
+        ["/Add_cum"] total1 = Add (haltA0, haltA1)
+        ["/Add_cum_1"] total = Add (total1, haltA2)
+        ["/Div"] y = Div (x3, total)""")
+    report = audit(text)
+    assert report.block_method.startswith("node names: 3 blocks under `model.layers`")
+    assert [(c.tensor, c.layer) for c in report.coefficients] == [("haltA0", 0), ("haltA1", 1), ("haltA2", 2)]
+    assert [b.evidence[0].op for b in report.blocks] == ["Mul", "Mul", "Mul"]

@@ -159,8 +159,10 @@ def detect_coefficients(
 
 def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
     """The block that computed what `ref` weights (the other operand of a gating node it
-    reaches through PLUMBING), or the block of the If / Loop it decides, or None."""
-    for consumer, current in reached_consumers(mg, ref, limit=16):
+    reaches through PLUMBING, one that weights before one that chooses or divides), or the block
+    of the If / Loop it decides, or None."""
+    reached = sorted(reached_consumers(mg, ref, limit=16), key=lambda found: found[0].op_type in ("Where", "Div"))
+    for consumer, current in reached:
         if consumer.op_type in GATING:
             block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
         elif consumer.op_type in DECIDING:

@@ -381,16 +381,18 @@ class _Audit:
             for ev in self.evidence.get(nid, ()):
                 if self.kinds[nid] != BRANCH:
                     found.setdefault(self.kinds[nid], []).append(ev)
-        if self.gate_of.get(block.index):
-            found[GATED] = self.gate_of[block.index]
+        if self.gate_of.get(block.index):  # what weights first, what chooses or divides after
+            found[GATED] = sorted(self.gate_of[block.index], key=lambda ev: ev.op in ("Where", "Div"))
         verdict = next((v for v in reversed(VERDICTS) if found.get(v)), ALWAYS)
         evidence = [ev for v in reversed(VERDICTS) for ev in found.get(v, ())]
         return BlockVerdict(block, verdict, _dedupe(evidence), frozenset(ids & self.skippable))
 
 
 def _gating_consumers(mg: ModelGraph, ref: TensorRef) -> list[Node]:
-    """The Mul / MatMul / Einsum / Where nodes `ref` reaches through reshapes and slices."""
-    return [node for node, _ in reached_consumers(mg, ref, limit=64) if node.op_type in GATING]
+    """The Mul / MatMul / Einsum / Where nodes `ref` reaches through reshapes and slices, those
+    that weight (Mul, MatMul, Einsum, Gemm) before those that choose or divide (Where, Div)."""
+    found = [node for node, _ in reached_consumers(mg, ref, limit=64) if node.op_type in GATING]
+    return sorted(found, key=lambda node: node.op_type in ("Where", "Div"))
 
 
 def _dedupe(evidence) -> tuple[Evidence, ...]:
