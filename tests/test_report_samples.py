@@ -54,7 +54,8 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
     median = base_ms * (ratio or 1)
     return {"model": "model.onnx", "provider": "CPUExecutionProvider",
             "latency_ms": {"median": median, "p10": median * 0.9, "p90": median * 1.2, "n": 20},
-            "coverage": 0.97, "blocks": blocks + [OTHER], "inputs": inputs, "per_input": per_input,
+            "coverage": 0.97, "profiling_overhead": 1.3, "blocks": blocks + [OTHER], "inputs": inputs,
+            "per_input": per_input,
             "baseline": None if ratio is None else {
                 "model": "dense.onnx", "latency_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1,
                                                       "n": 20},

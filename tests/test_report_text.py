@@ -29,6 +29,10 @@ def test_text_puts_the_verdict_first_with_evidence_and_tables():
                   "Runtime profile"):
         assert title in lines
     assert max(len(line) for line in lines[:verdict_at + 20]) <= 100
+    # per-block times come from profiled runs, slower than the plain ones the latency is from
+    assert "median ms (profiled)" in text
+    assert "node events cover 97.0% of the profiled runs' time" in text
+    assert "block times were taken under the profiler, whose runs took 1.30× the plain runs" in text
 
 
 def test_text_says_plainly_what_did_not_run():

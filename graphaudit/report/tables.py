@@ -162,8 +162,11 @@ def profile_table(doc: dict) -> Table | None:
         note += (f"; baseline {base.get('model') or ''} {fmt(median(base.get('latency_ms')), 3)} ms, "
                  f"ratio {fmt(base.get('ratio'), 2)}×")
     if num(profile.get("coverage")) is not None:
-        note += f"; {pct(profile.get('coverage'))} of node time assigned to blocks"
-    return Table("Runtime profile", ("block", "median ms", "share", "executed on"), rows, note)
+        note += f"; node events cover {pct(profile.get('coverage'))} of the profiled runs' time"
+    if num(profile.get("profiling_overhead")) is not None:
+        note += (f"; block times were taken under the profiler, whose runs took {fmt(profile['profiling_overhead'], 2)}× "
+                 "the plain runs")
+    return Table("Runtime profile", ("block", "median ms (profiled)", "share", "executed on"), rows, note)
 
 
 def detail_tables(doc: dict) -> list[Table]:
