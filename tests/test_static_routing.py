@@ -297,6 +297,16 @@ def test_mixture_of_depths_blocks_run_on_their_chosen_tokens():
     assert verdicts(report) == ["always", "subset", "subset", "always"]
     for block in report.blocks[1:3]:
         assert [(e.kind, e.op, e.size) for e in block.evidence] == [("selection", "Gather", "fixed (capacity)")]
+    # the routers' raw scores (a linear layer's, unsquashed, straight into TopK) are coefficients
+    assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [("s1", "router", 1), ("s2", "router", 2)]
+    # not an LM head's logits over a vocabulary wider than the hidden state, whatever picks from them
+    head = text.replace('["/model/head/Identity"] y = Identity (x4)', """
+        ["/model/head/MatMul"] logits = MatMul (x4, "head.weight")
+        k3 = Constant <value = int64[1] {3}> ()
+        ["/model/head/TopK"] best, y = TopK (logits, k3)""").replace("=> (float[T, 2] y)", "=> (int64[T, 3] y)").replace(
+        "> {", ', float[2, 8] "head.weight" = {1.0, 0.0, 0.5, 0.0, 1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.0, 0.5, 0.0, 1.0, '
+        '0.0, 0.5}> {', 1)
+    assert [c.tensor for c in audit(head).coefficients] == ["s1", "s2"]
 
 
 @pytest.mark.parametrize("squash", ["log_softmax", "sigmoid"])

@@ -135,6 +135,8 @@ def detect_coefficients(
             continue
         family = SQUASHING.get(node.op_type) if not node.domain else None
         out = node.outputs[0] if node.outputs else None
+        if family is None and out is not None and _raw_router(mg, node, out, dm):
+            family = "router"
         if family is None or out is None or dm.of(out) != VALUE:
             continue
         shape = mg.tensors[out].shape if out in mg.tensors else None
@@ -155,6 +157,22 @@ def detect_coefficients(
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
     return tuple(found)
+
+
+def _raw_router(mg: ModelGraph, node: Node, out: TensorRef, dm: DependenceMap) -> bool:
+    """Whether `node` is a linear router whose raw scores choose by TopK, unsquashed (Mixture-of-
+    Depths: Linear(D, 1) scores every token, the top k go through the block): a MatMul / Gemm
+    of the input's values by a constant weight into fewer features than it reads (not an LM
+    head's logits over a vocabulary), reaching a TopK's data through PLUMBING only."""
+    if node.op_type not in ("MatMul", "Gemm") or node.domain or len(node.inputs) < 2:
+        return False
+    if dm.value(node.inputs[0]) != VALUE or node.inputs[1] is None or dm.value(node.inputs[1]) == VALUE:
+        return False
+    width, features = _width(mg, node.inputs[0]), _width(mg, out)
+    if width is None or features is None or features >= width:
+        return False
+    return any(consumer.op_type == "TopK" and current == consumer.inputs[0]
+               for consumer, current in reached_consumers(mg, out, limit=16))
 
 
 def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
