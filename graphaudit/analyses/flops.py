@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from graphaudit.errors import UsageError
-from graphaudit.graph import ModelGraph
+from graphaudit.graph import ModelGraph, TensorRef
 
 Shape = tuple[int, ...]
 
@@ -247,19 +247,15 @@ class FlopCount:
 
 
 def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
-                known: Mapping[str, Shape] | None = None) -> FlopCount:
+                known: Mapping[str, Shape] | None = None, *, prefer_known: bool = False) -> FlopCount:
     """Return the FlopCount of every node of `mg` with the graph inputs at `shapes`.
 
     `known`: concrete shapes of main-graph values by name (`load.infer_at`), for the values
-    whose inferred shapes stay unknown once the input dimensions are bound."""
+    whose inferred shapes stay unknown once the input dimensions are bound; with
+    `prefer_known`, for every value they name (shapes inferred on a variant of the graph,
+    `analyses.widest`, stand over the graph's own)."""
     dims = bind_dims(mg, shapes)
-    bound = ShapeResolver(dims)
-    known = known or {}
-
-    def resolve(ref):
-        shape = bound(mg.tensors[ref].shape) if ref in mg.tensors else None
-        return known.get(ref.name) if shape is None and not ref.scope else shape
-
+    resolve = resolver(mg, dims, known, prefer_known=prefer_known)
     per_node: dict[str, int] = {}
     uncounted: dict[str, int] = {}
     unknown: list[str] = []
@@ -282,6 +278,22 @@ def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
         unknown_shape=tuple(unknown),
         dims=tuple(sorted(dims.items())),
     )
+
+
+def resolver(mg: ModelGraph, dims: Mapping[str, int], known: Mapping[str, Shape] | None = None, *,
+             prefer_known: bool = False) -> Callable[[TensorRef], Shape | None]:
+    """The concrete shape of a value of `mg` (None when unknown) with the symbolic dimensions
+    bound to `dims`, `known` filling in main-graph values (standing over them with
+    `prefer_known`)."""
+    bound = ShapeResolver(dims)
+    known = known or {}
+
+    def resolve(ref: TensorRef) -> Shape | None:
+        if prefer_known and not ref.scope and ref.name in known:
+            return known[ref.name]
+        shape = bound(mg.tensors[ref].shape) if ref in mg.tensors else None
+        return known.get(ref.name) if shape is None and not ref.scope else shape
+    return resolve
 
 
 def bind_dims(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:

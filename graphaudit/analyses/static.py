@@ -3,7 +3,8 @@
 `audit_static(loaded)` builds the graph, finds its blocks and coefficients, reads what every
 tensor depends on, gives each block a verdict with its evidence and, for concrete input
 shapes, counts FLOPs per block and the share that sits where compute can be skipped or
-shrunk (the upper bound on what dynamic execution could save).
+shrunk (the upper bound on what dynamic execution could save): the most expensive run of
+the graph against the cheapest one that input values can choose (`analyses.paths`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import onnx
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import paused_gc
-from graphaudit.load import LoadedModel, infer_at, load_model
+from graphaudit.load import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
-from graphaudit.analyses.flops import FlopCount, count_flops
+from graphaudit.analyses.flops import FlopCount
+from graphaudit.analyses.static_flops import Capacity, LoopFlops, static_flops
 from graphaudit.analyses.verdicts import Evidence, execution_verdicts
 
 CLAIMS = ("dynamic", "static")
@@ -35,9 +37,11 @@ class BlockReport:
     verdict: str
     evidence: tuple[Evidence, ...]
     nodes: int
-    flops: int | None
-    skippable_flops: int | None
+    flops: int | None  # in the most expensive run (the larger branch of an If, a loop's most iterations)
+    skippable_flops: int | None  # what the cheapest run that input values can choose saves against it
     uncounted: int = 0  # the block's compute nodes of unknown size, left out of `flops`
+    flops_every_row: int | None = None  # with every row of each value-dependent selection selected
+    flops_full_size: int | None = None  # a block of fixed capacity: its FLOPs on every row
 
     def to_json(self) -> dict:
         return {
@@ -46,6 +50,8 @@ class BlockReport:
             "verdict": self.verdict,
             "flops": self.flops,
             "flops_uncounted_nodes": self.uncounted,
+            "flops_every_row_selected": self.flops_every_row,
+            "flops_full_size": self.flops_full_size,
             "skippable_flops": self.skippable_flops,
             "nodes": self.nodes,
             "evidence": [e.to_json() for e in self.evidence],
@@ -54,30 +60,48 @@ class BlockReport:
 
 @dataclass(frozen=True)
 class FlopSummary:
-    """FLOPs at the given input shapes: in total, in blocks, and where they can be saved."""
+    """FLOPs at the given input shapes: in total, in blocks, and where they can be saved.
+
+    `total` is the most expensive run (`basis` says how it is counted), `skippable` what the
+    cheapest run that input values can choose saves against it."""
 
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
     total: int
     skippable: int
     outside_blocks: int
     count: FlopCount
-    skippable_uncounted: int = 0  # skippable compute nodes whose size is unknown (value-dependent)
+    skippable_uncounted: int = 0  # skippable compute nodes whose size is unknown, in no count
+    every_row: tuple[str, ...] = ()  # nodes of a value-dependent size, counted with every row selected
+    loops: tuple[LoopFlops, ...] = ()
+    capacity: Capacity | None = None
+    basis: tuple[str, ...] = ()
 
     @property
     def skippable_share(self) -> float | None:
         return self.skippable / self.total if self.total else None
 
+    @property
+    def open_loops(self) -> tuple[str, ...]:
+        """Loops with no bound on their trip count: the total counts one iteration of each."""
+        return tuple(loop.trips.node for loop in self.loops if loop.trips.most is None)
+
     def to_json(self) -> dict:
         return {
             "shapes": {name: list(dims) for name, dims in self.shapes},
             "total": self.total,
+            "least": self.total - self.skippable,
             "skippable": self.skippable,
             "skippable_share": self.skippable_share,
             "skippable_uncounted_nodes": self.skippable_uncounted,
             "outside_blocks": self.outside_blocks,
             **{k: v for k, v in self.count.to_json().items() if k != "total"},
-            "note": "every If branch and Loop body counted once: an upper bound for branches, "
-                    "a per-iteration count for loops",
+            "every_row_selected_nodes": list(self.every_row),
+            "loops": [loop.to_json() for loop in self.loops],
+            "open_loops": list(self.open_loops),
+            "fixed_capacity": self.capacity.to_json() if self.capacity else None,
+            "counted_as": list(self.basis),
+            "note": "the most expensive run at these shapes: "
+                    + ("; ".join(self.basis) if self.basis else "every node once (no control flow with compute)"),
         }
 
 
@@ -159,30 +183,27 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
     verdicts = execution_verdicts(mg, blocks, coefs, dm)
     fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
                 for r in mg.inputs if r in mg.tensors)
-    count = count_flops(mg, shapes or {}) if shapes is not None or fixed else None
     at = shapes or ({r.name: mg.tensors[r].shape for r in mg.inputs if r in mg.tensors} if fixed else None)
-    if count is not None and count.unknown_shape and at:  # e.g. a Reshape to a size computed from shapes
-        known = infer_at(loaded.model, at)
-        if known:
-            count = count_flops(mg, shapes or {}, known)
+    counted = static_flops(loaded.model, mg, dm, verdicts, shapes or {}, at) if shapes is not None or fixed else None
     reports = []
-    unknown = set(count.unknown_shape) if count else set()
     for bv in verdicts.blocks:
-        ids = bv.block.node_ids
-        flops = sum(count.per_node.get(n, 0) for n in ids) if count else None
-        skippable = sum(count.per_node.get(n, 0) for n in bv.skippable) if count else None
-        reports.append(BlockReport(bv.block.index, bv.block.name, bv.verdict, bv.evidence, len(ids), flops, skippable,
-                                   len(unknown.intersection(ids))))
+        b = counted.blocks[bv.block.index] if counted else None
+        reports.append(BlockReport(bv.block.index, bv.block.name, bv.verdict, bv.evidence, len(bv.block.node_ids),
+                                   b.flops if b else None, b.skippable if b else None, b.uncounted if b else 0,
+                                   b.every_row if b else None, b.full_size if b else None))
     summary = None
-    if count is not None:
-        inside = {n for b in blocks.blocks for n in b.node_ids}
+    if counted is not None:
         summary = FlopSummary(
             shapes=tuple((k, tuple(int(d) for d in v)) for k, v in (shapes or {}).items()),
-            total=count.total,
-            skippable=sum(count.per_node.get(n, 0) for n in verdicts.skippable),
-            outside_blocks=sum(f for n, f in count.per_node.items() if n not in inside),
-            count=count,
-            skippable_uncounted=len(set(count.unknown_shape) & verdicts.skippable),
+            total=counted.run.most,
+            skippable=counted.run.varies,
+            outside_blocks=counted.outside_blocks,
+            count=counted.count,
+            skippable_uncounted=counted.skippable_uncounted,
+            every_row=counted.every_row,
+            loops=counted.loops,
+            capacity=counted.capacity,
+            basis=counted.basis,
         )
     return StaticReport(
         model=loaded.name,

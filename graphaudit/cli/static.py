@@ -7,7 +7,7 @@ import json
 import click
 from tabulate import tabulate
 
-from graphaudit.analyses.static import CLAIMS, StaticReport, audit_static
+from graphaudit.analyses.static import CLAIMS, BlockReport, FlopSummary, StaticReport, audit_static
 from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, graph_only_option, with_axes
@@ -79,6 +79,50 @@ def _flops(n: int | None) -> str:
     return str(n)
 
 
+def _block_flops(b: BlockReport) -> str:
+    """A block's FLOPs cell: "≥" where some compute has a size the graph does not fix, "≤" for the
+    count with every row of a value-dependent selection selected."""
+    if b.flops_every_row is not None:
+        return (f"≥ {_flops(b.flops)}, " if b.flops else "") + f"≤ {_flops(b.flops_every_row)}"
+    text = ("≥ " if b.uncounted else "") + _flops(b.flops)
+    return text + (f" ({_flops(b.flops_full_size)} at full size)" if b.flops_full_size is not None else "")
+
+
+def _flop_lines(f: FlopSummary) -> list[str]:
+    """The FLOPs: the most expensive run, what the cheapest saves, and how they were counted."""
+    share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
+    unknown = [n for n in f.count.unknown_shape if n not in set(f.every_row)]
+    bound = "≤ " if f.every_row and not unknown else ""  # an upper bound only with every size known
+    how = f" ({'; '.join(f.basis)})" if f.basis else ""
+    if f.skippable_uncounted:
+        lines = [f"FLOPs: {bound}{_flops(f.total)} counted{how}, at least {_flops(f.skippable)} skippable ({share}): "
+                 f"{f.skippable_uncounted} skippable compute nodes have a value-dependent size and are not counted"]
+    else:
+        lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {bound}{_flops(f.skippable)} skippable ({share}, "
+                 "the upper bound on savings: the most expensive run less the cheapest)"]
+    for loop in f.loops:
+        counted = "" if loop.trips.most is not None else "; counted once in the total"
+        lines.append(f"  {loop.trips.op} `{loop.trips.node}`: {_flops(loop.per_iteration)} per iteration, "
+                     f"{loop.trips.how}{counted}")
+    c = f.capacity
+    if c is not None and c.blocks:
+        lines.append(f"  fixed capacity: {', '.join(c.blocks)} run {_flops(c.flops)} at their selected size, against "
+                     f"{_flops(c.full_size)} on every row: {_flops(c.saving)} saved on every input, whatever the "
+                     "input (not skippable)")
+    if c is not None and c.unsized:
+        lines.append(f"  fixed capacity: {', '.join(c.unsized)} run at their selected size on every input (not "
+                     "skippable); their size with every row selected was not found")
+    if f.every_row:
+        lines.append(f"  counted with every row selected (value-dependent size): {len(f.every_row)} nodes, "
+                     f"e.g. {', '.join(f.every_row[:3])}")
+    if unknown:
+        lines.append(f"  not counted, size unknown (value-dependent or not inferred): "
+                     f"{len(unknown)} nodes, e.g. {', '.join(unknown[:3])}")
+    if f.count.uncounted:
+        lines.append("  operators without a FLOP formula: " + ", ".join(f"{op} {n}" for op, n in f.count.uncounted))
+    return lines
+
+
 def render_text(r: StaticReport) -> str:
     """The report as terminal text."""
     lines = [
@@ -87,11 +131,12 @@ def render_text(r: StaticReport) -> str:
         "",
     ]
     if r.blocks:
-        # "≥": some of the block's compute has a size the graph does not fix (listed below)
-        rows = [(b.index, b.name, b.verdict, ("≥ " if b.uncounted else "") + _flops(b.flops),
-                 b.evidence[0].detail if b.evidence else "") for b in r.blocks]
+        rows = [(b.index, b.name, b.verdict, _block_flops(b), b.evidence[0].detail if b.evidence else "")
+                for b in r.blocks]
         lines.append(tabulate(rows, headers=["#", "block", "verdict", "FLOPs", "evidence"],
                               maxcolwidths=[None, None, None, None, 80]))
+        if any(b.flops_every_row is not None for b in r.blocks):
+            lines.append("(≤: with every row of each value-dependent selection selected)")
         lines.append("")
     if r.coefficients:
         lines.append(tabulate([(c.tensor, c.family, c.layer, " × ".join(c.axes), c.source) for c in r.coefficients],
@@ -108,19 +153,5 @@ def render_text(r: StaticReport) -> str:
     if r.flops is None:
         lines.append("FLOPs: not counted (give --shape NAME=DIMS or --data FILE.npz)")
     else:
-        f = r.flops
-        share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
-        if f.skippable_uncounted:
-            lines.append(f"FLOPs: {_flops(f.total)} counted, at least {_flops(f.skippable)} skippable "
-                         f"({share}): {f.skippable_uncounted} skippable compute nodes have a value-dependent "
-                         "size and are not counted")
-        else:
-            lines.append(f"FLOPs: {_flops(f.total)} in total, {_flops(f.skippable)} skippable ({share}, "
-                         "the upper bound on savings)")
-        if f.count.unknown_shape:
-            lines.append(f"  not counted, size unknown (value-dependent or not inferred): "
-                         f"{len(f.count.unknown_shape)} nodes, e.g. {', '.join(f.count.unknown_shape[:3])}")
-        if f.count.uncounted:
-            lines.append("  operators without a FLOP formula: "
-                         + ", ".join(f"{op} {n}" for op, n in f.count.uncounted))
+        lines.extend(_flop_lines(r.flops))
     return "\n".join(lines)

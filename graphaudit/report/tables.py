@@ -97,20 +97,37 @@ def static_table(doc: dict) -> Table | None:
         if isinstance(evidence, (list, tuple)):
             evidence = "; ".join(str(e) if not isinstance(e, dict) else e.get("detail") or e.get("text") or str(e)
                                  for e in evidence[:2])
-        flops = num(b.get("flops"))
-        at_least = "≥ " if b.get("flops_uncounted_nodes") else ""  # some compute of a value-dependent size
-        rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""),
-                     "—" if flops is None else f"{at_least}{flops:,.0f}", _short(evidence or "", 80)))
+        rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""), _block_flops(b),
+                     _short(evidence or "", 80)))
     note = (f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}; "
             f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
     flops = static.get("flops") or {}
     if num(flops.get("total")) is not None:
         uncounted = flops.get("skippable_uncounted_nodes") or 0
-        note += (f"; {num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}, "
-                 f"{'at least ' if uncounted else ''}{pct(flops.get('skippable_share'))} where they can be skipped "
-                 "or shrunk" + (f" ({uncounted} skippable compute nodes of a value-dependent size not counted)"
-                                if uncounted else ""))
+        every_row = set(flops.get("every_row_selected_nodes") or ())  # counted with every row of a selection
+        bound = "at most " if every_row and every_row >= set(flops.get("unknown_shape_nodes") or ()) else ""
+        counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
+        note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
+                 f"{counted_as}, {'at least ' if uncounted else bound}{pct(flops.get('skippable_share'))} where they "
+                 "can be skipped or shrunk" + (f" ({uncounted} skippable compute nodes of a value-dependent size not "
+                                               "counted)" if uncounted else ""))
+        capacity = flops.get("fixed_capacity") or {}
+        if capacity.get("blocks") and num(capacity.get("saving")) is not None:
+            note += (f"; a fixed capacity ({', '.join(capacity['blocks'])}) saves {num(capacity['saving']):,.0f} "
+                     "FLOPs on every input")
     return Table("Static audit (graph)", ("#", "block", "verdict", "FLOPs", "evidence"), rows, note)
+
+
+def _block_flops(b: dict) -> str:
+    """A block's FLOPs: "≥" where some compute has a size the graph does not fix, "≤" with every
+    row of a value-dependent selection selected, and a fixed capacity's full size."""
+    flops, every_row, full = num(b.get("flops")), num(b.get("flops_every_row_selected")), num(b.get("flops_full_size"))
+    if flops is None:
+        return "—"
+    if every_row is not None:
+        return (f"≥ {flops:,.0f}, " if flops else "") + f"≤ {every_row:,.0f}"
+    at_least = "≥ " if b.get("flops_uncounted_nodes") else ""  # some compute of a value-dependent size
+    return f"{at_least}{flops:,.0f}" + (f" ({full:,.0f} at full size)" if full is not None else "")
 
 
 def condition_table(doc: dict) -> Table | None:
