@@ -245,11 +245,18 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
             evidence.append(Evidence("static", "can be skipped or shrunk: " + ", ".join(skippable)))
         flops = static.get("flops") or {}
         share = num(flops.get("skippable_share"))
-        # A zero share beside skippable blocks means their sizes were unknown, not that they cost nothing.
+        capacity = flops.get("fixed_capacity") or {}
+        # A zero share beside skippable blocks means their sizes were unknown, or that they run at a
+        # fixed capacity on every input (said below), not that input values could save nothing.
         if share is not None and (share > 0 or not skippable):
             evidence.append(Evidence("static", (
                 f"{pct(flops['skippable_share'])} of the graph's FLOPs sit where they can be skipped or shrunk "
                 "(the most dynamic execution could save)")))
+        if num(capacity.get("saving")) is not None and num(capacity.get("flops_full_size")):
+            evidence.append(Evidence("static", (
+                f"fixed capacity: {', '.join(capacity.get('blocks') or [])} run {num(capacity['flops']):,.0f} FLOPs "
+                f"at their selected size against {num(capacity['flops_full_size']):,.0f} on every row, on every "
+                "input alike")))
         for item in (static.get("outside_blocks") or [])[:2]:
             if isinstance(item, dict) and item.get("detail"):
                 evidence.append(Evidence("static", f"outside the blocks: {item['detail']}"))

@@ -189,3 +189,16 @@ def test_no_gap_between_global_mean_and_correct_leaves_nothing_for_a_profile_to_
     assert "so no gap is left for a profile" in finding.statement
     line = next(e.text for e in finding.evidence if e.text.startswith("a static layer profile retains"))
     assert "too small to share out" in line
+
+
+def test_a_fixed_capacity_is_cited_as_such_not_as_a_skippable_share():
+    # Mixture-of-Depths: blocks at a fixed capacity run their selected size on every input; the
+    # graph's skippable share is 0, and the evidence gives the capacity's FLOPs against every row
+    static = static_doc(["always", "subset", "always", "subset"])
+    static["flops"] = {"total": 16_007_168, "skippable": 0, "skippable_share": 0.0,
+                       "fixed_capacity": {"blocks": ["blocks.1", "blocks.3"], "flops": 4_472_832,
+                                          "flops_full_size": 9_453_568, "saving": 4_980_736}}
+    texts = [e.text for e in decide(static, None, None).conditional_execution.evidence]
+    assert "fixed capacity: blocks.1, blocks.3 run 4,472,832 FLOPs at their selected size against 9,453,568 on " \
+           "every row, on every input alike" in texts
+    assert not any("0% of the graph's FLOPs" in t for t in texts)
