@@ -55,6 +55,7 @@ from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
 from graphaudit.analyses.verdicts import execution_verdicts
+from graphaudit.checker import check_model
 from graphaudit.graph import build_graph
 from graphaudit.graph_build import paused_gc
 from graphaudit.load import load_model
@@ -134,10 +135,10 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
     for _ in range(repeats + 1):  # the first round is a warm-up, dropped below
         model = step("floor: onnx.load", onnx.load, str(path), load_external_data=False)
         step("floor: infer_shapes", shape_inference.infer_shapes, model)
-        model = step("load: parse", load._parse_file, path)
+        model, _ = step("load: parse", load._parse_file, path)
         external = step("load: external locations", external_data.external_locations, model)
         copy = step("load: checker's copy", external_data.as_inputs, model)
-        step("load: checker", load._check, copy, path)
+        step("load: checker", check_model, copy, path)
         inferred = step("load: shape inference", load._infer_shapes, model)[0]
         loaded = load.LoadedModel(inferred, path, False, tuple(external), True)
         with paused_gc():

@@ -130,12 +130,13 @@ def detect_coefficients(
     hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
+    routers = _raw_routers(mg, dm)
     for node in mg.nodes.values():
         if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
             continue
         family = SQUASHING.get(node.op_type) if not node.domain else None
         out = node.outputs[0] if node.outputs else None
-        if family is None and out is not None and _raw_router(mg, node, out, dm):
+        if family is None and node.id in routers:
             family = "router"
         if family is None or out is None or dm.of(out) != VALUE:
             continue
@@ -159,20 +160,38 @@ def detect_coefficients(
     return tuple(found)
 
 
-def _raw_router(mg: ModelGraph, node: Node, out: TensorRef, dm: DependenceMap) -> bool:
-    """Whether `node` is a linear router whose raw scores choose by TopK, unsquashed (Mixture-of-
-    Depths: Linear(D, 1) scores every token, the top k go through the block): a MatMul / Gemm
-    of the input's values by a constant weight into fewer features than it reads (not an LM
-    head's logits over a vocabulary), reaching a TopK's data through PLUMBING only."""
-    if node.op_type not in ("MatMul", "Gemm") or node.domain or len(node.inputs) < 2:
+def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
+    """The linear routers whose raw scores choose by TopK, unsquashed (Mixture-of-Depths:
+    Linear(D, 1) scores every token, the top k go through the block): each a MatMul / Gemm of
+    the input's values by a constant weight into fewer features than it reads (not an LM head's
+    logits over a vocabulary), reaching a TopK's data through PLUMBING only. Found from the
+    TopKs, which are few, up."""
+    found: set[str] = set()
+    for top in mg.nodes.values():
+        if top.op_type != "TopK" or top.domain or top.scopes or not top.inputs or top.inputs[0] is None:
+            continue
+        ref = top.inputs[0]
+        for _ in range(16):
+            node = mg.producer(ref)
+            if node is None or node.domain:
+                break
+            if node.op_type in ("MatMul", "Gemm"):
+                if _linear_router(mg, node, dm):
+                    found.add(node.id)
+                break
+            if node.op_type not in PLUMBING or not node.inputs or node.inputs[0] is None:
+                break
+            ref = node.inputs[0]
+    return found
+
+
+def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
+    if len(node.inputs) < 2 or node.inputs[1] is None or not node.outputs or node.outputs[0] is None:
         return False
-    if dm.value(node.inputs[0]) != VALUE or node.inputs[1] is None or dm.value(node.inputs[1]) == VALUE:
+    if dm.value(node.inputs[0]) != VALUE or dm.value(node.inputs[1]) == VALUE:
         return False
-    width, features = _width(mg, node.inputs[0]), _width(mg, out)
-    if width is None or features is None or features >= width:
-        return False
-    return any(consumer.op_type == "TopK" and current == consumer.inputs[0]
-               for consumer, current in reached_consumers(mg, out, limit=16))
+    width, features = _width(mg, node.inputs[0]), _width(mg, node.outputs[0])
+    return width is not None and features is not None and features < width
 
 
 def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
