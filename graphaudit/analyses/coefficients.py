@@ -225,29 +225,27 @@ def _routes(consumer: Node, current: TensorRef) -> bool:
 def block_downstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 12):
     """The earliest block among the nearest readers of `refs` that are in a block, looking down
     through nodes in none (a token pruner's TopK, then the Gathers that keep the tokens), or None."""
-    level, seen = list(refs), set(refs)
-    for _ in range(depth):
-        readers = [c for r in level for c in mg.consumers(r)]
-        found = [b for b in (blocks.block_of(c.id) for c in readers) if b is not None]
-        if found:
-            return min(found, key=lambda b: b.index)
-        level = [r for c in readers for r in c.outputs if r is not None and r not in seen]
-        seen.update(level)
-        if not level:
-            return None
-    return None
+    return _nearest_block(refs, blocks, depth, lambda level: [c for r in level for c in mg.consumers(r)],
+                          lambda node: node.outputs, min)
 
 
 def block_upstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 8):
     """The latest block among the nearest producers of `refs` that are in a block, looking up
     through nodes in none (x + g·(block(x) − x): the Sub is in no block, block(x) is), or None."""
+    return _nearest_block(refs, blocks, depth, lambda level: [p for p in map(mg.producer, level) if p is not None],
+                          lambda node: node.inputs, max)
+
+
+def _nearest_block(refs, blocks: BlockMap, depth: int, step, onward, pick):
+    """Walk from `refs` level by level (`step`: the nodes one level on, `onward`: the tensors
+    past a node), and `pick` (min or max by index) among the blocks of the first level in any."""
     level, seen = list(refs), set(refs)
     for _ in range(depth):
-        producers = [p for p in map(mg.producer, level) if p is not None]
-        found = [b for b in (blocks.block_of(p.id) for p in producers) if b is not None]
+        nodes = step(level)
+        found = [b for b in (blocks.block_of(n.id) for n in nodes) if b is not None]
         if found:
-            return max(found, key=lambda b: b.index)
-        level = [r for p in producers for r in p.inputs if r is not None and r not in seen]
+            return pick(found, key=lambda b: b.index)
+        level = [r for n in nodes for r in onward(n) if r is not None and r not in seen]
         seen.update(level)
         if not level:
             return None
