@@ -49,16 +49,21 @@ g (float[B, T, 2] x0) => (float[B, T, 2] y) <float[2, 2] "model.layers.0.fc.weig
 }"""
 
 
+def audited(folder, text: str, x: np.ndarray):
+    """The static audit of the model `text` at one input of `x`'s, and its profile on all of `x`."""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, folder / "model.onnx")
+    np.savez(folder / "data.npz", x0=x)
+    static = audit_static(load_model(folder / "model.onnx"), shapes={"x0": (1, *x.shape[1:])})
+    report = profile_model(folder / "model.onnx", folder / "data.npz", runs=2, warmup=1, profile_runs=1, static=static)
+    return static, report
+
+
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("capacity")
-    model = onnx.parser.parse_model(MIXTURE_OF_DEPTHS)
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, folder / "mod.onnx")
-    np.savez(folder / "data.npz", x0=np.random.default_rng(0).standard_normal((4, 6, 2)).astype(np.float32))
-    static = audit_static(load_model(folder / "mod.onnx"), shapes={"x0": (1, 6, 2)})
-    report = profile_model(folder / "mod.onnx", folder / "data.npz", runs=2, warmup=1, profile_runs=1, static=static)
-    return static, report
+    x = np.random.default_rng(0).standard_normal((4, 6, 2)).astype(np.float32)
+    return audited(tmp_path_factory.mktemp("capacity"), MIXTURE_OF_DEPTHS, x)
 
 
 def test_the_share_of_rows_a_fixed_capacity_keeps_is_read_from_the_selection(profiled):
@@ -100,15 +105,8 @@ g (float[B, T, 2] x0) => (float[B, T, 2] y) <float[2, 2] w = {0.9, -0.3, 0.2, 0.
 
 @pytest.fixture(scope="module")
 def pondered(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ponder")
-    model = onnx.parser.parse_model(PONDER)
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, folder / "ponder.onnx")
     x = 4 * np.random.default_rng(0).standard_normal((6, 3, 2)).astype(np.float32)  # 2, 1, 6, 6, 3, 1 steps
-    np.savez(folder / "data.npz", x0=x)
-    static = audit_static(load_model(folder / "ponder.onnx"), shapes={"x0": (1, 3, 2)})
-    report = profile_model(folder / "ponder.onnx", folder / "data.npz", runs=2, warmup=1, profile_runs=1, static=static)
-    return static, report
+    return audited(tmp_path_factory.mktemp("ponder"), PONDER, x)
 
 
 def test_a_loop_with_a_value_dependent_trip_count_is_a_block_of_its_own(pondered):
