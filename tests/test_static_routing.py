@@ -307,6 +307,13 @@ def test_mixture_of_depths_blocks_run_on_their_chosen_tokens():
         "> {", ', float[2, 8] "head.weight" = {1.0, 0.0, 0.5, 0.0, 1.0, 0.0, 0.5, 0.0, 0.0, 1.0, 0.0, 0.5, 0.0, 1.0, '
         '0.0, 0.5}> {', 1)
     assert [c.tensor for c in audit(head).coefficients] == ["s1", "s2"]
+    # TorchScript adds the router's bias first, Add(bias, scores): still the same router
+    biased = text.replace('["/model/layers.1/router/Squeeze"] score1 = Squeeze (s1, axis1)',
+                          '["/model/layers.1/router/Add"] sb1 = Add (bias, s1)\n'
+                          '        ["/model/layers.1/router/Squeeze"] score1 = Squeeze (sb1, axis1)').replace(
+        "> {", ", float[1] bias = {0.25}> {", 1)
+    assert "sb1 = Add (bias, s1)" in biased
+    assert [(c.tensor, c.layer) for c in audit(biased).coefficients] == [("s1", 1), ("s2", 2)]
 
 
 @pytest.mark.parametrize("squash", ["log_softmax", "sigmoid"])

@@ -179,9 +179,12 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
                 if _linear_router(mg, node, dm):
                     found.add(node.id)
                 break
-            if node.op_type not in PLUMBING or not node.inputs or node.inputs[0] is None:
+            # up through what carries the scores: of a bias Add (TorchScript writes Add(bias, x)),
+            # the operand computed from the input
+            onward = [r for r in node.inputs if r is not None and dm.value(r) == VALUE]
+            if node.op_type not in PLUMBING or not onward:
                 break
-            ref = node.inputs[0]
+            ref = onward[0]
     return found
 
 
