@@ -133,17 +133,24 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
                if static is not None and declared == 0 else
                "the coefficients were not captured (no replay ran)")
         return Finding(NOT_MEASURED, f"Not measured: {why}.")
+    # a family in one layer: layer identity explains nothing by construction, which says nothing
+    layers: dict[str, set] = {}
+    for c in (replay or {}).get("coefficients") or []:
+        if isinstance(c, dict):
+            layers.setdefault(c.get("family"), set()).add(c.get("layer"))
+    single = {f for f in variance if len(layers.get(f, ())) == 1}
     evidence, varying = [], []
     for family, v in sorted(variance.items()):
         within = num(v.get("input_share"), 0.0) + num(v.get("token_share"), 0.0)
         eta2 = num(v.get("eta2_layer"))
         if within >= INPUT_SHARE_MIN:
             varying.append(family)
+        layer_words = (f"{family}: one layer only, so layer identity explains nothing by construction"
+                       if family in single else f"{family}: layer identity alone explains {pct(eta2)} of the variance (η²)")
         evidence.append(Evidence("replay", (
-            f"{family}: layer identity alone explains {pct(eta2)} of the variance (η²); "
-            f"(layer, slot) {pct(v.get('layer_slot_share'))}, input {pct(v.get('input_share'))}, "
+            f"{layer_words}; (layer, slot) {pct(v.get('layer_slot_share'))}, input {pct(v.get('input_share'))}, "
             f"token {pct(v.get('token_share'))}")))
-    etas = [num(v.get("eta2_layer")) for v in variance.values()]
+    etas = [num(v.get("eta2_layer")) for f, v in variance.items() if f not in single]
     etas = [e for e in etas if e is not None]
     eta_words = (f"layer identity alone explains {pct(min(etas))}–{pct(max(etas))} of their variance"
                  if etas and len(etas) > 1 else
@@ -197,8 +204,10 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
     gap = replay.get("retained_gap") or {}
     gap_ci = replay.get("retained_gap_ci") or {}
     global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
-    # no gap to retain: one global mean does as well as the correct coefficients, or better
-    no_gap = global_gap is not None and global_gap < MATERIAL_NATS
+    global_lo, _ = interval((conditions.get("global_mean") or {}).get("ci"))
+    # no gap to retain: one global mean does as well as the correct coefficients, or better, or
+    # is not measurably worse (its interval reaches below a material amount)
+    no_gap = global_gap is not None and (global_gap < MATERIAL_NATS or (global_lo is not None and global_lo <= MATERIAL_NATS))
     for name in PROFILES:
         if num(gap.get(name)) is not None:
             lo, hi = interval(gap_ci.get(name))
@@ -211,9 +220,10 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
                        tuple(evidence))
     gap_words = ""
     if no_gap:
-        better = " or better" if global_gap <= -MATERIAL_NATS else ""
-        gap_words = (f"; one global mean does as well as the correct coefficients{better}, so no gap is left for a "
-                     "profile")
+        how = ("does as well as the correct coefficients or better" if global_gap <= -MATERIAL_NATS else
+               "does as well as the correct coefficients" if global_gap < MATERIAL_NATS else
+               "is not measurably worse than the correct coefficients")
+        gap_words = f"; one global mean {how}, so no gap is left for a profile"
     elif num(gap.get("static_layer")) is not None:
         gap_words = (f"; a static per-layer profile keeps {pct(gap['static_layer'])} of what the "
                      "coefficients contribute over one global mean")

@@ -202,3 +202,21 @@ def test_a_fixed_capacity_is_cited_as_such_not_as_a_skippable_share():
     assert "fixed capacity: blocks.1, blocks.3 run 4,472,832 FLOPs at their selected size against 9,453,568 on " \
            "every row, on every input alike" in texts
     assert not any("0% of the graph's FLOPs" in t for t in texts)
+
+
+def test_a_global_mean_gap_whose_interval_reaches_zero_is_no_gap_either():
+    # +0.026 nats, 95% CI −0.095 to +0.153: not established, so no share of it is quoted
+    doc = replay_doc(cross=(0.001, -0.002, 0.004), shuffle=(0.0, -0.001, 0.001), gap_layer=0.0)
+    doc["conditions"]["global_mean"].update(delta_nll=0.0258, ci=[-0.0950, 0.1525])
+    finding = decide(None, doc, None).functional_dependence
+    assert "one global mean is not measurably worse than the correct coefficients, so no gap is left" in finding.statement
+    assert "keeps" not in finding.statement
+
+
+def test_one_layer_says_nothing_of_layer_identity():
+    # a family in a single layer: η² of layer identity is 0 by construction, not a finding
+    doc = replay_doc(eta2=0.0)
+    doc["coefficients"] = [{"tensor": "score", "family": "gate", "layer": 2}]
+    finding = decide(None, doc, None).coefficient_variation
+    assert finding.answer == YES and "layer identity" not in finding.statement
+    assert any("one layer only, so layer identity explains nothing by construction" in e.text for e in finding.evidence)
