@@ -371,6 +371,11 @@ def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
     spread = f", p10–p90 {low:.2f}–{high:.2f}×" if low is not None and high is not None else ""
     clear = low is None or high is None or (low > 1.0 if ratio > 1 else high < 1.0)
     if change < 0.05 or not clear:
-        return f"no clear difference from the baseline (workload time {ratio:.2f}× the baseline's{spread})"
+        return f"no clear difference from the baseline (workload time {_ratio(ratio)}× the baseline's{spread})"
     return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
-            f"(workload time {ratio:.2f}× the baseline's{spread})")
+            f"(workload time {_ratio(ratio)}× the baseline's{spread})")
+
+
+def _ratio(ratio: float) -> str:
+    """Two decimals, three where two would round onto the saving threshold from the other side."""
+    return f"{ratio:.3f}" if f"{ratio:.2f}" == f"{SAVINGS_RATIO_MAX:.2f}" and ratio != SAVINGS_RATIO_MAX else f"{ratio:.2f}"

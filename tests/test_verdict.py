@@ -220,3 +220,12 @@ def test_one_layer_says_nothing_of_layer_identity():
     finding = decide(None, doc, None).coefficient_variation
     assert finding.answer == YES and "layer identity" not in finding.statement
     assert any("one layer only, so layer identity explains nothing by construction" in e.text for e in finding.evidence)
+
+
+def test_a_ratio_just_above_the_threshold_is_not_rounded_onto_it():
+    # 0.953× is no saving at the 0.95× threshold: "workload time 0.95×" beside "needs at most
+    # 0.95×" would read as a contradiction
+    static, replay, _ = featuregate()
+    finding = decide(static, replay, profile_doc(ratio=0.953)).compute_savings
+    assert finding.answer == NO and "workload time 0.953×" in finding.statement
+    assert "workload time 0.90×" in decide(static, replay, profile_doc(ratio=0.90)).compute_savings.statement
