@@ -43,9 +43,14 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     if fraction is not None and 0.0 < fraction < 1.0:
         return f"ran on {pct(fraction)} of inputs"
     varying = shrunk(block)
+    rows = picked(block) if verdict == "subset" else None
+    kept = block.get("rows_kept") or {}
+    if varying and rows and num(kept.get("min"), 1.0) < num(kept.get("max"), 1.0):
+        return rows  # the rows it ran on, rather than how many nodes changed shape for them
     if varying or verdict not in SKIPPABLE:
         return varying
-    return left_out(block) or (picked(block) if verdict == "subset" else None)
+    # the same on every input: a fixed capacity (which rows, the input decides), else a part left out
+    return rows or left_out(block)
 
 
 def picked(block: dict) -> str | None:
@@ -61,8 +66,9 @@ def rows_kept_text(low: float, high: float) -> str:
     """Words for the share of rows a block's selections kept: the same on every input (a fixed
     capacity; which rows, the input decides) or varying."""
     if high - low < 1e-9:
-        return f"ran on {pct(high)} of the rows on every input (a fixed capacity; the input decides which rows)"
-    return f"ran on {pct(low)} to {pct(high)} of the rows, as the input decides"
+        return (f"ran on {pct(high)} of the rows it picks from on every input (a fixed capacity; the input "
+                "decides which rows)")
+    return f"ran on {pct(low)} to {pct(high)} of the rows it picks from, as the input decides"
 
 
 def left_out(block: dict) -> str | None:
@@ -79,10 +85,11 @@ def shrunk(block: dict) -> str | None:
     low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
     if low < high:
         return f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another)"
-    calls = block.get("calls") or {}
+    calls, loops = block.get("calls") or {}, block.get("iterations") or {}
+    if block.get("calls_vary") and num(loops.get("min")) is not None and num(loops.get("max")) is not None:
+        return f"ran its loop {loops['min']:,.0f} to {loops['max']:,.0f} iterations depending on the input"
     if block.get("calls_vary") and num(calls.get("min")) is not None and num(calls.get("max")) is not None:
-        return (f"ran its nodes {calls['min']:,.0f} to {calls['max']:,.0f} times in all depending on the input "
-                "(a loop's iterations)")
+        return f"ran its nodes {calls['min']:,.0f} to {calls['max']:,.0f} times in all depending on the input"
     # Only compute that changed size: a bookkeeping node (a NonZero counting positives, say) whose
     # shape follows the values leaves the block's work the same.
     varying = [v for v in block.get("value_dependent_shapes") or [] if not isinstance(v, dict) or v.get("compute", True)]

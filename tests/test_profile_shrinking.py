@@ -74,14 +74,14 @@ def test_the_share_of_rows_a_fixed_capacity_keeps_is_read_from_the_selection(pro
     assert (kept.min, kept.max) == (pytest.approx(2 / 6), pytest.approx(2 / 6))  # 2 of 6 tokens, every input
     assert blocks["model.layers.0"].rows_kept is None and blocks["model.layers.2"].rows_kept is None
     outcome = {a.block: a for a in report.agreements}["model.layers.1"]
-    assert outcome.outcome == "confirmed" and "33.3% of the rows on every input" in outcome.detail
+    assert outcome.outcome == "confirmed" and "33.3% of the rows it picks from on every input" in outcome.detail
 
 
 def test_conditional_execution_says_the_block_was_shrunk_by_a_fixed_capacity(profiled):
     static, report = profiled
     finding = conditional_execution(static.to_json(), report.to_json())
     assert finding.answer == YES
-    assert "model.layers.1 ran on 33.3% of the rows on every input (a fixed capacity" in finding.statement
+    assert "model.layers.1 ran on 33.3% of the rows it picks from on every input (a fixed capacity" in finding.statement
     assert "model.layers.0" not in finding.statement and "model.layers.2" not in finding.statement
 
 
@@ -121,8 +121,9 @@ def test_a_varying_number_of_iterations_is_no_change_of_shape(pondered):
     (loop,) = [b for b in report.execution.blocks if b.name == "/ponder/Loop"]
     assert loop.executed_fraction == 1.0
     assert loop.calls_vary and (loop.calls.min, loop.calls.max) == (2 * 1, 2 * 6)  # MatMul and Tanh, 1 to 6 times
+    assert (loop.iterations.min, loop.iterations.max) == (1, 6)
     assert loop.value_dependent == ()  # every iteration ran at the same shapes
     outcome = {a.block: a for a in report.agreements}["/ponder/Loop"]
-    assert outcome.outcome == "confirmed" and "ran 2 to 12 times in all" in outcome.detail
+    assert outcome.outcome == "confirmed" and "its loop ran 1 to 6 iterations" in outcome.detail
     finding = conditional_execution(static.to_json(), report.to_json())
-    assert finding.answer == YES and "/ponder/Loop ran its nodes 2 to 12 times in all" in finding.statement
+    assert finding.answer == YES and "/ponder/Loop ran its loop 1 to 6 iterations" in finding.statement

@@ -63,7 +63,9 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     elif ex.node_fraction.min < 1.0:
         where = "on some input" if varies else "on every input"
         facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
-    if ex.calls_vary and ex.calls is not None:
+    if ex.calls_vary and ex.iterations is not None:
+        facts.append(f"its loop ran {ex.iterations.min:.0f} to {ex.iterations.max:.0f} iterations, as the input decides")
+    elif ex.calls_vary and ex.calls is not None:
         facts.append(f"its nodes ran {ex.calls.min:.0f} to {ex.calls.max:.0f} times in all, as the input decides")
     if resized:
         facts.append(f"{sum(v.compute for v in ex.value_dependent)} compute nodes ran at value-dependent shapes")

@@ -93,6 +93,7 @@ class BlockExecution:
     rows_kept: Stats | None = None  # share of the rows its selections kept, over inputs; None without any
     calls: Stats | None = None  # node runs per input (a Loop body's nodes run once per iteration)
     calls_vary: bool = False  # the number of runs differed between inputs fed the same shapes
+    iterations: Stats | None = None  # per input, the most runs of one of its Loop bodies' nodes; None without any
 
     @property
     def executed_fraction(self) -> float:
@@ -107,6 +108,7 @@ class BlockExecution:
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
             "rows_kept": None if self.rows_kept is None else self.rows_kept.to_json(),
             "calls": None if self.calls is None else self.calls.to_json(), "calls_vary": self.calls_vary,
+            "iterations": None if self.iterations is None else self.iterations.to_json(),
         }
 
 
@@ -195,9 +197,12 @@ def _summarise(name, ids, inputs, mg, with_flops, selections) -> BlockExecution:
     groups: dict[tuple, set[int]] = {}
     for inp, count in zip(inputs, calls):
         groups.setdefault(inp.feed_shapes, set()).add(count)
+    looped = [n for n in ids if any(s.kind == "body" and mg.nodes[s.owner].op_type == "Loop"
+                                    for s in mg.nodes[n].scopes if s.owner in mg.nodes)]
+    iterations = _stats([max(len(inp.ran.get(n, ())) for n in looped) for inp in inputs]) if looped else None
     return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
                           _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs), _stats(calls),
-                          any(len(counts) > 1 for counts in groups.values()))
+                          any(len(counts) > 1 for counts in groups.values()), iterations)
 
 
 def _rows_kept(selections: Sequence[str] | None, inputs) -> Stats | None:
