@@ -195,11 +195,15 @@ def replay(
                                    "threads": threads}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
-    if "token_shuffle" in conditions and all(token_axis(c) is None for c in coefs):
-        conditions = [n for n in conditions if n != "token_shuffle"]
+    positional = [n for n in ("token_shuffle", "static_position") if n in conditions]
+    if positional and all(token_axis(c) is None for c in coefs):
+        conditions = [n for n in conditions if n not in positional]
         settings["conditions"] = list(conditions)
-        settings["token_shuffle_note"] = ("token_shuffle left out: no coefficient has a token axis (one value per "
-                                          "input and slot, as a CNN's channel gates), so it would feed the correct ones")
+        would = {"token_shuffle": "token_shuffle would feed the correct ones",
+                 "static_position": "static_position the static_layer profile"}
+        settings["token_shuffle_note"] = (
+            f"{' and '.join(positional)} left out: no coefficient has a token axis (one value per input and slot, as "
+            f"a CNN's channel gates), so {' and '.join(would[n] for n in positional)}")
     check_scored_output(loaded.model, coefs)
     batch_size = check_batch_size(input_specs(loaded.model), batch_size)  # before any data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
