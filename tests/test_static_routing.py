@@ -387,20 +387,26 @@ def test_attention_probabilities_over_the_tokens_are_no_coefficient():
     assert report.coefficients == () and verdicts(report) == ["always"]
 
 
-@pytest.mark.parametrize("select", ["nonzero", "compress"])
+@pytest.mark.parametrize("select", ["nonzero", "compress", "forced"])
 def test_a_score_thresholded_into_a_token_selection_is_a_router(select):
     # threshold pruning at batch 1: σ(score) > ½ keeps the tokens block 1 runs on, through NonZero
-    # and a Gather, or a Compress; the kept count depends on the values
-    pick = ("""
-        ["/NonZero"] nz = NonZero (keep)
+    # and a Gather, or a Compress; the kept count depends on the values. Or the mask has its first
+    # token forced in by a scatter first (DynamicViT's class token: keep[0] = True)
+    forced = """
+        ["/ScatterND"] keepf = ScatterND (keep, first, yes)
+        ["/NonZero"] nz = NonZero (keepf)""" if select == "forced" else """
+        ["/NonZero"] nz = NonZero (keep)"""
+    pick = (forced + """
+
         ["/Reshape"] idx = Reshape (nz, flat)
-        ["/Gather"] picked = Gather <axis = 1> (x1, idx)""" if select == "nonzero" else """
+        ["/Gather"] picked = Gather <axis = 1> (x1, idx)""" if select != "compress" else """
         ["/Reshape"] keep1 = Reshape (keep, flat)
         ["/Compress"] picked = Compress <axis = 1> (x1, keep1)""")
     text = f"""
     <ir_version: 8, opset_import: ["" : 18]>
     g (float[1, seq, 2] x0) => (float[1, kept, 2] y) <{DENSE_W.replace("@", "0")}, {DENSE_W.replace("@", "1")},
-        float[2, 1] "score.weight" = {{1.0, -1.0}}, float half = {{0.5}}, int64[1] flat = {{-1}}, int64[1] last = {{2}}> {{
+        float[2, 1] "score.weight" = {{1.0, -1.0}}, float half = {{0.5}}, int64[1] flat = {{-1}}, int64[1] last = {{2}},
+        int64[1, 2] first = {{0, 0}}, bool[1] yes = {{1}}> {{
         {DENSE.replace("@+1", "1").replace("@", "0")}
         ["/score/MatMul"] s = MatMul (x1, "score.weight")
         ["/score/Sigmoid"] p = Sigmoid (s)

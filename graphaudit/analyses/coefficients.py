@@ -42,6 +42,7 @@ PLUMBING = frozenset({
     "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
     "Identity", "Concat", "Flatten", "Add", "Sub", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
     "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Round",
+    "ScatterND", "ScatterElements",  # a mask edited in place (a class token forced in) before it selects
 })
 _GLOB = re.compile(r"[*?\[]")
 
