@@ -228,6 +228,14 @@ def test_nodes_inside_if_branches_by_the_weights_they_read():
     # The then-branch's pass-through joins the first block its If holds.
     assert members(bm, mg) == [["Add", "MatMul"], ["Add", "Identity", "MatMul"], ["Add", "MatMul"]]
     assert bm.block_of("cond") is None  # the If reads two blocks' weights through its branches
+    # an If around one layer only (SkipNet as TorchScript writes it, `/If` in no layer's scope)
+    # is that layer's, so its own time is too
+    one = IF_BLOCKS.replace("h2 = MatMul (x2, \"blocks.2.fc.weight\")\n            x3 = Add (x2, h2)",
+                            "x3 = Identity (x2)").replace("[cond] y = If", '["/If"] y = If')
+    assert "x3 = Identity (x2)" in one
+    mg = graph_of(one)
+    bm = find_blocks(mg)
+    assert bm.block_of("/If").name == "blocks.1"
 
 
 def if_blocks_with_fx(path: str, outside: tuple[str, str], on_if: str | None = None) -> onnx.ModelProto:

@@ -340,6 +340,7 @@ class _Finder:
                 how[nid] = "pattern" if self.regex is not None else source
                 break
         self._fill(assigned, how, informative, stacks)
+        self._owners(assigned, how)
         if self.regex is None and len(stacks) == 1:
             _spell_alike(names, named_by)
         blocks = make_blocks(assigned, names)
@@ -398,6 +399,21 @@ class _Finder:
             stacks[k] = offset
             offset += max(indices[k]) + 1
         return stacks
+
+    def _owners(self, assigned: dict[str, int], how: dict[str, str]) -> None:
+        """An If / Loop in no block whose bodies' nodes are all in one block is that block's (a
+        TorchScript `/If` around one layer): its own time is the layer's, as in a dynamo export
+        whose If is named after the layer."""
+        mg = self.mg
+        inside: dict[str, set[int]] = {}
+        for nid, node in mg.nodes.items() if mg.body_table else ():
+            if nid in assigned:
+                for scope in node.scopes:
+                    if scope.owner not in assigned:
+                        inside.setdefault(scope.owner, set()).add(assigned[nid])
+        for owner, found in inside.items():
+            if len(found) == 1 and owner in mg.nodes:
+                assigned[owner], how[owner] = found.pop(), "neighbours"
 
     def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str],
               stacks: dict[str, int]) -> None:
