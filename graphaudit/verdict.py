@@ -36,6 +36,9 @@ INPUT_SHARE_MIN = 0.001
 MATERIAL_NATS = 0.01
 # Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
 SAVINGS_RATIO_MAX = 0.95
+# Layer and slot together explain this much more of a family's variance than layer identity alone:
+# the headline says so (a static profile per layer and slot keeps that much).
+SLOT_MORE = 0.10
 REASSIGNMENTS = ("cross_input", "token_shuffle")
 REASSIGNED_WORDS = {"cross_input": "another input's coefficients", "token_shuffle": "its own shuffled over tokens"}
 PROFILES = ("static_layer", "static_position")
@@ -155,6 +158,14 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
     eta_words = (f"layer identity alone explains {pct(min(etas))}–{pct(max(etas))} of their variance"
                  if etas and len(etas) > 1 else
                  f"layer identity alone explains {pct(etas[0])} of their variance" if etas else "")
+    # where the slot (feature, way, expert) explains much more, what a static profile keeps is that
+    slotted = [num(v.get("layer_slot_share")) for f, v in variance.items()
+               if num(v.get("layer_slot_share")) is not None and num(v.get("layer_slot_share")) - num(
+                   v.get("eta2_layer"), 0.0) >= SLOT_MORE]
+    if eta_words and slotted:
+        eta_words += (f", layer and slot together {pct(min(slotted))}" if len(slotted) == 1 or min(slotted) == max(
+            slotted) else f", layer and slot together {pct(min(slotted))}–{pct(max(slotted))}") + \
+            " (what a static per-layer profile keeps)"
     if varying:
         statement = (f"Yes: the coefficients change with the input ({', '.join(varying)}); "
                      f"{eta_words}." if eta_words else

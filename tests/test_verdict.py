@@ -246,3 +246,15 @@ def test_a_subset_blocks_rows_say_how_it_was_shrunk(kept, varying, words):
     finding = decide(static, None, profile).conditional_execution
     assert finding.answer == YES and f"blocks.1 {words}" in finding.statement
     assert ("fixed capacity" in finding.statement) == (varying == 0)
+
+
+def test_a_slot_that_explains_most_of_the_variance_is_named_beside_layer_identity():
+    # DynamicViT's keep/drop scores: layer identity alone explains next to nothing, the (layer,
+    # slot) profile 95.7%: the headline must not read as coefficients that are all input
+    doc = replay_doc(eta2=0.0001)
+    doc["variance"]["gate"]["layer_slot_share"] = 0.957
+    finding = decide(None, doc, None).coefficient_variation
+    assert "layer identity alone explains 0.01% of their variance, layer and slot together 95.7% " \
+           "(what a static per-layer profile keeps)" in finding.statement
+    plain = decide(None, replay_doc(eta2=0.91), None).coefficient_variation
+    assert "layer and slot" not in plain.statement
