@@ -165,7 +165,7 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
     if eta_words and slotted:
         eta_words += (f", layer and slot together {pct(min(slotted))}" if len(slotted) == 1 or min(slotted) == max(
             slotted) else f", layer and slot together {pct(min(slotted))}–{pct(max(slotted))}") + \
-            " (what a static per-layer profile keeps)"
+            " (the variance a static per-layer profile reproduces)"
     if varying:
         statement = (f"Yes: the coefficients change with the input ({', '.join(varying)}); "
                      f"{eta_words}." if eta_words else

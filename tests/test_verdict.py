@@ -255,6 +255,6 @@ def test_a_slot_that_explains_most_of_the_variance_is_named_beside_layer_identit
     doc["variance"]["gate"]["layer_slot_share"] = 0.957
     finding = decide(None, doc, None).coefficient_variation
     assert "layer identity alone explains 0.01% of their variance, layer and slot together 95.7% " \
-           "(what a static per-layer profile keeps)" in finding.statement
+           "(the variance a static per-layer profile reproduces)" in finding.statement
     plain = decide(None, replay_doc(eta2=0.91), None).coefficient_variation
     assert "layer and slot" not in plain.statement
