@@ -207,7 +207,7 @@ def test_fixed_sizes_mark_only_the_leading_axes():
         z = Reshape (y, minus)
         t = Transpose <perm = [0, 2, 1]> (x)
     }""")
-    from graphaudit.analyses.coefficients import axes_of
+    from graphaudit.analyses.axes import axes_of
     from graphaudit.graph import build_graph
 
     mg = build_graph(load_model(model).model)

@@ -10,7 +10,7 @@ channel by channel, or mixes stacked weights that are then applied to one (a dyn
 convolution). Axes not declared are read from the symbolic dimensions shape inference
 carried from the graph inputs: the first input dimension is the batch, the second the
 token (`batch*token` where the two are one axis); in a graph exported without dynamic
-shapes, from the inputs' fixed sizes at the leading positions.
+shapes, from the inputs' fixed sizes at the leading positions (`analyses.axes`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
-from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import onnx
@@ -28,6 +27,7 @@ from graphaudit.coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coeffici
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
+from graphaudit.analyses.axes import InputAxes, axes_of, batch_major
 from graphaudit.analyses.blocks import BlockMap
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
@@ -65,7 +65,7 @@ def resolve_coefficients(
                 f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
             )
     known = {c.tensor for c in declared}
-    axes = _InputAxes.of(mg, model)
+    axes = InputAxes.of(mg, model)
     user = [c for c in _user(mg, names, blocks, axes) if c.tensor not in known]
     if declared or user:
         return tuple(declared) + tuple(user)
@@ -88,7 +88,7 @@ def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tu
     return pattern, axes
 
 
-def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "_InputAxes") -> list[Coefficient]:
+def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "InputAxes") -> list[Coefficient]:
     if not names:
         return []
     pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
@@ -122,12 +122,12 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "
 
 def detect_coefficients(
     mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
-    axes: "_InputAxes | None" = None,
+    axes: "InputAxes | None" = None,
 ) -> tuple[Coefficient, ...]:
     """Return the tensors that look like a controller's output (DESIGN.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen."""
     dm = dependence or analyse_dependence(mg)
-    axes = axes or _InputAxes.of(mg)
+    axes = axes or InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
@@ -149,7 +149,7 @@ def detect_coefficients(
         # token); not attention's probabilities over the tokens, per query token)
         if not (isinstance(shape[-1], int) and not (hidden and shape[-1] > hidden)) and tuple(named) != (BATCH, TOKEN):
             continue
-        if BATCH not in named and TOKEN not in named and (MERGED not in named or not _batch_major(mg, out, axes)):
+        if BATCH not in named and TOKEN not in named and (MERGED not in named or not batch_major(mg, out, axes)):
             continue
         use = _use(mg, node, out, hidden, dm)
         if use is None:
@@ -387,7 +387,7 @@ NORMALISATIONS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"
                             "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 
-def _hidden_width(mg: ModelGraph, axes: "_InputAxes") -> int | None:
+def _hidden_width(mg: ModelGraph, axes: "InputAxes") -> int | None:
     """The hidden width: the most common fixed last dimension of what the normalisations with
     a token axis output, else of every tensor with a token axis (an MLP written out op by op
     can outnumber the residual stream's tensors at its own, wider width)."""
@@ -403,133 +403,6 @@ def _hidden_width(mg: ModelGraph, axes: "_InputAxes") -> int | None:
         return normed.most_common(1)[0][0]
     widths = Counter(w for info in mg.tensors.values() if info.kind == "node_output" and (w := width(info)) is not None)
     return widths.most_common(1)[0][0] if widths else None
-
-
-PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see _InputAxes)
-LONGER = 23  # the token size of the second probe
-
-
-@dataclass
-class _InputAxes:
-    """What marks a tensor's batch and token axes, read from the graph inputs (their first
-    dimension is the batch, their second the token):
-
-    - the symbolic names shape inference carries, wherever they stand;
-    - a dimension inference could only call `unk__N` (past a Reshape to a size computed from
-      Shape, as the TorchScript exporter writes them): what it becomes when shape inference
-      runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
-      tensor asked about — the batch's size there makes it a batch axis, the token's a token axis,
-      and an axis whose size changes again when only the token size does (LONGER) is a token
-      axis too: the tokens plus a class token, or the half of them a pruning step kept;
-    - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
-      the same leading positions only, a token axis only after a batch axis and only from
-      inputs of rank 2 or 3 (an image's second axis is its channels), since a number
-      alone may be any axis's.
-    """
-
-    batch: frozenset[str]
-    token: frozenset[str]
-    batch_size: int | None
-    token_size: int | None
-    model: onnx.ModelProto | None = None  # for the probe; None: no probe
-    probe_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    _probed: dict | None = None
-
-    @classmethod
-    def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "_InputAxes":
-        named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
-        shapes = [s for _, s in named]
-        batch = {s[0] for s in shapes if isinstance(s[0], str)}
-        token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
-        sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
-        # a fixed second size is a length only for token ids or embeddings: an image's are its channels
-        lengths = {s[1] for s in shapes if len(s) in (2, 3) and isinstance(s[1], int) and s[1] > 0}
-        probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
-                                   PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
-                                   for d in shape)) for name, shape in named)
-        return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
-                   lengths.pop() if len(lengths) == 1 else None, model if batch or token else None, probe)
-
-    def _probe(self, name: str, longer: bool = False) -> tuple[int, ...] | None:
-        if self.model is None:
-            return None
-        key = "longer" if longer else "probe"
-        if self._probed is None:
-            self._probed = {}
-        if key not in self._probed:
-            from graphaudit.load import infer_at
-
-            shapes = dict(self.probe_shapes)
-            if longer:
-                shapes = {name: tuple(LONGER if d == PROBE_SIZES[1] and axis == 1 else d for axis, d in enumerate(shape))
-                          for name, shape in shapes.items()}
-            self._probed[key] = infer_at(self.model, shapes)
-        return self._probed[key].get(name)
-
-    def _moves_with_tokens(self, tensor: str, axis: int, rank: int, size: int | None) -> bool:
-        """Whether the axis's size at the probe changes when only the token size does."""
-        if size is None or not self.token:
-            return False
-        longer = self._probe(tensor, longer=True)
-        return longer is not None and len(longer) == rank and longer[axis] != size
-
-    def _merged(self, dim: str) -> bool:
-        """Whether a symbolic dimension is the product of the batch and the token ("seq*batch")."""
-        parts = [p.strip() for p in dim.split("*")]
-        return len(parts) == 2 and sum(p in self.batch for p in parts) == 1 and sum(p in self.token for p in parts) == 1
-
-    def names(self, shape, tensor: str | None = None) -> list[str | None]:
-        names: list[str | None] = []
-        for axis, d in enumerate(shape):
-            if isinstance(d, str) and (d in self.batch or d in self.token):
-                names.append(BATCH if d in self.batch else TOKEN)
-            elif isinstance(d, str) and self._merged(d):
-                names.append(MERGED)
-            elif isinstance(d, str):
-                probed = self._probe(tensor) if tensor is not None else None
-                size = probed[axis] if probed is not None and len(probed) == len(shape) else None
-                names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else
-                             MERGED if size == PROBE_SIZES[0] * PROBE_SIZES[1] else
-                             TOKEN if self._moves_with_tokens(tensor, axis, len(shape), size) else None)
-            elif axis == 0 and d == self.batch_size:
-                names.append(BATCH)
-            elif axis == 1 and d == self.token_size and names[0] == BATCH:
-                names.append(TOKEN)
-            else:
-                names.append(None)
-        return names
-
-
-def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "_InputAxes | None" = None) -> tuple[str, ...]:
-    """Axis names for `ref` from its dimensions (`_InputAxes`): batch, token, then slot axes."""
-    info = mg.tensors.get(ref) if ref is not None else None
-    if info is None or info.shape is None:
-        return ()
-    names = (axes or _InputAxes.of(mg)).names(info.shape, None if ref.scope else ref.name)
-    slots = names.count(None)
-    counter = iter(range(slots))
-    return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
-
-
-def _batch_major(mg: ModelGraph, ref: TensorRef, axes: "_InputAxes", limit: int = 32) -> bool:
-    """Whether the `batch*token` axis of `ref` was made batch-major: going up through the inputs
-    that carry it, the Reshape or Flatten that made it merged a (batch, token, ...) tensor.
-    (A (token, batch, ...) one, as sequence-first models keep, would need the other order.)"""
-    for _ in range(limit):
-        node = mg.producer(ref)
-        if node is None:
-            return False
-        if node.op_type in ("Reshape", "Flatten") and node.inputs and node.inputs[0] is not None:
-            source = mg.tensors.get(node.inputs[0])
-            names = axes.names(source.shape, node.inputs[0].name) if source and source.shape else []
-            if names[:1] != [MERGED]:  # not a reshape of the merged tensor itself: the one that merged
-                return names[:2] == [BATCH, TOKEN]
-        carrying = [r for r in node.inputs if r is not None and (info := mg.tensors.get(r)) is not None
-                    and info.shape and axes.names(info.shape, r.name if not r.scope else None)[0] == MERGED]
-        if not carrying:
-            return False
-        ref = carrying[0]
-    return False
 
 
 def _family_of(name: str) -> str:

@@ -1,0 +1,143 @@
+"""Which axis of a tensor is the batch, which the token: read from the graph inputs.
+
+The first input dimension is the batch and the second the token; a tensor's axis is one of
+them where shape inference carried the input's symbolic name to it, where a probe at unusual
+input sizes (`load.infer_at`) gives it the batch's or the token's size, or where its size
+moves with the token count; `batch*token` is the two merged, batch-major (a MoE router's
+flattened tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from graphaudit.coefficients import BATCH, MERGED, TOKEN
+from graphaudit.graph import ModelGraph, TensorRef
+
+PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see InputAxes)
+LONGER = 23  # the token size of the second probe
+
+
+@dataclass
+class InputAxes:
+    """What marks a tensor's batch and token axes, read from the graph inputs (their first
+    dimension is the batch, their second the token):
+
+    - the symbolic names shape inference carries, wherever they stand;
+    - a dimension inference could only call `unk__N` (past a Reshape to a size computed from
+      Shape, as the TorchScript exporter writes them): what it becomes when shape inference
+      runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
+      tensor asked about — the batch's size there makes it a batch axis, the token's a token axis,
+      and an axis whose size changes again when only the token size does (LONGER) is a token
+      axis too: the tokens plus a class token, or the half of them a pruning step kept;
+    - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
+      the same leading positions only, a token axis only after a batch axis and only from
+      inputs of rank 2 or 3 (an image's second axis is its channels), since a number
+      alone may be any axis's.
+    """
+
+    batch: frozenset[str]
+    token: frozenset[str]
+    batch_size: int | None
+    token_size: int | None
+    model: onnx.ModelProto | None = None  # for the probe; None: no probe
+    probe_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    _probed: dict | None = None
+
+    @classmethod
+    def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "InputAxes":
+        named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
+        shapes = [s for _, s in named]
+        batch = {s[0] for s in shapes if isinstance(s[0], str)}
+        token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
+        sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
+        # a fixed second size is a length only for token ids or embeddings: an image's are its channels
+        lengths = {s[1] for s in shapes if len(s) in (2, 3) and isinstance(s[1], int) and s[1] > 0}
+        probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
+                                   PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
+                                   for d in shape)) for name, shape in named)
+        return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
+                   lengths.pop() if len(lengths) == 1 else None, model if batch or token else None, probe)
+
+    def _probe(self, name: str, longer: bool = False) -> tuple[int, ...] | None:
+        if self.model is None:
+            return None
+        key = "longer" if longer else "probe"
+        if self._probed is None:
+            self._probed = {}
+        if key not in self._probed:
+            from graphaudit.load import infer_at
+
+            shapes = dict(self.probe_shapes)
+            if longer:
+                shapes = {name: tuple(LONGER if d == PROBE_SIZES[1] and axis == 1 else d for axis, d in enumerate(shape))
+                          for name, shape in shapes.items()}
+            self._probed[key] = infer_at(self.model, shapes)
+        return self._probed[key].get(name)
+
+    def _moves_with_tokens(self, tensor: str, axis: int, rank: int, size: int | None) -> bool:
+        """Whether the axis's size at the probe changes when only the token size does."""
+        if size is None or not self.token:
+            return False
+        longer = self._probe(tensor, longer=True)
+        return longer is not None and len(longer) == rank and longer[axis] != size
+
+    def _merged(self, dim: str) -> bool:
+        """Whether a symbolic dimension is the product of the batch and the token ("seq*batch")."""
+        parts = [p.strip() for p in dim.split("*")]
+        return len(parts) == 2 and sum(p in self.batch for p in parts) == 1 and sum(p in self.token for p in parts) == 1
+
+    def names(self, shape, tensor: str | None = None) -> list[str | None]:
+        names: list[str | None] = []
+        for axis, d in enumerate(shape):
+            if isinstance(d, str) and (d in self.batch or d in self.token):
+                names.append(BATCH if d in self.batch else TOKEN)
+            elif isinstance(d, str) and self._merged(d):
+                names.append(MERGED)
+            elif isinstance(d, str):
+                probed = self._probe(tensor) if tensor is not None else None
+                size = probed[axis] if probed is not None and len(probed) == len(shape) else None
+                names.append(BATCH if size == PROBE_SIZES[0] else TOKEN if size == PROBE_SIZES[1] else
+                             MERGED if size == PROBE_SIZES[0] * PROBE_SIZES[1] else
+                             TOKEN if self._moves_with_tokens(tensor, axis, len(shape), size) else None)
+            elif axis == 0 and d == self.batch_size:
+                names.append(BATCH)
+            elif axis == 1 and d == self.token_size and names[0] == BATCH:
+                names.append(TOKEN)
+            else:
+                names.append(None)
+        return names
+
+
+def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "InputAxes | None" = None) -> tuple[str, ...]:
+    """Axis names for `ref` from its dimensions (`InputAxes`): batch, token, then slot axes."""
+    info = mg.tensors.get(ref) if ref is not None else None
+    if info is None or info.shape is None:
+        return ()
+    names = (axes or InputAxes.of(mg)).names(info.shape, None if ref.scope else ref.name)
+    slots = names.count(None)
+    counter = iter(range(slots))
+    return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
+
+
+def batch_major(mg: ModelGraph, ref: TensorRef, axes: "InputAxes", limit: int = 32) -> bool:
+    """Whether the `batch*token` axis of `ref` was made batch-major: going up through the inputs
+    that carry it, the Reshape or Flatten that made it merged a (batch, token, ...) tensor.
+    (A (token, batch, ...) one, as sequence-first models keep, would need the other order.)"""
+    for _ in range(limit):
+        node = mg.producer(ref)
+        if node is None:
+            return False
+        if node.op_type in ("Reshape", "Flatten") and node.inputs and node.inputs[0] is not None:
+            source = mg.tensors.get(node.inputs[0])
+            names = axes.names(source.shape, node.inputs[0].name) if source and source.shape else []
+            if names[:1] != [MERGED]:  # not a reshape of the merged tensor itself: the one that merged
+                return names[:2] == [BATCH, TOKEN]
+        carrying = [r for r in node.inputs if r is not None and (info := mg.tensors.get(r)) is not None
+                    and info.shape and axes.names(info.shape, r.name if not r.scope else None)[0] == MERGED]
+        if not carrying:
+            return False
+        ref = carrying[0]
+    return False
