@@ -346,11 +346,11 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     batch = num(profile.get("batch_size")) or 1  # a profiled run: one input, or a model's fixed batch
     per = "per input" if batch == 1 else f"per batch of {batch:.0f}"
     spread = baseline.get("ratio_spread") or {}
-    spread_text = (f", p10–p90 {spread['p10']:.2f}–{spread['p90']:.2f}×"
+    spread_text = (f", p10–p90 {_ratio(spread['p10'])}–{_ratio(spread['p90'])}×"
                    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
         f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
-        f"workload ratio {ratio:.2f}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
+        f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     flops_words = ""
     executed = num(profile.get("flops_executed"))
@@ -379,7 +379,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
 def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
     """The latency ratio in words, calling it slower or faster only when the spread agrees."""
     change = abs(ratio - 1) * 100
-    spread = f", p10–p90 {low:.2f}–{high:.2f}×" if low is not None and high is not None else ""
+    spread = f", p10–p90 {_ratio(low)}–{_ratio(high)}×" if low is not None and high is not None else ""
     clear = low is None or high is None or (low > 1.0 if ratio > 1 else high < 1.0)
     if change < 0.05 or not clear:
         return f"no clear difference from the baseline (workload time {_ratio(ratio)}× the baseline's{spread})"
@@ -388,5 +388,7 @@ def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
 
 
 def _ratio(ratio: float) -> str:
-    """Two decimals, three where two would round onto the saving threshold from the other side."""
-    return f"{ratio:.3f}" if f"{ratio:.2f}" == f"{SAVINGS_RATIO_MAX:.2f}" and ratio != SAVINGS_RATIO_MAX else f"{ratio:.2f}"
+    """Two decimals, three where two would round onto an edge the verdict tests (the saving
+    threshold, 1×) from the other side."""
+    near = any(f"{ratio:.2f}" == f"{edge:.2f}" and ratio != edge for edge in (SAVINGS_RATIO_MAX, 1.0))
+    return f"{ratio:.3f}" if near else f"{ratio:.2f}"

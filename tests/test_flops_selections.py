@@ -146,4 +146,4 @@ def test_the_report_table_shows_the_bound_of_every_row_selected():
     doc = {"static": routed(PICK_NONZERO).to_json()}
     table = static_table(doc)
     assert table.rows[1][3] == "≥ 32, ≤ 96"
-    assert "at most 224 FLOPs at input shapes" in table.note and "at most 28.6% where they can be skipped" in table.note
+    assert "at most 224 FLOPs at input shapes" in table.note and "at most 28.6% where input values can skip" in table.note

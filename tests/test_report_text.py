@@ -76,8 +76,8 @@ def test_the_static_note_says_when_skippable_compute_was_not_counted():
     doc["static"]["flops"] = {"total": 1000, "shapes": {"input_ids": [1, 8]}, "skippable_share": 0.0,
                               "skippable_uncounted_nodes": 3}
     text = render(doc, "text")
-    assert "1,000 FLOPs at input shapes {'input_ids': [1, 8]}, at least 0.0% where they can be skipped or shrunk " \
+    assert "1,000 FLOPs at input shapes {'input_ids': [1, 8]}, at least 0.0% where input values can skip or shrink them " \
            "(3 skippable compute nodes of a value-dependent size not counted)" in " ".join(text.split())
     doc["static"]["flops"]["skippable_uncounted_nodes"] = 0
     note = " ".join(render(doc, "text").split()).split("FLOPs at input shapes")[1][:120]
-    assert note.startswith(" {'input_ids': [1, 8]}, 0.0% where they can be skipped or shrunk") and "not counted" not in note
+    assert note.startswith(" {'input_ids': [1, 8]}, 0.0% where input values can skip or shrink them") and "not counted" not in note

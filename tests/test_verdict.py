@@ -229,6 +229,11 @@ def test_a_ratio_just_above_the_threshold_is_not_rounded_onto_it():
     finding = decide(static, replay, profile_doc(ratio=0.953)).compute_savings
     assert finding.answer == NO and "workload time 0.953×" in finding.statement
     assert "workload time 0.90×" in decide(static, replay, profile_doc(ratio=0.90)).compute_savings.statement
+    # nor a p90 just below 1× onto 1× beside a "yes" that needs it below 1×
+    profile = profile_doc(ratio=0.90)
+    profile["baseline"]["ratio_spread"].update(p10=0.85, p90=0.996)
+    saving = decide(static, replay, profile).compute_savings
+    assert saving.answer == YES and "p10–p90 0.85–0.996×" in saving.statement
 
 
 @pytest.mark.parametrize("kept, varying, words", [

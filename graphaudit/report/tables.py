@@ -108,9 +108,9 @@ def static_table(doc: dict) -> Table | None:
         bound = "at most " if every_row and every_row >= set(flops.get("unknown_shape_nodes") or ()) else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
-                 f"{counted_as}, {'at least ' if uncounted else bound}{pct(flops.get('skippable_share'))} where they "
-                 "can be skipped or shrunk" + (f" ({uncounted} skippable compute nodes of a value-dependent size not "
-                                               "counted)" if uncounted else ""))
+                 f"{counted_as}, {'at least ' if uncounted else bound}{pct(flops.get('skippable_share'))} where input "
+                 "values can skip or shrink them" + (f" ({uncounted} skippable compute nodes of a value-dependent size "
+                                                    "not counted)" if uncounted else ""))
         capacity = flops.get("fixed_capacity") or {}
         if capacity.get("blocks") and num(capacity.get("saving")) is not None:
             note += (f"; a fixed capacity ({', '.join(capacity['blocks'])}) saves {num(capacity['saving']):,.0f} "
