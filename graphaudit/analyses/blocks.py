@@ -28,12 +28,10 @@ import ast
 import re
 from collections import Counter
 from itertools import chain
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Iterator, Mapping
+from typing import Iterator
 
+from graphaudit.analyses.blockmap import BlockMap, block_map, blocks_text, make_blocks, recount
 from graphaudit.errors import UsageError
-from graphaudit.wording import counted
 from graphaudit.graph import ModelGraph, Node
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
@@ -58,32 +56,6 @@ SOURCES = {
     "structure": "the residual chain",
     "bodies": "the control-flow bodies that hold compute",
 }
-
-
-@dataclass(frozen=True)
-class Block:
-    """One repeated layer of the model and the ids of the nodes it is made of."""
-
-    index: int
-    name: str
-    node_ids: frozenset[str] = field(repr=False)
-
-
-@dataclass(frozen=True)
-class BlockMap:
-    """The blocks of a model, how they were found, and which block each node is in."""
-
-    blocks: tuple[Block, ...]
-    method: str
-    sources: tuple[tuple[str, int], ...] = ()  # (source, nodes attributed by it)
-    _by_node: Mapping[str, Block] = field(default_factory=dict, repr=False, compare=False)
-
-    def block_of(self, node_id: str) -> Block | None:
-        """The block node `node_id` belongs to, or None when it is outside every block."""
-        return self._by_node.get(node_id)
-
-    def by_index(self, index: int) -> Block | None:
-        return next((b for b in self.blocks if b.index == index), None)
 
 
 def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
@@ -120,15 +92,6 @@ def _without_empty_tail(mg: ModelGraph, bm: BlockMap) -> BlockMap:
     counts = Counter(dict(bm.sources))
     note = f"`{last.name}` is left out: no matrix product, convolution or attention, as in the others ({ops} only)"
     return block_map(tuple(layers), recount(bm.method, len(bm.blocks), len(layers)) + f"; {note}", counts)
-
-
-def blocks_text(n: int) -> str:
-    return counted(n, "block")
-
-
-def recount(method: str, before: int, after: int) -> str:
-    """`method` (how the blocks were found) with its count of blocks made `after`."""
-    return method.replace(blocks_text(before), blocks_text(after), 1)
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -475,15 +438,3 @@ def _spell_alike(names: dict[int, str], named_by: dict[int, str]) -> None:
         for index, source in named_by.items():
             if source == "fx_params":
                 names[index] = f"{container}.{index}"
-
-
-def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
-    members: dict[int, set[str]] = {}
-    for nid, index in assigned.items():
-        members.setdefault(index, set()).add(nid)
-    return tuple(Block(i, names.get(i, f"block.{i}"), frozenset(members[i])) for i in sorted(members))
-
-
-def block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
-    by_node = {nid: b for b in blocks for nid in b.node_ids}
-    return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node))

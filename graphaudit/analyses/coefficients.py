@@ -28,7 +28,7 @@ from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
 from graphaudit.analyses.axes import InputAxes, axes_of, batch_major
-from graphaudit.analyses.blocks import BlockMap
+from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}

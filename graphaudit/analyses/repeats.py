@@ -17,7 +17,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter, defaultdict
 
-from graphaudit.analyses.blocks import Block, BlockMap, _module_paths, block_map, recount
+from graphaudit.analyses.blockmap import Block, BlockMap, block_map, recount
+from graphaudit.analyses.blocks import _module_paths
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
 from graphaudit.graph import ModelGraph

@@ -1,0 +1,58 @@
+"""What the block finders produce: the blocks, which block each node is in, and how they were
+found (in words, with its count of blocks)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from graphaudit.wording import counted
+
+
+@dataclass(frozen=True)
+class Block:
+    """One repeated layer of the model and the ids of the nodes it is made of."""
+
+    index: int
+    name: str
+    node_ids: frozenset[str] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BlockMap:
+    """The blocks of a model, how they were found, and which block each node is in."""
+
+    blocks: tuple[Block, ...]
+    method: str
+    sources: tuple[tuple[str, int], ...] = ()  # (source, nodes attributed by it)
+    _by_node: Mapping[str, Block] = field(default_factory=dict, repr=False, compare=False)
+
+    def block_of(self, node_id: str) -> Block | None:
+        """The block node `node_id` belongs to, or None when it is outside every block."""
+        return self._by_node.get(node_id)
+
+    def by_index(self, index: int) -> Block | None:
+        return next((b for b in self.blocks if b.index == index), None)
+
+
+def blocks_text(n: int) -> str:
+    return counted(n, "block")
+
+
+def recount(method: str, before: int, after: int) -> str:
+    """`method` (how the blocks were found) with its count of blocks made `after`."""
+    return method.replace(blocks_text(before), blocks_text(after), 1)
+
+
+def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block, ...]:
+    members: dict[int, set[str]] = {}
+    for nid, index in assigned.items():
+        members.setdefault(index, set()).add(nid)
+    return tuple(Block(i, names.get(i, f"block.{i}"), frozenset(members[i])) for i in sorted(members))
+
+
+def block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
+    by_node = {nid: b for b in blocks for nid in b.node_ids}
+    return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node))
