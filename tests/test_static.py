@@ -91,51 +91,6 @@ def test_coefficients_detected_when_nothing_declares_them():
     assert verdicts(report) == ["gated", "gated"]
 
 
-
-def test_a_gate_applied_between_the_blocks_belongs_to_the_block_it_weights():
-    # SkipNet's gates computed and applied in the model's forward, x + g·block(x), for blocks 1
-    # and 2 only: outside every block, named /Sigmoid and /Sigmoid_1 by the exporter (numbered
-    # by occurrence, not by layer); their weights `gate.1`, `gate.2` are numbered too, but they
-    # run between the layers, so they are no second stack of blocks
-    gated = """
-        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
-        ["/gate@/MatMul"] gl@ = MatMul (x@, "gate.@.weight")
-        ["SIGMOID"] g@ = Sigmoid (gl@)
-        ["MUL"] m@ = Mul (g@, h@)
-        ["ADD"] x@+1 = Add (x@, m@)
-"""
-    # the second as x + g·(block(x) − x): the Sub is in no block either
-    # the second as x + g·(block(x) − x): the Sub is in no block either. The gates' tensor names
-    # carry no number that could tell their layer.
-    blocks = [DENSE, gated.replace("SIGMOID", "/Sigmoid").replace("MUL", "/Mul").replace("ADD", "/Add").replace(
-                  "g@", "gateA"),
-              gated.replace("SIGMOID", "/Sigmoid_1").replace("MUL", "/Mul_1").replace("ADD", "/Add_1").replace(
-                  "m@ = Mul (g@, h@)", 'd@ = Sub (h@, x@)\n        ["/Mul_1"] m@ = Mul (g@, d@)').replace(
-                  '["/Mul_1"] d@', '["/Sub"] d@').replace("g@", "gateB")]
-    weights = [DENSE_W, DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}', DENSE_W + f', float[2, 2] "gate.@.weight" = {EYE}']
-    text = graph(blocks, weights, inputs="float[batch, seq, 2] x0").replace("float[T, 2] y", "float[batch, seq, 2] y")
-    report = audit(text)
-    assert [(c.tensor, c.layer) for c in report.coefficients] == [("gateA", 1), ("gateB", 2)]
-    assert verdicts(report) == ["always", "gated", "gated"]
-    assert report.block_method == "node names: 3 blocks under `model.layers`"
-    assert [e.node for e in report.blocks[1].evidence] == ["/Mul"]
-
-
-@pytest.mark.parametrize("hard", [
-    'hard@ = Greater ("gate.@", half)\n        on@ = Cast <to = 1> (hard@)',  # SkipNet, BlockDrop: σ > ½
-    'on@ = Round ("gate.@")',  # a straight-through estimator's forward pass
-])
-def test_a_hard_gate_thresholded_from_a_squashed_score_is_detected(hard):
-    # the block is computed for every input and multiplied by 0 or 1: gated, no compute saved
-    block = GATED.replace('["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)',
-                          f'{hard}\n        ["/model/layers.@/Mul"] m@ = Mul (on@, h@)')
-    text = graph([block] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
-        "float[T, 2] y", "float[batch, seq, 2] y").replace("> {", ", float half = {0.5}> {", 1)
-    report = audit(text)
-    assert [(c.tensor, c.source) for c in report.coefficients] == [("gate.0", "detected"), ("gate.1", "detected")]
-    assert verdicts(report) == ["gated", "gated"] and not report.dynamic
-
-
 def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
     # BERT's pooler: Tanh of the first token's projection, read by the classifier's Gemm and its
     # weight; as wide as the hidden state and computed from the input, but it weights nothing
@@ -158,23 +113,6 @@ def test_a_squashed_activation_that_meets_only_weights_is_not_a_coefficient():
     gated = audit(text.replace('y = Gemm <transB = 1> (pooled, "classifier.weight")', "y = Mul (pooled, fs)"))
     assert [(c.tensor, c.family, c.source) for c in gated.coefficients] == [("pooled", "gate", "detected")]
 
-TANH_UNDER_GATE = GATED.replace('m@ = Mul ("gate.@", h@)', 'ht@ = Tanh (h@)\n        ["/model/layers.@/Mul"] m@ = Mul ("gate.@", ht@)')
-
-
-def test_a_tanh_weighted_by_a_sigmoid_is_content_not_a_second_gate():
-    # a block ending in Tanh under its sigmoid gate, or WaveNet's tanh(a)·σ(b): each squashed
-    # tensor weights the other, but only the Sigmoid is the gate
-    text = graph([TANH_UNDER_GATE] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
-        "float[T, 2] y", "float[batch, seq, 2] y")
-    assert "Tanh" in text
-    report = audit(text)
-    assert [(c.tensor, c.source) for c in report.coefficients] == [("gate.0", "detected"), ("gate.1", "detected")]
-    assert verdicts(report) == ["gated", "gated"]
-    # two Tanh weighting each other are still both taken: nothing tells gate from content
-    both = audit(text.replace('"gate.@" = Sigmoid'.replace("@", "0"), '"gate.0" = Tanh'))
-    assert [c.tensor for c in both.coefficients] == ["gate.0", "ht0", "gate.1"]
-
-
 GELU_TANH = """
         ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
         ["/model/layers.@/gelu/Mul"] hh@ = Mul (h@, h@)
@@ -196,61 +134,6 @@ def test_an_activation_function_written_out_is_not_a_gate():
         "float[T, 2] y", "float[batch, seq, 2] y").replace("> {", ', float one = {1.0}, float half = {0.5}> {', 1)
     report = audit(text)
     assert report.coefficients == () and verdicts(report) == ["always", "always"]
-
-
-def test_a_gate_that_decides_whether_a_block_runs_is_a_coefficient_of_that_block():
-    # SkipNet with real control flow: σ of a pooled projection, computed between the blocks,
-    # decides the If whose then-branch is block 1 (one input at a time: its condition is a scalar)
-    text = f"""
-    <ir_version: 8, opset_import: ["" : 18]>
-    g (float[batch, seq, 2] x0) => (float[batch, seq, 2] y) <{DENSE_W.replace("@", "0")}, {DENSE_W.replace("@", "1")},
-        float[2, 1] "skip.weight" = {{0.5, -0.5}}, int64[1] tokens = {{1}}, int64[0] scalar = {{}}, float half = {{0.5}}> {{
-        {DENSE.replace("@+1", "1").replace("@", "0")}
-        ["/pool"] pooled = ReduceMean <keepdims = 0> (x1, tokens)
-        ["/skip/MatMul"] score = MatMul (pooled, "skip.weight")
-        ["/Sigmoid"] p = Sigmoid (score)
-        ["/Reshape"] ps = Reshape (p, scalar)
-        ["/Greater"] go = Greater (ps, half)
-        ["/If"] x2 = If (go) <
-            then_branch = t () => (float[batch, seq, 2] x2a) {{
-                ["/model/layers.1/fc/MatMul"] h1 = MatMul (x1, "model.layers.1.fc.weight")
-                ["/model/layers.1/Add"] x2a = Add (x1, h1)
-            }},
-            else_branch = e () => (float[batch, seq, 2] same) {{ same = Identity (x1) }}
-        >
-        y = Identity (x2)
-    }}"""
-    report = audit(text)
-    assert [(c.tensor, c.family, c.layer, c.source) for c in report.coefficients] == [("p", "gate", 1, "detected")]
-    assert verdicts(report) == ["always", "branch"]
-
-
-def test_a_gate_inside_a_loop_body_is_not_detected():
-    # one layer applied by a Loop as often as the input says, gated inside the body: the gate can
-    # be neither exposed nor fed from the main graph, so it is no coefficient to replay
-    text = """
-    <ir_version: 8, opset_import: ["" : 18]>
-    g (float[batch, seq, 2] x0) => (float[batch, seq, 2] y) <float[2, 2] w = {0.9, -0.3, 0.2, 0.8},
-        float[2, 2] wg = {0.5, 0.1, -0.2, 0.4}, int64 most = {6}> {
-        total = ReduceSum <keepdims = 0> (x0)
-        size = Abs (total)
-        steps_f = Floor (size)
-        steps_all = Cast <to = 7> (steps_f)
-        steps = Min (steps_all, most)
-        go = Constant <value = bool {1}> ()
-        ["/ponder/Loop"] y = Loop (steps, go, x0) <body = step (int64 i, bool c, float[batch, seq, 2] h)
-                => (bool c_out, float[batch, seq, 2] h_out) {
-            c_out = Identity (c)
-            m = MatMul (h, w)
-            t = Relu (m)
-            gl = MatMul (h, wg)
-            gate = Sigmoid (gl)
-            h_out = Mul (gate, t)
-        }>
-    }"""
-    report = audit(text)
-    assert report.coefficients == ()
-    assert [(b.name, b.verdict) for b in report.blocks] == [("/ponder/Loop", "branch")]
 
 
 def test_a_quantised_gate_weights_its_block_through_its_quantize_dequantize_pair():
@@ -503,25 +386,3 @@ def test_cli_usage_errors_are_one_line_status_2(branchy, capsys, args, message):
     code, _, err = run_main(["static", branchy, *args], capsys)
     assert code == 2 and err.startswith(f"graphaudit: error: {message}") and err.count("\n") == 1
 
-
-def test_a_gate_that_also_divides_is_shown_and_placed_by_what_it_weights():
-    # ACT written out densely: each block's halting probability weights its output (Mul) and is
-    # summed into the normaliser the result is divided by at the end (Div, after the last block)
-    gated = """
-        ["/model/layers.@/fc/MatMul"] f@ = MatMul (x@, "model.layers.@.fc.weight")
-        ["/model/layers.@/act/Relu"] h@ = Relu (f@)
-        ["/halt@/MatMul"] hl@ = MatMul (x@, "halt.@.weight")
-        ["/halt@/Sigmoid"] haltA@ = Sigmoid (hl@)
-        ["/Mul_@"] m@ = Mul (haltA@, h@)
-        ["/Add_@"] x@+1 = Add (x@, m@)
-"""
-    weights = DENSE_W + f', float[2, 2] "halt.@.weight" = {EYE}'
-    text = graph([gated] * 3, [weights] * 3, inputs="float[batch, seq, 2] x0").replace(
-        "float[T, 2] y", "float[batch, seq, 2] y").replace('["/model/head/Identity"] y = Identity (x3)', """
-        ["/Add_cum"] total1 = Add (haltA0, haltA1)
-        ["/Add_cum_1"] total = Add (total1, haltA2)
-        ["/Div"] y = Div (x3, total)""")
-    report = audit(text)
-    assert report.block_method.startswith("node names: 3 blocks under `model.layers`")
-    assert [(c.tensor, c.layer) for c in report.coefficients] == [("haltA0", 0), ("haltA1", 1), ("haltA2", 2)]
-    assert [b.evidence[0].op for b in report.blocks] == ["Mul", "Mul", "Mul"]
