@@ -83,6 +83,11 @@ def shrunk(block: dict) -> str | None:
     """How a profiled block ran at a size that differs between inputs, in words, or None."""
     nodes = block.get("node_fraction") or {}
     low, high = num(nodes.get("min"), 1.0), num(nodes.get("max"), 1.0)
+    flops = block.get("executed_flops") or {}
+    few, most = num(flops.get("min")), num(flops.get("max"))
+    if low < high and few is not None and most is not None and few < most:  # the work, beside the nodes
+        return (f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another): {few:,.0f} to "
+                f"{most:,.0f} FLOPs")
     if low < high:
         return f"ran only {pct(low)} of its nodes on some input ({pct(high)} on another)"
     calls, loops = block.get("calls") or {}, block.get("iterations") or {}

@@ -82,6 +82,10 @@ def test_shrunk_block_counts_as_conditional_execution():
     verdict = decide(static_doc(["always", "subset"]), None, profile)
     assert verdict.conditional_execution.answer == YES
     assert "ran only 50.0% of its nodes on some input (100.0% on another)" in verdict.conditional_execution.statement
+    # with the FLOPs it executed, when they differ too (a layer whose skipping branch runs a shortcut)
+    profile["blocks"][1]["executed_flops"] = {"min": 262_144, "median": 262_144, "max": 7_340_032, "total": 1e7}
+    statement = decide(static_doc(["always", "branch"]), None, profile).conditional_execution.statement
+    assert "ran only 50.0% of its nodes on some input (100.0% on another): 262,144 to 7,340,032 FLOPs" in statement
 
 
 @pytest.mark.parametrize("part", ["nodes", "block"])
