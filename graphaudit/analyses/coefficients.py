@@ -141,6 +141,13 @@ def detect_coefficients(
             family = "router"
         if family is None or out is None or dm.of(out) != VALUE:
             continue
+        confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
+        if confidence is not None:  # an early exit's: its reduction per token is the coefficient
+            ref, named = confidence
+            layer = _layer(mg, ref, ref.name, blocks, order["exit"])
+            order["exit"] += 1
+            found.append(Coefficient(ref.name, "exit", layer, named, source="detected"))
+            continue
         shape = mg.tensors[out].shape if out in mg.tensors else None
         if not shape:
             continue
@@ -159,6 +166,39 @@ def detect_coefficients(
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
     return tuple(found)
+
+
+# Reductions an early exit's confidence goes through on its way to the If it decides.
+REDUCING = frozenset({"ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum"})
+
+
+def _exit_confidence(mg: ModelGraph, probs: TensorRef, axes: InputAxes) -> tuple[TensorRef, tuple[str, ...]] | None:
+    """An early exit's confidence: the first reduction of the class probabilities `probs` that
+    keeps a batch or token axis (the most probable class's probability per token), when the
+    reductions and comparisons after it decide an If or a Loop. Its width is the classes', which
+    may exceed the hidden state's: it weights nothing, it decides whether later blocks run."""
+    todo, seen = [probs], {probs}
+    first: tuple[TensorRef, tuple[str, ...]] | None = None
+    while todo:
+        current = todo.pop()
+        for consumer in mg.consumers(current):
+            if consumer.domain or consumer.scopes:
+                continue
+            if consumer.op_type in DECIDING and current in consumer.inputs[:2] \
+                    and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
+                return first
+            if consumer.op_type not in REDUCING and consumer.op_type not in PLUMBING:
+                continue
+            for out in consumer.outputs:
+                if out is None or out in seen:
+                    continue
+                seen.add(out)
+                todo.append(out)
+                if first is None and consumer.op_type in REDUCING and out in mg.tensors and mg.tensors[out].shape:
+                    named = axes_of(mg, out, axes)
+                    if BATCH in named or TOKEN in named:
+                        first = (out, named)
+    return None
 
 
 def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
