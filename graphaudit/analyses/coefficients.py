@@ -19,7 +19,7 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import onnx
 
@@ -28,22 +28,11 @@ from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
 from graphaudit.analyses.axes import InputAxes, axes_of, batch_major
+from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
-GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
-ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero"})  # NonZero: of a thresholded score
-DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
-# Operators a coefficient may pass through on its way to the node it weights (a quantised
-# model's QuantizeLinear / DequantizeLinear pairs included; a hard gate's threshold or rounding:
-# SkipNet's and BlockDrop's (σ > ½) cast to 0 / 1, a straight-through estimator's round(σ)).
-PLUMBING = frozenset({
-    "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
-    "Identity", "Concat", "Flatten", "Add", "Sub", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
-    "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Round",
-    "ScatterND", "ScatterElements",  # a mask edited in place (a class token forced in) before it selects
-})
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -110,7 +99,7 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "
     for name, given in matched.items():
         ref = mg.find_tensor(name)
         family = _family_of(name)
-        layer = _layer(mg, ref, name, blocks, order[family])
+        layer = layer_of(mg, ref, name, blocks, order[family])
         order[family] += 1
         shape = mg.tensors[ref].shape if ref in mg.tensors else None
         if given is not None and shape is not None and len(shape) != len(given):
@@ -144,7 +133,7 @@ def detect_coefficients(
         confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
         if confidence is not None:  # an early exit's: its reduction per token is the coefficient
             ref, named = confidence
-            layer = _layer(mg, ref, ref.name, blocks, order["exit"])
+            layer = layer_of(mg, ref, ref.name, blocks, order["exit"])
             order["exit"] += 1
             found.append(Coefficient(ref.name, "exit", layer, named, source="detected"))
             continue
@@ -162,7 +151,7 @@ def detect_coefficients(
         if use is None:
             continue
         family = "router" if use == "route" else family
-        layer = _layer(mg, out, out.name, blocks, order[family])
+        layer = layer_of(mg, out, out.name, blocks, order[family])
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
     return tuple(found)
@@ -238,81 +227,6 @@ def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
     return width is not None and features is not None and features < width
 
 
-def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
-    """The block that computed what `ref` weights (the other operand of a gating node it
-    reaches through PLUMBING, one that weights before one that chooses or divides), or the block
-    of the If / Loop it decides, or None."""
-    reached = sorted(reached_consumers(mg, ref, limit=16), key=lambda found: found[0].op_type in ("Where", "Div"))
-    for consumer, current in reached:
-        if consumer.op_type in GATING:
-            block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
-        elif consumer.op_type in DECIDING:
-            block = blocks.block_of(consumer.id) or next(
-                (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
-                 for b in [blocks.block_of(n.id)] if b is not None), None)
-        elif _routes(consumer, current):  # a router serves the block its choice feeds
-            block = blocks.block_of(consumer.id) or block_downstream(
-                mg, [r for r in consumer.outputs if r is not None], blocks)
-        else:
-            continue
-        if block is not None:
-            return block
-    return None
-
-
-def _routes(consumer: Node, current: TensorRef) -> bool:
-    """Whether `consumer` chooses by `current`: a TopK / ArgMax / NonZero of it, or a Compress
-    keeping what it marks."""
-    return consumer.op_type in ROUTING or (consumer.op_type == "Compress" and current == consumer.inputs[1])
-
-
-def block_downstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 12):
-    """The earliest block among the nearest readers of `refs` that are in a block, looking down
-    through nodes in none (a token pruner's TopK, then the Gathers that keep the tokens), or None."""
-    return _nearest_block(refs, blocks, depth, lambda level: [c for r in level for c in mg.consumers(r)],
-                          lambda node: node.outputs, min)
-
-
-def block_upstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 8):
-    """The latest block among the nearest producers of `refs` that are in a block, looking up
-    through nodes in none (x + g·(block(x) − x): the Sub is in no block, block(x) is), or None."""
-    return _nearest_block(refs, blocks, depth, lambda level: [p for p in map(mg.producer, level) if p is not None],
-                          lambda node: node.inputs, max)
-
-
-def _nearest_block(refs, blocks: BlockMap, depth: int, step, onward, pick):
-    """Walk from `refs` level by level (`step`: the nodes one level on, `onward`: the tensors
-    past a node), and `pick` (min or max by index) among the blocks of the first level in any."""
-    level, seen = list(refs), set(refs)
-    for _ in range(depth):
-        nodes = step(level)
-        found = [b for b in (blocks.block_of(n.id) for n in nodes) if b is not None]
-        if found:
-            return pick(found, key=lambda b: b.index)
-        level = [r for n in nodes for r in onward(n) if r is not None and r not in seen]
-        seen.update(level)
-        if not level:
-            return None
-    return None
-
-
-def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
-    """Each node `ref` reaches through reshapes and slices (PLUMBING), with the tensor it reads.
-
-    The walk stops going further once `limit` nodes have been seen.
-    """
-    todo, seen = [ref], set()
-    while todo:
-        current = todo.pop()
-        for consumer in mg.consumers(current):
-            if consumer.id in seen:
-                continue
-            seen.add(consumer.id)
-            yield consumer, current
-            if consumer.op_type in PLUMBING and len(seen) < limit:
-                todo.extend(r for r in consumer.outputs if r is not None)
-
-
 def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap) -> str | None:
     """"gate" when `ref` weights a hidden-state tensor or decides an If / Loop, "route" when it
     routes, else None.
@@ -326,7 +240,7 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
     """
     own: set[TensorRef] | None = None
     for consumer, current in reached_consumers(mg, ref, limit=16):
-        if _routes(consumer, current):
+        if routes(consumer, current):
             return "route"
         if consumer.op_type in DECIDING and not consumer.domain and current in consumer.inputs[:2] \
                 and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
@@ -448,19 +362,3 @@ def _hidden_width(mg: ModelGraph, axes: "InputAxes") -> int | None:
 def _family_of(name: str) -> str:
     stem = re.sub(r"[._/:-]*\d+$", "", name.split("/")[-1])
     return stem or name
-
-
-def _layer(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
-    """The block that computes the coefficient; else the block whose output it weights (a gate
-    computed and applied between the blocks, x + g·block(x)); else the block that reads it;
-    else the number its name ends in; else `fallback`."""
-    if blocks is not None and ref is not None:
-        producer = mg.producer(ref)
-        block = blocks.block_of(producer.id) if producer is not None else None
-        block = block or weighted_block(mg, ref, blocks)
-        reader = next(iter(mg.consumers(ref)), None)
-        block = block or (blocks.block_of(reader.id) if reader is not None else None)
-        if block is not None:
-            return block.index
-    m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
-    return int(m.group(1)) if m else fallback

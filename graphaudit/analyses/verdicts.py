@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blockmap import Block, BlockMap
-from graphaudit.analyses.coefficients import GATING, block_upstream, reached_consumers
+from graphaudit.analyses.reach import GATING, block_upstream, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order

@@ -1,0 +1,115 @@
+"""Where a coefficient's values go and which block it serves: the walks from a tensor through
+reshapes, slices and thresholds (PLUMBING) to the node that gates, routes or decides with it,
+and from there to the nearest block."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, Sequence
+
+from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.analyses.blockmap import BlockMap
+
+GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
+ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero"})  # NonZero: of a thresholded score
+DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
+# Operators a coefficient may pass through on its way to the node it weights (a quantised
+# model's QuantizeLinear / DequantizeLinear pairs included; a hard gate's threshold or rounding:
+# SkipNet's and BlockDrop's (σ > ½) cast to 0 / 1, a straight-through estimator's round(σ)).
+PLUMBING = frozenset({
+    "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Slice", "Split", "Gather", "Expand", "Cast",
+    "Identity", "Concat", "Flatten", "Add", "Sub", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Round",
+    "ScatterND", "ScatterElements",  # a mask edited in place (a class token forced in) before it selects
+})
+
+
+def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
+    """The block that computed what `ref` weights (the other operand of a gating node it
+    reaches through PLUMBING, one that weights before one that chooses or divides), or the block
+    of the If / Loop it decides, or None."""
+    reached = sorted(reached_consumers(mg, ref, limit=16), key=lambda found: found[0].op_type in ("Where", "Div"))
+    for consumer, current in reached:
+        if consumer.op_type in GATING:
+            block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
+        elif consumer.op_type in DECIDING:
+            block = blocks.block_of(consumer.id) or next(
+                (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
+                 for b in [blocks.block_of(n.id)] if b is not None), None)
+        elif routes(consumer, current):  # a router serves the block its choice feeds
+            block = blocks.block_of(consumer.id) or block_downstream(
+                mg, [r for r in consumer.outputs if r is not None], blocks)
+        else:
+            continue
+        if block is not None:
+            return block
+    return None
+
+
+def routes(consumer: Node, current: TensorRef) -> bool:
+    """Whether `consumer` chooses by `current`: a TopK / ArgMax / NonZero of it, or a Compress
+    keeping what it marks."""
+    return consumer.op_type in ROUTING or (consumer.op_type == "Compress" and current == consumer.inputs[1])
+
+
+def block_downstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 12):
+    """The earliest block among the nearest readers of `refs` that are in a block, looking down
+    through nodes in none (a token pruner's TopK, then the Gathers that keep the tokens), or None."""
+    return _nearest_block(refs, blocks, depth, lambda level: [c for r in level for c in mg.consumers(r)],
+                          lambda node: node.outputs, min)
+
+
+def block_upstream(mg: ModelGraph, refs: Sequence[TensorRef], blocks: BlockMap, depth: int = 8):
+    """The latest block among the nearest producers of `refs` that are in a block, looking up
+    through nodes in none (x + g·(block(x) − x): the Sub is in no block, block(x) is), or None."""
+    return _nearest_block(refs, blocks, depth, lambda level: [p for p in map(mg.producer, level) if p is not None],
+                          lambda node: node.inputs, max)
+
+
+def _nearest_block(refs, blocks: BlockMap, depth: int, step, onward, pick):
+    """Walk from `refs` level by level (`step`: the nodes one level on, `onward`: the tensors
+    past a node), and `pick` (min or max by index) among the blocks of the first level in any."""
+    level, seen = list(refs), set(refs)
+    for _ in range(depth):
+        nodes = step(level)
+        found = [b for b in (blocks.block_of(n.id) for n in nodes) if b is not None]
+        if found:
+            return pick(found, key=lambda b: b.index)
+        level = [r for n in nodes for r in onward(n) if r is not None and r not in seen]
+        seen.update(level)
+        if not level:
+            return None
+    return None
+
+
+def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
+    """Each node `ref` reaches through reshapes and slices (PLUMBING), with the tensor it reads.
+
+    The walk stops going further once `limit` nodes have been seen.
+    """
+    todo, seen = [ref], set()
+    while todo:
+        current = todo.pop()
+        for consumer in mg.consumers(current):
+            if consumer.id in seen:
+                continue
+            seen.add(consumer.id)
+            yield consumer, current
+            if consumer.op_type in PLUMBING and len(seen) < limit:
+                todo.extend(r for r in consumer.outputs if r is not None)
+
+
+def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
+    """The block that computes the coefficient; else the block whose output it weights (a gate
+    computed and applied between the blocks, x + g·block(x)); else the block that reads it;
+    else the number its name ends in; else `fallback`."""
+    if blocks is not None and ref is not None:
+        producer = mg.producer(ref)
+        block = blocks.block_of(producer.id) if producer is not None else None
+        block = block or weighted_block(mg, ref, blocks)
+        reader = next(iter(mg.consumers(ref)), None)
+        block = block or (blocks.block_of(reader.id) if reader is not None else None)
+        if block is not None:
+            return block.index
+    m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
+    return int(m.group(1)) if m else fallback
