@@ -127,3 +127,15 @@ def test_a_varying_number_of_iterations_is_no_change_of_shape(pondered):
     assert outcome.outcome == "confirmed" and "its loop ran 1 to 6 iterations" in outcome.detail
     finding = conditional_execution(static.to_json(), report.to_json())
     assert finding.answer == YES and "/ponder/Loop ran its loop 1 to 6 iterations" in finding.statement
+
+
+def test_the_profile_table_gives_rows_kept_and_loop_iterations(profiled, pondered):
+    from graphaudit.cli.profile import render_text
+
+    capacity = render_text(profiled[1]).splitlines()
+    header = next(line for line in capacity if line.startswith("block "))
+    assert "rows kept" in header and "loop iterations" in header
+    row = next(line for line in capacity if line.startswith("model.layers.1 "))
+    assert "33.3%" in row
+    loop = next(line for line in render_text(pondered[1]).splitlines() if line.startswith("/ponder/Loop "))
+    assert " 1..6 " in loop

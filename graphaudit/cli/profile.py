@@ -88,17 +88,23 @@ def render_text(r: ProfileReport) -> str:
         flops = entry.get("executed_flops")
         varying = entry.get("value_dependent_shapes") or []
         nodes = entry.get("node_fraction")
+        kept, loops = entry.get("rows_kept"), entry.get("iterations")
         rows.append((
             entry["name"], _ms(entry["median_ms"]), _pct(entry["share"]), _pct(entry["executed_fraction"]),
             "" if not nodes else _pct(nodes["min"]) if nodes["min"] == nodes["max"] else
             f"{_pct(nodes['min'])}..{_pct(nodes['max'])}",
             "" if not flops else _si(flops["min"]) if flops["min"] == flops["max"] else
             f"{_si(flops['min'])}..{_si(flops['max'])}",
+            "" if not kept else _pct(kept["min"]) if kept["min"] == kept["max"] else
+            f"{_pct(kept['min'])}..{_pct(kept['max'])}",
+            "" if not loops else f"{loops['min']:.0f}" if loops["min"] == loops["max"] else
+            f"{loops['min']:.0f}..{loops['max']:.0f}",
             f"{len(varying)} nodes" if varying else "",
             " ".join(x for x in (entry.get("static_verdict"), entry.get("runtime_outcome")) if x),
         ))
     lines.append(tabulate(rows, headers=["block", "median ms", "share", f"{units} ran", "nodes ran",
-                                         f"FLOPs/{unit}", "value-dependent shapes", "static verdict: run"]))
+                                         f"FLOPs/{unit}", "rows kept", "loop iterations", "value-dependent shapes",
+                                         "static verdict: run"]))
     groups = r.by_blocks_ran()
     if len(groups) > 1:
         every = set.intersection(*(set(g["blocks_ran"]) for g in groups))
