@@ -16,6 +16,7 @@ from graphaudit.progress import ProgressBar
 from graphaudit.parity import DEFAULT_TOLERANCE
 from graphaudit.replay import MAX_RESAMPLES, ReplayReport, replay
 from graphaudit.runtime import MAX_THREADS
+from graphaudit.verdict import MATERIAL_NATS
 
 
 @click.command("replay")
@@ -109,6 +110,11 @@ def render_text(r: ReplayReport) -> str:
     if r.retained_gap:
         lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
             f"{name} {_pct(e.value)} {_ci(e.ci, pct=True)}" for name, e in r.retained_gap)]
+        gap = r.condition("global_mean").delta_nll if any(c.name == "global_mean" for c in r.conditions) else None
+        if gap is not None and gap.value is not None and (gap.value < MATERIAL_NATS or (
+                gap.ci is not None and gap.ci[0] is not None and gap.ci[0] <= MATERIAL_NATS)):
+            lines.append(f"  (global_mean is not measurably worse than correct, ΔNLL {_signed(gap.value)}: "
+                         "there is no gap to share out, and these shares mean nothing)")
     if r.variance:
         rows = [(f, *(f"{_pct(s[k].value)} {_ci(s[k].ci, pct=True)}" for k in
                       ("eta2_layer", "layer_slot_share", "input_share", "token_share"))) for f, s in r.variance]
@@ -136,7 +142,7 @@ def _signed(x, digits: int = 4) -> str:
 
 
 def _pct(x) -> str:
-    return "—" if x is None or math.isnan(x) else f"{100 * x:.2f}%"
+    return "—" if x is None or math.isnan(x) else f"{round(100 * x, 2) + 0.0:.2f}%"  # no "-0.00%"
 
 
 def _ci(ci, pct: bool = False) -> str:
