@@ -44,8 +44,7 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
         return f"ran on {pct(fraction)} of inputs"
     varying = shrunk(block)
     rows = picked(block) if verdict == "subset" else None
-    kept = block.get("rows_kept") or {}
-    if varying and rows and num(kept.get("min"), 1.0) < num(kept.get("max"), 1.0):
+    if varying and rows and any(num(k.get("min"), 1.0) < num(k.get("max"), 1.0) for k in _kept(block)):
         return rows  # the rows it ran on, rather than how many nodes changed shape for them
     if varying or verdict not in SKIPPABLE:
         return varying
@@ -53,22 +52,35 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     return rows or left_out(block)
 
 
+MOST_SELECTIONS = 3  # a block picking rows in more places (a MoE's experts) is told by its shapes instead
+
+
+def _kept(block: dict) -> list[dict]:
+    return [k for k in block.get("rows_kept") or [] if isinstance(k, dict)]
+
+
 def picked(block: dict) -> str | None:
-    """The share of the rows a `subset` block's selections kept, in words, when they left some out."""
-    kept = block.get("rows_kept") or {}
-    low, high = num(kept.get("min")), num(kept.get("max"))
-    if low is None or high is None or high >= 1.0:
+    """The shares of the rows a `subset` block's selections kept, in words, when they left some
+    out (at most MOST_SELECTIONS of them)."""
+    shares = [(num(k.get("min")), num(k.get("max"))) for k in _kept(block)]
+    shares = [(low, high) for low, high in shares if low is not None and high is not None]
+    if not shares or len(shares) > MOST_SELECTIONS or all(high >= 1.0 for _, high in shares):
         return None
-    return rows_kept_text(low, high)
+    return rows_kept_text(shares)
 
 
-def rows_kept_text(low: float, high: float) -> str:
-    """Words for the share of rows a block's selections kept: the same on every input (a fixed
-    capacity; which rows, the input decides) or varying."""
-    if high - low < 1e-9:
-        return (f"ran on {pct(high)} of the rows it picks from on every input (a fixed capacity; the input "
+def rows_kept_text(shares: list[tuple[float, float]]) -> str:
+    """Words for the shares of rows a block's selections kept (least, most over inputs): the
+    same on every input (a fixed capacity; which rows, the input decides) or varying."""
+    fixed = all(high - low < 1e-9 for low, high in shares)
+    parts = [pct(high) if high - low < 1e-9 else f"{pct(low)} to {pct(high)}" for low, high in shares]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    which = ("a selection that kept " if len(parts) == 1 else f"{len(parts)} selections that kept ") + listed
+    each = "it picks" if len(parts) == 1 else "each picks"
+    if fixed:
+        return (f"ran behind {which} of the rows {each} from, the same on every input (a fixed capacity; the input "
                 "decides which rows)")
-    return f"ran on {pct(low)} to {pct(high)} of the rows it picks from, as the input decides"
+    return f"ran behind {which} of the rows {each} from, as the input decides"
 
 
 def left_out(block: dict) -> str | None:

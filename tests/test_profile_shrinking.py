@@ -70,18 +70,20 @@ def test_the_share_of_rows_a_fixed_capacity_keeps_is_read_from_the_selection(pro
     static, report = profiled
     assert [b.verdict for b in static.blocks] == ["always", "subset", "always"]
     blocks = {b.name: b for b in report.execution.blocks}
-    kept = blocks["model.layers.1"].rows_kept
+    ((node, kept),) = blocks["model.layers.1"].rows_kept
+    assert node == "/model/layers.1/GatherElements"
     assert (kept.min, kept.max) == (pytest.approx(2 / 6), pytest.approx(2 / 6))  # 2 of 6 tokens, every input
-    assert blocks["model.layers.0"].rows_kept is None and blocks["model.layers.2"].rows_kept is None
+    assert blocks["model.layers.0"].rows_kept == () and blocks["model.layers.2"].rows_kept == ()
     outcome = {a.block: a for a in report.agreements}["model.layers.1"]
-    assert outcome.outcome == "confirmed" and "33.3% of the rows it picks from on every input" in outcome.detail
+    assert outcome.outcome == "confirmed" and "a selection that kept 33.3% of the rows it picks from, the same on every input" in outcome.detail
 
 
 def test_conditional_execution_says_the_block_was_shrunk_by_a_fixed_capacity(profiled):
     static, report = profiled
     finding = conditional_execution(static.to_json(), report.to_json())
     assert finding.answer == YES
-    assert "model.layers.1 ran on 33.3% of the rows it picks from on every input (a fixed capacity" in finding.statement
+    assert ("model.layers.1 ran behind a selection that kept 33.3% of the rows it picks from, the same on every input "
+            "(a fixed capacity") in finding.statement
     assert "model.layers.0" not in finding.statement and "model.layers.2" not in finding.statement
 
 

@@ -241,15 +241,20 @@ def test_a_ratio_just_above_the_threshold_is_not_rounded_onto_it():
 
 
 @pytest.mark.parametrize("kept, varying, words", [
-    ((0.5, 0.5), 0, "ran on 50.0% of the rows it picks from on every input (a fixed capacity"),  # Mixture-of-Depths
-    ((0.5, 0.5), 8, "ran at input-dependent sizes (8 compute nodes"),  # top-2 of 4 experts: 50% in all, each varies
-    ((0.333, 0.515), 6, "ran on 33.3% to 51.5% of the rows it picks from, as the input decides"),  # a threshold
+    ([(0.5, 0.5)], 0, "ran behind a selection that kept 50.0% of the rows it picks from, the same on every input "
+                      "(a fixed capacity"),  # Mixture-of-Depths
+    ([(0.75, 0.75), (0.857, 0.857)], 0, "ran behind 2 selections that kept 75.0% and 85.7% of the rows each picks "
+                                        "from, the same on every input"),  # Token Merging: two merges feed a block
+    ([(0.1, 0.4)] * 4, 8, "ran at input-dependent sizes (8 compute nodes"),  # 4 experts' selections: told by shapes
+    ([(0.333, 0.515)], 6, "ran behind a selection that kept 33.3% to 51.5% of the rows it picks from, as the input "
+                          "decides"),  # a threshold
 ])
 def test_a_subset_blocks_rows_say_how_it_was_shrunk(kept, varying, words):
     static = static_doc(["always", "subset", "always", "always"])
     profile = profile_doc()
     block = profile["blocks"][1]
-    block["rows_kept"] = {"min": kept[0], "median": kept[0], "max": kept[1], "total": 4 * kept[0]}
+    block["rows_kept"] = [{"node": f"pick{i}", "min": low, "median": low, "max": high, "total": 4 * low}
+                          for i, (low, high) in enumerate(kept)]
     block["value_dependent_shapes"] = [{"node": f"n{i}", "op_type": "MatMul", "distinct": 3, "shapes": [],
                                         "compute": True} for i in range(varying)]
     finding = decide(static, None, profile).conditional_execution

@@ -95,8 +95,8 @@ def render_text(r: ProfileReport) -> str:
             f"{_pct(nodes['min'])}..{_pct(nodes['max'])}",
             "" if not flops else _si(flops["min"]) if flops["min"] == flops["max"] else
             f"{_si(flops['min'])}..{_si(flops['max'])}",
-            "" if not kept else _pct(kept["min"]) if kept["min"] == kept["max"] else
-            f"{_pct(kept['min'])}..{_pct(kept['max'])}",
+            " ".join(_pct(k["min"]) if k["min"] == k["max"] else f"{_pct(k['min'])}..{_pct(k['max'])}"
+                     for k in kept or ()),
             "" if not loops else f"{loops['min']:.0f}" if loops["min"] == loops["max"] else
             f"{loops['min']:.0f}..{loops['max']:.0f}",
             f"{len(varying)} nodes" if varying else "",

@@ -55,8 +55,8 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     # shape never takes; only the graph's verdict tells them apart.
     always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)
     resized = any(v.compute for v in ex.value_dependent)  # bookkeeping that changes shape is no resizing
-    kept = ex.rows_kept
-    picked = kept is not None and kept.max < 1.0  # some rows left out on every input
+    kept = [(stats.min, stats.max) for _, stats in ex.rows_kept]
+    picked = any(high < 1.0 for _, high in kept)  # some rows left out on every input
     facts = []
     if ex.executed_fraction < 1.0:
         facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
@@ -70,7 +70,7 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     if resized:
         facts.append(f"{sum(v.compute for v in ex.value_dependent)} compute nodes ran at value-dependent shapes")
     if picked:
-        facts.append(rows_kept_text(kept.min, kept.max))
+        facts.append(rows_kept_text(kept))
     seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
     if verdict == "branch":
         outcome = "confirmed" if varies or always_less else "not_observed"

@@ -15,9 +15,9 @@ inlined function bodies are not counted as block work; nor is a node of the main
 ran on no input: there nothing decides whether it runs, so ONNX Runtime removed it (a Cast to
 the type its input already has), and its missing events say nothing of the input.
 
-For a block the graph says runs on a subset of rows (a `subset` verdict), the selection
-nodes' shapes tell how much of what they pick from they kept on each input (`rows_kept`):
-a fixed capacity keeps the same share on every input, a threshold a share that varies.
+For a block the graph says runs on a subset of rows (a `subset` verdict), each selection
+node's shapes tell how much of what it picks from it kept on each input (`rows_kept`): a
+fixed capacity keeps the same share on every input, a threshold a share that varies.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class BlockExecution:
     node_fraction: Stats  # share of the block's nodes that ran, over inputs
     flops: Stats | None  # FLOPs executed per input; None without a FLOP counter
     value_dependent: tuple[ShapeVariation, ...]
-    rows_kept: Stats | None = None  # share of the rows its selections kept, over inputs; None without any
+    rows_kept: tuple[tuple[str, Stats], ...] = ()  # per selection node: the share of rows it kept, over inputs
     calls: Stats | None = None  # node runs per input (a Loop body's nodes run once per iteration)
     calls_vary: bool = False  # the number of runs differed between inputs fed the same shapes
     iterations: Stats | None = None  # per input, the most runs of one of its Loop bodies' nodes; None without any
@@ -106,7 +106,7 @@ class BlockExecution:
             "node_fraction": self.node_fraction.to_json(),
             "executed_flops": None if self.flops is None else self.flops.to_json(),
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
-            "rows_kept": None if self.rows_kept is None else self.rows_kept.to_json(),
+            "rows_kept": [{"node": node, **stats.to_json()} for node, stats in self.rows_kept],
             "calls": None if self.calls is None else self.calls.to_json(), "calls_vary": self.calls_vary,
             "iterations": None if self.iterations is None else self.iterations.to_json(),
         }
@@ -205,21 +205,26 @@ def _summarise(name, ids, inputs, mg, with_flops, selections) -> BlockExecution:
                           any(len(counts) > 1 for counts in groups.values()), iterations)
 
 
-def _rows_kept(selections: Sequence[str] | None, inputs) -> Stats | None:
-    """Per input, the elements the selection nodes output over those they picked from (their
-    first input), summed over the nodes and their calls; None when none ran with shapes."""
-    shares = []
-    for inp in inputs:
-        kept = picked_from = 0
-        for node_id in selections or ():
+def _rows_kept(selections: Sequence[str] | None, inputs) -> tuple[tuple[str, Stats], ...]:
+    """Per selection node, over inputs: the elements it output over those it picked from (its
+    first input), summed over its calls; the nodes that ran with shapes only. A share is the
+    selection's, not the block's: rows it left aside may join the block again (Token Merging
+    concatenates them back)."""
+    found = []
+    for node_id in selections or ():
+        shares = []
+        for inp in inputs:
+            kept = picked_from = 0
             for sig in inp.ran.get(node_id, ()):
                 ins, _, outs = sig.partition(" -> ")
                 data, out = _first_volume(ins), _first_volume(outs)
                 if data and out is not None:
                     kept, picked_from = kept + out, picked_from + data
-        if picked_from:
-            shares.append(kept / picked_from)
-    return _stats(shares) if shares else None
+            if picked_from:
+                shares.append(kept / picked_from)
+        if shares:
+            found.append((node_id, _stats(shares)))
+    return tuple(found)
 
 
 def _first_volume(shapes: str) -> int | None:
