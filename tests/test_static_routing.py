@@ -420,3 +420,30 @@ def test_a_score_thresholded_into_a_token_selection_is_a_router(select):
     assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [("p", "router", 1)]
     assert verdicts(report) == ["always", "subset"]
     assert report.blocks[1].evidence[0].size == "data-dependent"
+
+
+def test_a_per_token_exit_that_still_computes_every_token_is_masked():
+    # CALM as most code writes it: after each block, tokens whose exit head is confident enough
+    # keep their state, where(exited, h, block(h)), but the block ran on every token. The exit
+    # head's MatMul and the Where sit between the blocks
+    step = """
+        ["/model/layers.@/fc/MatMul"] f@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/model/layers.@/Add"] h@ = Add (x@, f@)
+        ["/exit@/MatMul"] e@ = MatMul (x@, "exit.@.weight")
+        ["/exit@/Softmax"] p@ = Softmax <axis = -1> (e@)
+        ["/exit@/ReduceMax"] c@ = ReduceMax <keepdims = 1> (p@, last@)
+        ["/exit@/Greater"] done@ = Greater (c@, thr@)
+        ["/Where_@"] x@+1 = Where (done@, x@, h@)
+"""
+    weights = DENSE_W + (f', float[2, 2] "exit.@.weight" = {EYE}, int64[1] "last@" = {{-1}}, '
+                         f'float "thr@" = {{0.6}}')
+    text = graph([step] * 3, [weights] * 3, inputs="float[batch, seq, 2] x0", opsets='"" : 18').replace(
+        "float[T, 2] y", "float[batch, seq, 2] y")
+    x = np.array([[[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": x})
+    assert y.shape == (1, 3, 2)
+    report = audit(text)
+    assert verdicts(report) == ["masked", "masked", "masked"] and not report.dynamic
+    ev = report.blocks[1].evidence[0]
+    assert (ev.kind, ev.op, ev.node) == ("routing mask", "Where", "/Where_1")
+    assert "keeps `x1` or takes `h1`" in ev.detail

@@ -233,7 +233,7 @@ class _Audit:
                      and (r not in selected or r in picked)] if mask_in else []
             if mask_in and dense and op in MASKING:
                 origin = mg.nodes[mask[mask_in[0]]]
-                self.note(node.id, MASKED, Evidence(
+                self.note(self._masked_at(node, dense + [r for r in ins if r not in dense]), MASKED, Evidence(
                     "routing mask", node.id, _op(node), mask_in[0].name, "value",
                     f"{_op(node)} `{node.id}` weights `{dense[0].name}`, computed at full size, "
                     f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"))
@@ -246,6 +246,13 @@ class _Audit:
                     "routing mask", node.id, _op(node), cond.name, "value",
                     f"{_op(node)} `{node.id}` chooses between `{a.name}` and `{b.name}`, both computed at "
                     f"full size, by `{cond.name}`, which depends on input values"))
+            elif op == "Where" and (new := self._keeps_or_takes(node, computed)) is not None:
+                cond, a, b = node.inputs
+                self.note(self._masked_at(node, [new]), MASKED, Evidence(
+                    "routing mask", node.id, _op(node), cond.name, "value",
+                    f"{_op(node)} `{node.id}` keeps `{(b if new == a else a).name}` or takes `{new.name}`, which "
+                    f"this block computed at full size for every row, by `{cond.name}`, which depends on input "
+                    "values (a per-token exit that still computes every token)"))
             elif mask_in and not counted and op not in NORMALISING and not (
                     op in SCATTERING and not any(r in mask for r in ins[:1] + ins[2:3])):
                 # rows written back by routed indices (a scatter whose data and updates are no
@@ -276,8 +283,39 @@ class _Audit:
         if len(node.inputs) != 3 or None in node.inputs or self.dm.value(node.inputs[0]) != VALUE:
             return False
         block = self.blocks.block_of(node.id)
-        return all(r in computed and self.dm.value(r) == VALUE and self.blocks.block_of(computed[r]) == block
-                   for r in node.inputs[1:])
+        return block is not None and all(
+            r in computed and self.dm.value(r) == VALUE and self.blocks.block_of(computed[r]) == block
+            for r in node.inputs[1:])
+
+    def _keeps_or_takes(self, node: Node, computed: dict[TensorRef, str]) -> TensorRef | None:
+        """For a Where in no block that, by a value-dependent condition, keeps an earlier state
+        or takes what a block just made (CALM's exited tokens: where(exited, h, block(h))): that
+        block's result; else None."""
+        if len(node.inputs) != 3 or None in node.inputs or self.blocks.block_of(node.id) is not None \
+                or self.dm.value(node.inputs[0]) != VALUE:
+            return None
+        options = node.inputs[1:]
+        if not all(self.dm.value(r) == VALUE for r in options):  # a constant or filled option is no state
+            return None
+        made = [(r, self._block_making(r) if r in computed else None) for r in options]
+        inside = [(r, b) for r, b in made if b is not None]
+        if not inside or (len(inside) == 2 and inside[0][1] == inside[1][1]):
+            return None  # no block's result, or both one block's (_chooses_computed's case)
+        return max(inside, key=lambda rb: rb[1].index)[0]
+
+    def _block_making(self, ref: TensorRef) -> Block | None:
+        producer = self.mg.producer(ref)
+        return self.blocks.block_of(producer.id) if producer is not None else None
+
+    def _masked_at(self, node: Node, dense: list[TensorRef]) -> str:
+        """Where a masking node's evidence goes: the node itself when it is in a block, else the
+        node that made what it masks (`dense`, in order of preference), in the block that made it
+        (a mask applied between blocks)."""
+        if self.blocks.block_of(node.id) is not None:
+            return node.id
+        producer = next((p for p in map(self.mg.producer, dense) if p is not None
+                         and self.blocks.block_of(p.id) is not None), None)
+        return producer.id if producer is not None else node.id
 
     def _index_like(self, ref: TensorRef) -> bool:
         info = self.mg.tensors.get(ref)
