@@ -45,7 +45,7 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     varying = shrunk(block)
     rows = picked(block) if verdict == "subset" else None
     if varying and rows and any(num(k.get("min"), 1.0) < num(k.get("max"), 1.0) for k in _kept(block)):
-        return rows  # the rows it ran on, rather than how many nodes changed shape for them
+        return rows  # what its selections kept, rather than how many nodes changed shape for it
     if varying or verdict not in SKIPPABLE:
         return varying
     # the same on every input: a fixed capacity (which rows, the input decides), else a part left out
