@@ -144,3 +144,59 @@ def test_a_gate_that_also_divides_is_shown_and_placed_by_what_it_weights():
     assert report.block_method.startswith("node names: 3 blocks under `model.layers`")
     assert [(c.tensor, c.layer) for c in report.coefficients] == [("haltA0", 0), ("haltA1", 1), ("haltA2", 2)]
     assert [b.evidence[0].op for b in report.blocks] == ["Mul", "Mul", "Mul"]
+
+
+# A dense connection after each block, MUDD's as MUDDPythia writes it: a linear projection of the
+# block's output into one weight per source (here 2: the block's input and its output), plus a
+# static bias, each source weighted by its slice and summed (dw[..., j, None] * hids[j]).
+MIXED = """
+        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/model/layers.@/Add"] b@ = Add (x@, h@)
+        ["/model/mix.@/w/MatMul"] p@ = MatMul (b@, "model.mix.@.w.weight")
+        ["/model/mix.@/Add"] "dw.@" = Add (p@, "model.mix.@.bias")
+        ["/model/mix.@/Gather"] d0@ = Gather <axis = 2> ("dw.@", zero)
+        ["/model/mix.@/Gather_1"] d1@ = Gather <axis = 2> ("dw.@", one)
+        ["/model/mix.@/Unsqueeze"] u0@ = Unsqueeze (d0@, last)
+        ["/model/mix.@/Unsqueeze_1"] u1@ = Unsqueeze (d1@, last)
+        ["/model/mix.@/Mul"] m0@ = Mul (u0@, x@)
+        ["/model/mix.@/Mul_1"] m1@ = Mul (u1@, b@)
+        ["/model/mix.@/Add_1"] x@+1 = Add (m0@, m1@)
+"""
+MIXED_W = ('float[4, 4] "model.layers.@.fc.weight" = {' + ", ".join(["0.5"] * 16) + '}, '
+           'float[4, 2] "model.mix.@.w.weight" = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, '
+           'float[2] "model.mix.@.bias" = {0.0, 1.0}')
+MIXED_CONSTANTS = "int64 zero = {0}, int64 one = {1}, int64[1] last = {-1}, "
+
+
+def mixed_graph(blocks: list[str]) -> str:
+    text = graph(blocks, [MIXED_W] * len(blocks), inputs="float[batch, seq, 4] x0")
+    return text.replace("float[T, 2] y", "float[batch, seq, 4] y").replace("<float", f"<{MIXED_CONSTANTS}float", 1)
+
+
+def test_an_unsquashed_projection_that_mixes_the_sources_is_detected():
+    # no Sigmoid / Softmax: the weights are the projection plus its bias, detected by what they
+    # weight (each layer's earlier outputs, at the hidden width), and placed in their layer
+    report = audit(mixed_graph([MIXED] * 3))
+    assert [(c.tensor, c.family, c.layer, c.source) for c in report.coefficients] == [
+        (f"dw.{i}", "mix", i, "detected") for i in range(3)]
+    assert report.coefficients[0].axes == ("batch", "token", "slot")
+    assert verdicts(report) == ["gated"] * 3 and not report.dynamic
+
+
+@pytest.mark.parametrize("change", [
+    # the projection as wide as the hidden state: a layer's own linear map, not weights
+    ('float[4, 2] "model.mix.@.w.weight" = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, float[2] "model.mix.@.bias" = {0.0, 1.0}',
+     'float[4, 4] "model.mix.@.w.weight" = {' + ", ".join(["0.1"] * 16) + '}, float[4] "model.mix.@.bias" = {0.0, 1.0, 0.0, 1.0}'),
+    # the narrow output added to the sources, not weighting them (a shift, as a bias is)
+    ("m0@ = Mul (u0@, x@)", "m0@ = Add (u0@, x@)"),
+])
+def test_a_projection_that_weights_no_hidden_state_or_is_not_narrower_is_not_a_coefficient(change):
+    old, new = change
+    text = mixed_graph([MIXED] * 2)
+    for i in "01":
+        assert old.replace("@", i) in text
+        text = text.replace(old.replace("@", i), new.replace("@", i))
+    if old.startswith("m0@"):
+        text = text.replace("Mul (u1", "Add (u1")
+    report = audit(text)
+    assert report.coefficients == ()

@@ -82,13 +82,14 @@ def test_earlyexit_late_blocks_are_a_branch(file):
     assert 0 < report.flops.skippable_share < 1
 
 
-@pytest.mark.parametrize("name", ["earlyexit", "featuregate", "moe"])
+@pytest.mark.parametrize("name", ["earlyexit", "featuregate", "moe", "mudd"])
 def test_detection_finds_what_the_metadata_declares(name, tmp_path):
     # the zoo's models with their metadata removed: detection alone names the same tensors, of
     # the same family and layer, with batch and token where the metadata has them (it calls the
     # other axes `slot`). EarlyExit's: the most probable class's probability per token, which
-    # decides the If after block 1 through ReduceMean, ReduceMin and Greater. (MUDD's, of axes
-    # (way, batch, token, source), are not detected: its metadata or --coefficients names them.)
+    # decides the If after block 1 through ReduceMean, ReduceMin and Greater. MUDD's, of axes
+    # (way, batch, token, source): its controllers' projections plus their static bias, squashed
+    # by nothing, found by what they weight (family `mix`).
     import onnx
 
     model = onnx.load(FIXTURES / name / "model.onnx")
@@ -98,8 +99,10 @@ def test_detection_finds_what_the_metadata_declares(name, tmp_path):
     detected = audit_static(load_model(tmp_path / "model.onnx"), shapes={"input_ids": (1, 64)})
 
     def plain(axes):
-        return tuple(a if a in ("batch", "token") else "slot" for a in axes)
+        others = [a for a in axes if a not in ("batch", "token")]  # slot, or slot0, slot1, ... where several
+        return tuple(a if a in ("batch", "token") else f"slot{others.index(a)}" if len(others) > 1 else "slot"
+                     for a in axes)
 
     assert [(c.tensor, c.family, c.layer, c.axes) for c in detected.coefficients] == [
-        (c.tensor, c.family, c.layer, plain(c.axes)) for c in declared]
+        (c.tensor, {"mudd": "mix"}.get(c.family, c.family), c.layer, plain(c.axes)) for c in declared]
     assert {c.source for c in detected.coefficients} == {"detected"}

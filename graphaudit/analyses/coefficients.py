@@ -7,7 +7,9 @@ width no wider than the hidden state, that weights a hidden-state tensor (Mul / 
 Einsum with a tensor computed from the input, not a weight, nor from the squashed tensor's
 own input element by element), routes one (TopK / ArgMax), scales a CNN's feature map
 channel by channel, or mixes stacked weights that are then applied to one (a dynamic
-convolution). Axes not declared are read from the symbolic dimensions shape inference
+convolution); or, squashed by nothing, a linear projection of the input's values into fewer
+features than the hidden state, rearranged and biased, that weights one (MUDD's dense
+connections, family `mix`). Axes not declared are read from the symbolic dimensions shape inference
 carried from the graph inputs: the first input dimension is the batch, the second the
 token (`batch*token` where the two are one axis); in a graph exported without dynamic
 shapes, from the inputs' fixed sizes at the leading positions (`analyses.axes`).
@@ -121,6 +123,7 @@ def detect_coefficients(
     found: list[Coefficient] = []
     order: Counter = Counter()
     routers = _raw_routers(mg, dm)
+    mixes = _linear_mixes(mg, dm, hidden)
     for node in mg.nodes.values():
         if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
             continue
@@ -128,6 +131,9 @@ def detect_coefficients(
         out = node.outputs[0] if node.outputs else None
         if family is None and node.id in routers:
             family = "router"
+        if family is None and node.id in mixes:  # the coefficient is where the projection's chain ends
+            family, out = "mix", mixes[node.id]
+            node = mg.producer(out)
         if family is None or out is None or dm.of(out) != VALUE:
             continue
         confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
@@ -215,6 +221,45 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
             if node.op_type not in PLUMBING or not onward:
                 break
             ref = onward[0]
+    return found
+
+
+# What a projection's output may pass through and still be the same coefficients, rearranged:
+# MUDD's view (batch, token, way·source) → permute (way, batch, token, source), plus its bias.
+_REARRANGING = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast"})
+_AFFINE = frozenset({"Add", "Sub", "Mul"})
+
+
+def _linear_mixes(mg: ModelGraph, dm: DependenceMap, hidden: int | None) -> dict[str, TensorRef]:
+    """Unsquashed mixing weights (MUDD's dynamic dense connections: Linear → GELU → Linear of
+    the hidden state, rearranged, plus a learned static bias, weighting every earlier layer's
+    output): the linear projections of the input's values by a constant weight into fewer
+    features than they read and than the hidden state, each mapped to the tensor its chain ends
+    in — through rearranging ops and an Add / Sub / Mul with a constant, while each tensor has
+    one reader. Whether that tensor weights a hidden-state tensor is `_use`'s to tell. Only with
+    a hidden width to compare with (a token axis): a CNN's narrow Gemm is its classifier."""
+    found: dict[str, TensorRef] = {}
+    if hidden is None:
+        return found
+    for node in mg.nodes.values():
+        if node.op_type not in ("MatMul", "Gemm") or node.domain or node.scopes or not _linear_router(mg, node, dm):
+            continue
+        ref = node.outputs[0]
+        width = _width(mg, ref)
+        if width is None or width >= hidden:
+            continue
+        for _ in range(8):
+            readers = mg.consumers(ref)
+            if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
+                break
+            reader = readers[0]
+            if reader.op_type in _AFFINE:
+                if any(r is not None and r != ref and dm.value(r) == VALUE for r in reader.inputs):
+                    break
+            elif reader.op_type not in _REARRANGING:
+                break
+            ref = reader.outputs[0]
+        found[node.id] = ref
     return found
 
 
