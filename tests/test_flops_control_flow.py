@@ -227,3 +227,16 @@ def test_a_loops_scan_output_gets_a_leading_axis_of_its_trip_count():
     report = audit(graph([DENSE, scanning], [DENSE_W] * 2), shapes=SHAPES)
     assert report.flops.count.unknown_shape == ()
     assert report.blocks[1].flops == 3 * PER_MATMUL + 3 * PER_MATMUL  # the body three times, the stack once
+
+
+def test_a_trip_count_and_a_counter_limit_passed_through_identity_are_read():
+    # TorchScript writes constants through Identity: the trip count M and the counter's limit
+    # are the constants' values all the same (they were read as no bound)
+    counted = "n0 = Constant <value = int64 {3}> ()\n        n = Identity (n0)" + LOOP
+    report = audit(graph([DENSE, counted], [DENSE_W] * 2), shapes=SHAPES)
+    assert report.flops.loops[0].trips.exact == 3 and report.blocks[1].flops == 3 * PER_MATMUL
+    limited = WHILE.replace("going = Less (total, limit)", "going = Identity (yes)").replace(
+        "more = Less (step_out, four)", "four_ = Identity (four)\n                more = Less (step_out, four_)")
+    text = graph([DENSE, limited], [DENSE_W] * 2)
+    (steps,) = ReferenceEvaluator(model_of(text)).run(["steps"], {"x0": np.ones((8, 2), np.float32)})
+    assert audit(text, shapes=SHAPES).flops.loops[0].trips.exact == 4 == int(steps)

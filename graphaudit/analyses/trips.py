@@ -84,7 +84,7 @@ def constant_values(mg: ModelGraph, initializers: Mapping[str, np.ndarray]) -> V
             return None
         if node.op_type in ("Identity", "Cast") and node.inputs and node.inputs[0] is not None:
             found = value(node.inputs[0], depth + 1)
-            return None if found is None or node.op_type == "Identity" else _cast(found, node)
+            return found if found is None or node.op_type == "Identity" else _cast(found, node)
         return _constant_node(node) if node.op_type == "Constant" else None
     return value
 
