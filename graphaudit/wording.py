@@ -57,7 +57,10 @@ def ci_text(lo, hi) -> str:
 
 def pct(value) -> str:
     x = num(value)
-    return "?" if x is None else f"{x * 100:.1f}%" if abs(x) >= 0.001 else f"{x * 100:.2g}%"
+    if x is None:
+        return "?"
+    # + 0.0: a share that rounds to zero is "0%", whatever its sign ("-0%" read as a loss)
+    return f"{round(x * 100, 1) + 0.0:.1f}%" if abs(x) >= 0.001 else f"{x * 100 + 0.0:.2g}%"
 
 
 def counted(n: int, noun: str) -> str:

@@ -200,3 +200,53 @@ def test_a_projection_that_weights_no_hidden_state_or_is_not_narrower_is_not_a_c
         text = text.replace("Mul (u1", "Add (u1")
     report = audit(text)
     assert report.coefficients == ()
+
+
+# CALM as usually written: after each block but the last, the exit head's most probable
+# class's probability per token; tokens past the threshold stay exited (exited |= c > thr), and
+# every later block's result is kept only for tokens not exited: where(exited, h, block(h)).
+CALM = """
+        ["/model/layers.@/fc/MatMul"] f@ = MatMul (x@, "model.layers.@.fc.weight")
+        ["/model/layers.@/Add"] h@ = Add (x@, f@)
+        ["/Where_@"] x@+1 = Where (gone@, x@, h@)
+        ["/exit@/MatMul"] e@ = MatMul (x@+1, "exit.@.weight")
+        ["/exit@/Softmax"] p@ = Softmax <axis = -1> (e@)
+        ["/exit@/ReduceMax"] c@ = ReduceMax <keepdims = 1> (p@, last)
+        ["/exit@/Greater"] over@ = Greater (c@, thr)
+        ["/exit@/Or"] gone@+1 = Or (gone@, over@)
+"""
+
+
+def test_a_per_token_exit_computed_densely_has_its_confidence_detected():
+    # the confidence after block i decides, through the exited mask, which tokens every later
+    # block's result is kept for: an `exit` coefficient of layer i, per token, like an early
+    # exit's that decides an If. The last block's decides nothing: no block follows it
+    text = graph([CALM] * 3, [DENSE_W + f', float[2, 2] "exit.@.weight" = {EYE}'] * 3,
+                 inputs="float[batch, seq, 2] x0, bool[batch, seq, 1] gone0", opsets='"" : 18')
+    text = text.replace("float[T, 2] y", "float[batch, seq, 2] y").replace(
+        "<float", "<int64[1] last = {-1}, float thr = {0.6}, float", 1)
+    report = audit(text)
+    assert [(c.tensor, c.family, c.layer, c.axes) for c in report.coefficients] == [
+        (f"c{i}", "exit", i, ("batch", "token", "slot")) for i in range(2)]
+    assert verdicts(report) == ["masked"] * 3 and not report.dynamic
+
+
+@pytest.mark.parametrize("decide", ["go = Greater (m, thr)", "sure = Greater (m, thr)\n        go = Not (sure)"])
+def test_an_exit_confidence_deciding_an_if_is_detected_through_a_not(decide):
+    # "skip the rest if confident" (then: skip) or TorchScript's "run the rest unless confident"
+    # (a Not of the comparison): the same confidence, the most probable class's probability per token
+    from test_static import SKIPPABLE
+
+    exit_head = f"""
+        ["/exit/MatMul"] e = MatMul (x1, "exit.weight")
+        ["/exit/Softmax"] p = Softmax <axis = -1> (e)
+        ["/exit/ReduceMax"] c = ReduceMax <keepdims = 0> (p, last)
+        ["/exit/ReduceMean"] m = ReduceMean <keepdims = 0> (c)
+        {decide}"""
+    text = graph([DENSE, exit_head + SKIPPABLE], [DENSE_W, DENSE_W + f', float[2, 2] "exit.weight" = {EYE}'],
+                 inputs="float[batch, seq, 2] x0", opsets='"" : 18')
+    text = text.replace("float[T, 2] y", "float[batch, seq, 2] y").replace(
+        "<float", "<int64[1] last = {-1}, float thr = {0.6}, float", 1).replace("float[T, 2]", "float[batch, seq, 2]")
+    report = audit(text)
+    assert [(c.tensor, c.family, c.layer, c.axes) for c in report.coefficients] == [("c", "exit", 0, ("batch", "token"))]
+    assert verdicts(report) == ["always", "branch"]

@@ -272,3 +272,13 @@ def test_a_slot_that_explains_most_of_the_variance_is_named_beside_layer_identit
            "(the variance a static per-layer profile reproduces)" in finding.statement
     plain = decide(None, replay_doc(eta2=0.91), None).coefficient_variation
     assert "layer and slot" not in plain.statement
+
+
+def test_a_share_that_rounds_to_zero_has_no_sign():
+    # a retained share of exactly -0.0 (a profile no different from one global mean, over a
+    # negative gap) printed "-0%" in the evidence, as if something were lost
+    from graphaudit.report.tables import pct as table_pct
+    from graphaudit.wording import pct
+
+    assert [pct(x) for x in (-0.0, 0.0, -1e-7, -0.25, 0.5)] == ["0%", "0%", "-1e-05%", "-25.0%", "50.0%"]
+    assert [table_pct(x) for x in (-0.0, -0.0004, 0.0004, -0.25)] == ["0.0%", "0.0%", "0.0%", "-25.0%"]

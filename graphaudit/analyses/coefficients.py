@@ -163,15 +163,19 @@ def detect_coefficients(
     return tuple(found)
 
 
-# Reductions an early exit's confidence goes through on its way to the If it decides.
+# Reductions an early exit's confidence goes through on its way to the If it decides, and the
+# logic that keeps a per-token exit's mask (CALM: exited |= confidence > threshold).
 REDUCING = frozenset({"ReduceMax", "ReduceMin", "ReduceMean", "ReduceSum"})
+_LOGIC = frozenset({"Or", "And", "Not", "Xor"})
 
 
 def _exit_confidence(mg: ModelGraph, probs: TensorRef, axes: InputAxes) -> tuple[TensorRef, tuple[str, ...]] | None:
     """An early exit's confidence: the first reduction of the class probabilities `probs` that
     keeps a batch or token axis (the most probable class's probability per token), when the
-    reductions and comparisons after it decide an If or a Loop. Its width is the classes', which
-    may exceed the hidden state's: it weights nothing, it decides whether later blocks run."""
+    reductions and comparisons after it decide an If or a Loop, or which tokens a Where keeps
+    (a per-token exit computed densely, CALM's where(exited, h, block(h))). Its width is the
+    classes', which may exceed the hidden state's: it weights nothing, it decides whether later
+    blocks run, or whether their results are kept."""
     todo, seen = [probs], {probs}
     first: tuple[TensorRef, tuple[str, ...]] | None = None
     while todo:
@@ -179,10 +183,10 @@ def _exit_confidence(mg: ModelGraph, probs: TensorRef, axes: InputAxes) -> tuple
         for consumer in mg.consumers(current):
             if consumer.domain or consumer.scopes:
                 continue
-            if consumer.op_type in DECIDING and current in consumer.inputs[:2] \
+            if (consumer.op_type in DECIDING or consumer.op_type == "Where") and current in consumer.inputs[:2] \
                     and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
                 return first
-            if consumer.op_type not in REDUCING and consumer.op_type not in PLUMBING:
+            if consumer.op_type not in REDUCING and consumer.op_type not in PLUMBING and consumer.op_type not in _LOGIC:
                 continue
             for out in consumer.outputs:
                 if out is None or out in seen:

@@ -43,7 +43,7 @@ def signed(value, digits: int = 4) -> str:
 
 def pct(value) -> str:
     x = num(value)
-    return "—" if x is None else f"{x * 100:.1f}%"
+    return "—" if x is None else f"{round(x * 100, 1) + 0.0:.1f}%"  # no "-0.0%"
 
 
 def ci_text(ci, digits: int = 4) -> str:
