@@ -123,7 +123,6 @@ def detect_coefficients(
     found: list[Coefficient] = []
     order: Counter = Counter()
     routers = _raw_routers(mg, dm)
-    mixes = _linear_mixes(mg, dm, hidden)
     for node in mg.nodes.values():
         if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
             continue
@@ -131,9 +130,8 @@ def detect_coefficients(
         out = node.outputs[0] if node.outputs else None
         if family is None and node.id in routers:
             family = "router"
-        if family is None and node.id in mixes:  # the coefficient is where the projection's chain ends
-            family, out = "mix", mixes[node.id]
-            node = mg.producer(out)
+        if family is None and (end := _linear_mix(mg, node, dm, hidden)) is not None:
+            family, out, node = "mix", end, mg.producer(end)  # the coefficient: where the projection's chain ends
         if family is None or out is None or dm.of(out) != VALUE:
             continue
         confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
@@ -234,37 +232,32 @@ _REARRANGING = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatt
 _AFFINE = frozenset({"Add", "Sub", "Mul"})
 
 
-def _linear_mixes(mg: ModelGraph, dm: DependenceMap, hidden: int | None) -> dict[str, TensorRef]:
+def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | None) -> TensorRef | None:
     """Unsquashed mixing weights (MUDD's dynamic dense connections: Linear → GELU → Linear of
     the hidden state, rearranged, plus a learned static bias, weighting every earlier layer's
-    output): the linear projections of the input's values by a constant weight into fewer
-    features than they read and than the hidden state, each mapped to the tensor its chain ends
-    in — through rearranging ops and an Add / Sub / Mul with a constant, while each tensor has
-    one reader. Whether that tensor weights a hidden-state tensor is `_use`'s to tell. Only with
-    a hidden width to compare with (a token axis): a CNN's narrow Gemm is its classifier."""
-    found: dict[str, TensorRef] = {}
-    if hidden is None:
-        return found
-    for node in mg.nodes.values():
-        if node.op_type not in ("MatMul", "Gemm") or node.domain or node.scopes or not _linear_router(mg, node, dm):
-            continue
-        ref = node.outputs[0]
-        width = _width(mg, ref)
-        if width is None or width >= hidden:
-            continue
-        for _ in range(8):
-            readers = mg.consumers(ref)
-            if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
+    output): where `node` projects the input's values by a constant weight into fewer features
+    than it reads and than the hidden state, the tensor its chain ends in — through rearranging
+    ops and an Add / Sub / Mul with a constant, while each tensor has one reader. Whether that
+    tensor weights a hidden-state tensor is `_use`'s to tell. Only with a hidden width to compare
+    with (a token axis): a CNN's narrow Gemm is its classifier."""
+    if hidden is None or node.op_type not in ("MatMul", "Gemm") or node.domain or not node.outputs:
+        return None
+    ref = node.outputs[0]
+    width = _width(mg, ref) if ref is not None else None
+    if width is None or width >= hidden or not _linear_router(mg, node, dm):
+        return None
+    for _ in range(8):
+        readers = mg.consumers(ref)
+        if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
+            break
+        reader = readers[0]
+        if reader.op_type in _AFFINE:
+            if any(r is not None and r != ref and dm.value(r) == VALUE for r in reader.inputs):
                 break
-            reader = readers[0]
-            if reader.op_type in _AFFINE:
-                if any(r is not None and r != ref and dm.value(r) == VALUE for r in reader.inputs):
-                    break
-            elif reader.op_type not in _REARRANGING:
-                break
-            ref = reader.outputs[0]
-        found[node.id] = ref
-    return found
+        elif reader.op_type not in _REARRANGING:
+            break
+        ref = reader.outputs[0]
+    return ref
 
 
 def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
