@@ -250,3 +250,32 @@ def test_an_exit_confidence_deciding_an_if_is_detected_through_a_not(decide):
     report = audit(text)
     assert [(c.tensor, c.family, c.layer, c.axes) for c in report.coefficients] == [("c", "exit", 0, ("batch", "token"))]
     assert verdicts(report) == ["always", "branch"]
+
+
+@pytest.mark.parametrize("scale", ['s@ = Mul ("gate.@", "scale.@")', 's@ = Mul ("scale.@", "gate.@")',
+                                   's@ = Div ("gate.@", "scale.@")',
+                                   'su@ = Unsqueeze ("scale.@", zero)\n        s@ = Mul ("gate.@", su@)'])
+def test_a_gate_scaled_by_a_learned_constant_before_it_weights_is_detected(scale):
+    # Dynamic Hyper-Connections: tanh(·)·s + b with a learned scale s and static part b, then
+    # weighting the streams; the scale (a weight, or computed from weights alone) is no hidden state
+    block = GATED.replace('Sigmoid (gl@)', 'Tanh (gl@)').replace(
+        '["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)',
+        f'{scale}\n        b@ = Add (s@, "static.@")\n        ["/model/layers.@/Mul"] m@ = Mul (b@, h@)')
+    weights = GATED_W + ', float[1] "scale.@" = {0.5}, float[2] "static.@" = {1.0, 0.0}'
+    text = graph([block] * 2, [weights] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("<float", "<int64[1] zero = {0}, float", 1)
+    report = audit(text)
+    assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [("gate.0", "gate", 0), ("gate.1", "gate", 1)]
+    assert verdicts(report) == ["gated", "gated"]
+
+
+def test_a_gate_scaled_by_a_value_is_not_passed_through_as_a_constant():
+    # the same Mul by something computed from the input is a gating node of its own: what the
+    # Tanh meets there is no hidden state (width 1), so the walk stops and nothing is detected
+    block = GATED.replace('Sigmoid (gl@)', 'Tanh (gl@)').replace(
+        '["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)',
+        'r@ = ReduceMean <keepdims = 1> (x@, last)\n        s@ = Mul ("gate.@", r@)\n'
+        '        ["/model/layers.@/Mul"] m@ = Mul (s@, h@)')
+    text = graph([block] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0", opsets='"" : 18').replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("<float", "<int64[1] last = {-1}, float", 1)
+    assert audit(text).coefficients == ()

@@ -83,7 +83,8 @@ def _nearest_block(refs, blocks: BlockMap, depth: int, step, onward, pick):
 
 
 def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
-    """Each node `ref` reaches through reshapes and slices (PLUMBING), with the tensor it reads.
+    """Each node `ref` reaches through reshapes and slices (PLUMBING) and scalings by constants
+    (Hyper-Connections' tanh(·)·s with a learned s), with the tensor it reads.
 
     The walk stops going further once `limit` nodes have been seen.
     """
@@ -95,8 +96,31 @@ def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tu
                 continue
             seen.add(consumer.id)
             yield consumer, current
-            if consumer.op_type in PLUMBING and len(seen) < limit:
+            if len(seen) < limit and (consumer.op_type in PLUMBING or _scaled(mg, consumer, current)):
                 todo.extend(r for r in consumer.outputs if r is not None)
+
+
+def _scaled(mg: ModelGraph, node: Node, current: TensorRef) -> bool:
+    """Whether `node` multiplies or divides `current` by constants only."""
+    return node.op_type in ("Mul", "Div") and not node.domain and (node.op_type == "Mul" or node.inputs[0] == current) \
+        and all(_constant(mg, r) for r in node.inputs if r is not None and r != current)
+
+
+def _constant(mg: ModelGraph, ref: TensorRef, depth: int = 4) -> bool:
+    """Whether `ref` is an initializer, a Constant's, or computed from those alone (a learned
+    scale unsqueezed or cast)."""
+    info = mg.tensors.get(ref)
+    if info is None or info.kind not in ("initializer", "node_output"):
+        return False
+    if info.kind == "initializer":
+        return True
+    node = mg.producer(ref)
+    if node is None or node.domain:
+        return False
+    if node.op_type == "Constant":
+        return True
+    return depth > 0 and bool(node.inputs) and node.op_type not in ("Shape", "Size") \
+        and all(_constant(mg, r, depth - 1) for r in node.inputs if r is not None)
 
 
 def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
