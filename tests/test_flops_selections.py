@@ -10,12 +10,14 @@ Graphs in ONNX text syntax, on the helpers of test_static and test_static_routin
 import json
 import re
 
+import numpy as np
 import onnx
 import pytest
+from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli.static import render_text
 from graphaudit.report.tables import static_table
-from test_static import DENSE, DENSE_W, audit, graph, model_of, run_main
+from test_static import DENSE, DENSE_W, EYE, audit, graph, model_of, run_main
 from test_static_routing import DISPATCH, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE
 
 T = 8
@@ -106,19 +108,40 @@ def test_chained_capacities_each_keep_every_row():
     assert [b.flops_full_size for b in report.blocks] == [None, ROUTER + T * EXPERT_ROW, ROUTER + T * EXPERT_ROW]
 
 
-def test_a_capacity_computed_twice_leaves_the_full_size_unfound():
-    # k is computed a second time for a reshape after the selection (TorchScript recomputes a
-    # size where it needs it): keeping every row there gives no consistent graph, and no figure
-    twice = HALF + """
-        shape2@ = Shape (score)
-        two2@ = Constant <value = int64[1] {2}> ()
-        k2 = Div (shape2@, two2@)
+def _computed_twice(again: str):
+    """The selection of HALF with its k computed again by `again` (as k2) for a reshape after it."""
+    twice = HALF + again + """
         width@ = Constant <value = int64[1] {2}> ()
         back@ = Concat <axis = 0> (k2, width@)
 """
     dispatch = DISPATCH.replace('sel = Gather <axis = 0> (x@, idx)', 'picked = Gather <axis = 0> (x@, idx)\n'
                                 '        sel = Reshape (picked, back@)')
-    report = audit(graph([DENSE, ROUTE + twice + dispatch], [DENSE_W, MOE_W]), shapes=SHAPES)
+    return audit(graph([DENSE, ROUTE + twice + dispatch], [DENSE_W, MOE_W]), shapes=SHAPES)
+
+
+def test_a_capacity_computed_twice_from_the_same_values_keeps_every_row_in_both():
+    # k computed a second time for a reshape after the selection, by the same operators on the
+    # same tensor and constants: the same value on every input, so both get the whole axis
+    report = _computed_twice("""
+        shape2@ = Shape (score)
+        two2@ = Constant <value = int64[1] {2}> ()
+        k2 = Div (shape2@, two2@)
+""")
+    assert report.blocks[1].flops == ROUTER + (T // 2) * EXPERT_ROW
+    assert report.blocks[1].flops_full_size == ROUTER + T * EXPERT_ROW
+    assert report.flops.capacity.unsized == () and report.flops.skippable == 0
+
+
+def test_a_capacity_computed_again_from_another_tensor_leaves_the_full_size_unfound():
+    # k2 is T // 2 too, but from the input's shape, not the scores': equal at these shapes,
+    # not provably the same size, so keeping every row gives no consistent graph, and no figure
+    report = _computed_twice("""
+        shape2@ = Shape (x@)
+        zero2@ = Constant <value = int64[1] {0}> ()
+        rows2@ = Gather (shape2@, zero2@)
+        two2@ = Constant <value = int64[1] {2}> ()
+        k2 = Div (rows2@, two2@)
+""")
     assert report.blocks[1].flops == ROUTER + (T // 2) * EXPERT_ROW and report.blocks[1].flops_full_size is None
     assert report.flops.capacity.unsized == ("model.layers.1",) and report.flops.skippable == 0
     assert "their size with every row selected was not found" in render_text(report)
@@ -147,3 +170,90 @@ def test_the_report_table_shows_the_bound_of_every_row_selected():
     table = static_table(doc)
     assert table.rows[1][3] == "≥ 32, ≤ 96"
     assert "at most 224 FLOPs at input shapes" in table.note and "at most 28.6% where input values can skip" in table.note
+
+
+# -- routed experts: at most k of them per routed row ---------------------------------------------
+E, K = 3, 2
+EXPERTS_ROUTER = 2 * T * 2 * E  # the [T, 2] x [2, E] router
+
+
+def experts(expert: str = '["/model/layers.@/expert{e}/MatMul"] out{e} = MatMul (sel{e}, "w{e}")',
+            numbers=range(E), k: str = f"int64[1] {{{K}}}") -> str:
+    """A mixture of E experts as the exporters write its dispatch loop: TopK of K experts per row,
+    then for each expert e the rows whose indices equal e (nonzero(chosen == e)) through it and
+    added back in place. `expert` is each expert's compute on its rows sel{e}, giving out{e}."""
+    lines = [f"""
+        ["/model/layers.@/router/MatMul"] probs = MatMul (x@, "model.layers.@.router.weight")
+        k = Constant <value = {k}> ()
+        ["/model/layers.@/TopK"] weight, chosen = TopK <axis = -1> (probs, k)
+        zero = Constant <value = int64 {{0}}> ()
+        axis1 = Constant <value = int64[1] {{1}}> ()
+        acc{E} = Identity (x@)"""]
+    for e, number in enumerate(numbers):
+        lines.append(f"""
+        n{e} = Constant <value = int64 {{{number}}}> ()
+        ["/model/layers.@/Equal{e}"] mask{e} = Equal (chosen, n{e})
+        ["/model/layers.@/NonZero{e}"] nz{e} = NonZero (mask{e})
+        rows{e} = Gather <axis = 0> (nz{e}, zero)
+        ["/model/layers.@/Gather{e}"] sel{e} = Gather <axis = 0> (x@, rows{e})
+        {expert.format(e=e)}
+        at{e} = Unsqueeze (rows{e}, axis1)
+        ["/model/layers.@/ScatterND{e}"] acc{e} = ScatterND <reduction = "add"> (acc{e - 1 if e else E}, at{e}, out{e})""")
+    return "".join(lines) + f"\n        x@+1 = Identity (acc{len(numbers) - 1})\n"
+
+
+def experts_weights() -> str:
+    return 'float[2, 3] "model.layers.@.router.weight" = {1.0, 0.5, -1.0, 0.2, 0.3, -0.4}, ' + ", ".join(
+        f'float[2, 2] "w{e}" = {EYE}' for e in range(E))
+
+
+def test_experts_routed_by_a_topk_are_bounded_by_k_rows_per_routed_row(tmp_path, capsys):
+    text = graph([DENSE, experts()], [DENSE_W, experts_weights()])
+    report = audit(text, shapes=SHAPES)
+    block = report.blocks[1]
+    assert block.verdict == "subset" and block.flops == EXPERTS_ROUTER
+    # with every row selected, each expert gets every element of a TopK widened to all E
+    # experts (E·T rows, E·E·T in all); each row reaches K experts: K·T rows in all
+    assert block.flops_every_row == EXPERTS_ROUTER + K * T * EXPERT_ROW
+    # the experts are numbered 0 … E − 1, every index the TopK gives: the K·T rows are taken
+    # on every input, so no input runs less (with equal experts, nothing is skippable)
+    assert block.skippable_flops == 0 and report.flops.skippable == 0
+    assert "≤ 0 skippable" not in render_text(report) and ", 0 skippable (0.0%" in render_text(report)
+    said = f"at most k = {K} of {E} experts per routed row behind TopK `/model/layers.1/TopK`"
+    assert said in render_text(report) and "each expert's FLOPs in proportion to its rows" in render_text(report)
+    path = tmp_path / "experts.onnx"
+    onnx.save(model_of(text), path)
+    code, out, _ = run_main(["static", str(path), "--shape", f"x0={T},2", "--format", "json"], capsys)
+    assert code == 0 and said in json.loads(out)["flops"]["counted_as"][0]
+    # the bound holds where the graph runs: the experts' rows add up to K per row
+    x = np.random.default_rng(0).standard_normal((T, 2)).astype(np.float32)
+    ran = ReferenceEvaluator(model_of(text)).run([f"sel{e}" for e in range(E)], {"x0": x})
+    assert sum(len(rows) for rows in ran) == K * T
+
+
+QUADRATIC = ('["/model/layers.@/expert{e}/MatMul"] out{e} = MatMul (sel{e}, "w{e}")\n'
+             '        t{e} = Transpose (sel{e})\n'
+             '        ["/model/layers.@/expert{e}/MatMul_1"] o{e} = MatMul (sel{e}, t{e})')
+
+
+@pytest.mark.parametrize("expert, numbers", [(None, [0, 1, 1]), (QUADRATIC, range(E))],
+                         ids=["an expert number twice", "compute not in proportion to the rows"])
+def test_experts_keep_the_bound_of_every_row_where_k_per_row_is_not_shown(expert, numbers):
+    text = graph([DENSE, experts(**({"expert": expert} if expert else {}), numbers=numbers)],
+                 [DENSE_W, experts_weights()])
+    report = audit(text, shapes=SHAPES)
+    assert report.blocks[1].flops_every_row > EXPERTS_ROUTER + E * T * EXPERT_ROW
+    assert "experts per routed row" not in render_text(report)
+
+
+def test_experts_that_leave_an_index_to_no_expert_keep_the_cheapest_run_at_none():
+    # experts for indices 0 and 1 only, of the TopK's 3: an element equal to 2 is in no mask, so
+    # the rows do not add up to exactly K per row; the bound from above holds (each expert at
+    # most T rows), the least is not proven and stays at no expert run, so skippable stays an
+    # upper bound on the savings
+    text = graph([DENSE, experts(numbers=[0, 1])], [DENSE_W, experts_weights()])
+    report = audit(text, shapes=SHAPES)
+    block = report.blocks[1]
+    assert block.flops_every_row == EXPERTS_ROUTER + 2 * T * EXPERT_ROW
+    assert block.skippable_flops == 2 * T * EXPERT_ROW
+    assert "at most k = 2 of 3 experts per routed row" in render_text(report)

@@ -7,7 +7,8 @@ behind a value-dependent selection has no size of its own: it is counted with ev
 selected, an upper bound. Then, along the scopes (`analyses.paths`):
 
 - the **total** is the most expensive run: the larger branch of each If, each Loop body
-  times its largest trip count, every row selected;
+  times its largest trip count, every row selected, but experts that a TopK of constant k
+  routes at most k per routed row (`analyses.experts`);
 - **skippable** is what the cheapest run that input values can choose saves against it:
   each value-dependent If's larger branch against its smaller, a value-dependent loop's
   most iterations against its fewest, a data-dependent selection's every row against none.
@@ -28,11 +29,12 @@ from onnx import numpy_helper
 
 from graphaudit.graph import ModelGraph
 from graphaudit.analyses.dependence import VALUE, DependenceMap
+from graphaudit.analyses.experts import ExpertRows, expert_bounds
 from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolver
 from graphaudit.analyses.paths import Span, span
 from graphaudit.analyses.trips import Trips, constant_values, trip_counts
 from graphaudit.analyses.verdicts import SUBSET, ExecutionVerdicts
-from graphaudit.analyses.widest import infer_variant, variant
+from graphaudit.analyses.widest import infer_variant, variant, widest_shapes
 
 CAPACITY = "fixed (capacity)"  # Evidence.size of a selection of fixed size
 
@@ -94,6 +96,7 @@ class StaticFlops:
     loops: tuple[LoopFlops, ...]
     capacity: Capacity | None
     basis: tuple[str, ...]  # how the total is counted, in words
+    experts: tuple[ExpertRows, ...] = ()  # routed experts counted at most k per row, not on every row
 
 
 def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verdicts: ExecutionVerdicts,
@@ -118,12 +121,21 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
 
     sized = [n for n in count.unknown_shape if value_sized(n)]
     wide: dict[str, int] = {}
+    widest: dict[str, tuple[int, ...]] | None = None
     if at and (sized or capacity):
-        widest = variant(model, mg, dm, trips, resolver(mg, dims, known), value, widen=True)
-        wide = _widest_count(mg, shapes, infer_variant(widest, at)[0]) if widest.widened else {}
+        widest = widest_shapes(model, mg, dm, trips, resolver(mg, dims, known), value, at)
+        wide = _widest_count(mg, shapes, widest) if widest is not None else {}
     bounded = {n: wide[n] for n in sized if n in wide}
+    experts: tuple[ExpertRows, ...] = ()
+    floor: dict[str, int] = {}
+    if bounded and widest is not None:  # routed experts: at most k of them per row, not all on every row
+        def scaled(scale: Mapping[str, int]) -> dict[str, int]:
+            found = widest_shapes(model, mg, dm, trips, resolver(mg, dims, known), value, at, scale)
+            return _widest_count(mg, shapes, found) if found is not None else {}
+        tight, floor, experts = expert_bounds(mg, dm, value, resolver(mg, dims, known), widest, bounded, scaled)
+        bounded.update(tight)
     most = {**count.per_node, **bounded}
-    least = {**most, **{n: 0 for n in verdicts.skippable if n in most and value_sized(n)}}
+    least = {**most, **{n: 0 for n in verdicts.skippable if n in most and value_sized(n)}, **floor}
     dynamic = {e.node for e in verdicts.controls if e.dependence == "value"}
     taken = _constant_branches(mg, value)
 
@@ -152,7 +164,7 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
         blocks=per_block, every_row=tuple(sorted(bounded)),
         skippable_uncounted=len(left_out & verdicts.skippable), loops=loops,
         capacity=_capacity(verdicts, per_block, capacity) if capacity else None,
-        basis=_basis(mg, most, taken, loops, bool(bounded)),
+        basis=_basis(mg, most, taken, loops, bool(bounded), experts), experts=experts,
     )
 
 
@@ -206,7 +218,7 @@ def _constant_branches(mg: ModelGraph, value) -> dict[str, str]:
 
 
 def _basis(mg: ModelGraph, most: Mapping[str, int], taken: Mapping[str, str], loops: tuple[LoopFlops, ...],
-           bounded: bool) -> tuple[str, ...]:
+           bounded: bool, experts: tuple[ExpertRows, ...]) -> tuple[str, ...]:
     """How the total is counted, in words, for the parts of the graph that need saying."""
     words = []
     if any(most.get(n.id) and any(s.owner_op == "If" and s.owner not in taken for s in n.scopes)
@@ -220,8 +232,18 @@ def _basis(mg: ModelGraph, most: Mapping[str, int], taken: Mapping[str, str], lo
         if loop.trips.most is None:
             words.append(f"one iteration of {loop.trips.op} `{loop.trips.node}`, whose trip count has no bound")
     if bounded:
-        words.append("every row of each value-dependent selection selected")
+        words.append("every row of each value-dependent selection selected" + _experts_words(experts))
     return tuple(words)
+
+
+def _experts_words(experts: tuple[ExpertRows, ...]) -> str:
+    """What the bound on routed experts assumes, in words."""
+    by_k: dict[tuple[int, int], list[str]] = {}
+    for e in experts:
+        by_k.setdefault((e.k, e.choices), []).append(f"`{e.topk}`")
+    return "".join(f", but at most k = {k} of {choices} experts per routed row behind TopK {', '.join(topks)}"
+                   for (k, choices), topks in by_k.items()) + (
+        " (the experts' masks are disjoint; each expert's FLOPs in proportion to its rows)" if experts else "")
 
 
 def _small_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:

@@ -13,6 +13,9 @@ ONNX's shape inference leaves two things unknown that a FLOP count needs:
   its whole axis. The sizes inferred there are the largest the graph can run at: an upper
   bound for compute behind a data-dependent selection ("every row selected"), and the full
   size of compute behind a selection of fixed capacity (Mixture-of-Depths' top-k tokens).
+  A capacity's k computed from shapes becomes the whole axis wherever it is read, with the
+  casts and reshapes of it and every computation of it from the same values
+  (`_Builder.same_size`): the reshapes after the selection then hold every row too.
 
 `variant` gives back a new model without its large weights (typed graph inputs, never
 copied); only the main graph changes, and every value keeps its name, so the shapes found on
@@ -21,7 +24,7 @@ a variant apply to the graph it came from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -35,6 +38,9 @@ from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.trips import Trips, Value
 
 _PREFIX = "graphaudit__"
+_SAME_VALUE = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # of one element
+_KEY_DEPTH = 32
+_ROUNDS = 4  # rounds of inference for sizes computed before their data (`widest_shapes`)
 
 
 @dataclass(frozen=True)
@@ -45,17 +51,48 @@ class Variant:
     model: onnx.ModelProto
     probes: Mapping[str, str]
     widened: tuple[str, ...]  # the selections that keep every row (node ids)
+    # (data, axis) -> the length a size computed before its data was given: the length at the
+    # given shapes, or the one a previous round of inference found (`widest_shapes`)
+    assumed: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
 
 def variant(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, trips: Mapping[str, Trips],
-            resolve: Callable[[TensorRef], tuple[int, ...] | None], value: Value, *, widen: bool = False) -> Variant:
+            resolve: Callable[[TensorRef], tuple[int, ...] | None], value: Value, *, widen: bool = False,
+            lengths: Mapping[tuple[str, int], int] | None = None, scale: Mapping[str, int] | None = None) -> Variant:
     """Return the Variant of `model` (whose graph model is `mg`, `resolve` giving its values'
     concrete shapes and `value` its constants' values): its main-graph loops' results shaped
     and their trip counts probed, and with `widen`, every value-dependent selection keeping
-    every row. `model` is not changed."""
+    every row (`lengths`: the whole axis, by (data, axis), of a size computed before its data;
+    `scale`: NonZero id -> how many times every element it gives, to see how compute after it
+    grows with its rows). `model` is not changed."""
     copy = external_data.as_inputs(model, lambda t: t.data_location == onnx.TensorProto.EXTERNAL
                                    or (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER)
-    return _Builder(mg, dm, trips, resolve, value, widen).build(model, copy)
+    return _Builder(mg, dm, trips, resolve, value, widen, lengths or {}, scale or {}).build(model, copy)
+
+
+def widest_shapes(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, trips: Mapping[str, Trips],
+                  resolve: Callable[[TensorRef], tuple[int, ...] | None], value: Value,
+                  shapes: Mapping[str, Sequence[int]], scale: Mapping[str, int] | None = None
+                  ) -> dict[str, tuple[int, ...]] | None:
+    """The concrete shapes inferred on the widest variant with the inputs at `shapes`; None when
+    no selection was widened (`scale`: as for `variant`).
+
+    A size computed before the data it selects from (dynamo computes every symbolic size at the
+    top of the graph) is given that data's length at the given shapes; where an earlier
+    selection kept every row, the data is longer there, so inference runs again with the
+    lengths it found, until they hold (one more round per chained capacity)."""
+    lengths: dict[tuple[str, int], int] = {}
+    for _ in range(_ROUNDS):
+        found = variant(model, mg, dm, trips, resolve, value, widen=True, lengths=lengths, scale=scale)
+        if not found.widened:
+            return None
+        known = infer_variant(found, shapes)[0]
+        longer = {(data, axis): known[data][axis] for (data, axis), used in found.assumed.items()
+                  if len(known.get(data, ())) > axis and known[data][axis] != used}
+        if not longer:
+            break
+        lengths.update(longer)
+    return known
 
 
 def infer_variant(found: Variant, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple[int, ...]],
@@ -68,13 +105,15 @@ def infer_variant(found: Variant, shapes: Mapping[str, Sequence[int]]) -> tuple[
 
 
 class _Builder:
-    def __init__(self, mg, dm, trips, resolve, value, widen):
+    def __init__(self, mg, dm, trips, resolve, value, widen, lengths, scale):
         self.mg, self.dm, self.trips, self.resolve, self.value, self.widen = mg, dm, trips, resolve, value, widen
+        self.lengths, self.assumed, self.scale = lengths, {}, scale
         self.count = 0
         self.probes: dict[str, str] = {}
         self.widened: list[str] = []
         self.refill: dict[str, tuple[str, int, tuple[int, ...], int]] = {}  # size -> (data, axis, shape, whole)
         self.own_capacity: dict[str, tuple[int, str, int, tuple[int, ...]]] = {}  # node -> (input, data, axis, shape)
+        self.keys: dict[TensorRef, tuple] = {}  # what a size is computed from (`key`)
 
     def name(self, what: str) -> str:
         self.count += 1
@@ -108,7 +147,7 @@ class _Builder:
                 defined.update(made.output)
         del copy.graph.node[:]
         copy.graph.node.extend(nodes)
-        return Variant(copy, dict(self.probes), tuple(self.widened))
+        return Variant(copy, dict(self.probes), tuple(self.widened), dict(self.assumed))
 
     def rewrite(self, node: Node, proto: onnx.NodeProto):
         """(nodes before, nodes after) `proto`, which may be changed in place; after is None where
@@ -182,7 +221,7 @@ class _Builder:
 
     # -- data-dependent selections keeping every row -------------------------------------------
     def all_indices(self, node: Node, proto: onnx.NodeProto):
-        """NonZero of every element: int64 [rank, elements], as inference sees it."""
+        """NonZero of every element (`scale` times): int64 [rank, elements], as inference sees it."""
         x = node.inputs[0]
         info = self.mg.tensors.get(x)
         rank = len(info.shape) if info is not None and info.shape is not None else len(self.resolve(x) or ()) or None
@@ -190,9 +229,14 @@ class _Builder:
             return [], []
         self.widened.append(node.id)
         size, flat, dims = self.name("size"), self.name("size"), self.name("dims")
+        counted = [helper.make_node("Size", [x.name], [size])]
+        if self.scale.get(node.id, 1) != 1:
+            factor_node, factor = self.const([self.scale[node.id]])
+            counted += [factor_node, helper.make_node("Mul", [size, factor], [scaled := self.name("size")])]
+            size = scaled
         one_node, one = self.const([1])
         rank_node, rank_name = self.const([rank])
-        return [helper.make_node("Size", [x.name], [size]), one_node,
+        return [*counted, one_node,
                 helper.make_node("Reshape", [size, one], [flat]), rank_node,
                 helper.make_node("Concat", [rank_name, flat], [dims], axis=0),
                 helper.make_node("ConstantOfShape", [dims], [proto.output[0]],
@@ -230,18 +274,66 @@ class _Builder:
             return
         self.widened.append(node.id)
         axis %= len(whole)
-        info, producer = self.mg.tensors.get(size), self.mg.producer(size)
-        if info is not None and info.kind == "node_output" and not size.scope and producer is not None \
-                and producer.op_type != "Constant":
-            self.refill[size.name] = (data.name, axis, shape, whole[axis])
-        else:
+        if not self.computed(size):
             self.own_capacity[node.id] = (position, data.name, axis, shape)
+            return
+        for same in self.same_size(size):
+            self.refill.setdefault(same.name, (data.name, axis, self.resolve(same), whole[axis]))
+
+    def computed(self, ref: TensorRef) -> bool:
+        """Whether `ref` is a main-graph value a node other than a Constant computes."""
+        info, producer = self.mg.tensors.get(ref), self.mg.producer(ref)
+        return info is not None and info.kind == "node_output" and not ref.scope and producer is not None \
+            and producer.op_type != "Constant"
+
+    def same_size(self, size: TensorRef) -> list[TensorRef]:
+        """The values that hold a selection's computed `size` on every input, to be given the whole
+        axis together: the one-element int64 value it is a reshape or cast of (the exporter computes
+        k once, then casts and reshapes it for each use: the selection's k, the reshapes after it),
+        and every value computed from the same inputs by the same operators (k computed again)."""
+        root = size
+        while (producer := self.mg.producer(root)) is not None and producer.domain in ("", "ai.onnx") \
+                and producer.op_type in _SAME_VALUE and producer.inputs and producer.inputs[0] is not None \
+                and self.computed(producer.inputs[0]) and self.one_int64(producer.inputs[0]):
+            root = producer.inputs[0]
+        key = self.key(root)
+        op = self.mg.producer(root).op_type
+        return [root] + [out for node in self.mg.top_level() if node.op_type == op for out in node.outputs
+                         if out is not None and out != root and self.computed(out) and self.one_int64(out)
+                         and self.key(out) == key]
+
+    def one_int64(self, ref: TensorRef) -> bool:
+        info, shape = self.mg.tensors.get(ref), self.resolve(ref)
+        return info is not None and info.elem_type == onnx.TensorProto.INT64 and shape is not None \
+            and int(np.prod(shape)) == 1
+
+    def key(self, ref: TensorRef, depth: int = 0):
+        """What `ref` is computed from, equal for two computations of the same size: the operators
+        and their attributes, down to constants (by value), the tensors a Shape or Size reads and
+        values that depend on input values (by name)."""
+        if ref in self.keys:
+            return self.keys[ref]
+        constant = self.value(ref)
+        producer = self.mg.producer(ref)
+        if constant is not None:
+            found = ("constant", str(constant.dtype), constant.shape, tuple(constant.reshape(-1).tolist()))
+        elif producer is None or ref.scope or depth > _KEY_DEPTH or self.dm.value(ref) == VALUE \
+                or producer.domain not in ("", "ai.onnx"):
+            found = ("value", ref.name)
+        else:
+            reads = tuple(("value", r.name) if producer.op_type in ("Shape", "Size") or r is None
+                          else self.key(r, depth + 1) for r in producer.inputs)
+            found = (producer.op_type, tuple(sorted(a.SerializeToString() for a in producer.proto.attribute)),
+                     reads, producer.outputs.index(ref))
+        self.keys[ref] = found
+        return found
 
     def whole_axis(self, size: str, data: str, axis: int, shape: tuple[int, ...], whole: int,
                    defined: set[str] | None = None) -> list[onnx.NodeProto]:
         """Nodes computing `size`, the length of `data`'s `axis`, in the shape `shape`; the length
         `whole` found at the given shapes where `data` is not computed yet (`defined`)."""
         if defined is not None and data not in defined:
+            whole = self.assumed[data, axis] = self.lengths.get((data, axis), whole)
             return [helper.make_node("Constant", [], [size], value=helper.make_tensor(
                 size, onnx.TensorProto.INT64, list(shape), [whole]))]
         dims, length = self.name("shape"), self.name("length")

@@ -98,7 +98,8 @@ def _flop_lines(f: FlopSummary) -> list[str]:
         lines = [f"FLOPs: {bound}{_flops(f.total)} counted{how}, at least {_flops(f.skippable)} skippable ({share}): "
                  f"{f.skippable_uncounted} skippable compute nodes have a value-dependent size and are not counted"]
     else:
-        lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {bound}{_flops(f.skippable)} skippable ({share}, "
+        lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {bound if f.skippable else ''}{_flops(f.skippable)} "
+                 f"skippable ({share}, "
                  "the upper bound on savings: the most expensive run less the cheapest)"]
     for loop in f.loops:
         counted = "" if loop.trips.most is not None else "; counted once in the total"
