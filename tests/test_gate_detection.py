@@ -5,7 +5,10 @@ frozen. Helpers and block templates are test_static.py's."""
 
 import pytest
 
-from test_static import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, verdicts
+from graphaudit.analyses.static import audit_static
+from graphaudit.graph import build_graph
+from graphaudit.load import load_model
+from test_static import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, model_of, verdicts
 
 
 def test_a_gate_applied_between_the_blocks_belongs_to_the_block_it_weights():
@@ -279,3 +282,23 @@ def test_a_gate_scaled_by_a_value_is_not_passed_through_as_a_constant():
     text = graph([block] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0", opsets='"" : 18').replace(
         "float[T, 2] y", "float[batch, seq, 2] y").replace("<float", "<int64[1] last = {-1}, float", 1)
     assert audit(text).coefficients == ()
+
+
+def test_a_gate_whose_width_inference_leaves_unnamed_is_measured_at_the_probe():
+    # a reshape to a shape ONNX's inference does not evaluate (TorchScript's expand to a shape
+    # from a Where, a float Range of the length): every dimension after it is `unk__N`, the
+    # gate's width too. At the probe's input sizes the shape is computed: a fixed width of 2,
+    # the same at a second token length, so the gate is one like any other
+    block = GATED.replace(
+        '["/model/layers.@/gate/Sigmoid"] "gate.@" = Sigmoid (gl@)',
+        'sh@ = Shape (gl@)\n        to@ = Mod (sh@, big)\n        wide@ = Reshape (gl@, to@)\n'
+        '        ["/model/layers.@/gate/Sigmoid"] "gate.@" = Sigmoid (wide@)')
+    text = graph([block] * 2, [GATED_W] * 2, inputs="float[batch, seq, 2] x0").replace(
+        "float[T, 2] y", "float[batch, seq, 2] y").replace("<float", "<int64[3] big = {100000, 100000, 100000}, float", 1)
+    loaded = load_model(model_of(text))
+    mg = build_graph(loaded.model)
+    assert isinstance(mg.tensors[mg.find_tensor("gate.0")].shape[-1], str)  # what inference left: the case at hand
+    report = audit_static(loaded)
+    assert [(c.tensor, c.layer, c.axes) for c in report.coefficients] == [
+        ("gate.0", 0, ("batch", "token", "slot")), ("gate.1", 1, ("batch", "token", "slot"))]
+    assert verdicts(report) == ["gated", "gated"]

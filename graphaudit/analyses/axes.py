@@ -77,6 +77,22 @@ class InputAxes:
             self._probed[key] = infer_at(self.model, shapes)
         return self._probed[key].get(name)
 
+    def width(self, shape, tensor: str | None) -> int | None:
+        """The last dimension of `shape`: its number, or where inference could only call it
+        `unk__N` (an Expand to a shape computed from Shape), its size at the probe when that size
+        is no probe size and stays when the token size changes (a fixed feature width)."""
+        if not shape:
+            return None
+        if isinstance(shape[-1], int):
+            return shape[-1] if shape[-1] > 0 else None
+        if tensor is None or shape[-1] in self.batch or shape[-1] in self.token:
+            return None
+        probed, longer = self._probe(tensor), self._probe(tensor, longer=True)
+        if probed is None or longer is None or len(probed) != len(shape) or len(longer) != len(shape):
+            return None
+        size = probed[-1]
+        return size if size == longer[-1] and size > 0 and size not in (*PROBE_SIZES, LONGER) else None
+
     def _moves_with_tokens(self, tensor: str, axis: int, rank: int, size: int | None) -> bool:
         """Whether the axis's size at the probe changes when only the token size does."""
         if size is None or not self.token:

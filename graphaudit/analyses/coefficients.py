@@ -145,9 +145,10 @@ def detect_coefficients(
         if not shape:
             continue
         named = axes_of(mg, out, axes)
+        width = axes.width(shape, None if out.scope else out.name)
         # narrower than the hidden state, or one score per token (a per-token router's (batch,
         # token); not attention's probabilities over the tokens, per query token)
-        if not (isinstance(shape[-1], int) and not (hidden and shape[-1] > hidden)) and tuple(named) != (BATCH, TOKEN):
+        if not (width is not None and not (hidden and width > hidden)) and tuple(named) != (BATCH, TOKEN):
             continue
         if BATCH not in named and TOKEN not in named and (MERGED not in named or not batch_major(mg, out, axes)):
             continue
