@@ -164,7 +164,7 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
         blocks=per_block, every_row=tuple(sorted(bounded)),
         skippable_uncounted=len(left_out & verdicts.skippable), loops=loops,
         capacity=_capacity(verdicts, per_block, capacity) if capacity else None,
-        basis=_basis(mg, most, taken, loops, bool(bounded), experts), experts=experts,
+        basis=_basis(mg, most, taken, loops, bool(bounded), experts, len(left_out)), experts=experts,
     )
 
 
@@ -218,8 +218,9 @@ def _constant_branches(mg: ModelGraph, value) -> dict[str, str]:
 
 
 def _basis(mg: ModelGraph, most: Mapping[str, int], taken: Mapping[str, str], loops: tuple[LoopFlops, ...],
-           bounded: bool, experts: tuple[ExpertRows, ...]) -> tuple[str, ...]:
-    """How the total is counted, in words, for the parts of the graph that need saying."""
+           bounded: bool, experts: tuple[ExpertRows, ...], left_out: int = 0) -> tuple[str, ...]:
+    """How the total is counted, in words, for the parts of the graph that need saying (`left_out`:
+    compute nodes of unknown size, in no count)."""
     words = []
     if any(most.get(n.id) and any(s.owner_op == "If" and s.owner not in taken for s in n.scopes)
            for n in mg.nodes.values() if n.scopes):
@@ -233,6 +234,8 @@ def _basis(mg: ModelGraph, most: Mapping[str, int], taken: Mapping[str, str], lo
             words.append(f"one iteration of {loop.trips.op} `{loop.trips.node}`, whose trip count has no bound")
     if bounded:
         words.append("every row of each value-dependent selection selected" + _experts_words(experts))
+    if left_out:
+        words.append(f"without {left_out} compute node{'s' if left_out > 1 else ''} of unknown size")
     return tuple(words)
 
 

@@ -92,13 +92,16 @@ def _flop_lines(f: FlopSummary) -> list[str]:
     """The FLOPs: the most expensive run, what the cheapest saves, and how they were counted."""
     share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
     unknown = [n for n in f.count.unknown_shape if n not in set(f.every_row)]
-    bound = "≤ " if f.every_row and not unknown else ""  # an upper bound only with every size known
+    # as a block's cell: "≥" with compute of unknown size left out, "≤" with every row selected;
+    # neither with both
+    bound = ("≤ " if not unknown else "") if f.every_row else ("≥ " if unknown else "")
     how = f" ({'; '.join(f.basis)})" if f.basis else ""
     if f.skippable_uncounted:
         lines = [f"FLOPs: {bound}{_flops(f.total)} counted{how}, at least {_flops(f.skippable)} skippable ({share}): "
                  f"{f.skippable_uncounted} skippable compute nodes have a value-dependent size and are not counted"]
     else:
-        lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {bound if f.skippable else ''}{_flops(f.skippable)} "
+        at_most = "≤ " if bound == "≤ " and f.skippable else ""
+        lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {at_most}{_flops(f.skippable)} "
                  f"skippable ({share}, "
                  "the upper bound on savings: the most expensive run less the cheapest)"]
     for loop in f.loops:
