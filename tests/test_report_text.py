@@ -81,3 +81,22 @@ def test_the_static_note_says_when_skippable_compute_was_not_counted():
     doc["static"]["flops"]["skippable_uncounted_nodes"] = 0
     note = " ".join(render(doc, "text").split()).split("FLOPs at input shapes")[1][:120]
     assert note.startswith(" {'input_ids': [1, 8]}, 0.0% where input values can skip or shrink them") and "not counted" not in note
+
+
+def test_the_static_note_bounds_the_total_as_the_static_command_does():
+    # "at most" with every row of a selection counted, "at least" with compute of unknown size
+    # left out, neither with both: the report's note says what `graphaudit static` says
+    doc = document(featuregate())
+    base = {"total": 1000, "skippable": 200, "shapes": {"input_ids": [1, 8]}, "skippable_share": 0.2}
+
+    def note(**flops):
+        doc["static"]["flops"] = {**base, **flops}
+        text = " ".join(render(doc, "text").split())
+        return text[text.index("data-dependent compute: ") + 28:][:100]
+
+    assert note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a"]).startswith("at most 1,000 FLOPs")
+    assert "at most 20.0% where" in note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a"])
+    assert note(unknown_shape_nodes=["b"]).startswith("at least 1,000 FLOPs")
+    assert ", 20.0% where" in note(unknown_shape_nodes=["b"])
+    assert note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a", "b"]).startswith("1,000 FLOPs")
+    assert note().startswith("1,000 FLOPs")

@@ -105,10 +105,14 @@ def static_table(doc: dict) -> Table | None:
     if num(flops.get("total")) is not None:
         uncounted = flops.get("skippable_uncounted_nodes") or 0
         every_row = set(flops.get("every_row_selected_nodes") or ())  # counted with every row of a selection
-        bound = "at most " if every_row and every_row >= set(flops.get("unknown_shape_nodes") or ()) else ""
+        unknown = set(flops.get("unknown_shape_nodes") or ()) - every_row  # in no count
+        # as `graphaudit static` says it: "at most" with every row selected, "at least" with compute
+        # of unknown size left out, neither with both
+        bound = ("at most " if not unknown else "") if every_row else ("at least " if unknown else "")
+        share = "at least " if uncounted else "at most " if bound == "at most " and num(flops.get("skippable")) else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
-                 f"{counted_as}, {'at least ' if uncounted else bound}{pct(flops.get('skippable_share'))} where input "
+                 f"{counted_as}, {share}{pct(flops.get('skippable_share'))} where input "
                  "values can skip or shrink them" + (f" ({uncounted} skippable compute nodes of a value-dependent size "
                                                     "not counted)" if uncounted else ""))
         capacity = flops.get("fixed_capacity") or {}
