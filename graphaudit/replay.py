@@ -32,6 +32,7 @@ import onnx
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
+from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis, token_weights
@@ -50,6 +51,7 @@ from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
 from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
+from graphaudit.wording import counted
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
 MAX_RESAMPLES = 100_000
@@ -94,7 +96,8 @@ class DataUse:
 
 
 # settings key -> what its note is about, in the order reports give them
-_SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"))
+_SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
+                  ("live_decisions_note", "freezing"))
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,10 @@ def replay(
             settings["padding"] += f"; {notes['cross_input']}"
         task = _task(caches[1], evaluation, batch_size)
         frozen = frozen_graph(loaded.model, coefs)
+        live = live_decisions(frozen, coefs)
+        if live:
+            settings["live_decisions"] = list(live)
+            settings["live_decisions_note"] = _live_note(live)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
         session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
@@ -268,6 +275,24 @@ def replay(
     gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
                  for p in PROFILES if p in stats and "global_mean" in stats)
     return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
+
+
+def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
+    """The If / Loop nodes of the frozen graph whose decision still depends on the input's values
+    once the coefficients it is fed count as given: made by controllers the freezing could not
+    reach (an early exit's confidence computed inside an earlier exit's branch, a halting score
+    inside a Loop body), or from the input itself. They run live in every condition."""
+    mg = build_graph(frozen)
+    dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
+    return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
+
+
+def _live_note(live: Sequence[str]) -> str:
+    shown = ", ".join(f"`{n}`" for n in live[:3]) + (f" and {len(live) - 3} more" if len(live) > 3 else "")
+    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({shown}) still "
+            f"depend{'s' if len(live) == 1 else ''} on the input's values, not on the fed coefficients alone: "
+            "what makes them ran live in every condition, so the replay measures the dependence on the "
+            "coefficients it feeds only")
 
 
 def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:

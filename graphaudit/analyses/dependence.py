@@ -107,9 +107,11 @@ def data_dependence(mg: ModelGraph) -> dict[TensorRef, Dependence]:
     return {ref: max(v, dm.shapes.get(ref, VALUE)) for ref, v in dm.values.items()}
 
 
-def analyse_dependence(mg: ModelGraph) -> DependenceMap:
-    """Return the DependenceMap of `mg`: values, shapes and control decisions."""
-    return _Propagation(mg).run()
+def analyse_dependence(mg: ModelGraph, given: frozenset[str] = frozenset()) -> DependenceMap:
+    """Return the DependenceMap of `mg`: values, shapes and control decisions. `given`: graph
+    inputs whose values count as given, not as the input's (the coefficients a frozen graph is
+    fed: what still depends on the input's values is then what they do not decide)."""
+    return _Propagation(mg, given).run()
 
 
 def _static_shape(shape) -> bool:
@@ -117,7 +119,7 @@ def _static_shape(shape) -> bool:
 
 
 class _Propagation:
-    def __init__(self, mg: ModelGraph):
+    def __init__(self, mg: ModelGraph, given: frozenset[str] = frozenset()):
         self.mg = mg
         self.by_scope = nodes_by_scope(mg)
         self.values: dict[TensorRef, Dependence] = {}
@@ -137,7 +139,7 @@ class _Propagation:
             if kind == "initializer":
                 self.values[ref] = self.shapes[ref] = CONST
             elif kind == "input":
-                self.values[ref] = VALUE
+                self.values[ref] = CONST if ref.name in given else VALUE
                 self.shapes[ref] = CONST if ref in self.static else SHAPE
             elif kind == "undefined":  # nothing defines it: assume the worst
                 self.values[ref] = self.shapes[ref] = VALUE
