@@ -176,10 +176,15 @@ def mixed_graph(blocks: list[str]) -> str:
     return text.replace("float[T, 2] y", "float[batch, seq, 4] y").replace("<float", f"<{MIXED_CONSTANTS}float", 1)
 
 
-def test_an_unsquashed_projection_that_mixes_the_sources_is_detected():
+@pytest.mark.parametrize("shape_read", [False, True], ids=["plain", "its shape read too"])
+def test_an_unsquashed_projection_that_mixes_the_sources_is_detected(shape_read):
     # no Sigmoid / Softmax: the weights are the projection plus its bias, detected by what they
-    # weight (each layer's earlier outputs, at the hidden width), and placed in their layer
-    report = audit(mixed_graph([MIXED] * 3))
+    # weight (each layer's earlier outputs, at the hidden width), and placed in their layer. The
+    # real MUDDFormer's einops rearrange reads the projection's shape first: a Shape reads no
+    # values, and the coefficient is still the sum with the bias
+    block = MIXED.replace('        ["/model/mix.@/Add"]', '        ps@ = Shape (p@)\n        ["/model/mix.@/Add"]') \
+        if shape_read else MIXED
+    report = audit(mixed_graph([block] * 3))
     assert [(c.tensor, c.family, c.layer, c.source) for c in report.coefficients] == [
         (f"dw.{i}", "mix", i, "detected") for i in range(3)]
     assert report.coefficients[0].axes == ("batch", "token", "slot")

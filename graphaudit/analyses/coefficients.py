@@ -238,17 +238,17 @@ def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | Non
     the hidden state, rearranged, plus a learned static bias, weighting every earlier layer's
     output): where `node` projects the input's values by a constant weight into fewer features
     than it reads and than the hidden state, the tensor its chain ends in — through rearranging
-    ops and an Add / Sub / Mul with a constant, while each tensor has one reader. Whether that
-    tensor weights a hidden-state tensor is `_use`'s to tell. Only with a hidden width to compare
-    with (a token axis): a CNN's narrow Gemm is its classifier."""
+    ops and an Add / Sub / Mul with a constant, while each tensor has one reader of its values.
+    Whether that tensor weights a hidden-state tensor is `_use`'s to tell. Only with a hidden
+    width to compare with (a token axis): a CNN's narrow Gemm is its classifier."""
     if hidden is None or node.op_type not in ("MatMul", "Gemm") or node.domain or not node.outputs:
         return None
     ref = node.outputs[0]
     width = _width(mg, ref) if ref is not None else None
     if width is None or width >= hidden or not _linear_router(mg, node, dm):
         return None
-    for _ in range(8):
-        readers = mg.consumers(ref)
+    for _ in range(8):  # a Shape or Size reads no values (einops' rearrange reads x.shape first)
+        readers = [r for r in mg.consumers(ref) if r.op_type not in ("Shape", "Size") or r.domain]
         if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
             break
         reader = readers[0]
