@@ -22,11 +22,10 @@ input shapes alone is not dynamic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blockmap import Block, BlockMap
+from graphaudit.analyses.evidence import BlockVerdict, Evidence, ExecutionVerdicts
 from graphaudit.analyses.reach import GATING, block_upstream, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.flops import is_counted
@@ -52,48 +51,6 @@ LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "
 _INDEX_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})  # (u)int8..64 and bool
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """One fact in the graph behind a verdict."""
-
-    kind: str  # branch | loop | selection | extent | routing mask | gate | contrib
-    node: str
-    op: str
-    tensor: str | None
-    dependence: str | None  # const | shape | value: what decides it
-    detail: str
-    size: str | None = None  # for a selection: "fixed (capacity)" | "data-dependent"
-
-    def to_json(self) -> dict:
-        out = {"kind": self.kind, "node": self.node, "op": self.op, "tensor": self.tensor,
-               "dependence": self.dependence, "text": self.detail}
-        if self.size is not None:
-            out["size"] = self.size
-        return out
-
-
-@dataclass(frozen=True)
-class BlockVerdict:
-    """A block's verdict, the evidence for it, and the nodes that can be skipped or shrunk."""
-
-    block: Block
-    verdict: str
-    evidence: tuple[Evidence, ...]
-    skippable: frozenset[str]
-
-
-@dataclass(frozen=True)
-class ExecutionVerdicts:
-    """Per-block verdicts, every control-flow decision, and the graph-level facts."""
-
-    blocks: tuple[BlockVerdict, ...]
-    controls: tuple[Evidence, ...]  # every If / Loop / Scan / search operator, dynamic or not
-    outside: tuple[Evidence, ...]  # dynamic evidence on nodes that are in no block
-    conditional_execution: bool  # some node runs or not, or a varying number of times, by value
-    data_dependent_compute: bool  # some compute runs on a value-dependent subset
-    skippable: frozenset[str]  # every node that can be skipped or shrunk, in a block or not
-
-
 def execution_verdicts(
     mg: ModelGraph, blocks: BlockMap, coefficients: tuple[Coefficient, ...], dependence: DependenceMap
 ) -> ExecutionVerdicts:
@@ -113,6 +70,7 @@ class _Audit:
         self.skippable: set[str] = set()
         self.selector_of: dict[str, tuple] = {}  # selection node -> (data, chooser, routing node)
         self.counted: set[str] = set()  # nodes whose FLOPs are counted: the compute nodes
+        self.position: dict[str, int] = {}  # node id -> its place in execution order
 
     def note(self, at: str, verdict: str, ev: Evidence) -> None:
         self.evidence.setdefault(at, []).append(ev)
@@ -121,27 +79,21 @@ class _Audit:
     def run(self) -> ExecutionVerdicts:
         controls, dynamic = self._controls()
         self._regions(dynamic)
-        self._flow()
         self._gates()
+        self._flow()
         per_block = tuple(self._verdict(b) for b in self.blocks.blocks)
         outside = tuple(ev for nid, evs in self.evidence.items() if self.blocks.block_of(nid) is None
                         for ev in evs if self.kinds[nid] in SAVES_COMPUTE and ev.kind not in ("branch", "loop"))
-        return ExecutionVerdicts(
-            blocks=per_block,
-            controls=controls,
-            outside=_dedupe(outside),
-            conditional_execution=bool(dynamic),
-            data_dependent_compute=any(k == SUBSET for k in self.kinds.values()),
-            skippable=frozenset(self.skippable),
-        )
+        return ExecutionVerdicts(blocks=per_block, controls=controls, outside=_dedupe(outside),
+                                 conditional_execution=bool(dynamic),
+                                 data_dependent_compute=any(k == SUBSET for k in self.kinds.values()),
+                                 skippable=frozenset(self.skippable))
 
     # -- control flow ----------------------------------------------------------------------
     def _controls(self) -> tuple[tuple[Evidence, ...], dict[str, Evidence]]:
         found, dynamic = [], {}
         controls = self.dm.controls
         for node in self.mg.nodes.values():
-            if node.id not in controls and node.op_type not in CONTRIB_LOOPS:
-                continue
             control = controls.get(node.id)
             contrib_loop = node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS
             if control is None and not contrib_loop:
@@ -180,7 +132,9 @@ class _Audit:
         picked: set[TensorRef] = set()  # picks of results computed at full size, no compute since
         computed: dict[TensorRef, str] = {}  # activation -> the compute node nearest upstream
         weights: dict[TensorRef, str] = {}  # experts' weights picked by a routed index (not their results)
+        dispatched: set[TensorRef] = set()  # results of compute on picked rows (an expert's on its tokens)
         for node in execution_order(mg):
+            self.position[node.id] = len(self.position)
             ins = [r for r in node.inputs if r is not None]
             outs = [r for r in node.outputs if r is not None]
             op = node.op_type if node.domain in ("", "ai.onnx") else None
@@ -218,6 +172,9 @@ class _Audit:
                         selected.setdefault(out, origin)
             if counted:
                 self._compute(node, selected, weights)
+            if self.kinds.get(node.id) == SUBSET or (dispatched and op not in SCATTERING
+                                                     and not dispatched.isdisjoint(ins)):
+                dispatched.update(outs)
             if node.domain == "com.microsoft" and node.op_type in CONTRIB_ROUTED:
                 self.note(node.id, SUBSET, Evidence(
                     "contrib", node.id, _op(node), node.inputs[1].name if len(node.inputs) > 1 and node.inputs[1] else None,
@@ -233,10 +190,12 @@ class _Audit:
                      and (r not in selected or r in picked)] if mask_in else []
             if mask_in and dense and op in MASKING:
                 origin = mg.nodes[mask[mask_in[0]]]
+                ranks = self.ranks.get(origin.id)
                 self.note(self._masked_at(node, dense + [r for r in ins if r not in dense]), MASKED, Evidence(
                     "routing mask", node.id, _op(node), mask_in[0].name, "value",
                     f"{_op(node)} `{node.id}` weights `{dense[0].name}`, computed at full size, "
-                    f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"))
+                    f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"
+                    + (f" on {ranks.family} coefficient `{ranks.tensor}`" if ranks else "")))
                 for out in outs:  # a weighted mix of full-size results: no longer picked rows
                     selected.pop(out, None)
                     picked.discard(out)
@@ -253,16 +212,25 @@ class _Audit:
                     f"{_op(node)} `{node.id}` keeps `{(b if new == a else a).name}` or takes `{new.name}`, which "
                     f"this block computed at full size for every row, by `{cond.name}`, which depends on input "
                     "values (a per-token exit that still computes every token)"))
-            elif mask_in and not counted and op not in NORMALISING and not (
-                    op in SCATTERING and not any(r in mask for r in ins[:1] + ins[2:3])):
-                # rows written back by routed indices (a scatter whose data and updates are no
-                # mask) are the stream again, not a routing mask
+            elif mask_in and not counted and op not in NORMALISING and (
+                    op not in SCATTERING or self._scatters_mask(node, mask, routed, dispatched)):
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
             origin = node.id if counted else next(filter(None, map(computed.get, ins)), None)
             if origin is not None:
                 for out in outs:
                     computed[out] = origin
+
+    def _scatters_mask(self, node: Node, mask, routed, dispatched) -> bool:
+        """Whether a scatter's result is a routing mask: it edits one, or it writes by routed indices
+        into zeros (a canvas set by shapes) what no compute on picked rows made: a dense routing
+        matrix, zeros.scatter(1, topk_idx, topk_w). Rows written back into the stream, and experts'
+        results added into zeros at their tokens (a dispatch's combine), are the stream again."""
+        data, index, updates = (list(node.inputs) + [None] * 3)[:3]  # TensorScatter's: cache, update, where
+        if data in mask or updates in mask:
+            return True
+        return node.op_type != "TensorScatter" and None not in (data, updates) and index in routed \
+            and updates not in dispatched and self.dm.value(data) != VALUE
 
     def _whole_again(self, out: TensorRef, ins, selected) -> bool:
         """Whether the broadcast `out` has the extent of an input that holds no picked rows (a
@@ -378,11 +346,16 @@ class _Audit:
     def _gates(self) -> None:
         mg = self.mg
         self.gate_of: dict[int, list[Evidence]] = {}
+        self.ranks: dict[str, Coefficient] = {}  # routing node -> the coefficient whose scores it ranks
         for c in self.coefficients:
             ref = mg.find_tensor(c.tensor)
             if ref is None:
                 continue
-            for node in _gating_consumers(mg, ref):
+            reached = [node for node, _ in reached_consumers(mg, ref, limit=64)]
+            for node in reached:
+                if node.op_type in ROUTING:
+                    self.ranks.setdefault(node.id, c)
+            for node in _gating(reached):
                 ev = Evidence("gate", node.id, _op(node), c.tensor, str(self.dm.of(ref)),
                               f"coefficient `{c.tensor}` ({c.family}, layer {c.layer}) weights "
                               f"{_op(node)} `{node.id}`")
@@ -415,7 +388,7 @@ class _Audit:
                 control.kind, owner, control.op, control.tensor, "value",
                 f"{n} of the block's {len(compute)} compute nodes run only in the {first.describe()}{where}; "
                 f"{control.detail.split(': ', 1)[-1]}"))
-        for nid in sorted(ids):
+        for nid in sorted(ids, key=self.position.__getitem__):  # the compute picked rows reach first
             for ev in self.evidence.get(nid, ()):
                 if self.kinds[nid] != BRANCH:
                     found.setdefault(self.kinds[nid], []).append(ev)
@@ -426,11 +399,11 @@ class _Audit:
         return BlockVerdict(block, verdict, _dedupe(evidence), frozenset(ids & self.skippable))
 
 
-def _gating_consumers(mg: ModelGraph, ref: TensorRef) -> list[Node]:
-    """The Mul / MatMul / Einsum / Where nodes `ref` reaches through reshapes and slices, those
-    that weight (Mul, MatMul, Einsum, Gemm) before those that choose or divide (Where, Div)."""
-    found = [node for node, _ in reached_consumers(mg, ref, limit=64) if node.op_type in GATING]
-    return sorted(found, key=lambda node: node.op_type in ("Where", "Div"))
+def _gating(reached: list[Node]) -> list[Node]:
+    """The Mul / MatMul / Einsum / Where nodes among those a coefficient reaches through reshapes
+    and slices, those that weight (Mul, MatMul, Einsum, Gemm) before those that choose or divide
+    (Where, Div)."""
+    return sorted((n for n in reached if n.op_type in GATING), key=lambda n: n.op_type in ("Where", "Div"))
 
 
 def _dedupe(evidence) -> tuple[Evidence, ...]:
