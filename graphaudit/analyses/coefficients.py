@@ -130,7 +130,7 @@ def detect_coefficients(
         out = node.outputs[0] if node.outputs else None
         if family is None and node.id in routers:
             family = "router"
-        if family is None and (end := _linear_mix(mg, node, dm, hidden)) is not None:
+        if family is None and node.op_type in _PROJECTING and (end := _linear_mix(mg, node, dm, hidden)) is not None:
             family, out, node = "mix", end, mg.producer(end)  # the coefficient: where the projection's chain ends
         if family is None or out is None or dm.of(out) != VALUE:
             continue
@@ -231,6 +231,7 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
 # MUDD's view (batch, token, way·source) → permute (way, batch, token, source), plus its bias.
 _REARRANGING = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast"})
 _AFFINE = frozenset({"Add", "Sub", "Mul"})
+_PROJECTING = frozenset({"MatMul", "Gemm"})
 
 
 def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | None) -> TensorRef | None:
@@ -241,7 +242,7 @@ def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | Non
     ops and an Add / Sub / Mul with a constant, while each tensor has one reader of its values.
     Whether that tensor weights a hidden-state tensor is `_use`'s to tell. Only with a hidden
     width to compare with (a token axis): a CNN's narrow Gemm is its classifier."""
-    if hidden is None or node.op_type not in ("MatMul", "Gemm") or node.domain or not node.outputs:
+    if hidden is None or node.op_type not in _PROJECTING or node.domain or not node.outputs:
         return None
     ref = node.outputs[0]
     width = _width(mg, ref) if ref is not None else None
