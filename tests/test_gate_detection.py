@@ -307,3 +307,31 @@ def test_a_gate_whose_width_inference_leaves_unnamed_is_measured_at_the_probe():
     assert [(c.tensor, c.layer, c.axes) for c in report.coefficients] == [
         ("gate.0", 0, ("batch", "token", "slot")), ("gate.1", 1, ("batch", "token", "slot"))]
     assert verdicts(report) == ["gated", "gated"]
+
+
+def test_soft_moe_weights_normalised_over_tokens_are_a_family_apart():
+    # Soft MoE: dispatch weights softmax over the tokens (each slot a mix of the tokens),
+    # combine weights softmax over the slots (each token a mix of the slots). One global mean
+    # cannot stand for both normalisations, so they are two families
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, seq, 4] x0) => (float[batch, seq, 4] y) <float[4, 4] "model.layers.0.fc.weight" = {
+        1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0},
+        float[4, 3] "model.layers.0.moe.phi" = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2},
+        float[4, 4] "model.layers.0.moe.expert" = {
+        0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5}> {
+        ["/model/layers.0/fc/MatMul"] h = MatMul (x0, "model.layers.0.fc.weight")
+        ["/model/layers.0/Add"] x1 = Add (x0, h)
+        ["/model/layers.0/norm/LayerNormalization"] n = LayerNormalization <axis = -1> (x1, ones, zeros)
+        ["/model/layers.0/moe/MatMul"] s = MatMul (n, "model.layers.0.moe.phi")
+        ["/model/layers.0/moe/Softmax"] dispatch = Softmax <axis = 1> (s)
+        ["/model/layers.0/moe/Softmax_1"] combine = Softmax <axis = -1> (s)
+        ["/model/layers.0/moe/Transpose"] dt = Transpose <perm = [0, 2, 1]> (dispatch)
+        ["/model/layers.0/moe/MatMul_1"] slots = MatMul (dt, n)
+        ["/model/layers.0/moe/expert/MatMul"] e = MatMul (slots, "model.layers.0.moe.expert")
+        ["/model/layers.0/moe/MatMul_2"] back = MatMul (combine, e)
+        ["/model/layers.0/Add_1"] y = Add (x1, back)
+    }""".replace("<float[4, 4]", "<float[4] ones = {1.0, 1.0, 1.0, 1.0}, float[4] zeros = {0.0, 0.0, 0.0, 0.0}, float[4, 4]", 1)
+    report = audit(text)
+    assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [
+        ("dispatch", "token-mix", 0), ("combine", "mix", 0)]

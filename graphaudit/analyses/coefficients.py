@@ -155,11 +155,24 @@ def detect_coefficients(
         use = _use(mg, node, out, hidden, dm)
         if use is None:
             continue
-        family = "router" if use == "route" else family
+        family = "router" if use == "route" else TOKEN_MIX if _over_tokens(node, named) else family
         layer = layer_of(mg, out, out.name, blocks, order[family])
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
     return tuple(found)
+
+
+# Weights normalised over the tokens (Soft MoE's dispatch: each slot a mix of the tokens), a
+# family apart from those normalised over slots: one global mean cannot stand for both.
+TOKEN_MIX = "token-mix"
+
+
+def _over_tokens(node: Node, named: Sequence[str]) -> bool:
+    """Whether `node` is a Softmax / LogSoftmax along the token axis of its output."""
+    if node.op_type not in ("Softmax", "LogSoftmax") or node.domain or not named:
+        return False
+    axis = next((a.i for a in node.proto.attribute if a.name == "axis"), -1)
+    return -len(named) <= axis < len(named) and named[axis] == TOKEN
 
 
 # Reductions an early exit's confidence goes through on its way to the If it decides, and the
