@@ -37,20 +37,25 @@ HEAD_W = f'float[2, 2] "model.layers.0.fc.weight" = {EYE}'
 ROUTED_W = ('float[2, 1] "model.layers.@.router.weight" = {1.0, 0.5}, '
             f'float[2, 2] "model.layers.@.expert.weight" = {EYE}')
 
+def dims(x: str, t: str) -> str:
+    """`x`'s batch `b`, length `t` and width `d`, read off its shape as the exporters do."""
+    return f"""        shp = Shape ({x})
+        i0 = Constant <value = int64 {{0}}> ()
+        i1 = Constant <value = int64 {{1}}> ()
+        i2 = Constant <value = int64 {{2}}> ()
+        b = Gather <axis = 0> (shp, i0)
+        {t} = Gather <axis = 0> (shp, i1)
+        d = Gather <axis = 0> (shp, i2)
+"""
+
+
 # k = T // 2, computed once, cast, and reshaped to [1] for TopK; the un-reshaped k goes into
 # the shape of the reshape after the flattened gather (TorchScript's index_select / index_add)
 FLAT = """
         ["/model/layers.1/router/MatMul"] s2 = MatMul (x1, "model.layers.1.router.weight")
         ax2 = Constant <value = int64[1] {2}> ()
         score = Squeeze (s2, ax2)
-        shp = Shape (x1)
-        i0 = Constant <value = int64 {0}> ()
-        i1 = Constant <value = int64 {1}> ()
-        i2 = Constant <value = int64 {2}> ()
-        b = Gather <axis = 0> (shp, i0)
-        t = Gather <axis = 0> (shp, i1)
-        d = Gather <axis = 0> (shp, i2)
-        two = Constant <value = int64 {2}> ()
+""" + dims("x1", "t") + """        two = Constant <value = int64 {2}> ()
         half = Div (t, two)
         kc = Cast <to = 7> (half)
         one1 = Constant <value = int64[1] {1}> ()
@@ -92,15 +97,7 @@ def flat_mixture_of_depths() -> onnx.ModelProto:
 # DynamicViT as dynamo writes it: every size at the top of the graph (N // 2, min(N, N // 2)
 # and the next block's from that one), a full argsort sliced to its first N // 2 indices, the
 # kept tokens gathered flat and reshaped with min(N, N // 2); the next block prunes again
-SIZES = """
-        shp = Shape (x0)
-        i0 = Constant <value = int64 {0}> ()
-        i1 = Constant <value = int64 {1}> ()
-        i2 = Constant <value = int64 {2}> ()
-        b = Gather <axis = 0> (shp, i0)
-        n = Gather <axis = 0> (shp, i1)
-        d = Gather <axis = 0> (shp, i2)
-        two = Constant <value = int64 {2}> ()
+SIZES = dims("x0", "n") + """        two = Constant <value = int64 {2}> ()
         half1 = Div (n, two)
         kept1 = Min (n, half1)
         half2 = Div (kept1, two)
