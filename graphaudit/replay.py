@@ -51,7 +51,7 @@ from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
 from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
-from graphaudit.wording import counted
+from graphaudit.wording import counted, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
 MAX_RESAMPLES = 100_000
@@ -288,8 +288,7 @@ def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient])
 
 
 def _live_note(live: Sequence[str]) -> str:
-    shown = ", ".join(f"`{n}`" for n in live[:3]) + (f" and {len(live) - 3} more" if len(live) > 3 else "")
-    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({shown}) still "
+    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) still "
             f"depend{'s' if len(live) == 1 else ''} on the input's values, not on the fed coefficients alone: "
             "what makes them ran live in every condition, so the replay measures the dependence on the "
             "coefficients it feeds only")

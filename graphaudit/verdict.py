@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
-from graphaudit.wording import ci_text, counted, fmt, interval, median, num, num_text, pct, signed
+from graphaudit.wording import ci_text, counted, fmt, interval, listed, median, num, num_text, pct, signed
 
 YES, NO, NOT_MEASURED = "yes", "no", "not measured"
 ANSWERS = (YES, NO, NOT_MEASURED)
@@ -226,6 +226,11 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             of = (f"of a gap of {signed(global_gap)} nats between global-mean and correct coefficients, too small "
                   "to share out" if no_gap else "of the gap between global-mean and correct coefficients")
             evidence.append(Evidence("replay", f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} {of}"))
+    live = (replay.get("settings") or {}).get("live_decisions") or []
+    if live:  # decided from the input in every condition: what the reassignments could not change
+        evidence.append(Evidence("replay", (
+            f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) stayed live in every "
+            "condition: made from the input, not from the fed coefficients, which no condition reassigned")))
     if not measured:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
@@ -243,8 +248,10 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
                              f"({', '.join(parts)}){gap_words}."), tuple(evidence))
     fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    unfed = (f" ({counted(len(live), 'decision')} of control flow stayed live, made from the input: their "
+             "controllers were not frozen)") if live else ""
     return Finding(NO, (f"No: feeding the frozen model {fed} raises its NLL by no measurable amount above "
-                        f"{MATERIAL_NATS:g} nats{gap_words}."), tuple(evidence))
+                        f"{MATERIAL_NATS:g} nats{gap_words}{unfed}."), tuple(evidence))
 
 
 # -- conditional execution ---------------------------------------------------------------

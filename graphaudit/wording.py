@@ -66,3 +66,10 @@ def pct(value) -> str:
 def counted(n: int, noun: str) -> str:
     """"1 block", "3 blocks"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def listed(names, most: int = 3) -> str:
+    """"`a`, `b`, `c` and 2 more": the first `most` names, quoted, and how many are left."""
+    names = list(names)
+    shown = ", ".join(f"`{n}`" for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")

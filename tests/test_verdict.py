@@ -282,3 +282,20 @@ def test_a_share_that_rounds_to_zero_has_no_sign():
 
     assert [pct(x) for x in (-0.0, 0.0, -1e-7, -0.25, 0.5)] == ["0%", "0%", "-1e-05%", "-25.0%", "50.0%"]
     assert [table_pct(x) for x in (-0.0, -0.0004, 0.0004, -0.25)] == ["0.0%", "0.0%", "0.0%", "-25.0%"]
+
+
+def test_decisions_left_live_by_the_freezing_qualify_a_no():
+    # an early exit decided inside an earlier exit's branch cannot be fed: the replay names such
+    # decisions, and a "No" says it speaks of the fed coefficients only
+    doc = replay_doc(cross=(0.001, -0.004, 0.006), shuffle=(0.0, -0.003, 0.003))
+    doc["settings"] = {"live_decisions": ["/If", "/If_2", "/If_3", "/If_4"]}
+    from graphaudit.verdict import functional_dependence
+
+    finding = functional_dependence(doc)
+    assert finding.answer == NO
+    assert "(4 decisions of control flow stayed live, made from the input: their controllers were not frozen)" \
+        in finding.statement
+    assert any("4 decisions of control flow in the frozen graph (`/If`, `/If_2`, `/If_3` and 1 more) stayed live"
+               in e.text for e in finding.evidence)
+    plain = functional_dependence(replay_doc(cross=(0.001, -0.004, 0.006), shuffle=(0.0, -0.003, 0.003)))
+    assert "stayed live" not in plain.statement and not any("stayed live" in e.text for e in plain.evidence)
