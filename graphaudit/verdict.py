@@ -200,7 +200,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         evidence.append(Evidence("replay", (
             f"parity: the frozen graph with its own coefficients matches the live model "
             f"(max |Δ| {num_text(parity.get('max_abs_diff'))}{every})")))
-    hurts, measured = [], []
+    hurts, helps, measured = [], [], []
     for name in REASSIGNMENTS:
         c = conditions.get(name)
         if not c or num(c.get("delta_nll")) is None:
@@ -212,6 +212,8 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             hurts.append(name)
         elif lo is None and num(c["delta_nll"]) > MATERIAL_NATS:
             hurts.append(name)
+        elif hi is not None and hi < -MATERIAL_NATS:  # measurably better: the outputs do change
+            helps.append(name)
     gap = replay.get("retained_gap") or {}
     gap_ci = replay.get("retained_gap_ci") or {}
     global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
@@ -250,8 +252,13 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
     fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
     unfed = (f" ({counted(len(live), 'decision')} of control flow stayed live, made from the input: their "
              "controllers were not frozen)") if live else ""
+    lowered = ""
+    if helps:  # the model's outputs depend on its coefficients, but not as a controller that helps would
+        parts = [f"{n.replace('_', '-')} {signed(conditions[n]['delta_nll'])} nats" for n in helps]
+        lowered = (f"; it lowers it measurably ({', '.join(parts)}): the outputs do change with the "
+                   "coefficients, and these inputs do better with coefficients that are not their own")
     return Finding(NO, (f"No: feeding the frozen model {fed} raises its NLL by no measurable amount above "
-                        f"{MATERIAL_NATS:g} nats{gap_words}{unfed}."), tuple(evidence))
+                        f"{MATERIAL_NATS:g} nats{lowered}{gap_words}{unfed}."), tuple(evidence))
 
 
 # -- conditional execution ---------------------------------------------------------------

@@ -55,11 +55,17 @@ def ci_text(lo, hi) -> str:
     return "" if lo is None or hi is None else f" (95% CI {lo:+.4f} to {hi:+.4f})"
 
 
+NOISE = 1e-9  # a share smaller than this is float64 rounding, not a measurement
+
+
 def pct(value) -> str:
     x = num(value)
     if x is None:
         return "?"
-    # + 0.0: a share that rounds to zero is "0%", whatever its sign ("-0%" read as a loss)
+    # + 0.0: a share that rounds to zero is "0%", whatever its sign ("-0%" read as a loss); below
+    # NOISE, a share is the rounding of a sum that is zero (4.3e-14% of a variance)
+    if abs(x) < NOISE:
+        return "0%"
     return f"{round(x * 100, 1) + 0.0:.1f}%" if abs(x) >= 0.001 else f"{x * 100 + 0.0:.2g}%"
 
 

@@ -281,6 +281,8 @@ def test_a_share_that_rounds_to_zero_has_no_sign():
     from graphaudit.wording import pct
 
     assert [pct(x) for x in (-0.0, 0.0, -1e-7, -0.25, 0.5)] == ["0%", "0%", "-1e-05%", "-25.0%", "50.0%"]
+    # float64 rounding of a variance share that is zero (4.3e-14%) is no measurement either
+    assert [pct(x) for x in (4.3e-16, -6.5e-16, 5.2e-5)] == ["0%", "0%", "0.0052%"]
     assert [table_pct(x) for x in (-0.0, -0.0004, 0.0004, -0.25)] == ["0.0%", "0.0%", "0.0%", "-25.0%"]
 
 
@@ -299,3 +301,15 @@ def test_decisions_left_live_by_the_freezing_qualify_a_no():
                in e.text for e in finding.evidence)
     plain = functional_dependence(replay_doc(cross=(0.001, -0.004, 0.006), shuffle=(0.0, -0.003, 0.003)))
     assert "stayed live" not in plain.statement and not any("stayed live" in e.text for e in plain.evidence)
+
+
+def test_a_reassignment_that_lowers_the_nll_measurably_is_said_with_the_no():
+    # a frozen model that does better on other inputs' coefficients (an untrained controller):
+    # not "worse", so still No by the definition, but its outputs do change, and the answer says so
+    from graphaudit.verdict import functional_dependence
+
+    finding = functional_dependence(replay_doc(cross=(-0.1908, -0.384, -0.042), shuffle=(0.0, -0.003, 0.003)))
+    assert finding.answer == NO
+    assert "it lowers it measurably (cross-input -0.1908 nats)" in finding.statement
+    plain = functional_dependence(replay_doc(cross=(-0.005, -0.02, 0.01), shuffle=(0.0, -0.003, 0.003)))
+    assert plain.answer == NO and "lowers" not in plain.statement
