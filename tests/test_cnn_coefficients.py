@@ -41,3 +41,34 @@ def test_a_dynamic_convolutions_kernel_attention_is_detected_and_replayed(tmp_pa
     assert [(c.tensor, c.family, c.axes, c.source) for c in report.coefficients] == [
         ("pi", "mix", ("batch", "slot"), "detected")]
     assert report.parity.ok and report.condition("cross_input").delta_nll.value != 0.0
+
+
+def test_a_policy_gate_viewed_per_block_is_detected_when_inference_loses_the_batch_name():
+    # BlockDrop densified: a policy (batch, blocks) of sigmoids, one column per block, viewed as
+    # (-1, 1, 1, 1) to scale the block's feature map. ONNX's inference calls that first axis
+    # `unk__N`, where the feature map keeps `batch`: the probe tells both are the batch
+    from graphaudit.analyses.static import audit_static
+    from graphaudit.graph import build_graph
+    from graphaudit.load import load_model
+
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, 2, 4, 4] x0) => (float[batch, 2, 4, 4] y) <float[2, 2, 1, 1] "blocks.0.conv.weight" = {
+        1.0, 0.0, 0.0, 1.0}, float[2, 2] "policy.weight" = {0.5, -0.5, 0.25, 0.75}, int64 zero = {0},
+        int64[4] view = {-1, 1, 1, 1}, int64[2] both = {2, 3}> {
+        ["/policy/ReduceMean"] pooled = ReduceMean <keepdims = 0> (x0, both)
+        ["/policy/MatMul"] pl = MatMul (pooled, "policy.weight")
+        ["/policy/Sigmoid"] keep = Sigmoid (pl)
+        ["/Gather"] k0 = Gather <axis = 1> (keep, zero)
+        ["/Reshape"] k0v = Reshape (k0, view)
+        ["/blocks.0/conv/Conv"] c = Conv (x0, "blocks.0.conv.weight")
+        ["/Mul"] m = Mul (k0v, c)
+        ["/Add"] y = Add (x0, m)
+    }"""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model)
+    loaded = load_model(model)
+    mg = build_graph(loaded.model)
+    assert mg.tensors[mg.find_tensor("k0v")].shape[0] != "batch"  # what inference left: the case at hand
+    report = audit_static(loaded)
+    assert [(c.tensor, c.family, c.axes) for c in report.coefficients] == [("keep", "gate", ("batch", "slot"))]

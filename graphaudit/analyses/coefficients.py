@@ -152,7 +152,7 @@ def detect_coefficients(
             continue
         if BATCH not in named and TOKEN not in named and (MERGED not in named or not batch_major(mg, out, axes)):
             continue
-        use = _use(mg, node, out, hidden, dm)
+        use = _use(mg, node, out, hidden, dm, axes)
         if use is None:
             continue
         family = "router" if use == "route" else TOKEN_MIX if _over_tokens(node, named) else family
@@ -284,7 +284,8 @@ def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
     return width is not None and features is not None and features < width
 
 
-def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap) -> str | None:
+def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap,
+         axes: InputAxes | None = None) -> str | None:
     """"gate" when `ref` weights a hidden-state tensor or decides an If / Loop, "route" when it
     routes, else None.
 
@@ -304,7 +305,7 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
             return "gate"  # it decides whether a branch runs (SkipNet's If) or how often a body does
         if consumer.op_type in GATING:
             others = [r for r in consumer.inputs if r is not None and r != current and r not in producer.inputs
-                      and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r))
+                      and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r, axes))
                       and dm.value(r) == VALUE
                       and not (producer.op_type == "Tanh" and _squashed_by(mg, r) in GATE_SQUASHING)]
             if others and own is None:
@@ -378,14 +379,23 @@ def _elementwise_sources(mg: ModelGraph, refs: Sequence[TensorRef], limit: int =
     return seen
 
 
-def _scales(mg: ModelGraph, gate: TensorRef, other: TensorRef) -> bool:
+def _scales(mg: ModelGraph, gate: TensorRef, other: TensorRef, axes: InputAxes | None = None) -> bool:
     """Without a token axis to tell the hidden state by (a CNN's feature maps): whether `gate`
     scales `other` along some of its axes, as a squeeze-and-excitation gate of shape
-    (batch, channels, 1, 1) scales a (batch, channels, height, width) feature map."""
+    (batch, channels, 1, 1) scales a (batch, channels, height, width) feature map. Their first
+    axes are the same size, or both the batch (TorchScript's view(-1, 1, 1, 1) leaves `unk__N`
+    where the feature map keeps `batch`; the probe tells)."""
     a, b = mg.tensors.get(gate), mg.tensors.get(other)
     if a is None or b is None or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         return False
-    return len(a.shape) >= 2 and all(x == 1 or x == y for x, y in zip(a.shape, b.shape)) and a.shape[0] == b.shape[0]
+    if len(a.shape) < 2 or not all(x == 1 or x == y for x, y in zip(a.shape[1:], b.shape[1:])):
+        return False
+    return a.shape[0] == b.shape[0] or (axes is not None and _first_is_batch(a.shape, gate, axes)
+                                        and _first_is_batch(b.shape, other, axes))
+
+
+def _first_is_batch(shape, ref: TensorRef, axes: InputAxes) -> bool:
+    return axes.names(shape, None if ref.scope else ref.name)[:1] == [BATCH]
 
 
 def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
