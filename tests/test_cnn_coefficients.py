@@ -72,3 +72,38 @@ def test_a_policy_gate_viewed_per_block_is_detected_when_inference_loses_the_bat
     assert mg.tensors[mg.find_tensor("k0v")].shape[0] != "batch"  # what inference left: the case at hand
     report = audit_static(loaded)
     assert [(c.tensor, c.family, c.axes) for c in report.coefficients] == [("keep", "gate", ("batch", "slot"))]
+
+
+def test_a_vision_transformers_per_patch_gate_has_a_token_axis():
+    # pixels in, no token axis among the inputs: the patches are the sequence the layer norms run
+    # over, (batch, 4 patches, 8 channels), so a per-patch gate (batch, 4, 1) has a token axis,
+    # and the replay can shuffle it over the patches (A-ViT's halting scores, a token pruner's)
+    from graphaudit.analyses.static import audit_static
+    from graphaudit.load import load_model
+
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, 2, 4, 4] x0) => (float[batch, 4, 8] y) <float[8, 2, 2, 2] "patch.weight" = {
+        1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25,
+        1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25,
+        1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25,
+        1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.5, 0.25},
+        int64[3] patches = {0, 8, 4}, float[8] ones = {1, 1, 1, 1, 1, 1, 1, 1}, float[8] zeros = {0, 0, 0, 0, 0, 0, 0, 0},
+        float[8, 1] "blocks.0.halt.weight" = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8},
+        float[8, 8] "blocks.0.fc.weight" = {
+        1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0,
+        0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1}> {
+        ["/patch/Conv"] p = Conv <strides = [2, 2]> (x0, "patch.weight")
+        ["/patch/Reshape"] pr = Reshape (p, patches)
+        ["/patch/Transpose"] x1 = Transpose <perm = [0, 2, 1]> (pr)
+        ["/blocks.0/norm/LayerNormalization"] n = LayerNormalization <axis = -1> (x1, ones, zeros)
+        ["/blocks.0/fc/MatMul"] h = MatMul (n, "blocks.0.fc.weight")
+        ["/blocks.0/halt/MatMul"] hl = MatMul (n, "blocks.0.halt.weight")
+        ["/blocks.0/halt/Sigmoid"] halt = Sigmoid (hl)
+        ["/blocks.0/Mul"] m = Mul (halt, h)
+        ["/blocks.0/Add"] y = Add (x1, m)
+    }"""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model)
+    report = audit_static(load_model(model))
+    assert [(c.tensor, c.family, c.axes) for c in report.coefficients] == [("halt", "gate", ("batch", "token", "slot"))]

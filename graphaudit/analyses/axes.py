@@ -9,6 +9,7 @@ flattened tokens).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import onnx
@@ -18,6 +19,10 @@ from graphaudit.graph import ModelGraph, TensorRef
 
 PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see InputAxes)
 LONGER = 23  # the token size of the second probe
+
+# Normalisations: what they output is the residual stream, at the hidden width.
+NORMALISATIONS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                            "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 
 @dataclass
@@ -35,7 +40,10 @@ class InputAxes:
     - for inputs whose sizes are numbers (an export without dynamic shapes), those sizes, at
       the same leading positions only, a token axis only after a batch axis and only from
       inputs of rank 2 or 3 (an image's second axis is its channels), since a number
-      alone may be any axis's.
+      alone may be any axis's;
+    - where the inputs carry no token axis at all (a vision transformer's pixels), the length of
+      the sequence its normalisations run over: the fixed second axis of their (batch, length,
+      width) outputs, the patches (and a class token), at that position only.
     """
 
     batch: frozenset[str]
@@ -58,8 +66,11 @@ class InputAxes:
         probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
                                    PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
                                    for d in shape)) for name, shape in named)
-        return cls(frozenset(batch), frozenset(token), sizes.pop() if len(sizes) == 1 else None,
-                   lengths.pop() if len(lengths) == 1 else None, model if batch or token else None, probe)
+        batch_size = sizes.pop() if len(sizes) == 1 else None
+        length = lengths.pop() if len(lengths) == 1 else None
+        if not token and not lengths:
+            length = _normalised_length(mg, batch_size)
+        return cls(frozenset(batch), frozenset(token), batch_size, length, model if batch or token else None, probe)
 
     def _probe(self, name: str, longer: bool = False) -> tuple[int, ...] | None:
         if self.model is None:
@@ -125,6 +136,22 @@ class InputAxes:
             else:
                 names.append(None)
         return names
+
+
+def _normalised_length(mg: ModelGraph, batch_size: int | None) -> int | None:
+    """The most common fixed second axis of the (batch, length, width) tensors that the graph's
+    normalisations output, or None: the sequence of a model whose inputs have none. Their first
+    axis is the batch's size, or symbolic (`batch`, or `unk__N` past a TorchScript reshape)."""
+    found: Counter = Counter()
+    for node in mg.nodes.values():
+        if node.op_type not in NORMALISATIONS or not node.outputs or node.outputs[0] is None:
+            continue
+        info = mg.tensors.get(node.outputs[0])
+        shape = info.shape if info is not None else None
+        if shape and len(shape) == 3 and isinstance(shape[1], int) and shape[1] > 1 \
+                and (isinstance(shape[0], str) or (batch_size is not None and shape[0] == batch_size)):
+            found[shape[1]] += 1
+    return found.most_common(1)[0][0] if found else None
 
 
 def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "InputAxes | None" = None) -> tuple[str, ...]:

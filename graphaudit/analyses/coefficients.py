@@ -29,7 +29,7 @@ from graphaudit.coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coeffici
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
-from graphaudit.analyses.axes import InputAxes, axes_of, batch_major
+from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
 from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
@@ -401,11 +401,6 @@ def _first_is_batch(shape, ref: TensorRef, axes: InputAxes) -> bool:
 def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
     info = mg.tensors.get(ref)
     return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
-
-
-# Normalisations: what they output is the residual stream, at the hidden width.
-NORMALISATIONS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
-                            "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 
 def _hidden_width(mg: ModelGraph, axes: "InputAxes") -> int | None:
