@@ -66,8 +66,8 @@ class InputAxes:
         probe = tuple((name, tuple(d if isinstance(d, int) and d > 0 else
                                    PROBE_SIZES[0] if d in batch else PROBE_SIZES[1] if d in token else PROBE_SIZES[2]
                                    for d in shape)) for name, shape in named)
-        batch_size = sizes.pop() if len(sizes) == 1 else None
-        length = lengths.pop() if len(lengths) == 1 else None
+        batch_size = next(iter(sizes)) if len(sizes) == 1 else None
+        length = next(iter(lengths)) if len(lengths) == 1 else None
         if not token and not lengths:
             length = _normalised_length(mg, batch_size)
         return cls(frozenset(batch), frozenset(token), batch_size, length, model if batch or token else None, probe)
