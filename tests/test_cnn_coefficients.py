@@ -107,3 +107,8 @@ def test_a_vision_transformers_per_patch_gate_has_a_token_axis():
     onnx.checker.check_model(model)
     report = audit_static(load_model(model))
     assert [(c.tensor, c.family, c.axes) for c in report.coefficients] == [("halt", "gate", ("batch", "token", "slot"))]
+    # named with --axes (or --coefficients), the tensor detection finds keeps its family and
+    # layer: the family is not the tensor's name
+    named = audit_static(load_model(model), coefficients=["halt=batch,token,way"])
+    assert [(c.tensor, c.family, c.layer, c.axes, c.source) for c in named.coefficients] == [
+        ("halt", "gate", 0, ("batch", "token", "way"), "user")]

@@ -21,7 +21,7 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import onnx
 
@@ -57,7 +57,10 @@ def resolve_coefficients(
             )
     known = {c.tensor for c in declared}
     axes = InputAxes.of(mg, model)
-    user = [c for c in _user(mg, names, blocks, axes) if c.tensor not in known]
+    # a named tensor that detection finds too keeps the family and layer detection gives it
+    found = {c.tensor: c for c in detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)} \
+        if names and not declared else {}
+    user = [c for c in _user(mg, names, blocks, axes, found) if c.tensor not in known]
     if declared or user:
         return tuple(declared) + tuple(user)
     return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
@@ -79,7 +82,8 @@ def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tu
     return pattern, axes
 
 
-def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "InputAxes") -> list[Coefficient]:
+def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "InputAxes",
+          found: Mapping[str, Coefficient] | None = None) -> list[Coefficient]:
     if not names:
         return []
     pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
@@ -100,13 +104,17 @@ def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "
     order: Counter = Counter()
     for name, given in matched.items():
         ref = mg.find_tensor(name)
-        family = _family_of(name)
-        layer = layer_of(mg, ref, name, blocks, order[family])
-        order[family] += 1
         shape = mg.tensors[ref].shape if ref in mg.tensors else None
         if given is not None and shape is not None and len(shape) != len(given):
             raise UsageError(f"expected {len(shape)} axis names for the coefficient {name!r} of shape "
                              f"({', '.join(str(d) for d in shape)}), found {len(given)}: {','.join(given)}")
+        detected = (found or {}).get(name)
+        if detected is not None:
+            coefficients.append(Coefficient(name, detected.family, detected.layer, given or detected.axes, source="user"))
+            continue
+        family = _family_of(name)
+        layer = layer_of(mg, ref, name, blocks, order[family])
+        order[family] += 1
         coefficients.append(Coefficient(name, family, layer, given or axes_of(mg, ref, axes), source="user"))
     return coefficients
 
