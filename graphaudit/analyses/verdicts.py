@@ -28,6 +28,7 @@ from graphaudit.analyses.blockmap import Block, BlockMap
 from graphaudit.analyses.evidence import BlockVerdict, Evidence, ExecutionVerdicts
 from graphaudit.analyses.reach import GATING, block_upstream, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
+from graphaudit.analyses.dispatch import combines, dispatch_operands, indicates
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
 
@@ -133,6 +134,7 @@ class _Audit:
         computed: dict[TensorRef, str] = {}  # activation -> the compute node nearest upstream
         weights: dict[TensorRef, str] = {}  # experts' weights picked by a routed index (not their results)
         dispatched: set[TensorRef] = set()  # results of compute on picked rows (an expert's on its tokens)
+        indicator: set[TensorRef] = set()  # masks of 0s and 1s a routing decision set (`analyses.dispatch`)
         for node in execution_order(mg):
             self.position[node.id] = len(self.position)
             ins = [r for r in node.inputs if r is not None]
@@ -154,7 +156,15 @@ class _Audit:
                 for out in outs:
                     if self._index_like(out):
                         routed[out] = origin
-            if op in SELECTING and len(ins) >= 2:
+            if mask and indicates(mg, node, mask, indicator):
+                indicator.update(outs)
+            one_hot = dispatch_operands(node, indicator) if indicator and op == "Einsum" else None
+            if one_hot is not None and one_hot[1] not in selected and dm.value(one_hot[1]) == VALUE:
+                self.selector_of[node.id] = (one_hot[1], one_hot[0], mask.get(one_hot[0]))
+                selected.update(dict.fromkeys(outs, node.id))
+                if one_hot[1] in computed:
+                    picked.update(outs)
+            elif op in SELECTING and len(ins) >= 2:
                 self._select(node, routed, selected)
                 if node.id in self.selector_of and ins[0] in computed:
                     picked.update(outs)
@@ -165,7 +175,7 @@ class _Audit:
                 origin = next(weights[r] for r in ins if r in weights)
                 weights.update(dict.fromkeys(outs, origin))
             elif (selected and not selected.keys().isdisjoint(ins) and op not in SCATTERING
-                  and op not in ("Shape", "Size")):
+                  and op not in ("Shape", "Size") and not (op == "Einsum" and combines(node, selected, lambda r: dm.value(r) == VALUE))):
                 origin = next(selected[r] for r in ins if r in selected)
                 for out in outs:
                     if op not in ELEMENTWISE or not self._whole_again(out, ins, selected):
@@ -188,12 +198,15 @@ class _Audit:
             mask_in = [r for r in (ins[:1] if op in SELECTING else ins) if r in mask] if mask else []
             dense = [r for r in ins if r in computed and r not in mask
                      and (r not in selected or r in picked)] if mask_in else []
-            if mask_in and dense and op in MASKING:
+            if mask_in and dense and op in MASKING and node.id not in self.selector_of:
                 origin = mg.nodes[mask[mask_in[0]]]
                 ranks = self.ranks.get(origin.id)
-                self.note(self._masked_at(node, dense + [r for r in ins if r not in dense]), MASKED, Evidence(
+                at = self._masked_at(node, dense + [r for r in ins if r not in dense])
+                # what it weights: a result of the block the evidence goes to (not a passthrough)
+                own = next((r for r in dense if self._block_making(r) == self.blocks.block_of(at)), dense[0])
+                self.note(at, MASKED, Evidence(
                     "routing mask", node.id, _op(node), mask_in[0].name, "value",
-                    f"{_op(node)} `{node.id}` weights `{dense[0].name}`, computed at full size, "
+                    f"{_op(node)} `{node.id}` weights `{own.name}`, computed at full size, "
                     f"by `{mask_in[0].name}` from {_op(origin)} `{origin.id}`"
                     + (f" on {ranks.family} coefficient `{ranks.tensor}`" if ranks else "")))
                 for out in outs:  # a weighted mix of full-size results: no longer picked rows
@@ -327,7 +340,9 @@ class _Audit:
             size = "data-dependent" if dm.shape(picked if picked is not None else expert) == VALUE \
                 else "fixed (capacity)"
             source = f" (from {_op(mg.nodes[origin])} `{origin}`)" if origin else ""
-            what = f"rows of `{data.name}`" if picked is not None else \
+            what = f"rows of `{data.name}`" if picked is not None and sel.op_type != "Einsum" else \
+                f"at most a fixed number of rows of `{data.name}` per expert into its slots (a one-hot dispatch)" \
+                if picked is not None else \
                 f"experts' weights out of `{data.name}` (each token runs only the experts it is routed to)"
             ev = Evidence("selection", sel.id, _op(sel), chooser.name, "value",
                           f"{_op(sel)} `{sel.id}` picks {what} by `{chooser.name}`{source}, "
