@@ -28,10 +28,17 @@ class BlockMap:
     method: str
     sources: tuple[tuple[str, int], ...] = ()  # (source, nodes attributed by it)
     _by_node: Mapping[str, Block] = field(default_factory=dict, repr=False, compare=False)
+    placed: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)  # node id -> its source
 
     def block_of(self, node_id: str) -> Block | None:
         """The block node `node_id` belongs to, or None when it is outside every block."""
         return self._by_node.get(node_id)
+
+    def placed_by(self, node_id: str) -> str | None:
+        """The source that put node `node_id` in its block ("metadata", "initializers",
+        "neighbours", ...: the keys of blocks.SOURCES), or None where none was recorded (outside
+        every block, or blocks cut from structure, which places every node alike)."""
+        return self.placed.get(node_id)
 
     def by_index(self, index: int) -> Block | None:
         return next((b for b in self.blocks if b.index == index), None)
@@ -53,6 +60,8 @@ def make_blocks(assigned: dict[str, int], names: dict[int, str]) -> tuple[Block,
     return tuple(Block(i, names.get(i, f"block.{i}"), frozenset(members[i])) for i in sorted(members))
 
 
-def block_map(blocks: tuple[Block, ...], method: str, counts: Counter) -> BlockMap:
+def block_map(blocks: tuple[Block, ...], method: str, counts: Counter, how: Mapping[str, str] | None = None) -> BlockMap:
+    """The BlockMap of `blocks`; `how`: the source that placed each node, where known."""
     by_node = {nid: b for b in blocks for nid in b.node_ids}
-    return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node))
+    placed = {nid: how[nid] for nid in by_node if nid in how} if how else {}
+    return BlockMap(blocks, method, tuple(counts.most_common()), MappingProxyType(by_node), MappingProxyType(placed))

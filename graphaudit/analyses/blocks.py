@@ -91,7 +91,7 @@ def _without_empty_tail(mg: ModelGraph, bm: BlockMap) -> BlockMap:
     ops = ", ".join(sorted({mg.nodes[n].op_type for n in last.node_ids}))
     counts = Counter(dict(bm.sources))
     note = f"`{last.name}` is left out: no matrix product, convolution or attention, as in the others ({ops} only)"
-    return block_map(tuple(layers), recount(bm.method, len(bm.blocks), len(layers)) + f"; {note}", counts)
+    return block_map(tuple(layers), recount(bm.method, len(bm.blocks), len(layers)) + f"; {note}", counts, bm.placed)
 
 
 def _compile(pattern: str) -> re.Pattern:
@@ -320,7 +320,7 @@ class _Finder:
         extra = [f"{n} nodes by {SOURCES[s]}" for s, n in counts.most_common() if s != main]
         if extra:
             method += " (" + "; ".join(extra) + ")"
-        return block_map(blocks, method, counts)
+        return block_map(blocks, method, counts, how)
 
     def _stacks(self, chosen: str, multi, coverage: Counter, indices: dict[str, set[int]],
                 nested: set[tuple[str, str]], first: dict) -> dict[str, int]:

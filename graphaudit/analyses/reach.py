@@ -5,6 +5,7 @@ and from there to the nearest block."""
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import Iterator, Sequence
 
 from graphaudit.graph import ModelGraph, Node, TensorRef
@@ -22,13 +23,16 @@ PLUMBING = frozenset({
     "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Round",
     "ScatterND", "ScatterElements",  # a mask edited in place (a class token forced in) before it selects
 })
+# What turns a router's choice into a condition: argmax(p) == slot, and its negations and unions.
+COMPARING = frozenset({"Equal", "Not", "And", "Or", "Xor"})
 
 
 def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
-    """The block that computed what `ref` weights (the other operand of a gating node it
+    """The block that computed what `ref` weights (the other operand of the nearest gating node it
     reaches through PLUMBING, one that weights before one that chooses or divides), or the block
-    of the If / Loop it decides, or None."""
-    reached = sorted(reached_consumers(mg, ref, limit=16), key=lambda found: found[0].op_type in ("Where", "Div"))
+    of the If / Loop it decides, or the block whose result a router's choice takes, or None."""
+    reached = sorted(reached_consumers(mg, ref, limit=16, nearest_first=True),
+                     key=lambda found: found[0].op_type in ("Where", "Div"))
     for consumer, current in reached:
         if consumer.op_type in GATING:
             block = block_upstream(mg, [r for r in consumer.inputs if r is not None and r != current], blocks)
@@ -37,12 +41,24 @@ def weighted_block(mg: ModelGraph, ref: TensorRef, blocks: BlockMap):
                 (b for n in mg.nodes.values() if n.scopes and n.scopes[0].owner == consumer.id
                  for b in [blocks.block_of(n.id)] if b is not None), None)
         elif routes(consumer, current):  # a router serves the block its choice feeds
-            block = blocks.block_of(consumer.id) or block_downstream(
+            block = _taken_block(mg, consumer, blocks) or blocks.block_of(consumer.id) or block_downstream(
                 mg, [r for r in consumer.outputs if r is not None], blocks)
         else:
             continue
         if block is not None:
             return block
+    return None
+
+
+def _taken_block(mg: ModelGraph, router: Node, blocks: BlockMap):
+    """For a router whose choice (compared with a slot: argmax(p) == skip) is the condition of a
+    Where that keeps a block's input or takes its result, where(skip, h, block(h)): the block
+    whose result it takes (the latest that made an option, as verdicts' routing mask finds it);
+    else None. The choice serves that block, not the next block that reads the Where's result."""
+    for out in filter(None, router.outputs):
+        for consumer, current in reached_consumers(mg, out, limit=8, through=PLUMBING | COMPARING):
+            if consumer.op_type == "Where" and current == consumer.inputs[0] and None not in consumer.inputs:
+                return block_upstream(mg, consumer.inputs[1:], blocks)
     return None
 
 
@@ -82,21 +98,24 @@ def _nearest_block(refs, blocks: BlockMap, depth: int, step, onward, pick):
     return None
 
 
-def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int) -> Iterator[tuple[Node, TensorRef]]:
-    """Each node `ref` reaches through reshapes and slices (PLUMBING) and scalings by constants
+def reached_consumers(mg: ModelGraph, ref: TensorRef, limit: int, *, through: frozenset[str] = PLUMBING,
+                      nearest_first: bool = False) -> Iterator[tuple[Node, TensorRef]]:
+    """Each node `ref` reaches through reshapes and slices (`through`) and scalings by constants
     (Hyper-Connections' tanh(·)·s with a learned s), with the tensor it reads.
 
-    The walk stops going further once `limit` nodes have been seen.
+    The walk stops going further once `limit` nodes have been seen. `nearest_first`: breadth
+    first, so that a score summed on from block to block (A-ViT's cumulative halting score)
+    meets the gate it makes next before those of the sums after it.
     """
-    todo, seen = [ref], set()
+    todo, seen = deque([ref]), set()
     while todo:
-        current = todo.pop()
+        current = todo.popleft() if nearest_first else todo.pop()
         for consumer in mg.consumers(current):
             if consumer.id in seen:
                 continue
             seen.add(consumer.id)
             yield consumer, current
-            if len(seen) < limit and (consumer.op_type in PLUMBING or _scaled(mg, consumer, current)):
+            if len(seen) < limit and (consumer.op_type in through or _scaled(mg, consumer, current)):
                 todo.extend(r for r in consumer.outputs if r is not None)
 
 
@@ -126,11 +145,17 @@ def _constant(mg: ModelGraph, ref: TensorRef, depth: int = 4) -> bool:
 def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
     """The block that computes the coefficient; else the block whose output it weights (a gate
     computed and applied between the blocks, x + g·block(x)); else the block that reads it;
-    else the number its name ends in; else `fallback`."""
+    else the number its name ends in; else `fallback`.
+
+    A computing node that only its neighbours put in a block (no name of its own says where it
+    is) yields to what the coefficient weights: the controller `routers.2`, run between
+    `blocks.1` and `blocks.2`, lands in `blocks.1` by its neighbours and serves `blocks.2`.
+    """
     if blocks is not None and ref is not None:
         producer = mg.producer(ref)
         block = blocks.block_of(producer.id) if producer is not None else None
-        block = block or weighted_block(mg, ref, blocks)
+        if block is None or blocks.placed_by(producer.id) == "neighbours":
+            block = weighted_block(mg, ref, blocks) or block
         reader = next(iter(mg.consumers(ref)), None)
         block = block or (blocks.block_of(reader.id) if reader is not None else None)
         if block is not None:

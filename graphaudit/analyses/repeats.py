@@ -54,7 +54,7 @@ def split_repeats(mg: ModelGraph, bm: BlockMap) -> BlockMap:
         return bm
     made = tuple(Block(i, name, ids) for i, (name, ids) in enumerate(blocks))
     return block_map(made, f"{recount(bm.method, len(bm.blocks), len(made))}; {'; '.join(notes)}",
-                     Counter(dict(bm.sources)))
+                     Counter(dict(bm.sources)), bm.placed)
 
 
 # Ops that only re-lay a weight (TorchScript's Identity copies of a shared weight): their
