@@ -15,7 +15,10 @@ ONNX's shape inference leaves two things unknown that a FLOP count needs:
   size of compute behind a selection of fixed capacity (Mixture-of-Depths' top-k tokens).
   A capacity's k computed from shapes becomes the whole axis wherever it is read, with the
   casts and reshapes of it and every computation of it from the same values
-  (`_Builder.same_size`): the reshapes after the selection then hold every row too.
+  (`_Builder.same_size`): the reshapes after the selection then hold every row too. A
+  capacity-factor MoE's one-hot dispatch (`analyses.dispatch`) has C slots per expert, the
+  length of the Range(0, C) its mask compares each token's place with: that Range's limit
+  becomes the whole token axis the dispatch contracts, every token to every expert.
 
 `variant` gives back a new model without its large weights (typed graph inputs, never
 copied); only the main graph changes, and every value keeps its name, so the shapes found on
@@ -35,10 +38,13 @@ from graphaudit import external_data
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import INFER_WEIGHTS_OVER, infer_at
 from graphaudit.analyses.dependence import VALUE, DependenceMap
+from graphaudit.analyses.dispatch import dispatch_operands
 from graphaudit.analyses.trips import Trips, Value
 
 _PREFIX = "graphaudit__"
 _SAME_VALUE = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # of one element
+_LAYOUT = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Transpose"})
+_PRODUCT = frozenset({"Mul", "And", "Min"})  # a slot mask times another mask keeps its slot axis
 _KEY_DEPTH = 32
 _ROUNDS = 4  # rounds of inference for sizes computed before their data (`widest_shapes`)
 
@@ -112,7 +118,7 @@ class _Builder:
         self.probes: dict[str, str] = {}
         self.widened: list[str] = []
         self.refill: dict[str, tuple[str, int, tuple[int, ...], int]] = {}  # size -> (data, axis, shape, whole)
-        self.own_capacity: dict[str, tuple[int, str, int, tuple[int, ...]]] = {}  # node -> (input, data, axis, shape)
+        self.own_capacity: dict[str, tuple[int, str, int, tuple[int, ...], int]] = {}  # node -> (input, data, axis, shape, whole)
         self.keys: dict[TensorRef, tuple] = {}  # what a size is computed from (`key`)
 
     def name(self, what: str) -> str:
@@ -133,7 +139,7 @@ class _Builder:
         nodes: list[onnx.NodeProto] = []
         for i, proto in enumerate(copy.graph.node):
             node = top.get(i)
-            before, after = self.rewrite(node, proto) if node is not None and node.domain in ("", "ai.onnx") \
+            before, after = self.rewrite(node, proto, defined) if node is not None and node.domain in ("", "ai.onnx") \
                 else ([], [])
             for name in [n for n in proto.input if n in self.refill]:  # a capacity computed before: the whole axis
                 before = self.whole_axis(name, *self.refill.pop(name), defined) + before
@@ -149,9 +155,9 @@ class _Builder:
         copy.graph.node.extend(nodes)
         return Variant(copy, dict(self.probes), tuple(self.widened), dict(self.assumed))
 
-    def rewrite(self, node: Node, proto: onnx.NodeProto):
+    def rewrite(self, node: Node, proto: onnx.NodeProto, defined: set[str]):
         """(nodes before, nodes after) `proto`, which may be changed in place; after is None where
-        the nodes before replace it."""
+        the nodes before replace it (`defined`: the values computed before it)."""
         op, ins = node.op_type, node.inputs
         if op == "Loop" and self.mg.bodies(node.id):
             return self.probe(node), self.shape_loop(node, proto)
@@ -166,10 +172,10 @@ class _Builder:
             shape, flat = self.const([-1])
             return [shape, helper.make_node("Reshape", [proto.input[0], flat], [proto.output[0]])], None
         if node.id in self.own_capacity:
-            position, data, axis, shape = self.own_capacity[node.id]
+            position, data, axis, shape, whole = self.own_capacity[node.id]
             size = self.name("capacity")
             proto.input[position] = size
-            return self.whole_axis(size, data, axis, shape, 0), []
+            return self.whole_axis(size, data, axis, shape, whole, defined), []
         return [], []
 
     # -- loops ---------------------------------------------------------------------------------
@@ -242,40 +248,82 @@ class _Builder:
                 helper.make_node("ConstantOfShape", [dims], [proto.output[0]],
                                  value=helper.make_tensor("zero", onnx.TensorProto.INT64, [1], [0]))], None
 
-    # -- selections of fixed capacity keeping every row: a TopK's k, a Slice's end -------------
+    # -- selections of fixed capacity keeping every row: a TopK's k, a Slice's end, a Range's limit
     def plan_capacities(self, nodes: list[Node]) -> None:
         """Find every selection of fixed size short of its whole axis: a TopK of value-dependent
-        scores, a Slice of the indices such a TopK gives; plan its size to become its whole axis.
-        A size computed from shapes becomes the whole axis for every node that reads it (dynamo
-        writes one symbolic size into the selection and into the reshapes after it); a constant
-        one only for the selection."""
+        scores, a Slice of the indices such a TopK gives, a one-hot dispatch whose slots a Range
+        numbers; plan its size to become its whole axis. A size computed from shapes becomes the
+        whole axis for every node that reads it (dynamo writes one symbolic size into the
+        selection and into the reshapes after it); a constant one only for the selection."""
         routed: set[TensorRef] = set()
+        numbered: dict[TensorRef, Node] = {}  # a Range(0, C, 1), reshaped or cast -> the Range
+        slotted: dict[TensorRef, Node] = {}  # values with an axis of C slots, by the Range that sets it
         for node in nodes:
-            ins = node.inputs
+            ins, outs = node.inputs, [r for r in node.outputs if r is not None]
             if node.domain not in ("", "ai.onnx"):
                 continue
-            if node.op_type == "TopK" and len(ins) > 1 and self.dm.value(ins[0]) == VALUE:
+            op = node.op_type
+            if op == "TopK" and len(ins) > 1 and self.dm.value(ins[0]) == VALUE:
                 if len(node.outputs) > 1 and node.outputs[1] is not None:
                     routed.add(node.outputs[1])
                 self.capacity(node, 1, next((a.i for a in node.proto.attribute if a.name == "axis"), -1))
-            elif node.op_type in ("Identity", "Cast", "Squeeze", "Unsqueeze") and ins and ins[0] in routed:
-                routed.update(r for r in node.outputs if r is not None)
-            elif node.op_type == "Slice" and len(ins) > 2 and ins[0] in routed:
+            elif op in ("Identity", "Cast", "Squeeze", "Unsqueeze") and ins and ins[0] in routed:
+                routed.update(outs)
+            elif op == "Slice" and len(ins) > 2 and ins[0] in routed:
                 axes = self.value(ins[3]) if len(ins) > 3 and ins[3] is not None else np.zeros(1)
                 if axes is not None and axes.size == 1:
                     self.capacity(node, 2, int(axes.reshape(-1)[0]))
+            elif op == "Range" and len(ins) == 3 and self.counts_from_zero(node):
+                numbered.update(dict.fromkeys(outs, node))
+            elif op in _LAYOUT and ins and ins[0] in numbered:
+                numbered.update(dict.fromkeys(outs, numbered[ins[0]]))
+            elif op == "Equal" and len(ins) == 2 and (ins[0] in numbered) != (ins[1] in numbered):
+                slotted.update(dict.fromkeys(outs, numbered[ins[0] if ins[0] in numbered else ins[1]]))
+            elif (op in _LAYOUT and ins and ins[0] in slotted) or (op in _PRODUCT and not slotted.keys().isdisjoint(ins)):
+                slotted.update(dict.fromkeys(outs, next(slotted[r] for r in ins if r in slotted)))
+            elif op == "Einsum" and slotted and (found := dispatch_operands(node, slotted)) is not None:
+                self.slots(node, slotted[found[0]], *found)
+
+    def counts_from_zero(self, node: Node) -> bool:
+        """Whether a Range gives 0, 1, ... up to its limit: its length is its limit."""
+        start, step = (self.value(r) if r is not None else None for r in (node.inputs[0], node.inputs[2]))
+        return start is not None and step is not None and start.size == step.size == 1 \
+            and start.reshape(-1)[0] == 0 and step.reshape(-1)[0] == 1
+
+    def slots(self, einsum: Node, numbering: Node, mask: TensorRef, data: TensorRef) -> None:
+        """Plan the limit of the Range that numbers a one-hot dispatch's slots (`numbering`) to
+        become the length of the token axis the dispatch contracts: each expert takes every token.
+        Only where that Range's length C is the extent of an axis the mask brings to the result
+        (experts and their slots) and short of the tokens'."""
+        equation = next(a.s.decode() for a in einsum.proto.attribute if a.name == "equation").replace(" ", "")
+        terms = equation.split("->")[0].split(",")
+        ms, ds = (terms[0], terms[1]) if einsum.inputs[0] == mask else (terms[1], terms[0])
+        axis = next(i for i, c in enumerate(ds) if c in ms and c not in equation.split("->")[1])
+        whole, length = self.resolve(data), self.resolve(numbering.outputs[0])
+        held = self.resolve(mask)
+        if whole is None or length is None or held is None or len(length) != 1 or len(held) != len(ms) \
+                or not any(held[i] == length[0] for i, c in enumerate(ms) if c not in ds):
+            return
+        self.plan(numbering, 1, data, axis, length[0], whole)
 
     def capacity(self, node: Node, position: int, axis: int) -> None:
-        data, out, size = node.inputs[0], node.outputs[0], node.inputs[position]
+        data, out = node.inputs[0], node.outputs[0]
         whole, picked = self.resolve(data), self.resolve(out) if out is not None else None
+        if whole is None or picked is None or not -len(whole) <= axis < len(whole):
+            return
+        self.plan(node, position, data, axis % len(whole), picked[axis], whole)
+
+    def plan(self, node: Node, position: int, data: TensorRef, axis: int, picked: int,
+             whole: tuple[int, ...]) -> None:
+        """Plan `node`'s size input at `position` (`picked` rows of `data`'s `axis`, of shape
+        `whole`) to become the whole axis."""
+        size = node.inputs[position]
         shape = self.resolve(size) if size is not None else None
-        if whole is None or picked is None or not -len(whole) <= axis < len(whole) or picked[axis] >= whole[axis] \
-                or shape not in ((), (1,)):
+        if picked >= whole[axis] or shape not in ((), (1,)) or node.id in self.widened:
             return
         self.widened.append(node.id)
-        axis %= len(whole)
         if not self.computed(size):
-            self.own_capacity[node.id] = (position, data.name, axis, shape)
+            self.own_capacity[node.id] = (position, data.name, axis, shape, whole[axis])
             return
         for same in self.same_size(size):
             self.refill.setdefault(same.name, (data.name, axis, self.resolve(same), whole[axis]))
