@@ -39,6 +39,7 @@ from graphaudit.analyses.order import execution_order
 NAMESPACE = "namespace"
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 FX_NODE = "pkg.torch.onnx.fx_node"
+_TRACE_KEYS = frozenset({NAMESPACE, NAME_SCOPES, FX_NODE})
 _FX_PARAM = re.compile(r"%[pb]_([A-Za-z0-9_]+)")
 _SEPARATORS = re.compile(r"[^0-9A-Za-z]+")
 # A number that is a whole component of a module path: `layers.3.mlp`, `/blocks.0/`, `blocks_2_fc`.
@@ -276,7 +277,9 @@ class _Finder:
         informative: set[str] = set()
         for node, found in zip(mg.nodes.values(), first.values()):
             nid = node.id
-            if not node.scopes and (node.metadata or "/" in node.name):
+            # Torch's trace of a node that names no block puts it outside them; other metadata
+            # (an onnxscript rewriter's rule name) says nothing of where a node belongs.
+            if not node.scopes and ("/" in node.name or any(k in _TRACE_KEYS for k, _ in node.metadata)):
                 informative.add(nid)
             if found is None:
                 continue
@@ -411,12 +414,19 @@ class _Finder:
             if found:
                 assigned[node.id], how[node.id] = self._clip(max(found), node, allowed), "neighbours"
         for node in reversed(order):  # backward: the earliest block among its readers
-            if node.id in assigned:
+            if node.id in assigned or self._source(node):
                 continue
             found = [assigned[c.id] for r in node.outputs if r is not None
                      for c in mg.consumers(r) if c.id in assigned]
             if found:
                 assigned[node.id], how[node.id] = self._clip(min(found), node, allowed), "neighbours"
+
+    def _source(self, node: Node) -> bool:
+        """Whether `node` is unnamed compute at the top that reads only the model's inputs and
+        weights (a patch embedding's Conv): it starts the model, as an unnamed sink ends it."""
+        if node.scopes or not is_counted(node):
+            return False
+        return all(r is None or self.mg.producer(r) is None for r in node.inputs)
 
     @staticmethod
     def _clip(index: int, node: Node, allowed: dict[str, set[int]]) -> int:
