@@ -267,6 +267,7 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
     """Can any block be skipped or shrunk (graph), and was any (runtime)?"""
     evidence = []
     skippable: list[str] = []
+    at_capacity: list[str] = []  # skippable blocks that run at a fixed capacity: one size on every input
     if static is not None:
         blocks = static.get("blocks") or []
         counts: dict[str, int] = {}
@@ -281,6 +282,8 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         flops = static.get("flops") or {}
         share = num(flops.get("skippable_share"))
         capacity = flops.get("fixed_capacity") or {}
+        at_capacity = [b.get("name") for b in blocks if b.get("verdict") in SKIPPABLE
+                       and b.get("name") in set(capacity.get("blocks") or [])]
         # A zero share beside skippable blocks means their sizes were unknown, or that they run at a
         # fixed capacity on every input (said below), not that input values could save nothing.
         if share is not None and (share > 0 or not skippable):
@@ -316,7 +319,9 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         if pblocks:
             evidence.append(Evidence("profile", (
                 "blocks skipped or shrunk at run time: " + "; ".join(reduced)) if reduced else
-                f"every one of {len(pblocks)} blocks ran in full on every profiled input"
+                f"every one of {len(pblocks)} blocks ran "
+                + (f"the same on every profiled input ({', '.join(at_capacity)} at a fixed capacity)"
+                   if at_capacity else "in full on every profiled input")
                 + (f" ({inputs} inputs)" if inputs else "")))
     if static is None and profile is None:
         return Finding(NOT_MEASURED, "Not measured: neither the graph nor the runtime was examined.")
@@ -325,6 +330,10 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         return Finding(YES, (f"Yes: some blocks were skipped or shrunk at run time{where}: "
                              f"{'; '.join(reduced)}."), tuple(evidence))
     if profile is not None and profiled_blocks(profile):
+        if skippable and len(at_capacity) == len(skippable):
+            return Finding(NO, (f"No: {', '.join(at_capacity)} run at a fixed capacity, one size on every input "
+                                "(which rows, the input decides), and no block was skipped or shrunk by its "
+                                "input on the profiled inputs."), tuple(evidence))
         if skippable:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))

@@ -313,3 +313,23 @@ def test_a_reassignment_that_lowers_the_nll_measurably_is_said_with_the_no():
     assert "it lowers it measurably (cross-input -0.1908 nats)" in finding.statement
     plain = functional_dependence(replay_doc(cross=(-0.005, -0.02, 0.01), shuffle=(0.0, -0.003, 0.003)))
     assert plain.answer == NO and "lowers" not in plain.statement
+
+
+def test_blocks_at_a_fixed_capacity_the_profile_saw_no_change_in_are_not_said_to_run_in_full():
+    # a capacity-factor MoE's blocks run at C slots per expert on every input: the profile sees
+    # one size on every input (no selection it can measure), which is not "ran in full"
+    from graphaudit.verdict import conditional_execution
+
+    static = static_doc(["always", "subset", "always", "subset"])
+    static["flops"] = {"total": 8e6, "skippable_share": 0.0,
+                       "fixed_capacity": {"blocks": ["blocks.1", "blocks.3"], "flops": 4e6,
+                                          "flops_full_size": 9e6, "saving": 5e6}}
+    finding = conditional_execution(static, profile_doc())
+    assert finding.answer == NO
+    assert finding.statement.startswith("No: blocks.1, blocks.3 run at a fixed capacity, one size on every input")
+    assert any("ran the same on every profiled input (blocks.1, blocks.3 at a fixed capacity)" in e.text
+               for e in finding.evidence)
+    assert not any("ran in full" in e.text for e in finding.evidence)
+    # a subset block of data-dependent size that ran the same on every input stays as it was said
+    del static["flops"]["fixed_capacity"]
+    assert "ran in full on every profiled input" in conditional_execution(static, profile_doc()).statement
