@@ -156,15 +156,15 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
     etas = [num(v.get("eta2_layer")) for f, v in variance.items() if f not in single]
     etas = [e for e in etas if e is not None]
     eta_words = (f"layer identity alone explains {pct(min(etas))}–{pct(max(etas))} of their variance"
-                 if etas and len(etas) > 1 else
+                 if etas and pct(min(etas)) != pct(max(etas)) else  # a range only where it prints as one
                  f"layer identity alone explains {pct(etas[0])} of their variance" if etas else "")
     # where the slot (feature, way, expert) explains much more, what a static profile keeps is that
     slotted = [num(v.get("layer_slot_share")) for f, v in variance.items()
                if num(v.get("layer_slot_share")) is not None and num(v.get("layer_slot_share")) - num(
                    v.get("eta2_layer"), 0.0) >= SLOT_MORE]
     if eta_words and slotted:
-        eta_words += (f", layer and slot together {pct(min(slotted))}" if len(slotted) == 1 or min(slotted) == max(
-            slotted) else f", layer and slot together {pct(min(slotted))}–{pct(max(slotted))}") + \
+        eta_words += (f", layer and slot together {pct(min(slotted))}" if pct(min(slotted)) == pct(max(
+            slotted)) else f", layer and slot together {pct(min(slotted))}–{pct(max(slotted))}") + \
             " (the variance a static per-layer profile reproduces)"
     if varying:
         statement = (f"Yes: the coefficients change with the input ({', '.join(varying)}); "

@@ -333,3 +333,14 @@ def test_blocks_at_a_fixed_capacity_the_profile_saw_no_change_in_are_not_said_to
     # a subset block of data-dependent size that ran the same on every input stays as it was said
     del static["flops"]["fixed_capacity"]
     assert "ran in full on every profiled input" in conditional_execution(static, profile_doc()).statement
+
+
+def test_shares_of_two_families_that_print_alike_are_not_a_range():
+    # Soft MoE's two families at random init: η² 0 in both printed "0%–0%"
+    from graphaudit.verdict import coefficient_variation
+
+    doc = replay_doc(eta2=0.0, input_share=0.05, token_share=0.9)
+    doc["variance"]["token-mix"] = dict(doc["variance"]["gate"], eta2_layer=1e-12)
+    doc["variance"]["gate"]["eta2_layer"] = 0.0
+    statement = coefficient_variation(static_doc(["gated"] * 2), doc).statement
+    assert "layer identity alone explains 0% of their variance" in statement and "0%–0%" not in statement
