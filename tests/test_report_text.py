@@ -100,3 +100,5 @@ def test_the_static_note_bounds_the_total_as_the_static_command_does():
     assert ", 20.0% where" in note(unknown_shape_nodes=["b"])
     assert note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a", "b"]).startswith("1,000 FLOPs")
     assert note().startswith("1,000 FLOPs")
+    # every row counted, and the least run is the most (experts taking every routed row): one count
+    assert note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a"], skippable=0).startswith("1,000 FLOPs")

@@ -82,6 +82,8 @@ def _flops(n: int | None) -> str:
 def _block_flops(b: BlockReport) -> str:
     """A block's FLOPs cell: "≥" where some compute has a size the graph does not fix, "≤" for the
     count with every row of a value-dependent selection selected."""
+    if b.flops_every_row is not None and b.skippable_flops == 0:  # its least is its most: one count
+        return _flops(b.flops_every_row)                            # (experts that take every row routed)
     if b.flops_every_row is not None:
         return (f"≥ {_flops(b.flops)}, " if b.flops else "") + f"≤ {_flops(b.flops_every_row)}"
     text = ("≥ " if b.uncounted else "") + _flops(b.flops)
@@ -95,6 +97,8 @@ def _flop_lines(f: FlopSummary) -> list[str]:
     # as a block's cell: "≥" with compute of unknown size left out, "≤" with every row selected;
     # neither with both
     bound = ("≤ " if not unknown else "") if f.every_row else ("≥ " if unknown else "")
+    if bound == "≤ " and not f.skippable:  # the least run is the most: every row counted is a row that runs
+        bound = ""
     how = f" ({'; '.join(f.basis)})" if f.basis else ""
     if f.skippable_uncounted:
         lines = [f"FLOPs: {bound}{_flops(f.total)} counted{how}, at least {_flops(f.skippable)} skippable ({share}): "

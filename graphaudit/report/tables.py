@@ -109,6 +109,8 @@ def static_table(doc: dict) -> Table | None:
         # as `graphaudit static` says it: "at most" with every row selected, "at least" with compute
         # of unknown size left out, neither with both
         bound = ("at most " if not unknown else "") if every_row else ("at least " if unknown else "")
+        if bound == "at most " and not num(flops.get("skippable")):  # the least run is the most: one count
+            bound = ""
         share = "at least " if uncounted else "at most " if bound == "at most " and num(flops.get("skippable")) else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
@@ -128,6 +130,8 @@ def _block_flops(b: dict) -> str:
     flops, every_row, full = num(b.get("flops")), num(b.get("flops_every_row_selected")), num(b.get("flops_full_size"))
     if flops is None:
         return "—"
+    if every_row is not None and b.get("skippable_flops") == 0:  # its least is its most: one count
+        return f"{every_row:,.0f}"
     if every_row is not None:
         return (f"≥ {flops:,.0f}, " if flops else "") + f"≤ {every_row:,.0f}"
     at_least = "≥ " if b.get("flops_uncounted_nodes") else ""  # some compute of a value-dependent size
