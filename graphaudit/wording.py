@@ -79,3 +79,24 @@ def listed(names, most: int = 3) -> str:
     names = list(names)
     shown = ", ".join(f"`{n}`" for n in names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def flops_cell(flops, uncounted, every_row, full, skippable, show) -> str:
+    """A block's FLOPs, each count written by `show`: one count where its least run is its most
+    (experts that take every routed row); "≥ n, ≤ m" with every row of a value-dependent
+    selection selected; "≥" where compute of unknown size is left out; a fixed capacity's full
+    size after its count."""
+    if every_row is not None and skippable == 0:
+        return show(every_row)
+    if every_row is not None:
+        return (f"≥ {show(flops)}, " if flops else "") + f"≤ {show(every_row)}"
+    return ("≥ " if uncounted else "") + show(flops) + (f" ({show(full)} at full size)" if full is not None else "")
+
+
+def total_bound(every_row: bool, unknown: bool, skippable) -> str | None:
+    """How a FLOP total stands to the runs of the graph: "most" (counted with every row of each
+    value-dependent selection selected, where some input runs less), "least" (compute of unknown
+    size left out), or None: one count, or neither bound with both."""
+    if every_row:
+        return "most" if not unknown and skippable else None
+    return "least" if unknown else None

@@ -13,6 +13,7 @@ from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, graph_only_option, with_axes
 from graphaudit.load import load_for_audit
 from graphaudit.runtime import custom_operators
+from graphaudit.wording import flops_cell, total_bound
 
 
 @click.command("static")
@@ -82,29 +83,20 @@ def _flops(n: int | None) -> str:
 def _block_flops(b: BlockReport) -> str:
     """A block's FLOPs cell: "≥" where some compute has a size the graph does not fix, "≤" for the
     count with every row of a value-dependent selection selected."""
-    if b.flops_every_row is not None and b.skippable_flops == 0:  # its least is its most: one count
-        return _flops(b.flops_every_row)                            # (experts that take every row routed)
-    if b.flops_every_row is not None:
-        return (f"≥ {_flops(b.flops)}, " if b.flops else "") + f"≤ {_flops(b.flops_every_row)}"
-    text = ("≥ " if b.uncounted else "") + _flops(b.flops)
-    return text + (f" ({_flops(b.flops_full_size)} at full size)" if b.flops_full_size is not None else "")
+    return flops_cell(b.flops, b.uncounted, b.flops_every_row, b.flops_full_size, b.skippable_flops, _flops)
 
 
 def _flop_lines(f: FlopSummary) -> list[str]:
     """The FLOPs: the most expensive run, what the cheapest saves, and how they were counted."""
     share = "-" if f.skippable_share is None else f"{100 * f.skippable_share:.1f}%"
     unknown = [n for n in f.count.unknown_shape if n not in set(f.every_row)]
-    # as a block's cell: "≥" with compute of unknown size left out, "≤" with every row selected;
-    # neither with both
-    bound = ("≤ " if not unknown else "") if f.every_row else ("≥ " if unknown else "")
-    if bound == "≤ " and not f.skippable:  # the least run is the most: every row counted is a row that runs
-        bound = ""
+    bound = {"most": "≤ ", "least": "≥ "}.get(total_bound(bool(f.every_row), bool(unknown), f.skippable), "")
     how = f" ({'; '.join(f.basis)})" if f.basis else ""
     if f.skippable_uncounted:
         lines = [f"FLOPs: {bound}{_flops(f.total)} counted{how}, at least {_flops(f.skippable)} skippable ({share}): "
                  f"{f.skippable_uncounted} skippable compute nodes have a value-dependent size and are not counted"]
     else:
-        at_most = "≤ " if bound == "≤ " and f.skippable else ""
+        at_most = "≤ " if bound == "≤ " else ""
         lines = [f"FLOPs: {bound}{_flops(f.total)} in total{how}, {at_most}{_flops(f.skippable)} "
                  f"skippable ({share}, "
                  "the upper bound on savings: the most expensive run less the cheapest)"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from graphaudit.executed import profiled_blocks, reduction
 from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
-from graphaudit.wording import interval, median, num
+from graphaudit.wording import flops_cell, interval, median, num, total_bound
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -106,12 +106,10 @@ def static_table(doc: dict) -> Table | None:
         uncounted = flops.get("skippable_uncounted_nodes") or 0
         every_row = set(flops.get("every_row_selected_nodes") or ())  # counted with every row of a selection
         unknown = set(flops.get("unknown_shape_nodes") or ()) - every_row  # in no count
-        # as `graphaudit static` says it: "at most" with every row selected, "at least" with compute
-        # of unknown size left out, neither with both
-        bound = ("at most " if not unknown else "") if every_row else ("at least " if unknown else "")
-        if bound == "at most " and not num(flops.get("skippable")):  # the least run is the most: one count
-            bound = ""
-        share = "at least " if uncounted else "at most " if bound == "at most " and num(flops.get("skippable")) else ""
+        # as `graphaudit static` says it
+        bound = {"most": "at most ", "least": "at least "}.get(
+            total_bound(bool(every_row), bool(unknown), num(flops.get("skippable"))), "")
+        share = "at least " if uncounted else "at most " if bound == "at most " else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
                  f"{counted_as}, {share}{pct(flops.get('skippable_share'))} where input "
@@ -130,12 +128,8 @@ def _block_flops(b: dict) -> str:
     flops, every_row, full = num(b.get("flops")), num(b.get("flops_every_row_selected")), num(b.get("flops_full_size"))
     if flops is None:
         return "—"
-    if every_row is not None and b.get("skippable_flops") == 0:  # its least is its most: one count
-        return f"{every_row:,.0f}"
-    if every_row is not None:
-        return (f"≥ {flops:,.0f}, " if flops else "") + f"≤ {every_row:,.0f}"
-    at_least = "≥ " if b.get("flops_uncounted_nodes") else ""  # some compute of a value-dependent size
-    return f"{at_least}{flops:,.0f}" + (f" ({full:,.0f} at full size)" if full is not None else "")
+    return flops_cell(flops, b.get("flops_uncounted_nodes"), every_row, full, b.get("skippable_flops"),
+                      lambda n: f"{n:,.0f}")
 
 
 def condition_table(doc: dict) -> Table | None:
