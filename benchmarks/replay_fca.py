@@ -76,7 +76,8 @@ class Setup:
     fixture; the data are the fixture's either way.
     """
 
-    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None):
+    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None,
+                 flush_denormals: bool = True):
         self.name, self.batch_size, self.wider = name, batch_size, wider
         loaded = load_model(wider.path if wider else FIXTURES / name / "model.onnx")
         self.coefs = declared_coefficients(loaded.model)
@@ -87,14 +88,13 @@ class Setup:
         self.caches = [capture(trace, self.coefs, d, batch_size=batch_size, check=check)
                        for d, check in ((self.calib, None), (self.eval, every_input_summary(self.eval)))]
         self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
         frozen = frozen_graph(loaded.model, self.coefs)
-        skipped = slow_fusions()  # as in replay(): both sessions leave out the same fusions
-        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch), options=options,
-                                      disabled_optimizers=skipped)
-        self.bare_session = create_session(frozen, options=options, disabled_optimizers=skipped)  # the frozen graph alone
+        # as in replay(): both sessions leave out the same fusions and flush denormals alike
+        settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
+        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch),
+                                      options=ort.SessionOptions(), **settings)
+        self.bare_session = create_session(frozen, options=ort.SessionOptions(), **settings)  # the frozen graph alone
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
                                    batch_size, 1e-4)
         self.seed = seed
@@ -335,23 +335,29 @@ def main() -> None:
                         help="comma-separated model widths at which to add untrained copies of each model (d_ff twice "
                              "the width, 16 dimensions per head) to the overhead and torch comparisons")
     parser.add_argument("--vocab", type=int, default=0, help="vocabulary of those copies (default 16 x the width)")
+    parser.add_argument("--keep-denormals", action="store_true",
+                        help="run every ONNX Runtime session with its default floating-point mode instead of "
+                             "flushing denormals to zero as replay() does (graphaudit.denormals)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     names = [n for n in args.models.split(",") if (FIXTURES / n / "model.onnx").is_file()]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
-          f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}")
+          f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}, denormals "
+          f"{'kept' if args.keep_denormals else 'flushed to zero'}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
     widths = [int(w) for w in args.widths.split(",") if w]
+    flush = not args.keep_denormals
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
                 if "overhead" not in skip:
-                    results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider),
+                    results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider, flush_denormals=flush),
                                                     args.repeats)
                 if "torch" not in skip:
                     for size in map(int, args.torch_batch_sizes.split(",")):
-                        results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider),
+                        results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider,
+                                                                   flush_denormals=flush),
                                                              args.repeats, args.threads))
             if "memory" not in skip:
                 results["memory"] += memory(name, args.inputs)

@@ -100,6 +100,7 @@ def audit(
     batch_size: int | None = None,
     resamples: int = 1000,
     threads: int | None = None,
+    flush_denormals: bool = True,
     progress: Progress | None = None,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
@@ -111,6 +112,7 @@ def audit(
     `batch_size` is the replay's (default 16, or 1 when the graph has value-dependent control
     flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
     `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
+    `flush_denormals`: the replay's (see `replay`); the profile runs in ONNX Runtime's default mode.
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -153,7 +155,8 @@ def audit(
         batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
     failure = None
     try:
-        replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress)
+        replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,
+                           flush_denormals, progress)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -177,7 +180,8 @@ def audit(
                      replay_failure=failure)
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
-              "provider": provider, "seed": seed, "threads": threads}
+              "provider": provider, "seed": seed, "threads": threads,
+              "flush_denormals": flush_denormals}
     if is_baseline:
         inputs["is_baseline"] = True
     return AuditReport(
@@ -211,11 +215,13 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
     return audit_static(loaded, block_pattern=block_pattern, coefficients=tuple(coefficients), shapes=shapes)
 
 
-def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, progress):
+def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
+            progress):
     from graphaudit.replay import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
-                    batch_size=batch_size, resamples=resamples, threads=threads, progress=progress)
+                    batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
+                    progress=progress)
     return result if result.coefficients else None
 
 

@@ -169,6 +169,7 @@ def replay(
     confidence: float = 0.95,
     provider: str = "cpu",
     threads: int | None = None,
+    flush_denormals: bool = True,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
@@ -176,6 +177,10 @@ def replay(
     `threads`: ONNX Runtime's intra-op threads for the capture and the replay (None: its
     choice, one per physical core). Fewer than the cores leaves one to score each run while
     the next runs (`run_conditions`).
+
+    `flush_denormals`: ONNX Runtime's CPU threads flush denormal floats to zero in the capture
+    and the replay alike (`graphaudit.denormals`: much faster where masked attention scores
+    underflow; values below 1.2e-38 only); False runs both with ONNX Runtime's defaults.
 
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
@@ -195,7 +200,7 @@ def replay(
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
                                    "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
                                    "conditions": list(conditions), "provider": provider,
-                                   "threads": threads}
+                                   "threads": threads, "flush_denormals": flush_denormals}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     positional = [n for n in ("token_shuffle", "static_position") if n in conditions]
@@ -228,7 +233,7 @@ def replay(
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(lambda: create_session(
         trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
-        threads=threads))
+        threads=threads, flush_denormals=flush_denormals))
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
@@ -251,7 +256,8 @@ def replay(
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
         session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
-                                 weights_folder=loaded.weights_folder, threads=threads)
+                                 weights_folder=loaded.weights_folder, threads=threads,
+                                 flush_denormals=flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             settings["tolerance"] = tolerance

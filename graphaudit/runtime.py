@@ -24,6 +24,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
+from graphaudit import denormals
 from graphaudit.errors import GraphAuditError
 from graphaudit.external_data import tensor_bytes
 from graphaudit.protos import copy_except, node_lists
@@ -92,12 +93,17 @@ def create_session(
     disabled_optimizers: Sequence[str] = (),
     weights_folder: Path | None = None,
     threads: int | None = None,
+    flush_denormals: bool = False,
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
 
     `weights_folder`: where the external weights `model` refers to lie (`LoadedModel.weights_folder`);
     ONNX Runtime maps them from there, so they never pass through the serialised proto.
     `threads`: ONNX Runtime's intra-op threads (None: its own choice, one per physical core).
+    `flush_denormals`: the session's runs flush denormals to zero, on ONNX Runtime's intra-op
+    pool threads and on the thread that calls `run` (a `denormals.FlushingSession` is returned).
+    Whatever ONNX Runtime's constructor does to the calling thread's floating-point environment
+    is undone.
     A ModelProto's large inline weights reach ONNX Runtime as arrays (`weights_apart`) when the
     options are create_session's own; should that session fail, the whole serialised model is tried.
     """
@@ -110,17 +116,22 @@ def create_session(
         # our own, since a caller's may make a second session, which would be handed them twice.
         skeleton, names, arrays = weights_apart(model)
         if names:
-            mine = _options(ort.SessionOptions(), threads, weights_folder)
+            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
             try:
-                return ort.InferenceSession(skeleton.SerializeToString(), sess_options=mine, providers=providers,
-                                            disabled_optimizers=disabled)
+                with denormals.kept():
+                    session = ort.InferenceSession(skeleton.SerializeToString(), sess_options=mine,
+                                                   providers=providers, disabled_optimizers=disabled)
+                return denormals.FlushingSession(session) if flush_denormals else session
             except Exception:  # noqa: BLE001 - whatever ONNX Runtime objects to, the whole model below tells
                 pass
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    options = _options(options or ort.SessionOptions(), threads, weights_folder)
+    options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals)
     try:
-        return ort.InferenceSession(payload, sess_options=options, providers=providers, disabled_optimizers=disabled)
+        with denormals.kept():
+            session = ort.InferenceSession(payload, sess_options=options, providers=providers,
+                                           disabled_optimizers=disabled)
+        return denormals.FlushingSession(session) if flush_denormals else session
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
         message = " ".join(str(err).split())
         custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
@@ -161,8 +172,12 @@ def _typed(model, op: str, name: str) -> str:
     return f" on {'/'.join(dict.fromkeys(found))} inputs" if found else ""
 
 
-def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None) -> ort.SessionOptions:
-    """`options` with the threads, the external weights' folder and ORT's logging create_session sets."""
+def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None,
+             flush_denormals: bool = False) -> ort.SessionOptions:
+    """`options` with the threads, the external weights' folder, the denormals' flushing and
+    ORT's logging create_session sets."""
+    if flush_denormals:
+        options.add_session_config_entry(denormals.SESSION_OPTION, "1")
     if threads is not None:
         options.intra_op_num_threads = threads
     if weights_folder is not None:
