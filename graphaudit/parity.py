@@ -26,7 +26,7 @@ from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.bootstrap import mix64
-from graphaudit.metrics.outputs import Targets, log_probs_at
+from graphaudit.metrics.outputs import Targets, log_probs_at, log_softmax
 from graphaudit.runtime import replaying
 
 DEFAULT_TOLERANCE = 1e-4
@@ -38,6 +38,10 @@ _HALF = (np.float16,)
 WHOLE_OUTPUT_LIMIT = 4096  # values per input the capture keeps of an output for parity: all, or this many
 LOG_PROBS_KIND, OUTPUTS_KIND = "target log-probabilities", "outputs"
 SAMPLED_KIND = f"outputs at {WHOLE_OUTPUT_LIMIT} positions"
+# logits without targets (a classifier's data without labels): their log-probabilities
+ROW_LOG_PROBS_KIND = "log-probabilities"
+SAMPLED_LOG_PROBS_KIND = f"log-probabilities at {WHOLE_OUTPUT_LIMIT} positions"
+_LOG_PROB_KINDS = (LOG_PROBS_KIND, ROW_LOG_PROBS_KIND, SAMPLED_LOG_PROBS_KIND)
 
 
 @dataclass(frozen=True)
@@ -132,10 +136,13 @@ class EveryInputCheck:
             diff = _difference(frozen, live)
             diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
             self.values += int(truth.count.sum())
-        else:
+        else:  # the output's values, or for logits without targets their log-probabilities
             frozen = reference.output.reshape(len(live), -1)
             kept = kept_positions(frozen.shape[1])
-            self.kind = OUTPUTS_KIND if kept is None else SAMPLED_KIND
+            if reference.probs is not None:
+                self.kind = ROW_LOG_PROBS_KIND if kept is None else SAMPLED_LOG_PROBS_KIND
+            else:
+                self.kind = OUTPUTS_KIND if kept is None else SAMPLED_KIND
             if kept is not None:
                 frozen = frozen[:, kept]
             diff = _difference(frozen, live)
@@ -145,7 +152,7 @@ class EveryInputCheck:
         if diff.size and (self.worst is None or diff.max() > self.worst[0]):
             at = np.unravel_index(int(np.argmax(diff)), diff.shape)
             within = tuple(int(i) for i in at[1:])
-            if self.kind == SAMPLED_KIND:
+            if truth is None and kept is not None:
                 within = (int(kept[within[0]]),)  # the value's place in the flattened output
             self.worst = (float(diff[at]), rows.start + int(at[0]), within, float(live[at]), float(frozen[at]))
             if self.worst[0] > self.tolerance:
@@ -153,7 +160,7 @@ class EveryInputCheck:
 
     @property
     def tolerance(self) -> float:
-        return self.parity.tolerance * (2 if self.kind == LOG_PROBS_KIND else 1)
+        return self.parity.tolerance * (2 if self.kind in _LOG_PROB_KINDS else 1)
 
     def result(self) -> EveryInputParity | None:
         if self.worst is None:
@@ -183,7 +190,8 @@ def _difference(frozen: np.ndarray, live: np.ndarray, nan: float = np.nan) -> np
 
 def every_input_summary(data: InputData) -> LiveCheck:
     """What the capture keeps of every evaluation input for EveryInputCheck: for logits, the live
-    log-probability of each target (NaN where none is scored); for other float outputs of at most
+    log-probability of each target (NaN where none is scored), or of every class when there are
+    no targets (a classifier's data without labels); for other float outputs of at most
     WHOLE_OUTPUT_LIMIT values per input, the whole output; for larger ones, the values at the
     `kept_positions` of each input's flattened output; for other outputs, nothing."""
     tasks: list[Task] = []  # decided on the first batch, as the replay's own task is
@@ -199,6 +207,8 @@ def every_input_summary(data: InputData) -> LiveCheck:
             return np.where(truth.mask, log_probs_at(out, truth.flat), np.nan).astype(np.float32)
         if not np.issubdtype(out.dtype, np.floating):
             return None
+        if task.logits:  # logits without targets: the replay compares their log-probabilities
+            out = log_softmax(out.astype(np.float32, copy=False))
         flat = out.reshape(len(out), -1)
         kept = kept_positions(flat.shape[1])
         return (flat if kept is None else flat[:, kept]).astype(np.float32)

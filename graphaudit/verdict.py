@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
-from graphaudit.wording import ci_text, counted, fmt, interval, listed, median, num, num_text, pct, signed
+from graphaudit.findings import ANSWERS, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
+from graphaudit.savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
+from graphaudit.wording import ci_text, counted, fmt, interval, listed, num, num_text, pct, signed
 
-YES, NO, NOT_MEASURED = "yes", "no", "not measured"
-ANSWERS = (YES, NO, NOT_MEASURED)
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
 
@@ -34,38 +34,12 @@ CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "comp
 INPUT_SHARE_MIN = 0.001
 # A reassignment "hurts" when its ΔNLL interval lies wholly above this many nats.
 MATERIAL_NATS = 0.01
-# Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
-SAVINGS_RATIO_MAX = 0.95
 # Layer and slot together explain this much more of a family's variance than layer identity alone:
 # the headline says so (a static profile per layer and slot keeps that much).
 SLOT_MORE = 0.10
 REASSIGNMENTS = ("cross_input", "token_shuffle")
 REASSIGNED_WORDS = {"cross_input": "another input's coefficients", "token_shuffle": "its own shuffled over tokens"}
 PROFILES = ("static_layer", "static_position")
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One measured fact a finding rests on, and which part of the audit measured it."""
-
-    source: str  # static | replay | profile
-    text: str
-
-    def to_json(self) -> dict:
-        return {"source": self.source, "text": self.text}
-
-
-@dataclass(frozen=True)
-class Finding:
-    """The answer to one of the four questions, in plain words, with its evidence."""
-
-    answer: str
-    statement: str
-    evidence: tuple[Evidence, ...] = ()
-
-    def to_json(self) -> dict:
-        return {"answer": self.answer, "statement": self.statement,
-                "evidence": [e.to_json() for e in self.evidence]}
 
 
 @dataclass(frozen=True)
@@ -234,8 +208,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) stayed live in every "
             "condition: made from the input, not from the fed coefficients, which no condition reassigned")))
     if not measured:
-        return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
-                       tuple(evidence))
+        return _from_outputs(replay, conditions, evidence)
     gap_words = ""
     if no_gap:
         how = ("does as well as the correct coefficients or better" if global_gap <= -MATERIAL_NATS else
@@ -259,6 +232,47 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
                    "coefficients, and these inputs do better with coefficients that are not their own")
     return Finding(NO, (f"No: feeding the frozen model {fed} raises its NLL by no measurable amount above "
                         f"{MATERIAL_NATS:g} nats{lowered}{gap_words}{unfed}."), tuple(evidence))
+
+
+def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
+    """The answer where no condition has a ΔNLL (the data has no token ids, labels or targets to
+    score a loss against): from how far the outputs moved from the `correct` ones. KL, for
+    logits, is in nats as ΔNLL is and has its threshold; a mean squared difference has no scale
+    to call a change material, nor says whether a change hurts."""
+    key = "kl" if any("kl" in (conditions.get(n) or {}) for n in REASSIGNMENTS) else "mse_from_correct"
+    moved, measured = [], []
+    for name in REASSIGNMENTS:
+        c = conditions.get(name) or {}
+        value = num(c.get(key))
+        if value is None:
+            continue
+        measured.append(name)
+        lo, hi = interval(c.get(f"{key}_ci"))
+        if key == "kl":
+            evidence.append(Evidence("replay", f"KL from correct, {name} = {fmt(value)} nats{ci_text(lo, hi)}"))
+        else:
+            ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
+            evidence.append(Evidence("replay", f"mean squared difference from the correct output, {name} = "
+                                               f"{value:.3g}{ci}"))
+        if (lo if lo is not None else value) > (MATERIAL_NATS if key == "kl" else 0.0):
+            moved.append(name)
+    if not measured:
+        return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
+                       tuple(evidence))
+    output = (replay.get("task") or {}).get("output", "?")
+    no_loss = f"the data has no labels or targets to score {output!r} against, so no ΔNLL says whether it gets worse"
+    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    if key == "kl" and moved:
+        parts = ", ".join(f"{n.replace('_', '-')} {fmt(conditions[n]['kl'])} nats" for n in moved)
+        return Finding(YES, (f"Yes: giving the frozen model other coefficients changes its output distribution "
+                             f"(KL from correct: {parts}); {no_loss}."), tuple(evidence))
+    if key == "kl":
+        return Finding(NO, (f"No: feeding the frozen model {fed} changes its output distribution by no measurable "
+                            f"amount above {MATERIAL_NATS:g} nats of KL; {no_loss}."), tuple(evidence))
+    how = "moved measurably" if moved else "did not move measurably"
+    return Finding(NOT_MEASURED, (f"Not measured: {no_loss}, and {output!r} is not logits, so no KL either; fed "
+                                  f"{fed}, its values {how} (mean squared difference in the evidence)."),
+                   tuple(evidence))
 
 
 # -- conditional execution ---------------------------------------------------------------
@@ -347,71 +361,3 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
                             "branch or token subset); not profiled at run time."), tuple(evidence))
     return Finding(NOT_MEASURED, ("Not measured: the graph lets some blocks be skipped or shrunk, but "
                                   "nothing was profiled at run time."), tuple(evidence))
-
-
-# -- compute savings ---------------------------------------------------------------------
-
-SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
-
-
-def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
-    """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
-    if profile is None:
-        return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
-    latency = median(profile.get("latency_ms"))
-    baseline = profile.get("baseline") or {}
-    ratio = num(baseline.get("ratio"))
-    if ratio is None:
-        return Finding(NOT_MEASURED, (
-            "Not measured: no baseline was given to compare against"
-            + (f" (median latency {fmt(latency)} ms)." if latency is not None else ".")))
-    name = baseline.get("model") or "the baseline"
-    batch = num(profile.get("batch_size")) or 1  # a profiled run: one input, or a model's fixed batch
-    per = "per input" if batch == 1 else f"per batch of {batch:.0f}"
-    spread = baseline.get("ratio_spread") or {}
-    spread_text = (f", p10–p90 {_ratio(spread['p10'])}–{_ratio(spread['p90'])}×"
-                   if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
-    evidence = [Evidence("profile", (
-        f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
-        f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
-        f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
-    flops_words = ""
-    executed = num(profile.get("flops_executed"))
-    full = num(((static or {}).get("flops") or {}).get("total"))
-    if executed is not None and baseline_flops:
-        flops_words = f"; it executes {executed / baseline_flops:.2f}× the baseline's FLOPs"
-        evidence.append(Evidence("profile", (
-            f"executed FLOPs {per}: {executed:,.0f} (measured) against the baseline's {baseline_flops:,.0f} "
-            f"(its graph at the same input shape): {executed / baseline_flops:.2f}×")))
-    elif executed is not None:
-        evidence.append(Evidence("profile", f"executed FLOPs {per}: {executed:,.0f}"
-                                 + (f", {executed / full:.0%} of the graph's full count" if full else "")))
-    elif full is not None:
-        evidence.append(Evidence("static", f"FLOPs {per} in the graph: {full:,.0f}; executed FLOPs not counted"))
-    low, high = num(spread.get("p10")), num(spread.get("p90"))
-    words = _latency_words(ratio, low, high)
-    if ratio <= SAVINGS_RATIO_MAX and (high is None or high < 1.0):
-        if executed is not None and baseline_flops and executed >= SAME_WORK * baseline_flops:
-            flops_words += (", so the time is saved in how the work runs (kernels, fusion, layout), "
-                            "not by skipping any of it")
-        return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
-    return Finding(NO, f"No: {words}{flops_words}; a saving needs a workload ratio of at most {SAVINGS_RATIO_MAX:.2f}× "
-                       "with the spread below 1×.", tuple(evidence))
-
-
-def _latency_words(ratio: float, low: float | None, high: float | None) -> str:
-    """The latency ratio in words, calling it slower or faster only when the spread agrees."""
-    change = abs(ratio - 1) * 100
-    spread = f", p10–p90 {_ratio(low)}–{_ratio(high)}×" if low is not None and high is not None else ""
-    clear = low is None or high is None or (low > 1.0 if ratio > 1 else high < 1.0)
-    if change < 0.05 or not clear:
-        return f"no clear difference from the baseline (workload time {_ratio(ratio)}× the baseline's{spread})"
-    return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
-            f"(workload time {_ratio(ratio)}× the baseline's{spread})")
-
-
-def _ratio(ratio: float) -> str:
-    """Two decimals, three where two would round onto an edge the verdict tests (the saving
-    threshold, 1×) from the other side."""
-    near = any(f"{ratio:.2f}" == f"{edge:.2f}" and ratio != edge for edge in (SAVINGS_RATIO_MAX, 1.0))
-    return f"{ratio:.3f}" if near else f"{ratio:.2f}"

@@ -112,7 +112,11 @@ def render_text(r: ReplayReport) -> str:
     if any(c.accuracy.value is not None for c in r.conditions):
         headers.append("accuracy")
     lines += ["", tabulate(rows, headers=headers, disable_numparse=True)]
-    if r.retained_gap:
+    if all(c.nll.value is None for c in r.conditions):
+        lines.append(f"no NLL: the data has no labels or targets for {r.task.output!r} ({r.task.kind}) to score "
+                     f"against, so no ΔNLL or retained gap either; the "
+                     f"{'KL' if r.task.logits else 'mean squared difference'} from the correct output needs none")
+    if r.retained_gap and any(e.value is not None for _, e in r.retained_gap):
         lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
             f"{name} {_pct(e.value)} {_ci(e.ci, pct=True)}" for name, e in r.retained_gap)]
         gap = r.condition("global_mean").delta_nll if any(c.name == "global_mean" for c in r.conditions) else None

@@ -83,7 +83,16 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
                     MASK_INPUT if mask is not None and mask.shape == feeds[ids].shape else None)
     if out.ndim == 2 and label is not None and label.ndim == 1 and np.issubdtype(label.dtype, np.integer):
         return Task("classification", name, labels="labels")
+    if out.ndim == 2 and label is None and _named_logits(name) and np.issubdtype(out.dtype, np.floating) \
+            and out.shape[1] > 1:
+        return Task("classification", name)  # class logits without labels: KL from correct, no NLL
     return Task("outputs", name)
+
+
+def _named_logits(name: str) -> bool:
+    """Whether an output's name says it holds logits (`logits`, `class_logits`, `cls.logits`):
+    the one sign that a 2-D output is a distribution's when the data has no labels."""
+    return name.lower().replace(".", "_").split("_")[-1] == "logits"
 
 
 def scored_name(names: Sequence[str]) -> str | None:
@@ -225,7 +234,7 @@ def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray |
         tokens = _tokens(task, feeds)
         if tokens is not None:  # a padded position is no target, whatever the labels say
             return targets, (targets != IGNORE_INDEX) & tokens[:, 1:]
-    elif task.kind == "classification":
+    elif task.kind == "classification" and task.labels is not None:
         targets = labels[task.labels].astype(np.int64, copy=False)
     else:
         return None, None

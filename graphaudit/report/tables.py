@@ -136,9 +136,16 @@ def condition_table(doc: dict) -> Table | None:
     replay = doc.get("replay")
     if replay is None:
         return None
+    conditions = replay.get("conditions") or {}
+    # how far each condition's output is from the correct one: KL for logits, else the squared difference
+    key = "kl" if any("kl" in c for c in conditions.values()) else "mse_from_correct"
     rows = []
-    for name, c in (replay.get("conditions") or {}).items():
-        rows.append((name, fmt(c.get("nll")), signed(c.get("delta_nll")), ci_text(c.get("ci"))))
+    for name, c in conditions.items():
+        moved = num(c.get(key))
+        lo, hi = (num(v) for v in (c.get(f"{key}_ci") or (None, None)))
+        spread = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None and name != "correct" else ""
+        rows.append((name, fmt(c.get("nll")), signed(c.get("delta_nll")), ci_text(c.get("ci")),
+                     "—" if moved is None else f"{moved:.4g}{spread}"))
     parity = replay.get("parity") or {}
     note = ""
     if parity:
@@ -147,7 +154,9 @@ def condition_table(doc: dict) -> Table | None:
                  f"{num(all_inputs.get('max_abs_diff'), float('nan')):.2e}") if all_inputs else ""
         note = (f"parity: max |Δ| {num(parity.get('max_abs_diff'), float('nan')):.2e}{every} "
                 f"({'ok' if parity.get('ok') else 'FAILED'}); seed {replay.get('seed', '—')}")
-    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL"), rows, note)
+    moved = "KL from correct (nats)" if key == "kl" else "mean squared difference from correct"
+    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL", moved),
+                 rows, note)
 
 
 def gap_table(doc: dict) -> Table | None:

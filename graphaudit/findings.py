@@ -1,0 +1,33 @@
+"""The answer to each of the verdict's questions: "yes", "no" or "not measured", a statement in
+plain words, and the measured facts (evidence) it rests on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+YES, NO, NOT_MEASURED = "yes", "no", "not measured"
+ANSWERS = (YES, NO, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured fact a finding rests on, and which part of the audit measured it."""
+
+    source: str  # static | replay | profile
+    text: str
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The answer to one of the four questions, in plain words, with its evidence."""
+
+    answer: str
+    statement: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"answer": self.answer, "statement": self.statement,
+                "evidence": [e.to_json() for e in self.evidence]}
