@@ -97,3 +97,14 @@ def test_the_run_reports_replay_table_shows_how_far_each_condition_moved_the_out
     assert cross[1:4] == ("—", "—", "—")  # no NLL, ΔNLL or interval without labels
     assert float(cross[-1].split()[0]) == pytest.approx(doc["replay"]["conditions"]["cross_input"]["kl"], rel=1e-3)
     assert cross[-1].split()[1].startswith("[")
+
+
+def test_the_html_report_draws_the_kl_where_there_is_no_nll(tmp_path):
+    from graphaudit.report.html import delta_nll_figure
+
+    body, missing = delta_nll_figure({"replay": _images(tmp_path, labels=False).to_json()})
+    assert missing == "" and "KL from the correct output" in body and "cross_input" in body
+    mse = {"replay": {"conditions": _doc("mse_from_correct", (6.1e-4, 3.5e-4, 9.5e-4))["conditions"]}}
+    assert delta_nll_figure(mse) == ("", "Not shown: the replay has no NLL (the data has no labels or targets) "
+                                         "and its output is not logits.")
+    assert delta_nll_figure({"replay": None})[1] == "Not shown: no frozen replay ran."

@@ -117,12 +117,17 @@ def variance_figure(doc: dict) -> tuple[str, str]:
 
 def delta_nll_figure(doc: dict) -> tuple[str, str]:
     conditions = (doc.get("replay") or {}).get("conditions") or {}
-    rows = [(name, c) for name, c in conditions.items() if name != "correct" and num(c.get("delta_nll")) is not None]
-    if not rows:
+    if not conditions:
         return "", "Not shown: no frozen replay ran."
-    lows, highs = zip(*(interval(c.get("ci")) for _, c in rows))
-    return svg.intervals([n for n, _ in rows], [num(c["delta_nll"]) for _, c in rows], list(lows), list(highs),
-                         title="ΔNLL against correct coefficients (nats)", unit=" nats"), ""
+    # ΔNLL; without labels or token ids to score against, the KL from the correct output
+    for key, ci, title in (("delta_nll", "ci", "ΔNLL against correct coefficients (nats)"),
+                           ("kl", "kl_ci", "KL from the correct output (nats; the data has no labels for an NLL)")):
+        rows = [(name, c) for name, c in conditions.items() if name != "correct" and num(c.get(key)) is not None]
+        if rows:
+            lows, highs = zip(*(interval(c.get(ci)) for _, c in rows))
+            return svg.intervals([n for n, _ in rows], [num(c[key]) for _, c in rows], list(lows), list(highs),
+                                 title=title, unit=" nats"), ""
+    return "", "Not shown: the replay has no NLL (the data has no labels or targets) and its output is not logits."
 
 
 def latency_figure(doc: dict) -> tuple[str, str]:
