@@ -49,7 +49,7 @@ from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import check_threads, create_session, resolve_providers, slow_fusions
+from graphaudit.runtime import TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 from graphaudit.wording import counted, listed
 
@@ -97,7 +97,7 @@ class DataUse:
 
 # settings key -> what its note is about, in the order reports give them
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
-                  ("live_decisions_note", "freezing"))
+                  ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"))
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,17 @@ def replay(
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
-        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every)
+        failed: dict[str, str] = {}
+        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every,
+                               failures=failed)
+        if failed:
+            if set(stats) <= {"correct"}:  # nothing left to compare with
+                name, where = next(iter(failed.items()))
+                raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
+                                     f"besides correct, found that it runs on none: {name} on {where}; {TRACED_SIZES}")
+            settings["conditions"] = list(stats)
+            settings["failed_conditions"] = dict(failed)
+            settings["failed_conditions_note"] = _failed_note(failed)
         if every is not None:
             parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -291,6 +301,13 @@ def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient])
     mg = build_graph(frozen)
     dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
     return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
+
+
+def _failed_note(failed: Mapping[str, str]) -> str:
+    where = "; ".join(f"{name} on {at}" for name, at in failed.items())
+    return (f"{listed(list(failed))} left out: ONNX Runtime would not run the frozen graph on "
+            f"{'its' if len(failed) == 1 else 'their'} coefficients ({where}); {TRACED_SIZES}. The other "
+            "conditions ran on every input")
 
 
 def _live_note(live: Sequence[str]) -> str:

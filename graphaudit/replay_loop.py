@@ -24,13 +24,13 @@ from graphaudit.data import InputData
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Reference, Task, score
 from graphaudit.parity import EveryInputCheck
 from graphaudit.progress import Progress, track
-from graphaudit.runtime import replaying, spare_core
+from graphaudit.runtime import FrozenRunError, replaying, spare_core
 
 
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
                    progress: Progress | None = None, every: EveryInputCheck | None = None,
-                   overlap: bool | None = None) -> dict[str, ConditionStats]:
+                   overlap: bool | None = None, failures: dict[str, str] | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
     `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
@@ -40,22 +40,35 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     it gained nothing (BENCHMARKS.md, replay). Either way one run is scored at a time, in the order of
     the loop: a batch's `correct` output, the reference for KL, before its other conditions.
     `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
+    `failures`: when given, a condition other than `correct` whose coefficients ONNX Runtime will
+    not run (FrozenRunError: a traced graph holding sizes that fit only the routing it was traced
+    with) is left out from then on, its statistics dropped, and where it failed kept here by
+    name (the inputs, then ONNX Runtime's objection); without it, that error is raised.
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
+    failed = failures if failures is not None else {}
     total = -(-data.count // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     fetch = [task.fetch]
 
     def finish(run: Future | _Done, batch: _Batch, name: str) -> None:
-        with replaying(name, batch.rows):
-            out = run.result()[0]
-        if batch.reference is None:  # `correct` comes first
-            batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
-            if every is not None:
-                every.compare(batch.rows, batch.reference)
-        batch.scored.append(score(task, out, batch.inputs, batch.labels, batch.reference))
-        if len(batch.scored) == len(stats):
-            ConditionStats.update_each(list(stats.values()), batch.scored, batch.weights)
+        try:
+            with replaying(name, batch.rows):
+                out = run.result()[0]
+        except FrozenRunError as err:
+            if failures is None or name == "correct" or batch.reference is None:
+                raise
+            failed.setdefault(name, f"evaluation inputs {batch.rows.start}..{batch.rows.stop - 1}: {err.cause}")
+        else:
+            if batch.reference is None:  # `correct` comes first
+                batch.reference = Reference.of(task, out, batch.inputs, batch.labels)
+                if every is not None:
+                    every.compare(batch.rows, batch.reference)
+            batch.scored[name] = score(task, out, batch.inputs, batch.labels, batch.reference)
+        batch.finished += 1
+        if batch.finished == len(batch.submitted):
+            kept = [n for n in batch.submitted if n not in failed]
+            ConditionStats.update_each([stats[n] for n in kept], [batch.scored[n] for n in kept], batch.weights)
 
     if overlap is None:
         overlap = spare_core(session)
@@ -66,6 +79,9 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
             batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
             for name, feed in feeds.items():
+                if name in failed:
+                    continue
+                batch.submitted.append(name)
                 fed = dict(inputs)
                 for c in coefficients:
                     values, last = feed(c, batch.index), laid_out.get((name, c.tensor))
@@ -78,7 +94,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                 in_flight = submitted
         if in_flight is not None:
             finish(*in_flight)
-    return stats
+    return {name: s for name, s in stats.items() if name not in failed}
 
 
 class _Done:
@@ -112,7 +128,9 @@ class _Batch:
     inputs: Mapping[str, np.ndarray]
     labels: Mapping[str, np.ndarray]
     reference: Reference | None = None
-    scored: list[np.ndarray] = field(default_factory=list)
+    submitted: list[str] = field(default_factory=list)  # the conditions run on it, in order
+    scored: dict[str, np.ndarray] = field(default_factory=dict)
+    finished: int = 0  # runs scored or failed
     index: np.ndarray = field(init=False)  # the batch's input numbers
     weights: np.ndarray | None = None  # their bootstrap weights
 

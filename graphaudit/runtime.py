@@ -248,9 +248,18 @@ def running(what: str) -> Iterator[None]:
         raise GraphAuditError(f"expected inputs that {what} can run on, found {describe_run_error(err)}") from None
 
 
+# Why a frozen graph may refuse coefficients it was not exported with
+TRACED_SIZES = "a graph exported by tracing can hold sizes that fit only the routing it was traced with"
+
+
 class FrozenRunError(GraphAuditError):
     """ONNX Runtime would not run the frozen graph on some condition's coefficients: a fact
-    about the model (its graph fits only the coefficients it was exported with), not bad input."""
+    about the model (its graph fits only the coefficients it was exported with), not bad input.
+    `cause`: ONNX Runtime's objection in a few words (`describe_run_error`)."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @contextlib.contextmanager
@@ -260,10 +269,10 @@ def replaying(condition: str, rows: slice) -> Iterator[None]:
     try:
         yield
     except RUN_ERRORS as err:
+        cause = describe_run_error(err).rstrip(".")
         raise FrozenRunError(
             f"expected the frozen graph to run on the {condition} coefficients of evaluation inputs "
-            f"{rows.start}..{rows.stop - 1}, found {describe_run_error(err).rstrip('.')}; a graph exported by tracing "
-            "can hold sizes that fit only the routing it was traced with"
+            f"{rows.start}..{rows.stop - 1}, found {cause}; {TRACED_SIZES}", cause
         ) from None
 
 

@@ -202,6 +202,12 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             of = (f"of a gap of {signed(global_gap)} nats between global-mean and correct coefficients, too small "
                   "to share out" if no_gap else "of the gap between global-mean and correct coefficients")
             evidence.append(Evidence("replay", f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} {of}"))
+    failed = (replay.get("settings") or {}).get("failed_conditions") or {}
+    if failed:
+        evidence.append(Evidence("replay", (
+            f"{listed(list(failed))} did not run: ONNX Runtime would not run the frozen graph on "
+            f"{'its' if len(failed) == 1 else 'their'} coefficients (a graph exported by tracing can hold sizes "
+            "that fit only the routing it was traced with)")))
     live = (replay.get("settings") or {}).get("live_decisions") or []
     if live:  # decided from the input in every condition: what the reassignments could not change
         evidence.append(Evidence("replay", (
@@ -248,12 +254,9 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
             continue
         measured.append(name)
         lo, hi = interval(c.get(f"{key}_ci"))
-        if key == "kl":
-            evidence.append(Evidence("replay", f"KL from correct, {name} = {fmt(value)} nats{ci_text(lo, hi)}"))
-        else:
-            ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
-            evidence.append(Evidence("replay", f"mean squared difference from the correct output, {name} = "
-                                               f"{value:.3g}{ci}"))
+        ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
+        what = "KL from correct" if key == "kl" else "mean squared difference from the correct output"
+        evidence.append(Evidence("replay", f"{what}, {name} = {value:.3g}{' nats' if key == 'kl' else ''}{ci}"))
         if (lo if lo is not None else value) > (MATERIAL_NATS if key == "kl" else 0.0):
             moved.append(name)
     if not measured:

@@ -273,12 +273,12 @@ def test_threads_reach_the_replay_and_the_profile_and_are_recorded(tmp_path, cap
     assert refused.value.exit_code == 2
 
 
-def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_of_the_audit(tmp_path, capsys):
-    """The router's probabilities are the coefficient, but the graph also routes on the logits they
-    came from (a second path the freeze leaves live): with another input's probabilities the two
-    selections differ in size and ONNX Runtime refuses the Add that joins them. The live model runs
-    on every input, so the static audit and the profile still stand; the replay's findings are
-    not measured, and say why."""
+def _two_path_router(tmp_path, join: str):
+    """A router whose probabilities are the coefficient, while the graph also routes on the logits
+    they came from (a second path the freeze leaves live); the rows each path selects are joined
+    by an Add. `join` "rows": the selected rows themselves, whose number a reassignment across the
+    batch's inputs or tokens keeps; "positions": a Range as long as the sum of the selected
+    positions, which almost any reassignment changes. Live, both paths select alike."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -298,8 +298,18 @@ def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_
         helper.make_node("Reshape", ["x", "rows"], ["flat"], name="/blocks.0/Reshape"),
         helper.make_node("Reshape", ["by_probs", "all"], ["m1"], name="/blocks.0/Reshape_1"),
         helper.make_node("Reshape", ["by_logits", "all"], ["m2"], name="/blocks.0/Reshape_2"),
-        helper.make_node("Compress", ["flat", "m1"], ["s1"], name="/blocks.0/Compress", axis=0),
-        helper.make_node("Compress", ["flat", "m2"], ["s2"], name="/blocks.0/Compress_1", axis=0),
+    ]
+    if join == "rows":
+        nodes += [helper.make_node("Compress", ["flat", "m1"], ["s1"], name="/blocks.0/Compress", axis=0),
+                  helper.make_node("Compress", ["flat", "m2"], ["s2"], name="/blocks.0/Compress_1", axis=0)]
+    else:
+        for i in "12":
+            nodes += [helper.make_node("NonZero", [f"m{i}"], [f"at{i}"], name=f"/blocks.0/NonZero_{i}"),
+                      helper.make_node("ReduceSum", [f"at{i}"], [f"sum{i}"], name=f"/blocks.0/ReduceSum_{i}",
+                                       keepdims=0),
+                      helper.make_node("Range", ["zero", f"sum{i}", "one"], [f"r{i}"], name=f"/blocks.0/Range_{i}"),
+                      helper.make_node("Cast", [f"r{i}"], [f"s{i}"], name=f"/blocks.0/Cast_{i}", to=TensorProto.FLOAT)]
+    nodes += [
         helper.make_node("Add", ["s1", "s2"], ["both"], name="/blocks.0/Add"),
         helper.make_node("ReduceSum", ["both"], ["total"], name="/blocks.0/ReduceSum", keepdims=0),
         helper.make_node("MatMul", ["x", "w"], ["h"], name="/blocks.0/fc/MatMul"),
@@ -318,18 +328,46 @@ def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_
     onnx.save(model, tmp_path / "model.onnx")
     for name, seed in (("calib", 1), ("eval", 2)):
         np.savez(tmp_path / f"{name}.npz", x=np.random.default_rng(seed).standard_normal((6, 8, width)).astype(np.float32))
-    code, out, err = run(["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--data",
-                          tmp_path / "eval.npz", "--format", "json", *FAST], capsys)
+    return ["run", tmp_path / "model.onnx", "--calib", tmp_path / "calib.npz", "--data", tmp_path / "eval.npz",
+            "--format", "json", *FAST]
+
+
+def test_a_frozen_graph_that_cannot_run_reassigned_coefficients_leaves_the_rest_of_the_audit(tmp_path, capsys):
+    """With another input's probabilities, or its own shuffled, or a profile, the two selections
+    differ and ONNX Runtime refuses the Add that joins them: no condition but `correct` runs. The
+    live model runs on every input, so the static audit and the profile still stand; the
+    replay's findings are not measured, and say why."""
+    code, out, err = run(_two_path_router(tmp_path, "positions"), capsys)
     assert code == 0, err
     doc = json.loads(out)
     assert doc["replay"] is None and doc["static"]["blocks"] and doc["profile"]["blocks"]
     stopped = doc["verdict"]["functional_dependence"]
     assert stopped["answer"] == "not measured"
-    assert re.search(r"the frozen replay stopped: expected the frozen graph to run on the \w+ coefficients of "
-                     r"evaluation inputs \d+\.\.\d+, found ONNX Runtime's error in node '/blocks\.0/Add'", stopped["statement"])
+    assert re.search(r"the frozen replay stopped: expected the frozen graph to run on the coefficients of some "
+                     r"condition besides correct, found that it runs on none: \w+ on evaluation inputs \d+\.\.\d+: "
+                     r"ONNX Runtime's error in node '/blocks\.0/Add'", stopped["statement"])
     assert doc["verdict"]["coefficient_variation"]["answer"] == "not measured"
     assert any(n.startswith("the frozen replay stopped") for n in doc["notes"])
     assert not any(n.startswith("no coefficient tensors") for n in doc["notes"])
+
+
+def test_conditions_a_frozen_graph_cannot_run_are_left_out_of_the_audit(tmp_path, capsys):
+    """The rows each path selects only need to be as many: reassigning probabilities across the
+    batch's inputs or shuffling them over tokens keeps their number, a profile does not. The
+    replay reports the conditions that ran and names the others."""
+    code, out, err = run(_two_path_router(tmp_path, "rows"), capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    settings = doc["replay"]["settings"]
+    assert list(doc["replay"]["conditions"]) == settings["conditions"] == ["correct", "cross_input", "token_shuffle"]
+    assert list(settings["failed_conditions"]) == ["static_layer", "static_position", "global_mean"]
+    assert all("ONNX Runtime's error in node '/blocks.0/Add' (Add)" in v for v in settings["failed_conditions"].values())
+    dependence = doc["verdict"]["functional_dependence"]  # `y` is no logits and has no targets: no loss
+    assert dependence["answer"] == "not measured" and "'y' is not logits" in dependence["statement"]
+    assert doc["verdict"]["coefficient_variation"]["answer"] == "yes"
+    assert any("`static_layer`, `static_position`, `global_mean` did not run" in e["text"]
+               for e in doc["verdict"]["functional_dependence"]["evidence"])
+    assert any("left out: ONNX Runtime would not run the frozen graph" in n for n in doc["notes"])
 
 
 def test_a_coefficient_inside_control_flow_stops_the_replay_not_the_audit(tmp_path, capsys):
