@@ -222,8 +222,16 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
                "is not measurably worse than the correct coefficients")
         gap_words = f"; one global mean {how}, so no gap is left for a profile"
     elif num(gap.get("static_layer")) is not None:
-        gap_words = (f"; a static per-layer profile keeps {pct(gap['static_layer'])} of what the "
-                     "coefficients contribute over one global mean")
+        share, (lo, hi) = num(gap["static_layer"]), interval(gap_ci.get("static_layer"))
+        if hi is not None and hi < 0:
+            gap_words = (f"; a static per-layer profile does worse than one global mean (it keeps {pct(share)} of "
+                         "what the coefficients contribute over it)")
+        elif lo is not None and lo <= 0:
+            gap_words = (f"; a static per-layer profile keeps no measurable part of what the coefficients "
+                         f"contribute over one global mean ({pct(share)}, 95% CI {pct(lo)} to {pct(hi)})")
+        else:
+            gap_words = (f"; a static per-layer profile keeps {pct(share)} of what the coefficients contribute "
+                         "over one global mean")
     if hurts:
         parts = [f"{n.replace('_', '-')} +{fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "

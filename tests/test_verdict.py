@@ -344,3 +344,21 @@ def test_shares_of_two_families_that_print_alike_are_not_a_range():
     doc["variance"]["gate"]["eta2_layer"] = 0.0
     statement = coefficient_variation(static_doc(["gated"] * 2), doc).statement
     assert "layer identity alone explains 0% of their variance" in statement and "0%–0%" not in statement
+
+
+@pytest.mark.parametrize("gap, ci, words", [
+    (0.42, [0.30, 0.55], "a static per-layer profile keeps 42.0% of what the coefficients contribute over one global mean"),
+    (-0.085, [-0.271, 0.066], "a static per-layer profile keeps no measurable part of what the coefficients "
+                              "contribute over one global mean (-8.5%, 95% CI -27.1% to 6.6%)"),
+    (-0.3, [-0.5, -0.1], "a static per-layer profile does worse than one global mean (it keeps -30.0% of what the "
+                         "coefficients contribute over it)"),
+])
+def test_the_retained_gap_is_worded_by_what_its_interval_shows(gap, ci, words):
+    # the MoE zoo model's static profile keeps -8.5% (95% CI -27.1% to 6.6%): "keeps -8.5%" read as
+    # a share kept; it is no measurable share at all
+    from graphaudit.verdict import functional_dependence
+
+    doc = replay_doc(cross=(1.0, 0.9, 1.1), gap_layer=gap)
+    doc["retained_gap_ci"] = {"static_layer": ci}
+    statement = functional_dependence(doc).statement
+    assert statement.endswith(f"; {words}.")
