@@ -48,7 +48,9 @@ _LOG_PROB_KINDS = (LOG_PROBS_KIND, ROW_LOG_PROBS_KIND, SAMPLED_LOG_PROBS_KIND)
 class EveryInputParity:
     """Every evaluation input, live against the `correct` replay: each target's log-probability
     (`kind` "target log-probabilities", for logits), each value of the output ("outputs"), or
-    the values at the same WHOLE_OUTPUT_LIMIT positions of each input's output (SAMPLED_KIND).
+    the values at the same WHOLE_OUTPUT_LIMIT positions of each input's output (SAMPLED_KIND);
+    for logits without targets, the log-probability of every class ("log-probabilities") or of
+    those positions (SAMPLED_LOG_PROBS_KIND).
 
     The tolerance on log-probabilities is twice the outputs' one: a log-probability moves by at
     most the largest change of a logit plus that of their log-sum-exp, which is no larger.

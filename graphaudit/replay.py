@@ -49,7 +49,8 @@ from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers, slow_fusions
+from graphaudit.runtime import (TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers,
+                                slow_fusions)
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 from graphaudit.wording import counted, listed
 

@@ -111,6 +111,13 @@ def create_session(
         check_threads(threads)
     providers = providers or [PROVIDERS["cpu"]]
     disabled = list(disabled_optimizers) or None
+
+    def opened(payload: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+        with denormals.kept():  # ONNX Runtime's constructor sets or clears FTZ/DAZ on this thread
+            session = ort.InferenceSession(payload, sess_options=options, providers=providers,
+                                           disabled_optimizers=disabled)
+        return denormals.FlushingSession(session) if flush_denormals else session
+
     if isinstance(model, onnx.ModelProto) and options is None:
         # Weights handed over sit in the options until the session is made: only in options of
         # our own, since a caller's may make a second session, which would be handed them twice.
@@ -119,19 +126,13 @@ def create_session(
             mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
             try:
-                with denormals.kept():
-                    session = ort.InferenceSession(skeleton.SerializeToString(), sess_options=mine,
-                                                   providers=providers, disabled_optimizers=disabled)
-                return denormals.FlushingSession(session) if flush_denormals else session
+                return opened(skeleton.SerializeToString(), mine)
             except Exception:  # noqa: BLE001 - whatever ONNX Runtime objects to, the whole model below tells
                 pass
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals)
     try:
-        with denormals.kept():
-            session = ort.InferenceSession(payload, sess_options=options, providers=providers,
-                                           disabled_optimizers=disabled)
-        return denormals.FlushingSession(session) if flush_denormals else session
+        return opened(payload, options)
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
         message = " ".join(str(err).split())
         custom = custom_operators(model) if isinstance(model, onnx.ModelProto) else []
