@@ -358,6 +358,7 @@ def test_conditions_a_frozen_graph_cannot_run_are_left_out_of_the_audit(tmp_path
     code, out, err = run(_two_path_router(tmp_path, "rows"), capsys)
     assert code == 0, err
     doc = json.loads(out)
+    validate(doc)
     settings = doc["replay"]["settings"]
     assert list(doc["replay"]["conditions"]) == settings["conditions"] == ["correct", "cross_input", "token_shuffle"]
     assert list(settings["failed_conditions"]) == ["static_layer", "static_position", "global_mean"]

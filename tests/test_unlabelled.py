@@ -108,3 +108,23 @@ def test_the_html_report_draws_the_kl_where_there_is_no_nll(tmp_path):
     assert delta_nll_figure(mse) == ("", "Not shown: the replay has no NLL (the data has no labels or targets) "
                                          "and its output is not logits.")
     assert delta_nll_figure({"replay": None})[1] == "Not shown: no frozen replay ran."
+
+
+def test_the_run_of_a_classifier_without_labels_answers_from_the_kl(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+    from test_report_json import validate
+
+    _images(tmp_path, labels=False)
+    result = CliRunner().invoke(cli, ["run", str(tmp_path / "model.onnx"), "--calib", str(tmp_path / "calib.npz"),
+                                      "--data", str(tmp_path / "eval.npz"), "--format", "json", "-q", "--runs", "2",
+                                      "--warmup", "1", "--profile-runs", "1", "--resamples", "50"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    validate(doc)
+    finding = doc["verdict"]["functional_dependence"]
+    assert finding["answer"] in ("yes", "no") and "KL" in finding["statement"]
+    assert any(e["text"].startswith("KL from correct, cross_input = ") for e in finding["evidence"])
