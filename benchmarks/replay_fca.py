@@ -8,8 +8,10 @@
    cache, ORT run of the frozen graph plus its log-softmax output, metrics, the parity of
    every target against the live log-probabilities the capture kept; each run scored while
    the next runs in a worker thread when the session leaves a core free, as at --threads 1
-   on a machine of 2 cores or more) against the sum of bare `session.run` calls of the
-   frozen graph alone on the same, precomputed feeds, in the same process, alternating,
+   on a machine of 2 cores or more; what no coefficient reaches run once per batch, as
+   `replay()` does: graphaudit.prefix, off with --no-cut) against the sum of bare
+   `session.run` calls of the whole frozen graph alone on the same, precomputed feeds, and
+   against bare runs of the same graph cut as the replay's is, in the same process, alternating,
    warm-up discarded; median of the per-pair ratios of wall time (the target) and of CPU
    time (`time.process_time`, all threads: the work, which the overlap does not shrink).
    Then, for as many loops again, where the loop's wall time goes: inside ORT's `run` calls
@@ -61,7 +63,9 @@ from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay_loop import run_conditions  # noqa: E402
-from graphaudit.runtime import create_session, slow_fusions, spare_core  # noqa: E402
+from graphaudit.prefix import PrefixSession  # noqa: E402
+from graphaudit.replay import frozen_session  # noqa: E402
+from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
@@ -77,7 +81,7 @@ class Setup:
     """
 
     def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None,
-                 flush_denormals: bool = True):
+                 flush_denormals: bool = True, cut: bool = True):
         self.name, self.batch_size, self.wider = name, batch_size, wider
         loaded = load_model(wider.path if wider else FIXTURES / name / "model.onnx")
         self.coefs = declared_coefficients(loaded.model)
@@ -90,11 +94,16 @@ class Setup:
         self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
         frozen = frozen_graph(loaded.model, self.coefs)
-        # as in replay(): both sessions leave out the same fusions and flush denormals alike
+        # as in replay(): the sessions leave out the same fusions and flush denormals alike, and the
+        # replay's runs what no coefficient reaches once per batch (graphaudit.prefix) unless `cut` is off
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
-        self.session = create_session(with_log_softmax(frozen, self.task.output, self.task.fetch),
-                                      options=ort.SessionOptions(), **settings)
-        self.bare_session = create_session(frozen, options=ort.SessionOptions(), **settings)  # the frozen graph alone
+        cpu = [PROVIDERS["cpu"]]
+        replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
+        self.session = (frozen_session(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
+                        else create_session(replayed, **settings))
+        self.bare_session = create_session(frozen, **settings)  # the frozen graph alone, whole
+        # the same graph cut as the replay's is: its prefix once per batch, the rest per condition
+        self.bare_cut = frozen_session(frozen, self.coefs, cpu, None, threads, flush_denormals) if cut else None
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
                                    batch_size, 1e-4)
         self.seed = seed
@@ -167,21 +176,29 @@ def spread(values: list[float]) -> str:
 
 
 def overhead(setup: Setup, repeats: int) -> list[dict]:
-    """The replay loop against the bare runs; where the session leaves a core free (the loop
-    overlaps runs and scoring), also the loop made to run without the overlap, in the same rounds."""
+    """The replay loop against the bare runs of the whole frozen graph and, where the replay cuts
+    it (graphaudit.prefix), against bare runs of the same cut graph; where the session leaves a
+    core free (the loop overlaps runs and scoring), also the loop made to run without the
+    overlap, in the same rounds."""
     prepared = setup.prepared_feeds()
     output = [setup.task.output]
     bare = lambda: [setup.bare_session.run(output, f) for f in prepared]  # noqa: E731
+    contenders = [bare]
+    if isinstance(setup.bare_cut, PrefixSession):
+        contenders.append(lambda: [setup.bare_cut.run(output, f) for f in prepared])
     modes = [True, False] if spare_core(setup.session) else [False]
-    wall, cpu = interleaved([bare, *(lambda o=o: setup.replay_loop(overlap=o) for o in modes)], repeats)
+    wall, cpu = interleaved([*contenders, *(lambda o=o: setup.replay_loop(overlap=o) for o in modes)], repeats)
+    cut = wall[1] if len(contenders) == 2 else None
     rows = []
-    for i, mode in enumerate(modes, start=1):
+    for i, mode in enumerate(modes, start=len(contenders)):
         ratios = [r / b for r, b in zip(wall[i], wall[0])]
         rows.append({"model": label(setup), "batch_size": setup.batch_size, "runs_per_loop": len(prepared),
                      "overlap": mode, "replay_ms": wall[i], "bare_ms": wall[0], "ratios": ratios,
                      "ratio_median": statistics.median(ratios),
                      "ratio_of_medians": statistics.median(wall[i]) / statistics.median(wall[0]),
                      "cpu_ratio_median": statistics.median([r / b for r, b in zip(cpu[i], cpu[0])]),
+                     "bare_cut_ms": cut,
+                     "cut_ratio_median": statistics.median([r / b for r, b in zip(wall[i], cut)]) if cut else None,
                      "breakdown_ms": breakdown(setup, repeats, mode)})
     return rows
 
@@ -338,13 +355,16 @@ def main() -> None:
     parser.add_argument("--keep-denormals", action="store_true",
                         help="run every ONNX Runtime session with its default floating-point mode instead of "
                              "flushing denormals to zero as replay() does (graphaudit.denormals)")
+    parser.add_argument("--no-cut", action="store_true",
+                        help="replay the whole frozen graph in every run instead of its prefix once per batch "
+                             "(graphaudit.prefix), as replay() did before it cut")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     names = [n for n in args.models.split(",") if (FIXTURES / n / "model.onnx").is_file()]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
           f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}, denormals "
-          f"{'kept' if args.keep_denormals else 'flushed to zero'}")
+          f"{'kept' if args.keep_denormals else 'flushed to zero'}, {'whole graph' if args.no_cut else 'prefix cut'}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
     widths = [int(w) for w in args.widths.split(",") if w]
     flush = not args.keep_denormals
@@ -352,24 +372,26 @@ def main() -> None:
         for name in names:
             for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
                 if "overhead" not in skip:
-                    results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider, flush_denormals=flush),
+                    results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider, flush_denormals=flush,
+                                                          cut=not args.no_cut),
                                                     args.repeats)
                 if "torch" not in skip:
                     for size in map(int, args.torch_batch_sizes.split(",")):
                         results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider,
-                                                                   flush_denormals=flush),
+                                                                   flush_denormals=flush, cut=not args.no_cut),
                                                              args.repeats, args.threads))
             if "memory" not in skip:
                 results["memory"] += memory(name, args.inputs)
     if results["overhead"]:
         print("\n| model | batch | ORT runs per loop | overlap | replay loop | bare `run` calls | wall ratio (median of pairs) "
-              "| pairs over 1.10 | CPU ratio (median of pairs) |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "| pairs over 1.10 | CPU ratio (median of pairs) | bare runs of the cut graph | wall ratio to those |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in results["overhead"]:
             over = sum(x > 1.10 for x in r["ratios"])
+            cut = (f"{spread(r['bare_cut_ms'])} | {r['cut_ratio_median']:.3f}" if r["bare_cut_ms"] else "— | —")
             print(f"| {r['model']} | {r['batch_size']} | {r['runs_per_loop']} | {'yes' if r['overlap'] else 'no'} | "
                   f"{spread(r['replay_ms'])} | {spread(r['bare_ms'])} | "
-                  f"{r['ratio_median']:.3f} | {over}/{len(r['ratios'])} | {r['cpu_ratio_median']:.3f} |")
+                  f"{r['ratio_median']:.3f} | {over}/{len(r['ratios'])} | {r['cpu_ratio_median']:.3f} | {cut} |")
         print("\nWhere the loop's time goes (medians over as many loops again, timed after the comparison, "
               "each beside a bare loop; ms):\n")
         print("| model | overlap | loop | inside ORT's runs | before the first run | between runs | after the last run "

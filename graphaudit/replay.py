@@ -47,10 +47,11 @@ from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, Poisso
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
+from graphaudit.prefix import PrefixSession, split_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import (TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers,
-                                slow_fusions)
+from graphaudit.runtime import (PROVIDERS, TRACED_SIZES, FrozenRunError, check_threads, create_session,
+                                resolve_providers, slow_fusions)
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
 from graphaudit.wording import counted, listed
 
@@ -256,9 +257,7 @@ def replay(
             settings["live_decisions_note"] = _live_note(live)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
-        session = create_session(frozen, providers, disabled_optimizers=slow_fusions(providers),
-                                 weights_folder=loaded.weights_folder, threads=threads,
-                                 flush_denormals=flush_denormals)
+        session = frozen_session(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             settings["tolerance"] = tolerance
@@ -302,6 +301,25 @@ def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient])
     mg = build_graph(frozen)
     dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
     return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
+
+
+def frozen_session(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], providers: list[str],
+                   weights_folder=None, threads: int | None = None, flush_denormals: bool = True):
+    """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
+    reaches holds compute worth running once per batch (`split_frozen`), else one session of the
+    whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
+    runs more than the cut saved (BENCHMARKS.md, replay). On an accelerator the cut would move
+    its values to the host and back for every condition, so the whole graph runs there."""
+    def opened(model: onnx.ModelProto, spinning: bool = True):
+        return create_session(model, providers, disabled_optimizers=slow_fusions(providers),
+                              weights_folder=weights_folder, threads=threads, flush_denormals=flush_denormals,
+                              spinning=spinning)
+
+    cpu = providers[0] == PROVIDERS["cpu"]
+    split = split_frozen(frozen, [c.tensor for c in coefficients]) if cpu else None
+    if split is None:
+        return opened(frozen)
+    return PrefixSession(split, opened(split.prefix, spinning=False), opened(split.suffix))
 
 
 def _failed_note(failed: Mapping[str, str]) -> str:

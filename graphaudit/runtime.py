@@ -40,6 +40,8 @@ EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 # the two unfused kernels (hidden 64-2048, 1 and 2 threads), and FeatureGate's frozen graph
 # 17% faster without it (BENCHMARKS.md, replay). Outputs differ by rounding only.
 SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
+# Session option: whether intra-op threads spin between runs ("0": they sleep)
+NO_SPINNING = "session.intra_op.allow_spinning"
 # Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
 MAX_THREADS = 1024
 # Inline weights past this many bytes reach ONNX Runtime as arrays, not serialised (weights_apart)
@@ -94,6 +96,7 @@ def create_session(
     weights_folder: Path | None = None,
     threads: int | None = None,
     flush_denormals: bool = False,
+    spinning: bool = True,
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
 
@@ -104,6 +107,8 @@ def create_session(
     pool threads and on the thread that calls `run` (a `denormals.FlushingSession` is returned).
     Whatever ONNX Runtime's constructor does to the calling thread's floating-point environment
     is undone.
+    `spinning` False: the intra-op threads sleep as soon as a run ends instead of spinning for
+    the next (a session that runs now and then beside another, whose threads it would slow).
     A ModelProto's large inline weights reach ONNX Runtime as arrays (`weights_apart`) when the
     options are create_session's own; should that session fail, the whole serialised model is tried.
     """
@@ -123,14 +128,14 @@ def create_session(
         # our own, since a caller's may make a second session, which would be handed them twice.
         skeleton, names, arrays = weights_apart(model)
         if names:
-            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals)
+            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
             try:
                 return opened(skeleton.SerializeToString(), mine)
             except Exception:  # noqa: BLE001 - whatever ONNX Runtime objects to, the whole model below tells
                 pass
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals)
+    options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning)
     try:
         return opened(payload, options)
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
@@ -174,11 +179,13 @@ def _typed(model, op: str, name: str) -> str:
 
 
 def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None,
-             flush_denormals: bool = False) -> ort.SessionOptions:
-    """`options` with the threads, the external weights' folder, the denormals' flushing and
-    ORT's logging create_session sets."""
+             flush_denormals: bool = False, spinning: bool = True) -> ort.SessionOptions:
+    """`options` with the threads, the external weights' folder, the denormals' flushing, the
+    threads' spinning and ORT's logging create_session sets."""
     if flush_denormals:
         options.add_session_config_entry(denormals.SESSION_OPTION, "1")
+    if not spinning:
+        options.add_session_config_entry(NO_SPINNING, "0")
     if threads is not None:
         options.intra_op_num_threads = threads
     if weights_folder is not None:

@@ -429,8 +429,9 @@ def test_replay_threads_reach_the_report_and_bad_counts_are_usage_errors(files, 
 
 def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cache_dir(files, monkeypatch):
     """A model's weights are serialised for every session made and every cache key digested:
-    the replay makes one session of the trace graph and one of the frozen graph, and digests
-    nothing unless it keeps the cache for reuse."""
+    the replay makes one session of the trace graph and one of each part of the frozen graph
+    (what no coefficient reaches, run once per batch, and the rest: graphaudit.prefix), and
+    digests nothing unless it keeps the cache for reuse."""
     import graphaudit.capture as capture_module
     import graphaudit.replay as replay_module
 
@@ -440,6 +441,7 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     monkeypatch.setattr(capture_module, "create_session", lambda *a, **k: pytest.fail("capture made its own session"))
     monkeypatch.setattr(capture_module, "_key", lambda *a, **k: pytest.fail("a cache key was digested"))
     report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=20)
-    assert report.parity.ok and len(made) == 2
+    assert report.parity.ok and len(made) == 3
     assert [sorted(o.name for o in m.graph.output) for m in made] == [["gate.0", "gate.1", "logits"],  # the trace
-                                                                      ["graphaudit.log_probs", "logits"]]  # frozen
+                                                                      ["bt.0", "positions3", "x0"],  # prefix: block 0 before its gate
+                                                                      ["graphaudit.log_probs", "logits"]]  # the rest

@@ -1,0 +1,136 @@
+"""The frozen graph's shared prefix: what no coefficient reaches runs once per batch.
+
+Every replay condition feeds the frozen graph the same inputs and different coefficients, so
+each node that no coefficient input reaches (the embedding, the blocks before the first
+controller, the masks and positions computed from the input) computes the same values in
+every condition. `split_frozen` cuts the frozen graph there: a *prefix* graph of those nodes,
+whose outputs are the values the rest reads (the cut), and a *suffix* graph of the rest, which
+takes the cut as graph inputs. `PrefixSession` runs the prefix once for a batch's inputs and
+the suffix once per condition, and answers `run` as the frozen graph's session would. Both
+graphs are the frozen graph's own nodes, unchanged, so their outputs are the frozen graph's
+up to what ONNX Runtime fuses across the cut (BENCHMARKS.md, replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from graphaudit.protos import node_bodies
+
+# Operators whose presence makes a prefix worth a session of its own
+_COMPUTE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "MultiHeadAttention",
+                      "FusedMatMul", "MatMulInteger", "QLinearMatMul", "LSTM", "GRU", "RNN"})
+
+
+@dataclass(frozen=True)
+class Split:
+    """The frozen graph cut after what no coefficient reaches."""
+
+    prefix: onnx.ModelProto = field(repr=False)
+    suffix: onnx.ModelProto = field(repr=False)
+    cut: tuple[str, ...]  # the prefix's outputs: values the suffix reads, or graph outputs the prefix makes
+    prefix_inputs: tuple[str, ...]  # the graph inputs the prefix reads
+    outputs: tuple[str, ...]  # the frozen graph's outputs, in order
+
+
+def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split | None:
+    """Cut `frozen` (a frozen graph whose `coefficients` are graph inputs) into the nodes no
+    coefficient reaches and the rest; None when the first hold no matrix product or convolution
+    (nothing worth running once), or the rest is empty."""
+    graph = frozen.graph
+    reached = set(coefficients)
+    prefix, suffix = [], []
+    for node in graph.node:  # in topological order, as ONNX requires
+        if _reads(node) & reached:
+            suffix.append(node)
+            reached.update(o for o in node.output if o)
+        else:
+            prefix.append(node)
+    if not suffix or not any(n.op_type in _COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft") for n in prefix):
+        return None
+    made = {o for n in prefix for o in n.output if o}
+    suffix_reads = set().union(*(_reads(n) for n in suffix))
+    outputs = {o.name for o in graph.output}
+    cut = tuple(sorted(made & (suffix_reads | outputs)))
+    if not cut:
+        return None
+    types = _types(frozen)
+    if any(name not in types for name in cut):  # a value of unknown type cannot be a graph input
+        return None
+    prefix_reads = set().union(*(_reads(n) for n in prefix))
+    prefix_inputs = tuple(i.name for i in graph.input if i.name in prefix_reads)
+    pre = _model(frozen, prefix, [i for i in graph.input if i.name in prefix_reads], [types[c] for c in cut],
+                 prefix_reads)
+    suf = _model(frozen, suffix, [i for i in graph.input if i.name in suffix_reads] + [types[c] for c in cut
+                                                                                       if c in suffix_reads],
+                 [o for o in graph.output if o.name not in made], suffix_reads)
+    return Split(pre, suf, cut, prefix_inputs, tuple(o.name for o in graph.output))
+
+
+def _reads(node: onnx.NodeProto) -> set[str]:
+    """Every name `node` reads, including outer-scope names read inside its subgraphs."""
+    names = {i for i in node.input if i}
+    for body in node_bodies(node):
+        for inner in body.node:
+            names |= _reads(inner)
+    return names
+
+
+def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Each value's type (element type at least) by name, as the frozen graph declares them
+    (the loader wrote shape inference's findings into it)."""
+    found = {}
+    for v in (*model.graph.value_info, *model.graph.output):
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            found.setdefault(v.name, v)
+    return found
+
+
+def _model(frozen: onnx.ModelProto, nodes, inputs, outputs, reads: set[str]) -> onnx.ModelProto:
+    graph = onnx.helper.make_graph(nodes, frozen.graph.name, inputs, outputs,
+                                   initializer=[t for t in frozen.graph.initializer if t.name in reads])
+    graph.sparse_initializer.extend(t for t in frozen.graph.sparse_initializer if t.values.name in reads)
+    model = onnx.helper.make_model(graph, opset_imports=frozen.opset_import, ir_version=frozen.ir_version)
+    model.functions.extend(frozen.functions)
+    return model
+
+
+class PrefixSession:
+    """Runs a Split as one session of the frozen graph: the prefix once for a batch's inputs,
+    the suffix for every `run`. A batch's inputs are known by the arrays themselves (the
+    replay hands every condition of a batch the same ones, and never changes them); the cache
+    holds them, so no other array can take their place."""
+
+    def __init__(self, split: Split, prefix_session, suffix_session) -> None:
+        self.split, self.prefix, self.suffix = split, prefix_session, suffix_session
+        self._key: tuple | None = None
+        self._cut: dict[str, np.ndarray] = {}
+        self._suffix_inputs = [i.name for i in suffix_session.get_inputs()]
+
+    def run(self, fetch: Sequence[str] | None, feeds: Mapping[str, np.ndarray]):
+        arrays = tuple(feeds[name] for name in self.split.prefix_inputs)
+        if self._key is None or len(arrays) != len(self._key) or any(a is not b for a, b in zip(arrays, self._key)):
+            values = self.prefix.run(list(self.split.cut), {n: feeds[n] for n in self.split.prefix_inputs})
+            self._key, self._cut = arrays, dict(zip(self.split.cut, values))
+        fetch = list(fetch) if fetch is not None else list(self.split.outputs)
+        mine = [name for name in fetch if name not in self._cut]
+        fed = {name: self._cut[name] if name in self._cut else feeds[name] for name in self._suffix_inputs}
+        ran = dict(zip(mine, self.suffix.run(mine, fed))) if mine else {}
+        return [ran[name] if name in ran else self._cut[name] for name in fetch]
+
+    def get_outputs(self):
+        """The frozen graph's outputs, in its order, from whichever graph makes each."""
+        made = {o.name: o for o in (*self.prefix.get_outputs(), *self.suffix.get_outputs())}
+        return [made[name] for name in self.split.outputs]
+
+    def get_inputs(self):
+        """The frozen graph's inputs: the prefix's, then the suffix's own (the cut left out)."""
+        seen = set(self.split.prefix_inputs) | set(self.split.cut)
+        return [*self.prefix.get_inputs(), *(i for i in self.suffix.get_inputs() if i.name not in seen)]
+
+    def __getattr__(self, name: str):
+        return getattr(self.suffix, name)
