@@ -210,10 +210,12 @@ def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
             removed.append(node.name or f"{node.op_type}#{index}")
     del graph.node[:]
     graph.node.extend(reversed(kept))
+    weights = {t.name for t in graph.initializer}
     inits = [t for t in graph.initializer if t.name in needed]
     del graph.initializer[:]
     graph.initializer.extend(inits)
-    inputs = [i for i in graph.input if i.name in needed or i.name not in {t.name for t in inits}]
+    # the user's inputs stay, read or not; a weight an older IR lists among them goes with the weight
+    inputs = [i for i in graph.input if i.name in needed or i.name not in weights]
     del graph.input[:]
     graph.input.extend(inputs)
     return tuple(reversed(removed))

@@ -157,3 +157,27 @@ def test_with_log_softmax_adds_the_scored_output_and_leaves_the_argument_alone()
         with_log_softmax(frozen, "nope", "x")
     assert with_log_softmax(frozen, "logits", "graphaudit.log_probs", in_place=True) is frozen  # its owner's
     assert frozen.SerializeToString() == scored.SerializeToString()
+
+
+def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their_controller(tmp_path):
+    # IR 3 lists every initializer among the graph inputs: the controller's weights, dead once it
+    # is gone, must go from the inputs too, or ONNX Runtime asks the replay to feed them
+    import numpy as np
+    from onnx import helper
+
+    from graphaudit.replay import replay
+    from test_replay_models import gated_lm, token_ids
+
+    model = gated_lm(layers=2)
+    model.ir_version = 3
+    model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in model.graph.initializer)
+    frozen = frozen_graph(model, declared_coefficients(model))
+    names = [i.name for i in frozen.graph.input]
+    assert "wg.0" not in names and "bg.1" not in names  # the gates' weights, gone with the gates
+    assert {"input_ids", "gate.0", "gate.1", "emb", "head"} <= set(names)  # the rest's weights stay listed
+    onnx.save(model, tmp_path / "model.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
+    report = replay(tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
+    assert report.parity.ok and report.condition("cross_input").nll.value is not None
