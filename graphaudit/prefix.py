@@ -33,7 +33,7 @@ class Split:
     prefix: onnx.ModelProto = field(repr=False)
     suffix: onnx.ModelProto = field(repr=False)
     cut: tuple[str, ...]  # the prefix's outputs: values the suffix reads, or graph outputs the prefix makes
-    prefix_inputs: tuple[str, ...]  # the graph inputs the prefix reads
+    prefix_inputs: tuple[str, ...]  # the graph inputs the prefix reads (weights listed as inputs left out)
     outputs: tuple[str, ...]  # the frozen graph's outputs, in order
 
 
@@ -62,7 +62,8 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     if any(name not in types for name in cut):  # a value of unknown type cannot be a graph input
         return None
     prefix_reads = set().union(*(_reads(n) for n in prefix))
-    prefix_inputs = tuple(i.name for i in graph.input if i.name in prefix_reads)
+    weights = {t.name for t in graph.initializer}  # an older IR lists them among the inputs too
+    prefix_inputs = tuple(i.name for i in graph.input if i.name in prefix_reads and i.name not in weights)
     pre = _model(frozen, prefix, [i for i in graph.input if i.name in prefix_reads], [types[c] for c in cut],
                  prefix_reads)
     suf = _model(frozen, suffix, [i for i in graph.input if i.name in suffix_reads] + [types[c] for c in cut
@@ -107,9 +108,11 @@ class PrefixSession:
 
     def __init__(self, split: Split, prefix_session, suffix_session) -> None:
         self.split, self.prefix, self.suffix = split, prefix_session, suffix_session
-        self._key: tuple | None = None
+        self._key: tuple | None = None  # the arrays the cut values were computed from
         self._cut: dict[str, np.ndarray] = {}
-        self._suffix_inputs = [i.name for i in suffix_session.get_inputs()]
+        names = [i.name for i in suffix_session.get_inputs()]  # weights listed as inputs not among them
+        self._suffix_cut = [n for n in names if n in split.cut]
+        self._suffix_inputs = [n for n in names if n not in split.cut]
 
     def run(self, fetch: Sequence[str] | None, feeds: Mapping[str, np.ndarray]):
         arrays = tuple(feeds[name] for name in self.split.prefix_inputs)
@@ -118,7 +121,8 @@ class PrefixSession:
             self._key, self._cut = arrays, dict(zip(self.split.cut, values))
         fetch = list(fetch) if fetch is not None else list(self.split.outputs)
         mine = [name for name in fetch if name not in self._cut]
-        fed = {name: self._cut[name] if name in self._cut else feeds[name] for name in self._suffix_inputs}
+        fed = {**{name: feeds[name] for name in self._suffix_inputs if name in feeds},
+               **{name: self._cut[name] for name in self._suffix_cut}}
         ran = dict(zip(mine, self.suffix.run(mine, fed))) if mine else {}
         return [ran[name] if name in ran else self._cut[name] for name in fetch]
 

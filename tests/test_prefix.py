@@ -121,3 +121,18 @@ def test_the_zoo_replays_alike_with_and_without_the_cut(name, monkeypatch):
             if isinstance(value, float):
                 assert cut["conditions"][condition][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (condition, key)
     assert cut["variance"] == whole["variance"]
+
+
+def test_weights_an_older_ir_lists_among_the_inputs_are_not_asked_of_the_feeds():
+    # IR 3 lists every initializer among the graph inputs; the replay feeds no weights
+    model = gated_lm(layers=2)
+    model.ir_version = 3
+    model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in model.graph.initializer)
+    frozen, coefs = _frozen(model)
+    split = split_frozen(frozen, coefs)
+    assert split.prefix_inputs == ("input_ids",)
+    session = PrefixSession(split, create_session(split.prefix), create_session(split.suffix))
+    feeds = {"input_ids": token_ids(2), **{c: np.full((2, 6, WIDTH), 0.5, np.float32) for c in coefs}}
+    np.testing.assert_allclose(session.run(["logits"], feeds)[0], create_session(frozen).run(["logits"], feeds)[0],
+                               rtol=1e-6, atol=1e-6)
