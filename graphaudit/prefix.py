@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import onnx
 
-from graphaudit.protos import node_bodies
+from graphaudit.protos import node_reads
 
 # Operators whose presence makes a prefix worth a session of its own
 _COMPUTE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "MultiHeadAttention",
@@ -45,7 +45,7 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     reached = set(coefficients)
     prefix, suffix = [], []
     for node in graph.node:  # in topological order, as ONNX requires
-        if _reads(node) & reached:
+        if node_reads(node) & reached:
             suffix.append(node)
             reached.update(o for o in node.output if o)
         else:
@@ -53,7 +53,7 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     if not suffix or not any(n.op_type in _COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft") for n in prefix):
         return None
     made = {o for n in prefix for o in n.output if o}
-    suffix_reads = set().union(*(_reads(n) for n in suffix))
+    suffix_reads = set().union(*(node_reads(n) for n in suffix))
     outputs = {o.name for o in graph.output}
     cut = tuple(sorted(made & (suffix_reads | outputs)))
     if not cut:
@@ -61,7 +61,7 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     types = _types(frozen)
     if any(name not in types for name in cut):  # a value of unknown type cannot be a graph input
         return None
-    prefix_reads = set().union(*(_reads(n) for n in prefix))
+    prefix_reads = set().union(*(node_reads(n) for n in prefix))
     weights = {t.name for t in graph.initializer}  # an older IR lists them among the inputs too
     prefix_inputs = tuple(i.name for i in graph.input if i.name in prefix_reads and i.name not in weights)
     pre = _model(frozen, prefix, [i for i in graph.input if i.name in prefix_reads], [types[c] for c in cut],
@@ -70,15 +70,6 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
                                                                                        if c in suffix_reads],
                  [o for o in graph.output if o.name not in made], suffix_reads)
     return Split(pre, suf, cut, prefix_inputs, tuple(o.name for o in graph.output))
-
-
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """Every name `node` reads, including outer-scope names read inside its subgraphs."""
-    names = {i for i in node.input if i}
-    for body in node_bodies(node):
-        for inner in body.node:
-            names |= _reads(inner)
-    return names
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:

@@ -46,6 +46,15 @@ def node_bodies(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from attr.graphs
 
 
+def node_reads(node: onnx.NodeProto) -> set[str]:
+    """Every name `node` reads, including outer-scope names read inside its subgraphs."""
+    names = {i for i in node.input if i}
+    for body in node_bodies(node):
+        for inner in body.node:
+            names |= node_reads(inner)
+    return names
+
+
 def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
     for node in nodes:
         if node.op_type in BODY_OPS or node.domain:  # the test node_bodies makes, without its generator

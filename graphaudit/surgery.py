@@ -23,7 +23,7 @@ from onnx import helper, shape_inference
 from graphaudit.coefficients import BATCH, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
-from graphaudit.protos import node_bodies
+from graphaudit.protos import node_reads
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
 _DETACHED = "__graphaudit_controller"
@@ -205,7 +205,7 @@ def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
         node = graph.node[index]
         if any(o in needed for o in node.output if o):
             kept.append(node)
-            needed.update(_reads(node))
+            needed.update(node_reads(node))
         else:
             removed.append(node.name or f"{node.op_type}#{index}")
     del graph.node[:]
@@ -219,12 +219,3 @@ def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
     del graph.input[:]
     graph.input.extend(inputs)
     return tuple(reversed(removed))
-
-
-def _reads(node: onnx.NodeProto) -> set[str]:
-    """Every name `node` reads, including outer-scope names read inside its subgraphs."""
-    names = {i for i in node.input if i}
-    for body in node_bodies(node):
-        for inner in body.node:
-            names |= _reads(inner)
-    return names
