@@ -233,7 +233,7 @@ def _shapes(entries: Any) -> tuple[tuple[str, ...] | None, tuple[Shape, ...] | N
         if isinstance(entry, dict) and len(entry) == 1:
             (dtype, dims), = entry.items()
             types.append(str(dtype))
-            shapes.append(tuple(int(d) for d in dims) if isinstance(dims, list) else ())
+            shapes.append(tuple(map(int, dims)) if isinstance(dims, list) else ())
         else:
             types.append("?")
             shapes.append(())
