@@ -2,10 +2,12 @@
 
 Every replay condition feeds the frozen graph the same inputs and different coefficients, so
 each node that no coefficient input reaches (the embedding, the blocks before the first
-controller, the masks and positions computed from the input) computes the same values in
-every condition. `split_frozen` cuts the frozen graph there: a *prefix* graph of those nodes,
-whose outputs are the values the rest reads (the cut), and a *suffix* graph of the rest, which
-takes the cut as graph inputs. `PrefixSession` runs the prefix once for a batch's inputs and
+controller) computes the same values in every condition. `split_frozen` cuts the frozen graph
+there: a *prefix* graph of those nodes, whose outputs are the values the rest reads (the cut),
+and a *suffix* graph of the rest, which takes the cut as graph inputs. What is computed from
+constants and the input's shapes alone (masks, positions, shape arithmetic) is made in each
+part that reads it, not cut: cut, it became a graph input ONNX Runtime could no longer fold,
+and a tiny model's replay (an HF Mixtral classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for a batch's inputs and
 the suffix once per condition, and answers `run` as the frozen graph's session would. Both
 graphs are the frozen graph's own nodes, unchanged, so their outputs are the frozen graph's
 up to what ONNX Runtime fuses across the cut (BENCHMARKS.md, replay).
@@ -40,23 +42,29 @@ class Split:
 def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split | None:
     """Cut `frozen` (a frozen graph whose `coefficients` are graph inputs) into the nodes no
     coefficient reaches and the rest; None when the first hold no matrix product or convolution
-    (nothing worth running once), or the rest is empty."""
+    (nothing worth running once), or the rest is empty.
+
+    Constants and what is computed from shapes alone (a causal mask, positions, shape
+    arithmetic) are cheap and let ONNX Runtime fold and specialise: they are never cut, but
+    given to each part that reads them. The cut holds values computed from the input's values."""
     graph = frozen.graph
-    reached = set(coefficients)
-    prefix, suffix = [], []
-    for node in graph.node:  # in topological order, as ONNX requires
+    nodes = list(graph.node)  # in topological order, as ONNX requires
+    reached, cheap = set(coefficients), _cheap(graph, coefficients)
+    late = set()  # the nodes a coefficient reaches: id()s
+    for node in nodes:
         if node_reads(node) & reached:
-            suffix.append(node)
+            late.add(id(node))
             reached.update(o for o in node.output if o)
-        else:
-            prefix.append(node)
-    if not suffix or not any(n.op_type in _COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft") for n in prefix):
-        return None
-    made = {o for n in prefix for o in n.output if o}
+    early = [n for n in nodes if id(n) not in late]
+    outputs = [o.name for o in graph.output]
+    # the rest, with the cheap values it reads made again in it
+    suffix = _needed(nodes, [n for n in nodes if id(n) in late], [n for n in early if _all_cheap(n, cheap)])
+    made = {o for n in early if not _all_cheap(n, cheap) for o in n.output if o}
     suffix_reads = set().union(*(node_reads(n) for n in suffix))
-    outputs = {o.name for o in graph.output}
-    cut = tuple(sorted(made & (suffix_reads | outputs)))
-    if not cut:
+    cut = tuple(sorted(made & (suffix_reads | set(outputs))))
+    prefix = _needed(nodes, [n for n in early if set(n.output) & set(cut)], early)
+    if not suffix or not cut or not any(n.op_type in _COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft")
+                                        for n in prefix):
         return None
     types = _types(frozen)
     if any(name not in types for name in cut):  # a value of unknown type cannot be a graph input
@@ -69,7 +77,40 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     suf = _model(frozen, suffix, [i for i in graph.input if i.name in suffix_reads] + [types[c] for c in cut
                                                                                        if c in suffix_reads],
                  [o for o in graph.output if o.name not in made], suffix_reads)
-    return Split(pre, suf, cut, prefix_inputs, tuple(o.name for o in graph.output))
+    return Split(pre, suf, cut, prefix_inputs, tuple(outputs))
+
+
+def _cheap(graph: onnx.GraphProto, coefficients: Sequence[str]) -> set[str]:
+    """The values computed from constants and the inputs' shapes alone, not from any input's
+    values (`Shape` and `Size` read only a shape)."""
+    valued = {i.name for i in graph.input} - {t.name for t in graph.initializer}
+    valued |= set(coefficients)
+    cheap = set()
+    for node in graph.node:
+        if node.op_type in ("Shape", "Size") and not node.domain:
+            outputs_valued = False
+        else:
+            outputs_valued = bool(node_reads(node) & valued)
+        (valued if outputs_valued else cheap).update(o for o in node.output if o)
+    return cheap
+
+
+def _all_cheap(node: onnx.NodeProto, cheap: set[str]) -> bool:
+    return all(o in cheap for o in node.output if o)
+
+
+def _needed(nodes: list[onnx.NodeProto], wanted: list[onnx.NodeProto],
+            candidates: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """`wanted`, with the `candidates` whose values they read (and what those read), in the
+    graph's order."""
+    keep = {id(n) for n in wanted}
+    allowed = {id(n) for n in candidates}
+    needed = set().union(*(node_reads(n) for n in wanted)) if wanted else set()
+    for node in reversed(nodes):
+        if id(node) in allowed and id(node) not in keep and set(node.output) & needed:
+            keep.add(id(node))
+            needed |= node_reads(node)
+    return [n for n in nodes if id(n) in keep]
 
 
 def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:

@@ -443,5 +443,5 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=20)
     assert report.parity.ok and len(made) == 3
     assert [sorted(o.name for o in m.graph.output) for m in made] == [["gate.0", "gate.1", "logits"],  # the trace
-                                                                      ["bt.0", "positions3", "x0"],  # prefix: block 0 before its gate
+                                                                      ["bt.0", "x0"],  # prefix: block 0 before its gate
                                                                       ["graphaudit.log_probs", "logits"]]  # the rest
