@@ -244,8 +244,27 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         parts = [f"{n.replace('_', '-')} {signed(conditions[n]['delta_nll'])} nats" for n in helps]
         lowered = (f"; it lowers it measurably ({', '.join(parts)}): the outputs do change with the "
                    "coefficients, and these inputs do better with coefficients that are not their own")
+    else:  # the NLL does not move, yet the output distribution may: say so, with the KL as evidence
+        moved = _moved_kl(conditions, measured, evidence)
+        if moved:
+            lowered = (f"; its output distribution does move (KL from correct: {moved}), without a "
+                       "measurable cost in NLL")
     return Finding(NO, (f"No: feeding the frozen model {fed} raises its NLL by no measurable amount above "
                         f"{MATERIAL_NATS:g} nats{lowered}{gap_words}{unfed}."), tuple(evidence))
+
+
+def _moved_kl(conditions: dict, names: list[str], evidence: list) -> str:
+    """The reassignments among `names` whose KL from correct lies wholly above MATERIAL_NATS, in
+    words ("" if none), each added to `evidence`."""
+    parts = []
+    for name in names:
+        c = conditions.get(name) or {}
+        value, (lo, hi) = num(c.get("kl")), interval(c.get("kl_ci"))
+        if value is not None and lo is not None and lo > MATERIAL_NATS:
+            evidence.append(Evidence("replay", f"KL from correct, {name} = {value:.3g} nats (95% CI {lo:.3g} to "
+                                               f"{hi:.3g})"))
+            parts.append(f"{name.replace('_', '-')} {value:.3g} nats")
+    return ", ".join(parts)
 
 
 def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:

@@ -362,3 +362,21 @@ def test_the_retained_gap_is_worded_by_what_its_interval_shows(gap, ci, words):
     doc["retained_gap_ci"] = {"static_layer": ci}
     statement = functional_dependence(doc).statement
     assert statement.endswith(f"; {words}.")
+
+
+def test_a_no_says_when_the_output_distribution_moves_without_costing_nll():
+    # reassigned coefficients that change what the model predicts, token by token, but not how
+    # well on the whole: no measurable ΔNLL, a KL from correct wholly above the threshold
+    from graphaudit.verdict import functional_dependence
+
+    doc = replay_doc(cross=(0.002, -0.004, 0.008), shuffle=(0.0, -0.003, 0.003))
+    doc["conditions"]["cross_input"].update(kl=0.052, kl_ci=[0.041, 0.063])
+    doc["conditions"]["token_shuffle"].update(kl=0.006, kl_ci=[0.004, 0.009])
+    finding = functional_dependence(doc)
+    assert finding.answer == NO
+    assert ("its output distribution does move (KL from correct: cross-input 0.052 nats), without a measurable "
+            "cost in NLL") in finding.statement
+    assert "KL from correct, cross_input = 0.052 nats (95% CI 0.041 to 0.063)" in [e.text for e in finding.evidence]
+    assert not any("token_shuffle" in e.text and "KL" in e.text for e in finding.evidence)
+    doc["conditions"]["cross_input"].update(kl=0.012, kl_ci=[0.007, 0.019])  # not wholly above 0.01 nats
+    assert "does move" not in functional_dependence(doc).statement
