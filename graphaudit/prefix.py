@@ -49,27 +49,32 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     given to each part that reads them. The cut holds values computed from the input's values."""
     graph = frozen.graph
     nodes = list(graph.node)  # in topological order, as ONNX requires
-    reached, cheap = set(coefficients), _cheap(graph, coefficients)
+    reads = {id(n): node_reads(n) for n in nodes}
+    reached, cheap = set(coefficients), _cheap(graph, nodes, reads, coefficients)
     late = set()  # the nodes a coefficient reaches: id()s
     for node in nodes:
-        if node_reads(node) & reached:
+        if reads[id(node)] & reached:
             late.add(id(node))
             reached.update(o for o in node.output if o)
     early = [n for n in nodes if id(n) not in late]
     outputs = [o.name for o in graph.output]
-    # the rest, with the cheap values it reads made again in it
-    suffix = _needed(nodes, [n for n in nodes if id(n) in late], [n for n in early if _all_cheap(n, cheap)])
+    # the rest, with the cheap values it reads or gives out made again in it
+    cheap_early = [n for n in early if _all_cheap(n, cheap)]
+    suffix = _needed(nodes, reads, [n for n in nodes if id(n) in late or (
+        _all_cheap(n, cheap) and set(n.output) & set(outputs))], cheap_early)
     made = {o for n in early if not _all_cheap(n, cheap) for o in n.output if o}
-    suffix_reads = set().union(*(node_reads(n) for n in suffix))
+    suffix_made = {o for n in suffix for o in n.output if o}
+    # what the rest reads, and gives out as it is (a graph input passed through to an output)
+    suffix_reads = set().union(*(reads[id(n)] for n in suffix)) | (set(outputs) - suffix_made - made)
     cut = tuple(sorted(made & (suffix_reads | set(outputs))))
-    prefix = _needed(nodes, [n for n in early if set(n.output) & set(cut)], early)
+    prefix = _needed(nodes, reads, [n for n in early if set(n.output) & set(cut)], early)
     if not suffix or not cut or not any(n.op_type in _COMPUTE and n.domain in ("", "ai.onnx", "com.microsoft")
                                         for n in prefix):
         return None
     types = _types(frozen)
     if any(name not in types for name in cut):  # a value of unknown type cannot be a graph input
         return None
-    prefix_reads = set().union(*(node_reads(n) for n in prefix))
+    prefix_reads = set().union(*(reads[id(n)] for n in prefix))
     weights = {t.name for t in graph.initializer}  # an older IR lists them among the inputs too
     prefix_inputs = tuple(i.name for i in graph.input if i.name in prefix_reads and i.name not in weights)
     pre = _model(frozen, prefix, [i for i in graph.input if i.name in prefix_reads], [types[c] for c in cut],
@@ -80,17 +85,17 @@ def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split 
     return Split(pre, suf, cut, prefix_inputs, tuple(outputs))
 
 
-def _cheap(graph: onnx.GraphProto, coefficients: Sequence[str]) -> set[str]:
+def _cheap(graph: onnx.GraphProto, nodes, reads, coefficients: Sequence[str]) -> set[str]:
     """The values computed from constants and the inputs' shapes alone, not from any input's
     values (`Shape` and `Size` read only a shape)."""
     valued = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     valued |= set(coefficients)
     cheap = set()
-    for node in graph.node:
+    for node in nodes:
         if node.op_type in ("Shape", "Size") and not node.domain:
             outputs_valued = False
         else:
-            outputs_valued = bool(node_reads(node) & valued)
+            outputs_valued = bool(reads[id(node)] & valued)
         (valued if outputs_valued else cheap).update(o for o in node.output if o)
     return cheap
 
@@ -99,17 +104,17 @@ def _all_cheap(node: onnx.NodeProto, cheap: set[str]) -> bool:
     return all(o in cheap for o in node.output if o)
 
 
-def _needed(nodes: list[onnx.NodeProto], wanted: list[onnx.NodeProto],
+def _needed(nodes: list[onnx.NodeProto], reads: dict[int, set[str]], wanted: list[onnx.NodeProto],
             candidates: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
     """`wanted`, with the `candidates` whose values they read (and what those read), in the
-    graph's order."""
+    graph's order (`reads`: each node's reads by id)."""
     keep = {id(n) for n in wanted}
     allowed = {id(n) for n in candidates}
-    needed = set().union(*(node_reads(n) for n in wanted)) if wanted else set()
+    needed = set().union(*(reads[id(n)] for n in wanted)) if wanted else set()
     for node in reversed(nodes):
         if id(node) in allowed and id(node) not in keep and set(node.output) & needed:
             keep.add(id(node))
-            needed |= node_reads(node)
+            needed |= reads[id(node)]
     return [n for n in nodes if id(n) in keep]
 
 

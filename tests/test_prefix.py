@@ -140,3 +140,21 @@ def test_weights_an_older_ir_lists_among_the_inputs_are_not_asked_of_the_feeds()
     feeds = {"input_ids": token_ids(2), **{c: np.full((2, 6, WIDTH), 0.5, np.float32) for c in coefs}}
     np.testing.assert_allclose(session.run(["logits"], feeds)[0], create_session(frozen).run(["logits"], feeds)[0],
                                rtol=1e-6, atol=1e-6)
+
+
+def test_graph_outputs_made_from_shapes_or_passed_through_come_out_of_the_cut_graph():
+    # a shape-only output (made again in the rest, never cut) and an input given out as it is
+    model = gated_lm(layers=2)
+    model.graph.node.append(helper.make_node("Shape", ["input_ids"], ["given_shape"], name="given_shape"))
+    model.graph.output.extend([helper.make_tensor_value_info("given_shape", TensorProto.INT64, [2]),
+                               helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])])
+    frozen, coefs = _frozen(model)
+    split = split_frozen(frozen, coefs)
+    assert "given_shape" not in split.cut and "input_ids" not in split.cut
+    onnx.checker.check_model(split.suffix, full_check=True)
+    session = PrefixSession(split, create_session(split.prefix), create_session(split.suffix))
+    feeds = {"input_ids": token_ids(3), **{c: np.full((3, 6, WIDTH), 0.25, np.float32) for c in coefs}}
+    ours, whole = session.run(None, feeds), create_session(frozen).run(None, feeds)
+    assert [o.name for o in session.get_outputs()] == ["logits", "given_shape", "input_ids"]
+    for a, b in zip(ours, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
