@@ -64,7 +64,7 @@ from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay_loop import run_conditions  # noqa: E402
 from graphaudit.prefix import PrefixSession  # noqa: E402
-from graphaudit.replay import frozen_session  # noqa: E402
+from graphaudit.prefix import open_frozen  # noqa: E402
 from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
@@ -99,11 +99,11 @@ class Setup:
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
         cpu = [PROVIDERS["cpu"]]
         replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
-        self.session = (frozen_session(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
+        self.session = (open_frozen(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
                         else create_session(replayed, **settings))
         self.bare_session = create_session(frozen, **settings)  # the frozen graph alone, whole
         # the same graph cut as the replay's is: its prefix once per batch, the rest per condition
-        self.bare_cut = frozen_session(frozen, self.coefs, cpu, None, threads, flush_denormals) if cut else None
+        self.bare_cut = open_frozen(frozen, self.coefs, cpu, None, threads, flush_denormals) if cut else None
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
                                    batch_size, 1e-4)
         self.seed = seed

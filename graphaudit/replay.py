@@ -32,7 +32,6 @@ import onnx
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
-from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis, token_weights
@@ -47,12 +46,12 @@ from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, Poisso
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
-from graphaudit.prefix import PrefixSession, split_frozen
+from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import (PROVIDERS, TRACED_SIZES, FrozenRunError, check_threads, create_session,
-                                resolve_providers, slow_fusions)
-from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
+from graphaudit.runtime import (TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers,
+                                slow_fusions)
+from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
 from graphaudit.wording import counted, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
@@ -254,10 +253,10 @@ def replay(
         live = live_decisions(frozen, coefs)
         if live:
             settings["live_decisions"] = list(live)
-            settings["live_decisions_note"] = _live_note(live)
+            settings["live_decisions_note"] = live_note(live)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
-        session = frozen_session(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
+        session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             settings["tolerance"] = tolerance
@@ -293,47 +292,11 @@ def replay(
     return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
 
 
-def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
-    """The If / Loop nodes of the frozen graph whose decision still depends on the input's values
-    once the coefficients it is fed count as given: made by controllers the freezing could not
-    reach (an early exit's confidence computed inside an earlier exit's branch, a halting score
-    inside a Loop body), or from the input itself. They run live in every condition."""
-    mg = build_graph(frozen)
-    dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
-    return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
-
-
-def frozen_session(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], providers: list[str],
-                   weights_folder=None, threads: int | None = None, flush_denormals: bool = True):
-    """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
-    reaches holds compute worth running once per batch (`split_frozen`), else one session of the
-    whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
-    runs more than the cut saved (BENCHMARKS.md, replay). On an accelerator the cut would move
-    its values to the host and back for every condition, so the whole graph runs there."""
-    def opened(model: onnx.ModelProto, spinning: bool = True):
-        return create_session(model, providers, disabled_optimizers=slow_fusions(providers),
-                              weights_folder=weights_folder, threads=threads, flush_denormals=flush_denormals,
-                              spinning=spinning)
-
-    cpu = providers[0] == PROVIDERS["cpu"]
-    split = split_frozen(frozen, [c.tensor for c in coefficients]) if cpu else None
-    if split is None:
-        return opened(frozen)
-    return PrefixSession(split, opened(split.prefix, spinning=False), opened(split.suffix))
-
-
 def _failed_note(failed: Mapping[str, str]) -> str:
     where = "; ".join(f"{name} on {at}" for name, at in failed.items())
     return (f"{listed(list(failed))} left out: ONNX Runtime would not run the frozen graph on "
             f"{'its' if len(failed) == 1 else 'their'} coefficients ({where}); {TRACED_SIZES}. The other "
             "conditions ran on every input")
-
-
-def _live_note(live: Sequence[str]) -> str:
-    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) still "
-            f"depend{'s' if len(live) == 1 else ''} on the input's values, not on the fed coefficients alone: "
-            "what makes them ran live in every condition, so the replay measures the dependence on the "
-            "coefficients it feeds only")
 
 
 def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:

@@ -20,10 +20,12 @@ from typing import Sequence
 import onnx
 from onnx import helper, shape_inference
 
+from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.coefficients import BATCH, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
 from graphaudit.protos import node_reads
+from graphaudit.wording import counted, listed
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
 _DETACHED = "__graphaudit_controller"
@@ -219,3 +221,20 @@ def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
     del graph.input[:]
     graph.input.extend(inputs)
     return tuple(reversed(removed))
+
+
+def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
+    """The If / Loop nodes of the frozen graph whose decision still depends on the input's values
+    once the coefficients it is fed count as given: made by controllers the freezing could not
+    reach (an early exit's confidence computed inside an earlier exit's branch, a halting score
+    inside a Loop body), or from the input itself. They run live in every condition."""
+    mg = build_graph(frozen)
+    dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
+    return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
+
+
+def live_note(live: Sequence[str]) -> str:
+    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) still "
+            f"depend{'s' if len(live) == 1 else ''} on the input's values, not on the fed coefficients alone: "
+            "what makes them ran live in every condition, so the replay measures the dependence on the "
+            "coefficients it feeds only")

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import graphaudit.replay as replay_module
+import graphaudit.prefix as prefix_module
 from graphaudit.coefficients import declared_coefficients
 from graphaudit.load import load_for_runtime
 from graphaudit.prefix import PrefixSession, split_frozen
@@ -114,11 +114,11 @@ def test_the_zoo_replays_alike_with_and_without_the_cut(name, monkeypatch):
         return {k: v for k, v in doc.items() if k not in ("timing",)}
 
     made = []
-    real = replay_module.split_frozen
-    monkeypatch.setattr(replay_module, "split_frozen", lambda *a: made.append(real(*a)) or made[-1])
+    real = prefix_module.split_frozen
+    monkeypatch.setattr(prefix_module, "split_frozen", lambda *a: made.append(real(*a)) or made[-1])
     cut = figures()
     assert made and made[0] is not None, "the zoo's frozen graphs all have a prefix worth cutting"
-    monkeypatch.setattr(replay_module, "split_frozen", lambda *a: None)
+    monkeypatch.setattr(prefix_module, "split_frozen", lambda *a: None)
     whole = figures()
     for condition, values in whole["conditions"].items():
         for key, value in values.items():

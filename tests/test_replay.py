@@ -435,9 +435,12 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     import graphaudit.capture as capture_module
     import graphaudit.replay as replay_module
 
+    import graphaudit.prefix as prefix_module
+
     made = []
     real = replay_module.create_session
-    monkeypatch.setattr(replay_module, "create_session", lambda model, *a, **k: made.append(model) or real(model, *a, **k))
+    for module in (replay_module, prefix_module):  # the trace graph's session, the frozen graph's
+        monkeypatch.setattr(module, "create_session", lambda model, *a, **k: made.append(model) or real(model, *a, **k))
     monkeypatch.setattr(capture_module, "create_session", lambda *a, **k: pytest.fail("capture made its own session"))
     monkeypatch.setattr(capture_module, "_key", lambda *a, **k: pytest.fail("a cache key was digested"))
     report = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", batch_size=4, resamples=20)
