@@ -63,8 +63,7 @@ from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay_loop import run_conditions  # noqa: E402
-from graphaudit.prefix import PrefixSession  # noqa: E402
-from graphaudit.prefix import open_frozen  # noqa: E402
+from graphaudit.prefix import PrefixSession, open_frozen  # noqa: E402
 from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
