@@ -97,11 +97,6 @@ def flushing() -> bool:
     return _bits() == _FTZ_DAZ
 
 
-def set_flushing() -> None:
-    """Set FTZ/DAZ on this thread for good (a worker thread of graphaudit's own, at its start)."""
-    _set_bits(_FTZ_DAZ)
-
-
 @contextlib.contextmanager
 def kept() -> Iterator[None]:
     """Give this thread back its FTZ/DAZ bits as they were (ONNX Runtime's session
