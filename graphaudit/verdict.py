@@ -261,10 +261,17 @@ def _moved_kl(conditions: dict, names: list[str], evidence: list) -> str:
         c = conditions.get(name) or {}
         value, (lo, hi) = num(c.get("kl")), interval(c.get("kl_ci"))
         if value is not None and lo is not None and lo > MATERIAL_NATS:
-            evidence.append(Evidence("replay", f"KL from correct, {name} = {value:.3g} nats (95% CI {lo:.3g} to "
-                                               f"{hi:.3g})"))
+            evidence.append(_moved("kl", name, value, lo, hi))
             parts.append(f"{name.replace('_', '-')} {value:.3g} nats")
     return ", ".join(parts)
+
+
+def _moved(key: str, name: str, value: float, lo: float | None, hi: float | None) -> Evidence:
+    """How far condition `name` moved the output from the correct one: its KL (`key` "kl") or
+    mean squared difference, with its interval."""
+    ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
+    what = "KL from correct" if key == "kl" else "mean squared difference from the correct output"
+    return Evidence("replay", f"{what}, {name} = {value:.3g}{' nats' if key == 'kl' else ''}{ci}")
 
 
 def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
@@ -281,9 +288,7 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
             continue
         measured.append(name)
         lo, hi = interval(c.get(f"{key}_ci"))
-        ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
-        what = "KL from correct" if key == "kl" else "mean squared difference from the correct output"
-        evidence.append(Evidence("replay", f"{what}, {name} = {value:.3g}{' nats' if key == 'kl' else ''}{ci}"))
+        evidence.append(_moved(key, name, value, lo, hi))
         if (lo if lo is not None else value) > (MATERIAL_NATS if key == "kl" else 0.0):
             moved.append(name)
     if not measured:
