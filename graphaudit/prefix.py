@@ -23,7 +23,7 @@ import onnx
 
 from graphaudit.coefficients import Coefficient
 from graphaudit.protos import node_reads
-from graphaudit.runtime import PROVIDERS, create_session, slow_fusions
+from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, weights_apart
 
 # Operators whose presence makes a prefix worth a session of its own
 _COMPUTE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "MultiHeadAttention",
@@ -180,19 +180,27 @@ class PrefixSession:
 
 
 def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], providers: list[str],
-                   weights_folder=None, threads: int | None = None, flush_denormals: bool = True):
+                weights_folder=None, threads: int | None = None, flush_denormals: bool = True):
     """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
     reaches holds compute worth running once per batch (`split_frozen`), else one session of the
     whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
     runs more than the cut saved (BENCHMARKS.md, replay). On an accelerator the cut would move
-    its values to the host and back for every condition, so the whole graph runs there."""
-    def opened(model: onnx.ModelProto, spinning: bool = True):
+    its values to the host and back for every condition, so the whole graph runs there.
+
+    Large inline weights are taken out once (`weights_apart`) and handed to both parts' sessions
+    as the same arrays: copied into each part, a 282 MB model's two sessions took 2 s longer to
+    open than its whole graph's one."""
+    def opened(model: onnx.ModelProto, spinning: bool = True, weights=None):
         return create_session(model, providers, disabled_optimizers=slow_fusions(providers),
                               weights_folder=weights_folder, threads=threads, flush_denormals=flush_denormals,
-                              spinning=spinning)
+                              spinning=spinning, weights=weights)
 
-    cpu = providers[0] == PROVIDERS["cpu"]
-    split = split_frozen(frozen, [c.tensor for c in coefficients]) if cpu else None
-    if split is None:
+    if providers[0] != PROVIDERS["cpu"]:
         return opened(frozen)
-    return PrefixSession(split, opened(split.prefix, spinning=False), opened(split.suffix))
+    skeleton, names, arrays = weights_apart(frozen)
+    handed = dict(zip(names, arrays))
+    split = split_frozen(skeleton, [c.tensor for c in coefficients])
+    if split is None:
+        return opened(skeleton, weights=handed)
+    return PrefixSession(split, opened(split.prefix, spinning=False, weights=handed),
+                         opened(split.suffix, weights=handed))

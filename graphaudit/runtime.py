@@ -17,8 +17,9 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
@@ -97,6 +98,7 @@ def create_session(
     threads: int | None = None,
     flush_denormals: bool = False,
     spinning: bool = True,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
 
@@ -111,6 +113,8 @@ def create_session(
     the next (a session that runs now and then beside another, whose threads it would slow).
     A ModelProto's large inline weights reach ONNX Runtime as arrays (`weights_apart`) when the
     options are create_session's own; should that session fail, the whole serialised model is tried.
+    `weights`: arrays for the weights `model` holds as `weights_apart`'s stubs (taken out of a
+    larger model once, and shared, unread and uncopied, by the sessions of its parts).
     """
     if threads is not None:
         check_threads(threads)
@@ -127,6 +131,9 @@ def create_session(
         # Weights handed over sit in the options until the session is made: only in options of
         # our own, since a caller's may make a second session, which would be handed them twice.
         skeleton, names, arrays = weights_apart(model)
+        if weights:
+            stubs = [t.name for t in model.graph.initializer if t.name in weights and _is_stub(t)]
+            names, arrays = names + stubs, arrays + [weights[n] for n in stubs]
         if names:
             mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
@@ -223,6 +230,12 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
         for key, value in (("location", _NO_FILE), ("offset", "0"), ("length", str(tensor_bytes(tensor)))):
             stub.external_data.add(key=key, value=value)
     return skeleton, [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
+
+
+def _is_stub(tensor: onnx.TensorProto) -> bool:
+    """Whether `tensor` is a weight `weights_apart` took out (its data handed over as an array)."""
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
+        e.key == "location" and e.value == _NO_FILE for e in tensor.external_data)
 
 
 def check_threads(threads: int) -> None:

@@ -7,6 +7,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+import graphaudit.prefix as prefix
 import graphaudit.runtime as runtime
 from graphaudit.runtime import create_session, weights_apart
 from graphaudit.replay import replay
@@ -85,14 +86,20 @@ def test_the_replay_is_the_same_whichever_way_the_weights_go(tmp_path, monkeypat
         return {k: v for k, v in report.to_json().items() if k != "timing"}
 
     serialised = doc()
-    handed = []
-    real = runtime.weights_apart
+    handed, given = [], []
+    real, real_create = runtime.weights_apart, prefix.create_session
     # past 128 bytes: the embedding and the head (a value shape inference reads, as Unsqueeze's
     # axes, must stay: ONNX Runtime infers shapes before it puts the arrays in)
-    monkeypatch.setattr(runtime, "weights_apart", lambda m, over=None: handed.append(real(m, 128)) or handed[-1])
+    for module in (runtime, prefix):
+        monkeypatch.setattr(module, "weights_apart", lambda m, over=None: handed.append(real(m, 128)) or handed[-1])
+    monkeypatch.setattr(prefix, "create_session", lambda m, *a, **k: given.append(k.get("weights")) or
+                        real_create(m, *a, **k))
     assert doc() == serialised
-    # the trace's, then the frozen graph's prefix (the embedding) and the rest (the head)
-    assert [sorted(names) for _, names, _ in handed] == [["emb", "head"], ["emb"], ["head"]]
+    # the trace's, then the frozen graph's once; its two parts hold stubs, and are handed the arrays
+    assert [sorted(names) for _, names, _ in handed] == [["emb", "head"], ["emb", "head"], [], []]
+    prefix_weights, suffix_weights = given
+    assert prefix_weights is suffix_weights and sorted(prefix_weights) == ["emb", "head"]
+    assert prefix_weights["emb"] is handed[1][2][handed[1][1].index("emb")]  # the same array, not a copy
 
 
 def test_a_session_ort_refuses_with_weights_apart_is_made_from_the_whole_model(monkeypatch):
