@@ -49,10 +49,9 @@ from graphaudit.metrics.stats import estimate
 from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import (TRACED_SIZES, FrozenRunError, check_threads, create_session, resolve_providers,
-                                slow_fusions)
+from graphaudit.runtime import FrozenRunError, check_threads, create_session, resolve_providers, slow_fusions
 from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
-from graphaudit.wording import counted, listed
+from graphaudit.wording import TRACED_SIZES, counted, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
 MAX_RESAMPLES = 100_000

@@ -29,6 +29,7 @@ from graphaudit import denormals
 from graphaudit.errors import GraphAuditError
 from graphaudit.external_data import tensor_bytes
 from graphaudit.protos import copy_except, node_lists
+from graphaudit.wording import TRACED_SIZES
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
@@ -267,10 +268,6 @@ def running(what: str) -> Iterator[None]:
         yield
     except RUN_ERRORS as err:
         raise GraphAuditError(f"expected inputs that {what} can run on, found {describe_run_error(err)}") from None
-
-
-# Why a frozen graph may refuse coefficients it was not exported with
-TRACED_SIZES = "a graph exported by tracing can hold sizes that fit only the routing it was traced with"
 
 
 class FrozenRunError(GraphAuditError):

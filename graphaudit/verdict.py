@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
 from graphaudit.findings import ANSWERS, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
 from graphaudit.savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
-from graphaudit.wording import ci_text, counted, fmt, interval, listed, num, num_text, pct, signed
+from graphaudit.wording import (TRACED_SIZES, ci_text, counted, fmt, interval, listed, moved_key, num, num_text,
+                                pct, signed)
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
@@ -206,8 +207,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
     if failed:
         evidence.append(Evidence("replay", (
             f"{listed(list(failed))} did not run: ONNX Runtime would not run the frozen graph on "
-            f"{'its' if len(failed) == 1 else 'their'} coefficients (a graph exported by tracing can hold sizes "
-            "that fit only the routing it was traced with)")))
+            f"{'its' if len(failed) == 1 else 'their'} coefficients ({TRACED_SIZES})")))
     live = (replay.get("settings") or {}).get("live_decisions") or []
     if live:  # decided from the input in every condition: what the reassignments could not change
         evidence.append(Evidence("replay", (
@@ -279,7 +279,7 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
     score a loss against): from how far the outputs moved from the `correct` ones. KL, for
     logits, is in nats as ΔNLL is and has its threshold; a mean squared difference has no scale
     to call a change material, nor says whether a change hurts."""
-    key = "kl" if any("kl" in (conditions.get(n) or {}) for n in REASSIGNMENTS) else "mse_from_correct"
+    key = moved_key({n: conditions.get(n) for n in REASSIGNMENTS})
     moved, measured = [], []
     for name in REASSIGNMENTS:
         c = conditions.get(name) or {}

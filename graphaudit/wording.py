@@ -100,3 +100,13 @@ def total_bound(every_row: bool, unknown: bool, skippable) -> str | None:
     if every_row:
         return "most" if not unknown and skippable else None
     return "least" if unknown else None
+
+
+# Why a frozen graph may refuse coefficients it was not exported with
+TRACED_SIZES = "a graph exported by tracing can hold sizes that fit only the routing it was traced with"
+
+
+def moved_key(conditions) -> str:
+    """Which figure of a replay's conditions says how far each moved the output from the correct
+    one: "kl" for logits, else "mse_from_correct" (`ReplayReport.to_json` names it by the task)."""
+    return "kl" if any("kl" in (c or {}) for c in conditions.values()) else "mse_from_correct"

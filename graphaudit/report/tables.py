@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from graphaudit.executed import profiled_blocks, reduction
 from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
-from graphaudit.wording import flops_cell, interval, median, num, total_bound
+from graphaudit.wording import flops_cell, interval, median, moved_key, num, total_bound
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -138,7 +138,7 @@ def condition_table(doc: dict) -> Table | None:
         return None
     conditions = replay.get("conditions") or {}
     # how far each condition's output is from the correct one: KL for logits, else the squared difference
-    key = "kl" if any("kl" in c for c in conditions.values()) else "mse_from_correct"
+    key = moved_key(conditions)
     rows = []
     for name, c in conditions.items():
         moved = num(c.get(key))
