@@ -9,9 +9,11 @@
    every target against the live log-probabilities the capture kept; each run scored while
    the next runs in a worker thread when the session leaves a core free, as at --threads 1
    on a machine of 2 cores or more; what no coefficient reaches run once per batch, as
-   `replay()` does: graphaudit.prefix, off with --no-cut) against the sum of bare
-   `session.run` calls of the whole frozen graph alone on the same, precomputed feeds, and
-   against bare runs of the same graph cut as the replay's is, in the same process, alternating,
+   `replay()` does: graphaudit.prefix, off with --no-cut; masked fills and Einsums rewritten
+   as `replay()` does: graphaudit.rewrite, off with --no-rewrite) against the sum of bare
+   `session.run` calls of the whole frozen graph alone, as exported, on the same, precomputed
+   feeds, and against bare runs of the same graph cut and rewritten as the replay's is (the
+   harness's own overhead), in the same process, alternating,
    warm-up discarded; median of the per-pair ratios of wall time (the target) and of CPU
    time (`time.process_time`, all threads: the work, which the overlap does not shrink).
    Then, for as many loops again, where the loop's wall time goes: inside ORT's `run` calls
@@ -63,6 +65,7 @@ from graphaudit.load import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay_loop import run_conditions  # noqa: E402
+from graphaudit.rewrite import rewritten  # noqa: E402
 from graphaudit.prefix import PrefixSession, open_frozen  # noqa: E402
 from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
 from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
@@ -80,7 +83,7 @@ class Setup:
     """
 
     def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None,
-                 flush_denormals: bool = True, cut: bool = True):
+                 flush_denormals: bool = True, cut: bool = True, rewrite: bool = True):
         self.name, self.batch_size, self.wider = name, batch_size, wider
         loaded = load_model(wider.path if wider else FIXTURES / name / "model.onnx")
         self.coefs = declared_coefficients(loaded.model)
@@ -97,10 +100,13 @@ class Setup:
         # replay's runs what no coefficient reaches once per batch (graphaudit.prefix) unless `cut` is off
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
         cpu = [PROVIDERS["cpu"]]
+        if rewrite:  # as replay() does on the CPU: masked fills and Einsums in faster operators (graphaudit.rewrite)
+            frozen, _ = rewritten(frozen)
         replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
         self.session = (open_frozen(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
                         else create_session(replayed, **settings))
-        self.bare_session = create_session(frozen, **settings)  # the frozen graph alone, whole
+        # the frozen graph alone, whole and as exported: what a user would run without graphaudit
+        self.bare_session = create_session(frozen_graph(loaded.model, self.coefs), **settings)
         # the same graph cut as the replay's is: its prefix once per batch, the rest per condition
         self.bare_cut = open_frozen(frozen, self.coefs, cpu, None, threads, flush_denormals) if cut else None
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
@@ -357,13 +363,17 @@ def main() -> None:
     parser.add_argument("--no-cut", action="store_true",
                         help="replay the whole frozen graph in every run instead of its prefix once per batch "
                              "(graphaudit.prefix), as replay() did before it cut")
+    parser.add_argument("--no-rewrite", action="store_true",
+                        help="replay the frozen graph's operators as exported, not rewritten as replay() does on the "
+                             "CPU (graphaudit.rewrite)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     names = [n for n in args.models.split(",") if (FIXTURES / n / "model.onnx").is_file()]
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
           f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}, denormals "
-          f"{'kept' if args.keep_denormals else 'flushed to zero'}, {'whole graph' if args.no_cut else 'prefix cut'}")
+          f"{'kept' if args.keep_denormals else 'flushed to zero'}, {'whole graph' if args.no_cut else 'prefix cut'}, "
+          f"{'operators as exported' if args.no_rewrite else 'rewritten (graphaudit.rewrite)'}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
     widths = [int(w) for w in args.widths.split(",") if w]
     flush = not args.keep_denormals
@@ -372,12 +382,13 @@ def main() -> None:
             for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
                 if "overhead" not in skip:
                     results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider, flush_denormals=flush,
-                                                          cut=not args.no_cut),
+                                                          cut=not args.no_cut, rewrite=not args.no_rewrite),
                                                     args.repeats)
                 if "torch" not in skip:
                     for size in map(int, args.torch_batch_sizes.split(",")):
                         results["torch"].append(versus_torch(Setup(name, size, args.threads, wider=wider,
-                                                                   flush_denormals=flush, cut=not args.no_cut),
+                                                                   flush_denormals=flush, cut=not args.no_cut,
+                                                                   rewrite=not args.no_rewrite),
                                                              args.repeats, args.threads))
             if "memory" not in skip:
                 results["memory"] += memory(name, args.inputs)

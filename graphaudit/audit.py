@@ -101,6 +101,7 @@ def audit(
     resamples: int = 1000,
     threads: int | None = None,
     flush_denormals: bool = True,
+    rewrite: bool = True,
     progress: Progress | None = None,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
@@ -113,6 +114,7 @@ def audit(
     flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
     `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
     `flush_denormals`: the replay's (see `replay`); the profile runs in ONNX Runtime's default mode.
+    `rewrite`: the replay's (see `replay`); the profile runs the model's operators as exported.
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -156,7 +158,7 @@ def audit(
     failure = None
     try:
         replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,
-                           flush_denormals, progress)
+                           flush_denormals, rewrite, progress)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -181,7 +183,7 @@ def audit(
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
               "provider": provider, "seed": seed, "threads": threads,
-              "flush_denormals": flush_denormals}
+              "flush_denormals": flush_denormals, "rewrite": rewrite}
     if is_baseline:
         inputs["is_baseline"] = True
     return AuditReport(
@@ -216,12 +218,12 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
 
 
 def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
-            progress):
+            rewrite, progress):
     from graphaudit.replay import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
                     batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
-                    progress=progress)
+                    rewrite=rewrite, progress=progress)
     return result if result.coefficients else None
 
 

@@ -49,7 +49,9 @@ from graphaudit.metrics.stats import estimate
 from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import FrozenRunError, check_threads, create_session, resolve_providers, slow_fusions
+from graphaudit.rewrite import rewritten
+from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, resolve_providers,
+                                slow_fusions)
 from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
 from graphaudit.wording import TRACED_SIZES, counted, listed
 
@@ -170,6 +172,7 @@ def replay(
     provider: str = "cpu",
     threads: int | None = None,
     flush_denormals: bool = True,
+    rewrite: bool = True,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
@@ -181,6 +184,10 @@ def replay(
     `flush_denormals`: ONNX Runtime's CPU threads flush denormal floats to zero in the capture
     and the replay alike (`graphaudit.denormals`: much faster where masked attention scores
     underflow; values below 1.2e-38 only); False runs both with ONNX Runtime's defaults.
+
+    `rewrite`: on the CPU the frozen graph's masked fills and plain Einsums run as the same
+    computation in operators ONNX Runtime does faster (`graphaudit.rewrite`; the counts are in
+    `settings["rewrites"]`); False runs its operators as exported.
 
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
@@ -200,7 +207,7 @@ def replay(
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
                                    "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
                                    "conditions": list(conditions), "provider": provider,
-                                   "threads": threads, "flush_denormals": flush_denormals}
+                                   "threads": threads, "flush_denormals": flush_denormals, "rewrite": rewrite}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     positional = [n for n in ("token_shuffle", "static_position") if n in conditions]
@@ -255,6 +262,8 @@ def replay(
             settings["live_decisions_note"] = live_note(live)
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
+        if rewrite and providers[0] == PROVIDERS["cpu"]:
+            frozen, settings["rewrites"] = rewritten(frozen)
         session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])

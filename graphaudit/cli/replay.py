@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from graphaudit.cli import axes_option, with_axes
+from graphaudit.cli import REWRITE_HELP, axes_option, with_axes
 from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
@@ -54,11 +54,12 @@ from graphaudit.verdict import MATERIAL_NATS
               help="Capture and replay with ONNX Runtime's default floating-point mode. By default their runs "
                    "flush denormal floats (below 1.2e-38) to zero: on x86-64 much faster where masked attention "
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
+@click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
-               provider, threads, keep_denormals, fmt, quiet) -> None:
+               provider, threads, keep_denormals, no_rewrite, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -69,7 +70,7 @@ def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, see
     report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
                     batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                     provider=provider, threads=threads, flush_denormals=not keep_denormals,
-                    progress=ProgressBar(quiet=quiet))
+                    rewrite=not no_rewrite, progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 

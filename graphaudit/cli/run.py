@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from graphaudit.audit import audit
-from graphaudit.cli import axes_option, check_output, with_axes
+from graphaudit.cli import REWRITE_HELP, axes_option, check_output, with_axes
 from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
@@ -59,10 +59,11 @@ what it needs.
                    "runs. By default their runs flush denormal floats (below 1.2e-38) to zero: on x86-64 much "
                    "faster where masked attention scores underflow; it changes only values that small (the "
                    "zoo's figures came out identical).")
+@click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
 def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern, provider, fmt, output, claims, seed,
-            runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, quiet) -> None:
+            runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite, quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
@@ -75,7 +76,7 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern
         report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed,
                        block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
                        profile_runs=profile_runs, profile_limit=limit, resamples=resamples, threads=threads,
-                       flush_denormals=not keep_denormals, progress=bar)
+                       flush_denormals=not keep_denormals, rewrite=not no_rewrite, progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link

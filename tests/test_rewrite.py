@@ -1,0 +1,166 @@
+"""The replay's rewrites (graphaudit.rewrite): masked fills and plain Einsums become operators
+ONNX Runtime's CPU runs faster, and give the same outputs; anything else is left as it is."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+from graphaudit.cli import cli
+from graphaudit.replay import replay
+from graphaudit.rewrite import rewritten
+from graphaudit.runtime import create_session
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _masked_softmax(fill: float = -np.inf, reader: str = "Softmax", fill_first: bool = True,
+                    extra_output: bool = False) -> onnx.ModelProto:
+    """scores (2,3,4,4) masked by an upper-triangular mask computed from constants, as torch's
+    masked_fill exports a causal mask."""
+    t = TensorProto
+    nodes = [helper.make_node("Constant", [], ["fill"], value=helper.make_tensor("f", t.FLOAT, [], [fill])),
+             helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("s", t.INT64, [2], [4, 4])),
+             helper.make_node("Constant", [], ["one"], value=helper.make_tensor("o", t.FLOAT, [], [1.0])),
+             helper.make_node("Constant", [], ["k"], value=helper.make_tensor("k", t.INT64, [], [1])),
+             helper.make_node("Expand", ["one", "shape"], ["ones"]),
+             helper.make_node("Trilu", ["ones", "k"], ["upper"], upper=1),
+             helper.make_node("Cast", ["upper"], ["mask"], to=t.BOOL),
+             helper.make_node("Not", ["mask"], ["keep"]),
+             helper.make_node("Where", ["mask", "fill", "scores"] if fill_first else ["keep", "scores", "fill"],
+                              ["masked"], name="masked_fill"),
+             helper.make_node(reader, ["masked"], ["probs"], **({"axis": -1} if reader == "Softmax" else {}))]
+    outputs = [helper.make_tensor_value_info("probs", t.FLOAT, [2, 3, 4, 4])]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info("masked", t.FLOAT, [2, 3, 4, 4]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("scores", t.FLOAT, [2, 3, 4, 4])], outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    return create_session(model).run(None, feeds)
+
+
+def _scores(seed: int = 0) -> np.ndarray:
+    scores = np.random.default_rng(seed).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    scores[0, 0, 0, 0] = -0.0
+    return scores
+
+
+@pytest.mark.parametrize("fill_first", [True, False])
+def test_a_masked_fill_before_a_softmax_becomes_an_add_of_the_masks_bias_with_the_same_bits(fill_first):
+    model = _masked_softmax(fill_first=fill_first)
+    before = model.SerializeToString()
+    new, made = rewritten(model)
+    assert made == {"masked_fill": 1}
+    assert model.SerializeToString() == before, "the input model is not changed"
+    onnx.checker.check_model(new, full_check=True)
+    where = [n for n in new.graph.node if n.op_type == "Where"]
+    assert len(where) == 1 and "scores" not in where[0].input, "the Where now makes the mask's bias only"
+    add = next(n for n in new.graph.node if n.op_type == "Add")
+    assert add.input[0] == "scores" and add.output[0] == "masked"
+    feeds = {"scores": _scores()}
+    expected, got = _run(model, feeds)[0], _run(new, feeds)[0]
+    assert got.tobytes() == expected.tobytes()
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, feeds)[0], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["finite fill", "read by another op", "a graph output"])
+def test_a_where_that_is_not_a_masked_fill_before_a_softmax_is_left_alone(case):
+    model = {"finite fill": lambda: _masked_softmax(fill=-1e9),
+             "read by another op": lambda: _masked_softmax(reader="Relu"),
+             "a graph output": lambda: _masked_softmax(extra_output=True)}[case]()
+    new, made = rewritten(model)
+    assert made == {} and new is model
+
+
+def _einsum(equation: str, shapes: list[tuple[int, ...]]) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]
+    try:
+        shape = np.einsum(equation.replace(" ", ""), *(np.zeros(s) for s in shapes)).shape
+    except ValueError:  # not one numpy takes: left alone anyway
+        shape = ()
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    node = helper.make_node("Einsum", [i.name for i in inputs], ["y"], equation=equation, name="mix")
+    return helper.make_model(helper.make_graph([node], "g", inputs, [out]),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("cbtl,lbtd->cbtd", [(4, 2, 5, 3), (3, 2, 5, 6)]),  # MUDD's dense connections
+    ("bhqd,bhkd->bhqk", [(2, 3, 5, 4), (2, 3, 6, 4)]),  # attention scores
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),  # already a MatMul: no Transpose at all
+    ("ij,jk->ki", [(3, 4), (4, 5)]),  # the product transposed
+    ("i j, j k -> i k", [(3, 4), (4, 5)]),
+])
+def test_a_two_operand_einsum_with_one_summed_index_becomes_transpose_matmul_transpose(equation, shapes):
+    model = _einsum(equation, shapes)
+    new, made = rewritten(model)
+    assert made == {"einsum": 1}
+    onnx.checker.check_model(new, full_check=True)
+    ops = [n.op_type for n in new.graph.node]
+    assert "Einsum" not in ops and ops.count("MatMul") == 1
+    if equation == "bij,bjk->bik":
+        assert ops == ["MatMul"]
+    typed = {v.name: v.type.tensor_type.elem_type for v in new.graph.value_info}
+    made_values = {o for n in new.graph.node for o in n.output} - {"y"}
+    assert typed == {name: TensorProto.FLOAT for name in made_values}, "every new value's type is declared"
+    rng = np.random.default_rng(1)
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    got = _run(new, feeds)[0]
+    np.testing.assert_allclose(got, np.einsum(equation.replace(" ", ""), *feeds.values()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, _run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("equation, shapes", [
+    ("ii->i", [(3, 3)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ("...ij,...jk->...ik", [(2, 3, 4), (2, 4, 5)]),
+    ("bijk,bjkl->bil", [(2, 3, 4, 5), (2, 4, 5, 6)]),  # two summed indices: would need a Reshape
+    ("i,j->ij", [(3,), (4,)]),  # nothing summed
+    ("bij,bjk->bi", [(2, 3, 4), (2, 4, 5)]),  # k summed on one side alone
+    ("bij,bj->bi", [(2, 3, 4), (2, 4)]),  # no free index on the right
+])
+def test_other_einsums_are_left_alone(equation, shapes):
+    model = _einsum(equation, shapes)
+    new, made = rewritten(model)
+    assert made == {} and new is model
+
+
+def test_new_names_do_not_clash_with_the_models_own():
+    model = _masked_softmax()
+    taken = helper.make_node("Identity", ["scores"], ["masked/bias"], name="unused")
+    model.graph.node.insert(0, taken)
+    new, made = rewritten(model)
+    names = [o for n in new.graph.node for o in n.output]
+    assert made == {"masked_fill": 1} and len(names) == len(set(names))
+    onnx.checker.check_model(new, full_check=True)
+
+
+@pytest.mark.skipif(not (FIXTURES / "mudd" / "model.onnx").is_file(), reason="no zoo fixtures")
+def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_them():
+    folder = FIXTURES / "mudd"
+    args = (folder / "model.onnx", folder / "calib.npz", folder / "eval.npz")
+    runner = CliRunner()
+
+    def doc(*extra):
+        result = runner.invoke(cli, ["replay", str(args[0]), "--calib", str(args[1]), "--data", str(args[2]), "--format", "json", "-q", "--resamples", "50",
+                                     "--threads", "1", *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    on, off = doc(), doc("--no-rewrite")
+    assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4}
+    assert off["settings"]["rewrite"] is False and "rewrites" not in off["settings"]
+    assert on["parity"]["ok"] and on["parity"]["max_abs_diff"] <= 1e-4
+    for condition, values in off["conditions"].items():
+        for key, value in values.items():
+            if isinstance(value, float):
+                assert on["conditions"][condition][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (condition, key)
+    assert replay(*args, threads=1, resamples=20, conditions=("correct", "cross_input"),
+                  provider="cpu").settings["rewrites"] == {"masked_fill": 4, "einsum": 4}
