@@ -1,8 +1,8 @@
 """Rewrites of the replay's frozen graph into operators ONNX Runtime's CPU runs faster.
 
 The replay runs the frozen graph once per condition and batch, so its slowest operators are
-paid six times over. Two patterns that exporters write and ONNX Runtime 1.32's CPU kernels
-handle slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computation:
+paid six times over. Three patterns that exporters write and ONNX Runtime 1.32's CPU handles
+slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computation:
 
 - *masked fill*: `Where(mask, -inf, scores)` feeding only a Softmax (a causal or padding
   mask) becomes `Add(scores, Where(mask, -inf, 0))`. ONNX Runtime's three-way broadcast in
@@ -13,6 +13,10 @@ handle slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same com
   and one summed (`cbtl,lbtd->cbtd`, MUDD's dense connections) becomes Transpose, MatMul,
   Transpose, which is what ONNX Runtime's Einsum does inside, without its own overhead
   (0.27 against 0.40 ms per call at batch 16, the same bits on the zoo).
+- *bias as Gemm*: `Add(MatMul(x, W), b)` on rows x of rank 3 or more (a linear layer on
+  (batch, seq, d)) becomes a Gemm on x's rows, which adds the bias inside the product instead
+  of in a pass of its own; ONNX Runtime fuses this only for rank 2. Only where the product is
+  at most GEMM_EXACT_DEPTH deep, where the two give the same bits.
 
 `rewritten` returns a new model (the input is not changed) and how many of each it made.
 The replay's parity check compares the rewritten graph's `correct` run with the unrewritten
@@ -30,6 +34,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
+# The deepest product whose Gemm with a bias gives the bits of MatMul then Add: ONNX Runtime's
+# CPU Gemm (MLAS) starts from the bias and adds the product in blocks of 256 of the inner
+# dimension, so a deeper product takes the bias in before its last blocks (a rounding apart).
+GEMM_EXACT_DEPTH = 256
 
 
 def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
@@ -39,10 +47,18 @@ def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
     names = _Names(model)
     constants = _scalar_constants(graph)
     softmax_only = _read_only_by_softmax(graph)
+    original = list(graph.node)  # held, so that each node's id() stays its own
+    biased = _biased_matmuls(model, original)
     nodes, made = [], Counter()
-    for node in graph.node:
+    for node in original:
         new = None
-        if node.op_type == "Where" and node.domain in ("", "ai.onnx"):
+        if id(node) in biased.done:
+            continue  # the bias Add of a MatMul already rewritten
+        if id(node) in biased.pairs:
+            new = _matmul_bias(node, *biased.pairs[id(node)], biased, names)
+            biased.done.add(id(biased.pairs[id(node)][0]))
+            kind = "matmul_bias"
+        elif node.op_type == "Where" and node.domain in ("", "ai.onnx"):
             new = _masked_fill(node, constants, softmax_only, names)
             kind = "masked_fill"
         elif node.op_type == "Einsum" and node.domain in ("", "ai.onnx"):
@@ -150,6 +166,78 @@ def _masked_fill(node, constants, softmax_only, names):
                              value=numpy_helper.from_array(np.zeros((), fill.dtype))),
             helper.make_node("Where", [mask, *branches], [bias], name=names.fresh(f"{node.name}/bias")),
             helper.make_node("Add", [scores, bias], [node.output[0]], name=names.fresh(f"{node.name}/add"))]
+
+
+class _Biased:
+    """The MatMuls of a batch of rows by a weight matrix whose only reader adds a bias vector."""
+
+    def __init__(self) -> None:
+        self.pairs: dict[int, tuple[onnx.NodeProto, str]] = {}  # id(MatMul) -> (its Add, the bias)
+        self.weights: dict[str, tuple[int, ...]] = {}  # constant matrices and vectors: shapes
+        self.done: set[int] = set()  # id()s of the Adds rewritten with their MatMul
+        self.dims: dict[str, tuple] = {}  # values' dimensions (a name, a size, or None) where the graph says
+        self.shapes: dict[tuple, str] = {}  # (leading dimensions, width) -> the value holding that shape
+
+
+def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Biased:
+    """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
+    `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
+    graph, found = model.graph, _Biased()
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 15:
+        return found
+    inputs = {i.name for i in graph.input}
+    found.weights = {t.name: tuple(t.dims) for t in graph.initializer if t.name not in inputs and len(t.dims) in (1, 2)
+                     and t.data_type == onnx.TensorProto.FLOAT}
+    found.dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
+                  for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outer = {o.name for o in graph.output} | set(_subgraph_reads(graph))
+    for node in nodes:
+        if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or node.output[0] in outer:
+            continue
+        x, w = node.input
+        after = readers.get(node.output[0], [])
+        if len(found.weights.get(w, ())) != 2 or found.weights[w][0] > GEMM_EXACT_DEPTH or len(found.dims.get(x, ())) < 3 \
+                or len(after) != 1:
+            continue
+        add = after[0]
+        bias = next((b for b in add.input if b != node.output[0]), None)
+        if add.op_type == "Add" and not add.domain and len(add.input) == 2 and node.output[0] in add.input \
+                and found.weights.get(bias) == (found.weights[w][1],):
+            found.pairs[id(node)] = (add, bias)
+    return found
+
+
+def _matmul_bias(node, add, bias, biased: _Biased, names):
+    """`Add(MatMul(x, W), b)` as one Gemm on x's rows: Reshape to (rows, d), Gemm, Reshape back.
+    The shape to go back to is made once for all products whose inputs the graph says share
+    their leading dimensions (the same names or sizes: a transformer's (batch, seq))."""
+    x, w = node.input
+    d, e = biased.weights[w]
+    out = add.output[0]
+    rows, product = names.value(f"{x}/rows", out), names.value(f"{out}/rows", out)
+    flat = names.fresh(f"{out}/flat")
+    steps = [helper.make_node("Constant", [], [flat], name=names.fresh(f"{node.name}/flat"),
+                              value=numpy_helper.from_array(np.array([-1, d], np.int64))),
+             helper.make_node("Reshape", [x, flat], [rows], name=names.fresh(f"{node.name}/rows")),
+             helper.make_node("Gemm", [rows, w, bias], [product], name=names.fresh(f"{node.name}/gemm"))]
+    lead = biased.dims[x][:-1]
+    key = (lead, e) if all(lead) else None  # a dimension the graph does not name or size is nobody's twin
+    shape = biased.shapes.get(key)
+    if shape is None:
+        lead_value, width, shape = (names.fresh(f"{out}/{part}") for part in ("lead", "width", "shape"))
+        steps += [helper.make_node("Shape", [x], [lead_value], name=names.fresh(f"{node.name}/lead"), end=-1),
+                  helper.make_node("Constant", [], [width], name=names.fresh(f"{node.name}/width"),
+                                   value=numpy_helper.from_array(np.array([e], np.int64))),
+                  helper.make_node("Concat", [lead_value, width], [shape], name=names.fresh(f"{node.name}/shape"),
+                                   axis=0)]
+        if key is not None:
+            biased.shapes[key] = shape
+    return [*steps, helper.make_node("Reshape", [product, shape], [out], name=names.fresh(f"{add.name}/reshape"))]
 
 
 def _infinite(value: np.ndarray) -> bool:

@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli import cli
 from graphaudit.replay import replay
-from graphaudit.rewrite import rewritten
+from graphaudit.rewrite import GEMM_EXACT_DEPTH, rewritten
 from graphaudit.runtime import create_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -155,7 +155,7 @@ def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_the
         return json.loads(result.output)
 
     on, off = doc(), doc("--no-rewrite")
-    assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4}
+    assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24}
     assert off["settings"]["rewrite"] is False and "rewrites" not in off["settings"]
     assert on["parity"]["ok"] and on["parity"]["max_abs_diff"] <= 1e-4
     for condition, values in off["conditions"].items():
@@ -163,4 +163,62 @@ def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_the
             if isinstance(value, float):
                 assert on["conditions"][condition][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (condition, key)
     assert replay(*args, threads=1, resamples=20, conditions=("correct", "cross_input"),
-                  provider="cpu").settings["rewrites"] == {"masked_fill": 4, "einsum": 4}
+                  provider="cpu").settings["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24}
+
+
+def _linears(depth: int = 8, rank: int = 3, opset: int = 17, bias_shape=(5,), second_reader: bool = False,
+             lead=("batch", "seq")) -> onnx.ModelProto:
+    """Two linear layers x @ W1 + b1 → Relu → @ W2 + b2 on rows of `rank` dimensions."""
+    rng = np.random.default_rng(2)
+    t = TensorProto
+    weights = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (depth, 5)), ("b1", bias_shape), ("w2", (5, 5)), ("b2", (5,)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"]), helper.make_node("Add", ["m1", "b1"], ["y1"]),
+             helper.make_node("Relu", ["y1"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["m2"]), helper.make_node("Add", ["b2", "m2"], ["y"])]
+    outputs = [helper.make_tensor_value_info("y", t.FLOAT, None)]
+    if second_reader:
+        nodes.append(helper.make_node("Neg", ["m1"], ["n"]))
+        outputs.append(helper.make_tensor_value_info("n", t.FLOAT, None))
+    x = helper.make_tensor_value_info("x", t.FLOAT, [*lead[:rank - 1], depth])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outputs, weights),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)  # the loader writes inferred shapes in, as here
+
+
+def test_a_matmul_read_only_by_a_bias_add_becomes_one_gemm_on_the_rows_with_the_same_bits():
+    model = _linears()
+    new, made = rewritten(model)
+    assert made == {"matmul_bias": 2}
+    onnx.checker.check_model(new, full_check=True)
+    ops = [n.op_type for n in new.graph.node]
+    assert ops.count("Gemm") == 2 and "MatMul" not in ops and "Add" not in ops
+    assert ops.count("Shape") == 1, "the shape to go back to is made once for rows of the same (batch, seq)"
+    x = np.random.default_rng(3).standard_normal((3, 7, 8)).astype(np.float32)
+    expected, got = _run(model, {"x": x})[0], _run(new, {"x": x})[0]
+    assert got.shape == (3, 7, 5) and got.tobytes() == expected.tobytes()
+
+
+def test_rows_whose_leading_dimensions_the_graph_does_not_name_get_their_own_shape():
+    new, made = rewritten(_linears(lead=(None, None)))
+    assert made == {"matmul_bias": 2}
+    assert [n.op_type for n in new.graph.node].count("Shape") == 2
+    x = np.ones((2, 3, 8), np.float32)
+    assert _run(new, {"x": x})[0].shape == (2, 3, 5)
+
+
+@pytest.mark.parametrize("case", ["deeper than the exact depth", "rows of rank 2", "opset 14", "a matrix bias",
+                                  "the product read twice"])
+def test_other_matmuls_keep_their_add(case):
+    model = {"deeper than the exact depth": lambda: _linears(depth=GEMM_EXACT_DEPTH + 1),
+             "rows of rank 2": lambda: _linears(rank=2),
+             "opset 14": lambda: _linears(opset=14),
+             "a matrix bias": lambda: _linears(bias_shape=(1, 5)),
+             "the product read twice": lambda: _linears(second_reader=True)}[case]()
+    new, made = rewritten(model)
+    first = "m1" in {o for n in new.graph.node for o in n.output}
+    assert first, "the first MatMul stays as it is"
+    if case in ("deeper than the exact depth", "a matrix bias", "the product read twice"):
+        assert made == {"matmul_bias": 1}, "the second, plain one, is still rewritten"
+    else:
+        assert made == {} and new is model

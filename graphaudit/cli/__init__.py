@@ -31,9 +31,9 @@ COMMANDS = {
 }
 
 REWRITE_HELP = ("Replay the frozen graph's operators as exported. By default, on the CPU, a masked fill (Where "
-                "of an infinite constant before a Softmax) runs as an Add of the mask's bias and a two-operand "
-                "Einsum as Transpose and MatMul: the same computation, which ONNX Runtime runs faster (the "
-                "parity check compares it with the live model).")
+                "of an infinite constant before a Softmax) runs as an Add of the mask's bias, a two-operand "
+                "Einsum as Transpose and MatMul, and a linear layer's MatMul and bias Add as one Gemm: the same "
+                "computation, which ONNX Runtime runs faster (the parity check compares it with the live model).")
 
 
 class _LazyGroup(click.Group):
