@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Iterator
+from typing import Collection, Iterator
 
 import numpy as np
 import onnx
@@ -40,15 +40,19 @@ _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
 GEMM_EXACT_DEPTH = 256
 
 
-def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """Return a copy of `model` with its masked fills and plain Einsums rewritten (module
-    docstring), and the count of each kind made; `model` itself when there is none."""
+KINDS = ("masked_fill", "einsum", "matmul_bias")
+
+
+def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """Return a copy of `model` with its masked fills, plain Einsums and biased MatMuls
+    rewritten (module docstring; `kinds`: only those), and the count of each kind made;
+    `model` itself when there is none."""
     graph = model.graph
     names = _Names(model)
     constants = _scalar_constants(graph)
     softmax_only = _read_only_by_softmax(graph)
     original = list(graph.node)  # held, so that each node's id() stays its own
-    biased = _biased_matmuls(model, original)
+    biased = _biased_matmuls(model, original) if "matmul_bias" in kinds else _Biased()
     nodes, made = [], Counter()
     for node in original:
         new = None
@@ -58,10 +62,10 @@ def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
             new = _matmul_bias(node, *biased.pairs[id(node)], biased, names)
             biased.done.add(id(biased.pairs[id(node)][0]))
             kind = "matmul_bias"
-        elif node.op_type == "Where" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "Where" and node.domain in ("", "ai.onnx") and "masked_fill" in kinds:
             new = _masked_fill(node, constants, softmax_only, names)
             kind = "masked_fill"
-        elif node.op_type == "Einsum" and node.domain in ("", "ai.onnx"):
+        elif node.op_type == "Einsum" and node.domain in ("", "ai.onnx") and "einsum" in kinds:
             new = _einsum(node, names)
             kind = "einsum"
         if new is None:
@@ -77,7 +81,7 @@ def rewritten(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
     copy.graph.node.extend(nodes)
     # the new values' element types, so that a cut through them (graphaudit.prefix) can type it
     copy.graph.value_info.extend(helper.make_tensor_value_info(name, kind, None) for name, kind in names.typed)
-    return copy, dict(made)
+    return copy, {kind: made[kind] for kind in KINDS if made[kind]}
 
 
 class _Names:
