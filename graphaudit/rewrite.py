@@ -34,6 +34,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
+_MATMUL_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 # The deepest product whose Gemm with a bias gives the bits of MatMul then Add: ONNX Runtime's
 # CPU Gemm (MLAS) starts from the bias and adds the product in blocks of 256 of the inner
 # dimension, so a deeper product takes the bias in before its last blocks (a rounding apart).
@@ -253,6 +254,8 @@ def _einsum(node, names):
     free index per side and one summed, as Transpose, MatMul, Transpose; None otherwise."""
     equation = next((a.s.decode() for a in node.attribute if a.name == "equation"), "").replace(" ", "")
     if len(node.input) != 2 or "->" not in equation or "." in equation:
+        return None
+    if names.types.get(node.input[0]) not in _MATMUL_TYPES:  # Einsum takes integers MatMul has no kernel for
         return None
     operands, out = equation.split("->")
     parts = operands.split(",")

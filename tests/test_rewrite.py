@@ -79,13 +79,13 @@ def test_a_where_that_is_not_a_masked_fill_before_a_softmax_is_left_alone(case):
     assert made == {} and new is model
 
 
-def _einsum(equation: str, shapes: list[tuple[int, ...]]) -> onnx.ModelProto:
-    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, s) for i, s in enumerate(shapes)]
+def _einsum(equation: str, shapes: list[tuple[int, ...]], kind: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info(f"x{i}", kind, s) for i, s in enumerate(shapes)]
     try:
         shape = np.einsum(equation.replace(" ", ""), *(np.zeros(s) for s in shapes)).shape
     except ValueError:  # not one numpy takes: left alone anyway
         shape = ()
-    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    out = helper.make_tensor_value_info("y", kind, shape)
     node = helper.make_node("Einsum", [i.name for i in inputs], ["y"], equation=equation, name="mix")
     return helper.make_model(helper.make_graph([node], "g", inputs, [out]),
                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -129,6 +129,17 @@ def test_a_two_operand_einsum_with_one_summed_index_becomes_transpose_matmul_tra
 ])
 def test_other_einsums_are_left_alone(equation, shapes):
     model = _einsum(equation, shapes)
+    new, made = rewritten(model)
+    assert made == {} and new is model
+
+
+@pytest.mark.parametrize("kind", [TensorProto.INT8, TensorProto.UNDEFINED])
+def test_an_einsum_of_a_type_matmul_has_no_cpu_kernel_for_or_of_unknown_type_is_left_alone(kind):
+    model = _einsum("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], TensorProto.FLOAT if kind == TensorProto.UNDEFINED
+                    else kind)
+    if kind == TensorProto.UNDEFINED:  # the graph does not say the operands' type
+        for value in model.graph.input:
+            value.type.tensor_type.elem_type = TensorProto.UNDEFINED
     new, made = rewritten(model)
     assert made == {} and new is model
 
