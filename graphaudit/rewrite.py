@@ -182,6 +182,7 @@ class _Biased:
         self.done: set[int] = set()  # id()s of the Adds rewritten with their MatMul
         self.dims: dict[str, tuple] = {}  # values' dimensions (a name, a size, or None) where the graph says
         self.shapes: dict[tuple, str] = {}  # (leading dimensions, width) -> the value holding that shape
+        self.sources: dict[tuple, tuple[str, int]] = {}  # leading dimensions -> a graph input that starts with them
 
 
 def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Biased:
@@ -196,6 +197,12 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Bia
                      and t.data_type == onnx.TensorProto.FLOAT}
     found.dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
                   for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+    for value in graph.input:
+        dims = found.dims.get(value.name, ())
+        if value.name not in found.weights and value.name not in {t.name for t in graph.initializer}:
+            for k in range(1, len(dims) + 1):
+                if all(dims[:k]):
+                    found.sources.setdefault(dims[:k], (value.name, k))
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in nodes:
         for name in node.input:
@@ -234,8 +241,11 @@ def _matmul_bias(node, add, bias, biased: _Biased, names):
     key = (lead, e) if all(lead) else None  # a dimension the graph does not name or size is nobody's twin
     shape = biased.shapes.get(key)
     if shape is None:
+        # read the leading dimensions off a graph input that has them (a transformer's input ids),
+        # which every part of a cut graph can read (graphaudit.prefix), else off x itself
+        source, end = biased.sources.get(lead, (x, -1)) if key is not None else (x, -1)
         lead_value, width, shape = (names.fresh(f"{out}/{part}") for part in ("lead", "width", "shape"))
-        steps += [helper.make_node("Shape", [x], [lead_value], name=names.fresh(f"{node.name}/lead"), end=-1),
+        steps += [helper.make_node("Shape", [source], [lead_value], name=names.fresh(f"{node.name}/lead"), end=end),
                   helper.make_node("Constant", [], [width], name=names.fresh(f"{node.name}/width"),
                                    value=numpy_helper.from_array(np.array([e], np.int64))),
                   helper.make_node("Concat", [lead_value, width], [shape], name=names.fresh(f"{node.name}/shape"),

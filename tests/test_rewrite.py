@@ -12,9 +12,13 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli import cli
+from graphaudit.coefficients import declared_coefficients
+from graphaudit.load import load_for_runtime
+from graphaudit.prefix import split_frozen
 from graphaudit.replay import replay
 from graphaudit.rewrite import GEMM_EXACT_DEPTH, rewritten
 from graphaudit.runtime import create_session
+from graphaudit.surgery import frozen_graph
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -205,7 +209,9 @@ def test_a_matmul_read_only_by_a_bias_add_becomes_one_gemm_on_the_rows_with_the_
     onnx.checker.check_model(new, full_check=True)
     ops = [n.op_type for n in new.graph.node]
     assert ops.count("Gemm") == 2 and "MatMul" not in ops and "Add" not in ops
-    assert ops.count("Shape") == 1, "the shape to go back to is made once for rows of the same (batch, seq)"
+    shapes = [n for n in new.graph.node if n.op_type == "Shape"]
+    assert len(shapes) == 1, "the shape to go back to is made once for rows of the same (batch, seq)"
+    assert shapes[0].input[0] == "x" and shapes[0].attribute[0].i == 2, "read off the graph input that has them"
     x = np.random.default_rng(3).standard_normal((3, 7, 8)).astype(np.float32)
     expected, got = _run(model, {"x": x})[0], _run(new, {"x": x})[0]
     assert got.shape == (3, 7, 5) and got.tobytes() == expected.tobytes()
@@ -234,3 +240,19 @@ def test_other_matmuls_keep_their_add(case):
         assert made == {"matmul_bias": 1}, "the second, plain one, is still rewritten"
     else:
         assert made == {} and new is model
+
+
+@pytest.mark.skipif(not (FIXTURES / "mudd" / "model.onnx").is_file(), reason="no zoo fixtures")
+@pytest.mark.parametrize("name", ["featuregate", "mudd", "moe", "earlyexit"])
+def test_the_rewritten_frozen_graph_is_cut_where_the_exported_one_is(name):
+    # the shapes the Gemms go back to are read off the input ids, not off a value of the prefix,
+    # so the rewrites add nothing to what the prefix hands the rest (graphaudit.prefix)
+    loaded = load_for_runtime(FIXTURES / name / "model.onnx")
+    coefs = declared_coefficients(loaded.model)
+    frozen = frozen_graph(loaded.model, coefs)
+    new, made = rewritten(frozen)
+    assert made.get("matmul_bias", 0) >= 12
+    assert {n.input[0] for n in new.graph.node if n.name.endswith("/lead")} == {"input_ids"}
+    exported, cut = (split_frozen(m, [c.tensor for c in coefs]) for m in (frozen, new))
+    assert len(cut.cut) == len(exported.cut)
+    assert all(v in exported.cut or v.split("/")[0] in exported.cut for v in cut.cut), cut.cut
