@@ -3,7 +3,7 @@
     python benchmarks/rewrites.py [--models featuregate,mudd] [--batch-size 16] [--rounds 21] [--threads 1]
 
 For each zoo model with coefficients: its frozen graph as exported, with each kind of rewrite
-alone, and with all of them (what `replay()` runs on the CPU), each an ONNX Runtime session
+alone (the attention with the masked fill's, whose Add it matches), and with all of them (what `replay()` runs on the CPU), each an ONNX Runtime session
 as the replay opens it (denormals flushed, the same fusions left out), fed the evaluation
 data's batches with the `correct` coefficients the capture cached. Rounds of one run per
 batch, the variants interleaved in each round, one warm-up round discarded; the median ms
@@ -49,7 +49,9 @@ def variants(name: str, batch_size: int, threads: int):
     frozen = frozen_graph(loaded.model, coefs)
     settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": True, "threads": threads}
     out = [("as exported", create_session(frozen, **settings), {})]
-    for kinds, label in [((k,), k) for k in KINDS] + [(KINDS, "all (the replay's)")]:
+    # an attention is matched on its mask's Add, which the masked fill's rewrite makes of a Where
+    alone = [((k,), k) for k in KINDS] + [(("masked_fill", "attention"), "masked_fill + attention")]
+    for kinds, label in alone + [(KINDS, "all (the replay's)")]:
         model, made = rewritten(frozen, kinds)
         if made:
             out.append((label, create_session(model, **settings), made))

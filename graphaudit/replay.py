@@ -263,7 +263,7 @@ def replay(
         if task.logits:
             frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
         if rewrite and providers[0] == PROVIDERS["cpu"]:
-            frozen, settings["rewrites"] = rewritten(frozen)
+            frozen, settings["rewrites"] = rewritten(frozen, in_place=True)  # the copy is ours
         session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])

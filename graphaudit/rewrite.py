@@ -1,7 +1,7 @@
 """Rewrites of the replay's frozen graph into operators ONNX Runtime's CPU runs faster.
 
 The replay runs the frozen graph once per condition and batch, so its slowest operators are
-paid six times over. Three patterns that exporters write and ONNX Runtime 1.32's CPU handles
+paid six times over. Four patterns that exporters write and ONNX Runtime 1.32's CPU handles
 slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computation:
 
 - *masked fill*: `Where(mask, -inf, scores)` feeding only a Softmax (a causal or padding
@@ -17,6 +17,9 @@ slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computatio
   (batch, seq, d)) becomes a Gemm on x's rows, which adds the bias inside the product instead
   of in a pass of its own; ONNX Runtime fuses this only for rank 2. Only where the product is
   at most GEMM_EXACT_DEPTH deep, where the two give the same bits.
+- *attention*: a multi-head attention spelled out in reshapes, transposes, products, scale,
+  mask and softmax becomes ONNX's `Attention` (graphaudit.rewrite_attention), after the masked
+  fills above have become the additive masks it takes.
 
 `rewritten` returns a new model (the input is not changed) and how many of each it made.
 The replay's parity check compares the rewritten graph's `correct` run with the unrewritten
@@ -33,6 +36,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphaudit.rewrite_attention import attention_rewritten
+
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
 _MATMUL_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 # The deepest product whose Gemm with a bias gives the bits of MatMul then Add: ONNX Runtime's
@@ -41,13 +46,15 @@ _MATMUL_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
 GEMM_EXACT_DEPTH = 256
 
 
-KINDS = ("masked_fill", "einsum", "matmul_bias")
+KINDS = ("masked_fill", "einsum", "matmul_bias", "attention")
 
 
-def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """Return a copy of `model` with its masked fills, plain Einsums and biased MatMuls
-    rewritten (module docstring; `kinds`: only those), and the count of each kind made;
-    `model` itself when there is none."""
+def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
+              in_place: bool = False) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """Return a copy of `model` with its masked fills, plain Einsums, biased MatMuls and
+    spelled-out attentions rewritten (module docstring; `kinds`: only those), and the count
+    of each kind made; `model` itself when there is none. `in_place`: `model` itself so
+    changed, for a caller that owns it (a copy of a large model's weights takes long)."""
     graph = model.graph
     names = _Names(model)
     constants = _scalar_constants(graph)
@@ -74,15 +81,35 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS) -> tuple[o
         else:
             nodes.extend(new)
             made[kind] += 1
-    if not made:
-        return model, {}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    del copy.graph.node[:]
-    copy.graph.node.extend(nodes)
-    # the new values' element types, so that a cut through them (graphaudit.prefix) can type it
-    copy.graph.value_info.extend(helper.make_tensor_value_info(name, kind, None) for name, kind in names.typed)
-    return copy, {kind: made[kind] for kind in KINDS if made[kind]}
+    out = model
+    if made:
+        out = with_nodes(model, nodes, in_place)
+        # the new values' element types (and shapes where known), so that a cut through them
+        # (graphaudit.prefix) can type it
+        out.graph.value_info.extend(helper.make_tensor_value_info(name, kind, names.shapes.get(name))
+                                    for name, kind in names.typed)
+    if "attention" in kinds:
+        out, made["attention"] = attention_rewritten(out, names, in_place=in_place or out is not model)
+    return out, {kind: made[kind] for kind in KINDS if made[kind]}
+
+
+def with_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto], in_place: bool) -> onnx.ModelProto:
+    """`model` (in place) or a copy of it whose main graph holds `nodes`, in that order."""
+    if in_place:
+        nodes = [_copied(n) for n in nodes]  # before the field that holds some of them is cleared
+        target = model
+    else:
+        target = onnx.ModelProto()
+        target.CopyFrom(model)
+    del target.graph.node[:]
+    target.graph.node.extend(nodes)
+    return target
+
+
+def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
 
 
 class _Names:
@@ -97,6 +124,9 @@ class _Names:
         self.types.update((v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output, *graph.value_info)
                           if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type)
         self.typed: list[tuple[str, int]] = []
+        self.shapes: dict[str, tuple] = {}  # new values' dimensions, where known
+        self.dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
+                     for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
 
     def value(self, base: str, like: str) -> str:
         """A fresh value name, of the element type of value `like` where that is known."""
@@ -166,6 +196,9 @@ def _masked_fill(node, constants, softmax_only, names):
     scores = node.input[3 - side]
     zero = names.fresh(f"{node.output[0]}/zero")  # a Constant node, not an initializer: IR 3 lists those as inputs
     bias = names.value(f"{node.output[0]}/bias", node.output[0])
+    if mask in names.dims:  # the bias has the mask's shape, broadcast with the fill's
+        rank = max(len(names.dims[mask]), fill.ndim)
+        names.shapes[bias] = (1,) * (rank - len(names.dims[mask])) + names.dims[mask]
     branches = [node.input[side], zero] if side == 1 else [zero, node.input[side]]
     return [helper.make_node("Constant", [], [zero], name=names.fresh(f"{node.name}/zero"),
                              value=numpy_helper.from_array(np.zeros((), fill.dtype))),

@@ -171,7 +171,7 @@ def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_the
         return json.loads(result.output)
 
     on, off = doc(), doc("--no-rewrite")
-    assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24}
+    assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24, "attention": 4}
     assert off["settings"]["rewrite"] is False and "rewrites" not in off["settings"]
     assert on["parity"]["ok"] and on["parity"]["max_abs_diff"] <= 1e-4
     for condition, values in off["conditions"].items():
@@ -179,7 +179,7 @@ def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_the
             if isinstance(value, float):
                 assert on["conditions"][condition][key] == pytest.approx(value, rel=1e-6, abs=1e-9), (condition, key)
     assert replay(*args, threads=1, resamples=20, conditions=("correct", "cross_input"),
-                  provider="cpu").settings["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24}
+                  provider="cpu").settings["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24, "attention": 4}
 
 
 def _linears(depth: int = 8, rank: int = 3, opset: int = 17, bias_shape=(5,), second_reader: bool = False,
@@ -256,3 +256,97 @@ def test_the_rewritten_frozen_graph_is_cut_where_the_exported_one_is(name):
     exported, cut = (split_frozen(m, [c.tensor for c in coefs]) for m in (frozen, new))
     assert len(cut.cut) == len(exported.cut)
     assert all(v in exported.cut or v.split("/")[0] in exported.cut for v in cut.cut), cut.cut
+
+
+def _attention(scale: str = "div", mask: bool = True, k_swap: bool = False, opset: int = 20,
+               probs_out: bool = False) -> onnx.ModelProto:
+    """A multi-head attention as the exporters spell it: q, k, v (batch, seq, 8) in 2 heads of 4."""
+    t = TensorProto
+    c = lambda name, values, kind=t.INT64, dims=None: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=helper.make_tensor(name, kind, [len(values)] if dims is None else dims, values))
+    nodes = [c("heads", [0, 0, 2, 4]), c("merged", [0, 0, 8]), c("root", [2.0], t.FLOAT, []), c("inv", [0.5], t.FLOAT, [])]
+    for x in "qkv":
+        nodes.append(helper.make_node("Reshape", [x, "heads"], [f"{x}4"]))
+    nodes.append(helper.make_node("Transpose", ["q4"], ["qh"], perm=[0, 2, 1, 3]))
+    if k_swap:
+        nodes += [helper.make_node("Transpose", ["k4"], ["kh"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2])]
+    else:
+        nodes.append(helper.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]))
+    nodes += [helper.make_node("Transpose", ["v4"], ["vh"], perm=[0, 2, 1, 3]),
+              helper.make_node("MatMul", ["qh", "kt"], ["qk"])]
+    scaled = {"div": lambda: helper.make_node("Div", ["qk", "root"], ["scaled"]),
+              "mul": lambda: helper.make_node("Mul", ["inv", "qk"], ["scaled"]),
+              "none": lambda: helper.make_node("Identity", ["qk"], ["scaled"])}[scale]()
+    nodes.append(scaled)
+    if scale == "none":  # no scale node at all: the MatMul feeds the mask's Add
+        nodes.pop()
+    into = "qk" if scale == "none" else "scaled"
+    if mask:
+        nodes.append(helper.make_node("Add", [into, "bias"], ["masked"]))
+        into = "masked"
+    nodes += [helper.make_node("Softmax", [into], ["probs"], axis=-1),
+              helper.make_node("MatMul", ["probs", "vh"], ["heads_out"]),
+              helper.make_node("Transpose", ["heads_out"], ["back"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["back", "merged"], ["y"]),
+              helper.make_node("Relu", ["y"], ["out"])]
+    inputs = [helper.make_tensor_value_info(x, t.FLOAT, ["batch", "seq", 8]) for x in "qkv"]
+    if mask:
+        inputs.append(helper.make_tensor_value_info("bias", t.FLOAT, ["seq", "seq"]))
+    outputs = [helper.make_tensor_value_info("out", t.FLOAT, None)]
+    if probs_out:
+        outputs.append(helper.make_tensor_value_info("probs", t.FLOAT, None))
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _attention_feeds(mask: bool = True) -> dict:
+    rng = np.random.default_rng(4)
+    feeds = {x: rng.standard_normal((3, 5, 8)).astype(np.float32) for x in "qkv"}
+    if mask:
+        feeds["bias"] = np.where(np.triu(np.ones((5, 5), bool), 1), -np.inf, 0).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("variant", [{}, {"scale": "mul"}, {"scale": "none"}, {"mask": False}, {"k_swap": True}])
+def test_a_spelled_out_multi_head_attention_becomes_onnx_attention_at_opset_23(variant):
+    model = _attention(**variant)
+    before = model.SerializeToString()
+    new, made = rewritten(model, kinds=("attention",))
+    assert made == {"attention": 1} and model.SerializeToString() == before
+    onnx.checker.check_model(new, full_check=True)
+    attention = [n for n in new.graph.node if n.op_type == "Attention"]
+    assert len(attention) == 1 and [n.op_type for n in new.graph.node] == ["Attention", "Relu"], \
+        "the heads' reshapes, transposes and their shape constants are gone"
+    assert list(attention[0].input) == ["q", "k", "v"] + (["bias"] if variant.get("mask", True) else [])
+    attrs = {a.name: helper.get_attribute_value(a) for a in attention[0].attribute}
+    assert attrs["q_num_heads"] == attrs["kv_num_heads"] == 2
+    assert attrs["scale"] == pytest.approx({"div": 0.5, "mul": 0.5, "none": 1.0}[variant.get("scale", "div")])
+    assert next(o.version for o in new.opset_import if o.domain == "") == 23
+    feeds = _attention_feeds(variant.get("mask", True))
+    expected, got = _run(model, feeds)[0], _run(new, feeds)[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["opset 18", "probabilities given out", "heads of unknown size"])
+def test_an_attention_that_cannot_be_one_node_is_left_alone(case):
+    if case == "opset 18":
+        model = _attention(opset=18)
+    elif case == "probabilities given out":
+        model = _attention(probs_out=True)
+    else:
+        model = _attention()
+        for v in model.graph.value_info:
+            if v.name in ("q4", "k4", "v4"):
+                v.type.tensor_type.shape.dim[2].Clear()
+    new, made = rewritten(model, kinds=("attention",))
+    assert made == {} and new is model
+
+
+def test_rewriting_in_place_gives_what_the_copy_gives():
+    model = _attention()
+    copy, made = rewritten(model)
+    same, made_in_place = rewritten(model, in_place=True)
+    assert same is model and made_in_place == made
+    assert same.SerializeToString() == copy.SerializeToString()

@@ -32,7 +32,8 @@ COMMANDS = {
 
 REWRITE_HELP = ("Replay the frozen graph's operators as exported. By default, on the CPU, a masked fill (Where "
                 "of an infinite constant before a Softmax) runs as an Add of the mask's bias, a two-operand "
-                "Einsum as Transpose and MatMul, and a linear layer's MatMul and bias Add as one Gemm: the same "
+                "Einsum as Transpose and MatMul, a linear layer's MatMul and bias Add as one Gemm, and a "
+                "multi-head attention spelled out in primitive operators as ONNX's Attention (opset 23): the same "
                 "computation, which ONNX Runtime runs faster (the parity check compares it with the live model).")
 
 
