@@ -50,8 +50,9 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
     how many; `names`: graphaudit.rewrite's fresh-name source for `model`."""
     from graphaudit.rewrite import with_nodes
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if not _OLDEST_OPSET <= opset <= ATTENTION_OPSET:
+    imports = [o for o in (*model.opset_import, *(o for f in model.functions for o in f.opset_import))
+               if o.domain in ("", "ai.onnx")]
+    if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports):
         return model, 0
     graph = model.graph
     nodes = list(graph.node)  # held, so that each node's id() stays its own
@@ -70,8 +71,8 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
         elif id(node) not in dropped:
             kept.append(node)
     out = with_nodes(model, _live(kept, graph), in_place)
-    for entry in out.opset_import:
-        if entry.domain in ("", "ai.onnx"):
+    for entry in (*out.opset_import, *(o for f in out.functions for o in f.opset_import)):
+        if entry.domain in ("", "ai.onnx"):  # the model's functions too: the checker wants them alike
             entry.version = ATTENTION_OPSET
     out.ir_version = max(out.ir_version, 11)  # the IR of opset 23
     return out, len(matches)
@@ -132,17 +133,17 @@ def _match(softmax, only, readers, outer, dims, types, constants) -> _Match | No
     q4 = _heads(qk.input[0], [_HEADS_FIRST], only, chain)
     k4 = _heads(qk.input[1], [[0, 2, 3, 1]], only, chain) or _two_transposes(qk.input[1], only, chain)
     after = readers.get(softmax.output[0], [])
-    if q4 is None or k4 is None or len(after) != 1 or after[0].op_type != "MatMul" or softmax.output[0] in outer \
-            or after[0].input[0] != softmax.output[0]:
+    if q4 is None or k4 is None or len(after) != 1 or after[0].op_type != "MatMul" or after[0].domain \
+            or softmax.output[0] in outer or after[0].input[0] != softmax.output[0]:
         return None
     weighted = after[0]
     v4 = _heads(weighted.input[1], [_HEADS_FIRST], only, chain)
-    back = [r for r in readers.get(weighted.output[0], [])]
+    back = readers.get(weighted.output[0], [])
     if v4 is None or len(back) != 1 or back[0].op_type != "Transpose" or _perm(back[0]) != _HEADS_FIRST \
             or weighted.output[0] in outer:
         return None
     merge = readers.get(back[0].output[0], [])
-    if len(merge) != 1 or merge[0].op_type != "Reshape" or back[0].output[0] in outer:
+    if len(merge) != 1 or merge[0].op_type != "Reshape" or merge[0].domain or back[0].output[0] in outer:
         return None
     q_dims, k_dims, v_dims = (dims.get(n.output[0], ()) for n in (q4, k4, v4))
     out_dims = dims.get(merge[0].output[0], ())

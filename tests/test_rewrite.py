@@ -304,8 +304,9 @@ def _attention(scale: str = "div", mask: bool = True, k_swap: bool = False, opse
 def _attention_feeds(mask: bool = True) -> dict:
     rng = np.random.default_rng(4)
     feeds = {x: rng.standard_normal((3, 5, 8)).astype(np.float32) for x in "qkv"}
-    if mask:
-        feeds["bias"] = np.where(np.triu(np.ones((5, 5), bool), 1), -np.inf, 0).astype(np.float32)
+    if mask:  # causal, plus a finite part: Attention adds the mask after the scale, as the graph does
+        causal = np.where(np.triu(np.ones((5, 5), bool), 1), -np.inf, 0)
+        feeds["bias"] = (causal + 3 * rng.standard_normal((5, 5))).astype(np.float32)
     return feeds
 
 
@@ -329,10 +330,15 @@ def test_a_spelled_out_multi_head_attention_becomes_onnx_attention_at_opset_23(v
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["opset 18", "probabilities given out", "heads of unknown size"])
+@pytest.mark.parametrize("case", ["opset 18", "a function at opset 18", "probabilities given out",
+                                  "heads of unknown size"])
 def test_an_attention_that_cannot_be_one_node_is_left_alone(case):
     if case == "opset 18":
         model = _attention(opset=18)
+    elif case == "a function at opset 18":
+        model = _attention()
+        model.functions.append(helper.make_function("local", "f", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                                                    [helper.make_opsetid("", 18)]))
     elif case == "probabilities given out":
         model = _attention(probs_out=True)
     else:
@@ -350,3 +356,14 @@ def test_rewriting_in_place_gives_what_the_copy_gives():
     same, made_in_place = rewritten(model, in_place=True)
     assert same is model and made_in_place == made
     assert same.SerializeToString() == copy.SerializeToString()
+
+
+def test_the_models_functions_are_declared_at_opset_23_with_it():
+    model = _attention()
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(helper.make_function("local", "f", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
+                                                [helper.make_opsetid("", 20)]))
+    new, made = rewritten(model, kinds=("attention",))
+    assert made == {"attention": 1}
+    assert [o.version for o in new.functions[0].opset_import] == [23]
+    onnx.checker.check_model(new, full_check=True)
