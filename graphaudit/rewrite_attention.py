@@ -10,17 +10,20 @@ Runtime runs the twelve or so nodes one by one, the four transposes as copies; i
 (16, 64, 64) batch of 4 heads one layer took 0.37 against 0.55 ms and gave the same bits
 (BENCHMARKS.md, replay: the rewrites).
 
-`Attention` needs the default domain at opset 23. Between opsets 20 and 23 the standard
+`Attention` needs the default domain at opset 23, and an ONNX Runtime with its CPU kernel
+(`runtime_has_attention`; without one the attentions are left as they are). Between opsets 20 and 23 the standard
 operators only gained element types, so a model at opset 20 to 22 is declared at 23 as it is;
 one older than 20 is left alone (opset 20 changed `DFT` and `GridSample`, 18 the reductions).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 ATTENTION_OPSET = 23
@@ -52,7 +55,8 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
 
     imports = [o for o in (*model.opset_import, *(o for f in model.functions for o in f.opset_import))
                if o.domain in ("", "ai.onnx")]
-    if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports):
+    if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports) \
+            or not runtime_has_attention():
         return model, 0
     graph = model.graph
     nodes = list(graph.node)  # held, so that each node's id() stays its own
@@ -76,6 +80,24 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
             entry.version = ATTENTION_OPSET
     out.ir_version = max(out.ir_version, 11)  # the IR of opset 23
     return out, len(matches)
+
+
+@functools.cache
+def runtime_has_attention() -> bool:
+    """Whether this ONNX Runtime runs `Attention` (opset 23) on the CPU as the rewrite uses it:
+    3-D q, k, v of 2 heads and an additive 2-D mask (ONNX Runtime before 1.23 has no kernel)."""
+    t = onnx.TensorProto
+    values = [helper.make_tensor_value_info(x, t.FLOAT, [1, 2, 4]) for x in "qkv"]
+    values.append(helper.make_tensor_value_info("mask", t.FLOAT, [2, 2]))
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], q_num_heads=2, kv_num_heads=2, scale=0.5)
+    model = helper.make_model(helper.make_graph([node], "probe", values, [helper.make_tensor_value_info(
+        "y", t.FLOAT, [1, 2, 4])]), opset_imports=[helper.make_opsetid("", ATTENTION_OPSET)], ir_version=11)
+    feeds = {x: np.ones((1, 2, 4), np.float32) for x in "qkv"} | {"mask": np.zeros((2, 2), np.float32)}
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return bool(np.allclose(session.run(None, feeds)[0], 1.0))
+    except Exception:  # noqa: BLE001 - no kernel, an unknown opset: either way not this runtime
+        return False
 
 
 def _matches(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[_Match]:

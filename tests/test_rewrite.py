@@ -367,3 +367,14 @@ def test_the_models_functions_are_declared_at_opset_23_with_it():
     assert made == {"attention": 1}
     assert [o.version for o in new.functions[0].opset_import] == [23]
     onnx.checker.check_model(new, full_check=True)
+
+
+def test_an_onnx_runtime_without_attention_keeps_the_attention_spelled_out(monkeypatch):
+    import graphaudit.rewrite_attention as module
+
+    assert module.runtime_has_attention(), "this environment's ONNX Runtime runs Attention (opset 23)"
+    monkeypatch.setattr(module, "runtime_has_attention", lambda: False)
+    model = _attention()
+    new, made = rewritten(model)
+    assert "attention" not in made and "Attention" not in {n.op_type for n in new.graph.node}
+    assert next(o.version for o in new.opset_import if o.domain == "") == 20
