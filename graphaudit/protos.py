@@ -55,6 +55,12 @@ def node_reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+def body_reads(graph: onnx.GraphProto) -> set[str]:
+    """The names that the bodies of `graph`'s nodes read, at any depth (outer-scope names among them)."""
+    return {name for node in graph.node for body in node_bodies(node) for inner in body.node
+            for name in node_reads(inner)}
+
+
 def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
     for node in nodes:
         if node.op_type in BODY_OPS or node.domain:  # the test node_bodies makes, without its generator

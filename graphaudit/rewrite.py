@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Collection, Iterator
+from typing import Collection
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from graphaudit.protos import body_reads
 from graphaudit.rewrite_attention import attention_rewritten
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
@@ -170,17 +171,8 @@ def _read_only_by_softmax(graph: onnx.GraphProto) -> set[str]:
     for node in graph.node:
         for name in node.input:
             readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "")
-    outer = {o.name for o in graph.output} | set(_subgraph_reads(graph))
+    outer = {o.name for o in graph.output} | body_reads(graph)
     return {name for name, ops in readers.items() if ops <= _SOFTMAX and name not in outer}
-
-
-def _subgraph_reads(graph: onnx.GraphProto) -> Iterator[str]:
-    for node in graph.node:
-        for attr in node.attribute:
-            for body in (*([attr.g] if attr.type == onnx.AttributeProto.GRAPH else []), *attr.graphs):
-                for inner in body.node:
-                    yield from inner.input
-                yield from _subgraph_reads(body)
 
 
 def _masked_fill(node, constants, softmax_only, names):
@@ -240,7 +232,7 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Bia
     for node in nodes:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    outer = {o.name for o in graph.output} | set(_subgraph_reads(graph))
+    outer = {o.name for o in graph.output} | body_reads(graph)
     for node in nodes:
         if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or node.output[0] in outer:
             continue

@@ -26,6 +26,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
+from graphaudit.protos import body_reads
+
 ATTENTION_OPSET = 23
 _OLDEST_OPSET = 20  # from here to 23 the standard operators changed only in the types they take
 _HEADS_FIRST = [0, 2, 1, 3]
@@ -106,7 +108,7 @@ def _matches(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[_Match
     for node in nodes:
         for name in node.input:
             readers.setdefault(name, []).append(node)
-    outer = {o.name for o in graph.output} | set(_subgraph_reads(graph))
+    outer = {o.name for o in graph.output} | body_reads(graph)
     dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
             for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)}
@@ -250,18 +252,9 @@ def _axis(node: onnx.NodeProto) -> int:
     return next((a.i for a in node.attribute if a.name == "axis"), -1)
 
 
-def _subgraph_reads(graph: onnx.GraphProto):
-    for node in graph.node:
-        for attr in node.attribute:
-            for body in (*([attr.g] if attr.type == onnx.AttributeProto.GRAPH else []), *attr.graphs):
-                for inner in body.node:
-                    yield from inner.input
-                yield from _subgraph_reads(body)
-
-
 def _live(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """`nodes` less those whose outputs nothing reads any more (the heads' shape arithmetic)."""
-    needed = {o.name for o in graph.output} | set(_subgraph_reads(graph))
+    needed = {o.name for o in graph.output} | body_reads(graph)
     keep = []
     for node in reversed(nodes):
         if any(o in needed for o in node.output) or any(a.type in (onnx.AttributeProto.GRAPH,
