@@ -378,3 +378,16 @@ def test_an_onnx_runtime_without_attention_keeps_the_attention_spelled_out(monke
     new, made = rewritten(model)
     assert "attention" not in made and "Attention" not in {n.op_type for n in new.graph.node}
     assert next(o.version for o in new.opset_import if o.domain == "") == 20
+
+
+@pytest.mark.skipif(not (FIXTURES / "featuregate" / "model.onnx").is_file(), reason="no zoo fixtures")
+def test_run_records_whether_its_replay_rewrote_the_frozen_graph():
+    folder = FIXTURES / "featuregate"
+    for flag, expected in (([], True), (["--no-rewrite"], False)):
+        result = CliRunner().invoke(cli, ["run", str(folder / "model.onnx"), "--calib", str(folder / "calib.npz"),
+                                          "--resamples", "20", "--format", "json", "-q", "--runs", "1", "--warmup",
+                                          "0", "--profile-runs", "1", "--limit", "2", *flag])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report["inputs"]["rewrite"] is expected
+        assert bool(report["replay"]["settings"].get("rewrites")) is expected
