@@ -1,10 +1,14 @@
-"""Walking ONNX protos: every graph body and node list nested in a model."""
+"""Walking ONNX protos: every graph body and node list nested in a model, and small readers and
+writers of graphs shared by the modules that change them."""
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Iterator, Sequence
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 # Standard operators with graph attributes; operators of other domains are all opened.
 BODY_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -59,6 +63,50 @@ def body_reads(graph: onnx.GraphProto) -> set[str]:
     """The names that the bodies of `graph`'s nodes read, at any depth (outer-scope names among them)."""
     return {name for node in graph.node for body in node_bodies(node) for inner in body.node
             for name in node_reads(inner)}
+
+
+def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
+    """Constants of one element: initializers (not listed as inputs) and Constant nodes' values."""
+    inputs = {i.name for i in graph.input}
+    found = {}
+    for t in graph.initializer:
+        if t.name not in inputs and math.prod(t.dims) == 1 and t.data_location != onnx.TensorProto.EXTERNAL:
+            found[t.name] = numpy_helper.to_array(t)
+    for node in graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        if attr.name == "value" and math.prod(attr.t.dims) == 1 and attr.t.data_location != onnx.TensorProto.EXTERNAL:
+            found[node.output[0]] = numpy_helper.to_array(attr.t)
+        elif attr.name == "value_float":
+            found[node.output[0]] = np.array(attr.f, np.float32)
+    return found
+
+
+def with_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto], in_place: bool) -> onnx.ModelProto:
+    """`model` (in place) or a copy of it whose main graph holds `nodes`, in that order."""
+    if in_place:
+        nodes = [_copied(n) for n in nodes]  # before the field that holds some of them is cleared
+        target = model
+    else:
+        target = onnx.ModelProto()
+        target.CopyFrom(model)
+    del target.graph.node[:]
+    target.graph.node.extend(nodes)
+    return target
+
+
+def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
+    copy = onnx.NodeProto()
+    copy.CopyFrom(node)
+    return copy
+
+
+def value_dims(graph: onnx.GraphProto) -> dict[str, tuple]:
+    """Each graph input's and annotated value's dimensions (a name, a size, or None where unknown),
+    where the graph gives a shape."""
+    return {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
+            for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
 
 
 def _bodies(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:

@@ -28,7 +28,6 @@ live model, so a rewrite that changed an output would stop the audit.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Collection
 
@@ -36,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphaudit.protos import body_reads
+from graphaudit.protos import body_reads, scalar_constants, value_dims, with_nodes
 from graphaudit.rewrite_attention import attention_rewritten
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
@@ -58,10 +57,10 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
     changed, for a caller that owns it (a copy of a large model's weights takes long)."""
     graph = model.graph
     names = _Names(model)
-    constants = _scalar_constants(graph)
+    constants = scalar_constants(graph)
     softmax_only = _read_only_by_softmax(graph)
     original = list(graph.node)  # held, so that each node's id() stays its own
-    biased = _biased_matmuls(model, original) if "matmul_bias" in kinds else _Biased()
+    biased = _biased_matmuls(model, original, names) if "matmul_bias" in kinds else _Biased()
     nodes, made = [], Counter()
     for node in original:
         new = None
@@ -94,25 +93,6 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
     return out, {kind: made[kind] for kind in KINDS if made[kind]}
 
 
-def with_nodes(model: onnx.ModelProto, nodes: list[onnx.NodeProto], in_place: bool) -> onnx.ModelProto:
-    """`model` (in place) or a copy of it whose main graph holds `nodes`, in that order."""
-    if in_place:
-        nodes = [_copied(n) for n in nodes]  # before the field that holds some of them is cleared
-        target = model
-    else:
-        target = onnx.ModelProto()
-        target.CopyFrom(model)
-    del target.graph.node[:]
-    target.graph.node.extend(nodes)
-    return target
-
-
-def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
-    copy = onnx.NodeProto()
-    copy.CopyFrom(node)
-    return copy
-
-
 class _Names:
     """Fresh value and node names that clash with none in the model, and the element types of
     the model's values and of the new ones (`typed`)."""
@@ -126,8 +106,7 @@ class _Names:
                           if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type)
         self.typed: list[tuple[str, int]] = []
         self.shapes: dict[str, tuple] = {}  # new values' dimensions, where known
-        self.dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
-                     for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+        self.dims = value_dims(graph)
 
     def value(self, base: str, like: str) -> str:
         """A fresh value name, of the element type of value `like` where that is known."""
@@ -144,24 +123,6 @@ class _Names:
             name = f"{base}_{k}"
         self.taken.add(name)
         return name
-
-
-def _scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Constants of one element: initializers (not listed as inputs) and Constant nodes' values."""
-    inputs = {i.name for i in graph.input}
-    found = {}
-    for t in graph.initializer:
-        if t.name not in inputs and math.prod(t.dims) == 1 and t.data_location != onnx.TensorProto.EXTERNAL:
-            found[t.name] = numpy_helper.to_array(t)
-    for node in graph.node:
-        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
-            continue
-        attr = node.attribute[0]
-        if attr.name == "value" and math.prod(attr.t.dims) == 1 and attr.t.data_location != onnx.TensorProto.EXTERNAL:
-            found[node.output[0]] = numpy_helper.to_array(attr.t)
-        elif attr.name == "value_float":
-            found[node.output[0]] = np.array(attr.f, np.float32)
-    return found
 
 
 def _read_only_by_softmax(graph: onnx.GraphProto) -> set[str]:
@@ -205,12 +166,11 @@ class _Biased:
         self.pairs: dict[int, tuple[onnx.NodeProto, str]] = {}  # id(MatMul) -> (its Add, the bias)
         self.weights: dict[str, tuple[int, ...]] = {}  # constant matrices and vectors: shapes
         self.done: set[int] = set()  # id()s of the Adds rewritten with their MatMul
-        self.dims: dict[str, tuple] = {}  # values' dimensions (a name, a size, or None) where the graph says
         self.shapes: dict[tuple, str] = {}  # (leading dimensions, width) -> the value holding that shape
         self.sources: dict[tuple, tuple[str, int]] = {}  # leading dimensions -> a graph input that starts with them
 
 
-def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Biased:
+def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], names: "_Names") -> _Biased:
     """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
     `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
     graph, found = model.graph, _Biased()
@@ -220,10 +180,8 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Bia
     inputs = {i.name for i in graph.input}
     found.weights = {t.name: tuple(t.dims) for t in graph.initializer if t.name not in inputs and len(t.dims) in (1, 2)
                      and t.data_type == onnx.TensorProto.FLOAT}
-    found.dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
-                  for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
     for value in graph.input:
-        dims = found.dims.get(value.name, ())
+        dims = names.dims.get(value.name, ())
         if value.name not in found.weights and value.name not in {t.name for t in graph.initializer}:
             for k in range(1, len(dims) + 1):
                 if all(dims[:k]):
@@ -238,7 +196,7 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto]) -> _Bia
             continue
         x, w = node.input
         after = readers.get(node.output[0], [])
-        if len(found.weights.get(w, ())) != 2 or found.weights[w][0] > GEMM_EXACT_DEPTH or len(found.dims.get(x, ())) < 3 \
+        if len(found.weights.get(w, ())) != 2 or found.weights[w][0] > GEMM_EXACT_DEPTH or len(names.dims.get(x, ())) < 3 \
                 or len(after) != 1:
             continue
         add = after[0]
@@ -262,7 +220,7 @@ def _matmul_bias(node, add, bias, biased: _Biased, names):
                               value=numpy_helper.from_array(np.array([-1, d], np.int64))),
              helper.make_node("Reshape", [x, flat], [rows], name=names.fresh(f"{node.name}/rows")),
              helper.make_node("Gemm", [rows, w, bias], [product], name=names.fresh(f"{node.name}/gemm"))]
-    lead = biased.dims[x][:-1]
+    lead = names.dims[x][:-1]
     key = (lead, e) if all(lead) else None  # a dimension the graph does not name or size is nobody's twin
     shape = biased.shapes.get(key)
     if shape is None:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from graphaudit.protos import body_reads
+from graphaudit.protos import body_reads, scalar_constants, value_dims, with_nodes
 
 ATTENTION_OPSET = 23
 _OLDEST_OPSET = 20  # from here to 23 the standard operators changed only in the types they take
@@ -53,8 +53,6 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
     """Return `model` with each multi-head attention it spells out as one `Attention` node (a
     copy, or `model` itself changed when `in_place`; `model` itself when there is none), and
     how many; `names`: graphaudit.rewrite's fresh-name source for `model`."""
-    from graphaudit.rewrite import with_nodes
-
     imports = [o for o in (*model.opset_import, *(o for f in model.functions for o in f.opset_import))
                if o.domain in ("", "ai.onnx")]
     if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports) \
@@ -109,13 +107,9 @@ def _matches(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[_Match
         for name in node.input:
             readers.setdefault(name, []).append(node)
     outer = {o.name for o in graph.output} | body_reads(graph)
-    dims = {v.name: tuple(d.dim_param or d.dim_value or None for d in v.type.tensor_type.shape.dim)
-            for v in (*graph.input, *graph.value_info) if v.type.tensor_type.HasField("shape")}
+    dims = value_dims(graph)
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)}
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer if not t.dims}
-    constants.update((n.output[0], numpy_helper.to_array(n.attribute[0].t)) for n in nodes
-                     if n.op_type == "Constant" and len(n.attribute) == 1 and n.attribute[0].name == "value"
-                     and not n.attribute[0].t.dims)
+    constants = scalar_constants(graph)
 
     def only(value: str, op: str) -> onnx.NodeProto | None:
         """The node that makes `value`, if it is a standard `op` and `value` has no other reader."""
@@ -199,7 +193,7 @@ def _scale(value: str, only, constants, chain) -> tuple[float | None, onnx.NodeP
         constant = next((i for i in node.input if i in constants), None)
         if constant is None or (op == "Div" and node.input[1] != constant):
             return None, None
-        c = np.float32(constants[constant])
+        c = np.float32(constants[constant].reshape(-1)[0])  # one element, of any shape
         product = only(next(i for i in node.input if i != constant), "MatMul")
         if product is None or c == 0 or not np.isfinite(c):
             return None, None
