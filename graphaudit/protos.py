@@ -102,6 +102,15 @@ def _copied(node: onnx.NodeProto) -> onnx.NodeProto:
     return copy
 
 
+def readers_of(nodes: Iterable[onnx.NodeProto]) -> dict[str, list[onnx.NodeProto]]:
+    """Each value name the `nodes` read, with the nodes that read it, in their order."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in nodes:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
 def value_dims(graph: onnx.GraphProto) -> dict[str, tuple]:
     """Each graph input's and annotated value's dimensions (a name, a size, or None where unknown),
     where the graph gives a shape."""

@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphaudit.protos import body_reads, scalar_constants, value_dims, with_nodes
+from graphaudit.protos import body_reads, readers_of, scalar_constants, value_dims, with_nodes
 from graphaudit.rewrite_attention import attention_rewritten
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
@@ -58,9 +58,10 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
     graph = model.graph
     names = _Names(model)
     constants = scalar_constants(graph)
-    softmax_only = _read_only_by_softmax(graph)
     original = list(graph.node)  # held, so that each node's id() stays its own
-    biased = _biased_matmuls(model, original, names) if "matmul_bias" in kinds else _Biased()
+    readers = readers_of(original)
+    softmax_only = _read_only_by_softmax(graph, readers)
+    biased = _biased_matmuls(model, original, readers, names) if "matmul_bias" in kinds else _Biased()
     nodes, made = [], Counter()
     for node in original:
         new = None
@@ -125,15 +126,12 @@ class _Names:
         return name
 
 
-def _read_only_by_softmax(graph: onnx.GraphProto) -> set[str]:
+def _read_only_by_softmax(graph: onnx.GraphProto, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
     """The values every reader of which is a Softmax or LogSoftmax of the main graph, and that
     no subgraph reads and the graph does not give out."""
-    readers: dict[str, set[str]] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "")
     outer = {o.name for o in graph.output} | body_reads(graph)
-    return {name for name, ops in readers.items() if ops <= _SOFTMAX and name not in outer}
+    return {name for name, nodes in readers.items() if name not in outer
+            and all(n.op_type in _SOFTMAX and n.domain in ("", "ai.onnx") for n in nodes)}
 
 
 def _masked_fill(node, constants, softmax_only, names):
@@ -170,7 +168,8 @@ class _Biased:
         self.sources: dict[tuple, tuple[str, int]] = {}  # leading dimensions -> a graph input that starts with them
 
 
-def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], names: "_Names") -> _Biased:
+def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
+                    names: "_Names") -> _Biased:
     """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
     `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
     graph, found = model.graph, _Biased()
@@ -180,16 +179,13 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], names: 
     inputs = {i.name for i in graph.input}
     found.weights = {t.name: tuple(t.dims) for t in graph.initializer if t.name not in inputs and len(t.dims) in (1, 2)
                      and t.data_type == onnx.TensorProto.FLOAT}
+    weights = {t.name for t in graph.initializer}  # an older IR lists them among the inputs too
     for value in graph.input:
         dims = names.dims.get(value.name, ())
-        if value.name not in found.weights and value.name not in {t.name for t in graph.initializer}:
+        if value.name not in weights:
             for k in range(1, len(dims) + 1):
                 if all(dims[:k]):
                     found.sources.setdefault(dims[:k], (value.name, k))
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
     outer = {o.name for o in graph.output} | body_reads(graph)
     for node in nodes:
         if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or node.output[0] in outer:

@@ -26,7 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from graphaudit.protos import body_reads, scalar_constants, value_dims, with_nodes
+from graphaudit.protos import body_reads, readers_of, scalar_constants, value_dims, with_nodes
 
 ATTENTION_OPSET = 23
 _OLDEST_OPSET = 20  # from here to 23 the standard operators changed only in the types they take
@@ -102,10 +102,7 @@ def runtime_has_attention() -> bool:
 
 def _matches(graph: onnx.GraphProto, nodes: list[onnx.NodeProto]) -> list[_Match]:
     made = {o: n for n in nodes for o in n.output if o}
-    readers: dict[str, list[onnx.NodeProto]] = {}
-    for node in nodes:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = readers_of(nodes)
     outer = {o.name for o in graph.output} | body_reads(graph)
     dims = value_dims(graph)
     types = {v.name: v.type.tensor_type.elem_type for v in (*graph.input, *graph.value_info, *graph.output)}
