@@ -34,18 +34,19 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
 from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
-from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis, token_weights
+from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
 from graphaudit.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
-from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, default_tolerance,
+from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, ParityError, check_parity, default_tolerance,
                                every_input_summary)
-from graphaudit.metrics import (ConditionStats, Estimate, FamilyVariance, PoissonBootstrap, Task, difference,
+from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task, difference,
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import scored_name, scored_output
 from graphaudit.metrics.stats import estimate
+from graphaudit.metrics.variance import cache_variance
 from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
@@ -53,7 +54,7 @@ from graphaudit.rewrite import rewritten
 from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, resolve_providers,
                                 slow_fusions)
 from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
-from graphaudit.wording import TRACED_SIZES, counted, listed
+from graphaudit.wording import TRACED_SIZES, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
 MAX_RESAMPLES = 100_000
@@ -99,7 +100,8 @@ class DataUse:
 
 # settings key -> what its note is about, in the order reports give them
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
-                  ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"))
+                  ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
+                  ("rewrite_note", "rewrites"))
 
 
 @dataclass(frozen=True)
@@ -260,17 +262,25 @@ def replay(
         if live:
             settings["live_decisions"] = list(live)
             settings["live_decisions_note"] = live_note(live)
-        if task.logits:
-            frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)  # the copy is ours
-        if rewrite and providers[0] == PROVIDERS["cpu"]:
-            frozen, settings["rewrites"] = rewritten(frozen, in_place=True)  # the copy is ours
+        rewrite = rewrite and providers[0] == PROVIDERS["cpu"]
+        frozen, settings["rewrites"] = _replayed(frozen, task, rewrite)
         session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             settings["tolerance"] = tolerance
             if why:
                 settings["tolerance_note"] = why
-        parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        try:
+            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        except (ParityError, FrozenRunError) as err:
+            if not settings["rewrites"]:
+                raise
+            # a rewrite that does not give the live outputs is graphaudit's fault, not the model's
+            settings["rewrite_note"] = f"the rewritten frozen graph failed the parity check, so its operators ran as " \
+                                       f"exported ({' '.join(str(err).split())[:300]})"
+            frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
+            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
@@ -288,7 +298,7 @@ def replay(
         if every is not None:
             parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        variance, means = _variance(caches[1], boot, confidence, tokens=tokens[0])
+        variance, means = cache_variance(caches[1], boot, confidence, tokens=tokens[0])
         timing["variance_s"] = time.perf_counter() - clock
         where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
             caches[1].location)
@@ -298,6 +308,14 @@ def replay(
     gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
                  for p in PROFILES if p in stats and "global_mean" in stats)
     return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
+
+
+def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """`frozen` (changed: the copy is the replay's) as the replay runs it: with the log-softmax of
+    logits as an output, and its operators `rewritten` when `rewrite`; and the rewrites made."""
+    if task.logits:
+        frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)
+    return rewritten(frozen, in_place=True) if rewrite else (frozen, {})
 
 
 def _failed_note(failed: Mapping[str, str]) -> str:
@@ -344,42 +362,6 @@ def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, l
                            estimate(*s.figure("divergence"), level),
                            estimate(*s.figure("accuracy"), level) if scored else Estimate(None, None),
                            estimate(*s.figure("mse"), level))
-
-
-def _variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chunk: int = 64,
-              tokens: np.ndarray | None = None):
-    """Variance shares per family, and per-layer mean coefficient at each position, streamed over
-    `cache`; `tokens` (inputs × positions, False where padded) leaves padded positions out."""
-    axes = {c.tensor: token_axis(c) for c in cache.coefficients}
-    shapes = {c.tensor: cache.shape(c) for c in cache.coefficients}
-    families: dict[str, list[Coefficient]] = {}
-    for c in cache.coefficients:
-        families.setdefault(c.family, []).append(c)
-    sums = {f: FamilyVariance.empty(f, cs, shapes, axes, boot.resamples) for f, cs in families.items()}
-    position = {c.tensor: 0.0 for c in cache.coefficients}
-    counted = {c.tensor: 0.0 for c in cache.coefficients}  # inputs, less the padded, at each position
-    for rows, values in cache.chunks(chunk):
-        weights = boot.weights(rows)
-        for f in sums.values():
-            f.update(values, axes, weights, None if tokens is None else tokens[rows])
-        for c in cache.coefficients:
-            w = token_weights(c, shapes[c.tensor], tokens, rows)
-            v = values[c.tensor] if w is None else values[c.tensor] * w
-            position[c.tensor] = position[c.tensor] + v.sum(axis=0, dtype=np.float64)
-            counted[c.tensor] = counted[c.tensor] + (len(rows) if w is None else w.sum(axis=0))
-    means = tuple((f, tuple(c.layer for c in cs),
-                   tuple(_per_position(position[c.tensor] / np.maximum(counted[c.tensor], 1), axes[c.tensor])
-                         for c in cs))
-                  for f, cs in families.items())
-    return tuple((f, s.shares(level)) for f, s in sums.items()), means
-
-
-def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
-    """Average a batch-summed tensor over its slot axes, keeping the token axis."""
-    if t is None:
-        return np.atleast_1d(mean.mean())
-    moved = np.moveaxis(mean, t - 1, 0)
-    return moved.reshape(moved.shape[0], -1).mean(axis=1)
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:

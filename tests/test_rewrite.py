@@ -172,7 +172,7 @@ def test_the_replay_records_its_rewrites_and_its_figures_do_not_move_without_the
 
     on, off = doc(), doc("--no-rewrite")
     assert on["settings"]["rewrites"] == {"masked_fill": 4, "einsum": 4, "matmul_bias": 24, "attention": 4}
-    assert off["settings"]["rewrite"] is False and "rewrites" not in off["settings"]
+    assert off["settings"]["rewrite"] is False and off["settings"]["rewrites"] == {}
     assert on["parity"]["ok"] and on["parity"]["max_abs_diff"] <= 1e-4
     for condition, values in off["conditions"].items():
         for key, value in values.items():
@@ -391,3 +391,27 @@ def test_run_records_whether_its_replay_rewrote_the_frozen_graph():
         report = json.loads(result.output)
         assert report["inputs"]["rewrite"] is expected
         assert bool(report["replay"]["settings"].get("rewrites")) is expected
+
+
+@pytest.mark.skipif(not (FIXTURES / "featuregate" / "model.onnx").is_file(), reason="no zoo fixtures")
+def test_a_rewrite_that_fails_the_parity_check_is_dropped_and_said(monkeypatch):
+    import graphaudit.replay as replay_module
+
+    def broken(model, **kwargs):  # an attention that scales its scores wrongly: not the live outputs
+        new, made = rewritten(model, **kwargs)
+        for node in new.graph.node:
+            if node.op_type == "Attention":
+                next(a for a in node.attribute if a.name == "scale").f *= 3.0
+        return new, made
+
+    folder = FIXTURES / "featuregate"
+    args = (folder / "model.onnx", folder / "calib.npz", folder / "eval.npz")
+    expected = replay(*args, threads=1, resamples=20, rewrite=False).to_json()
+    monkeypatch.setattr(replay_module, "rewritten", broken)
+    report = replay(*args, threads=1, resamples=20)
+    assert report.settings["rewrites"] == {}
+    assert report.settings["rewrite_note"].startswith("the rewritten frozen graph failed the parity check")
+    assert ("rewrites", report.settings["rewrite_note"]) in report.setting_notes()
+    assert report.parity.ok
+    got = report.to_json()
+    assert got["conditions"] == expected["conditions"] and got["variance"] == expected["variance"]

@@ -20,12 +20,17 @@ number of cells and resamples, never on the number of inputs; merging adds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from graphaudit.coefficients import Coefficient
+from graphaudit.conditions import token_axis, token_weights
 from graphaudit.metrics.stats import Estimate, estimate
+
+if TYPE_CHECKING:
+    from graphaudit.capture import CoefficientCache
+    from graphaudit.metrics.bootstrap import PoissonBootstrap
 
 SHARES = ("eta2_layer", "layer_slot_share", "input_share", "token_share")
 
@@ -124,3 +129,39 @@ def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, counts
             "input_share": share(within_cells - cells),
             "token_share": share(squares - within_cells),
         }
+
+
+def cache_variance(cache: "CoefficientCache", boot: "PoissonBootstrap", level: float, chunk: int = 64,
+                   tokens: np.ndarray | None = None):
+    """Variance shares per family, and per-layer mean coefficient at each position, streamed over
+    `cache`; `tokens` (inputs × positions, False where padded) leaves padded positions out."""
+    axes = {c.tensor: token_axis(c) for c in cache.coefficients}
+    shapes = {c.tensor: cache.shape(c) for c in cache.coefficients}
+    families: dict[str, list[Coefficient]] = {}
+    for c in cache.coefficients:
+        families.setdefault(c.family, []).append(c)
+    sums = {f: FamilyVariance.empty(f, cs, shapes, axes, boot.resamples) for f, cs in families.items()}
+    position = {c.tensor: 0.0 for c in cache.coefficients}
+    counted = {c.tensor: 0.0 for c in cache.coefficients}  # inputs, less the padded, at each position
+    for rows, values in cache.chunks(chunk):
+        weights = boot.weights(rows)
+        for f in sums.values():
+            f.update(values, axes, weights, None if tokens is None else tokens[rows])
+        for c in cache.coefficients:
+            w = token_weights(c, shapes[c.tensor], tokens, rows)
+            v = values[c.tensor] if w is None else values[c.tensor] * w
+            position[c.tensor] = position[c.tensor] + v.sum(axis=0, dtype=np.float64)
+            counted[c.tensor] = counted[c.tensor] + (len(rows) if w is None else w.sum(axis=0))
+    means = tuple((f, tuple(c.layer for c in cs),
+                   tuple(_per_position(position[c.tensor] / np.maximum(counted[c.tensor], 1), axes[c.tensor])
+                         for c in cs))
+                  for f, cs in families.items())
+    return tuple((f, s.shares(level)) for f, s in sums.items()), means
+
+
+def _per_position(mean: np.ndarray, t: int | None) -> np.ndarray:
+    """Average a batch-summed tensor over its slot axes, keeping the token axis."""
+    if t is None:
+        return np.atleast_1d(mean.mean())
+    moved = np.moveaxis(mean, t - 1, 0)
+    return moved.reshape(moved.shape[0], -1).mean(axis=1)
