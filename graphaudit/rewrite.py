@@ -21,9 +21,10 @@ slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computatio
   mask and softmax becomes ONNX's `Attention` (graphaudit.rewrite_attention), after the masked
   fills above have become the additive masks it takes.
 
-`rewritten` returns a new model (the input is not changed) and how many of each it made.
-The replay's parity check compares the rewritten graph's `correct` run with the unrewritten
-live model, so a rewrite that changed an output would stop the audit.
+`rewritten` returns a new model (the input is not changed unless asked) and how many of each
+it made. The replay's parity check compares the rewritten graph's `correct` run with the
+unrewritten live model; a rewritten graph that fails it is replaced by the graph as exported,
+with a note (`replay`).
 """
 
 from __future__ import annotations
