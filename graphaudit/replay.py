@@ -40,7 +40,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel, load_for_runtime
-from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, ParityError, check_parity, default_tolerance,
+from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, default_tolerance,
                                every_input_summary)
 from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task, difference,
                                 retained_gap, task_for)
@@ -264,20 +264,21 @@ def replay(
             settings["live_decisions_note"] = live_note(live)
         rewrite = rewrite and providers[0] == PROVIDERS["cpu"]
         frozen, settings["rewrites"] = _replayed(frozen, task, rewrite)
-        session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             settings["tolerance"] = tolerance
             if why:
                 settings["tolerance_note"] = why
         try:
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
             parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
-        except (ParityError, FrozenRunError) as err:
+        except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
             if not settings["rewrites"]:
                 raise
-            # a rewrite that does not give the live outputs is graphaudit's fault, not the model's
-            settings["rewrite_note"] = f"the rewritten frozen graph failed the parity check, so its operators ran as " \
-                                       f"exported ({' '.join(str(err).split())[:300]})"
+            # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
+            # fault, not the model's: the graph as exported is checked instead, and decides
+            settings["rewrite_note"] = f"the rewritten frozen graph did not run as the live model does, so its " \
+                                       f"operators ran as exported ({' '.join(str(err).split())[:300]})"
             frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
             parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
