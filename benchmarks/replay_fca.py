@@ -95,18 +95,18 @@ class Setup:
                        for d, check in ((self.calib, None), (self.eval, every_input_summary(self.eval)))]
         self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
-        frozen = frozen_graph(loaded.model, self.coefs)
+        exported = frozen = frozen_graph(loaded.model, self.coefs)
         # as in replay(): the sessions leave out the same fusions and flush denormals alike, and the
         # replay's runs what no coefficient reaches once per batch (graphaudit.prefix) unless `cut` is off
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
         cpu = [PROVIDERS["cpu"]]
-        if rewrite:  # as replay() does on the CPU: masked fills and Einsums in faster operators (graphaudit.rewrite)
+        if rewrite:  # as replay() does on the CPU: its operators rewritten into faster ones (graphaudit.rewrite)
             frozen, _ = rewritten(frozen)
         replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
         self.session = (open_frozen(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
                         else create_session(replayed, **settings))
         # the frozen graph alone, whole and as exported: what a user would run without graphaudit
-        self.bare_session = create_session(frozen_graph(loaded.model, self.coefs), **settings)
+        self.bare_session = create_session(exported, **settings)
         # the same graph cut as the replay's is: its prefix once per batch, the rest per condition
         self.bare_cut = open_frozen(frozen, self.coefs, cpu, None, threads, flush_denormals) if cut else None
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,

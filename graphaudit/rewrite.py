@@ -61,8 +61,9 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
     constants = scalar_constants(graph)
     original = list(graph.node)  # held, so that each node's id() stays its own
     readers = readers_of(original)
-    softmax_only = _read_only_by_softmax(graph, readers)
-    biased = _biased_matmuls(model, original, readers, names) if "matmul_bias" in kinds else _Biased()
+    outer = {o.name for o in graph.output} | body_reads(graph)  # values read past the main graph's nodes
+    softmax_only = _read_only_by_softmax(readers, outer)
+    biased = _biased_matmuls(model, original, readers, outer, names) if "matmul_bias" in kinds else _Biased()
     nodes, made = [], Counter()
     for node in original:
         new = None
@@ -127,10 +128,9 @@ class _Names:
         return name
 
 
-def _read_only_by_softmax(graph: onnx.GraphProto, readers: dict[str, list[onnx.NodeProto]]) -> set[str]:
+def _read_only_by_softmax(readers: dict[str, list[onnx.NodeProto]], outer: set[str]) -> set[str]:
     """The values every reader of which is a Softmax or LogSoftmax of the main graph, and that
-    no subgraph reads and the graph does not give out."""
-    outer = {o.name for o in graph.output} | body_reads(graph)
+    no subgraph reads and the graph does not give out (`outer`)."""
     return {name for name, nodes in readers.items() if name not in outer
             and all(n.op_type in _SOFTMAX and n.domain in ("", "ai.onnx") for n in nodes)}
 
@@ -170,7 +170,7 @@ class _Biased:
 
 
 def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
-                    names: "_Names") -> _Biased:
+                    outer: set[str], names: "_Names") -> _Biased:
     """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
     `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
     graph, found = model.graph, _Biased()
@@ -187,7 +187,6 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers
             for k in range(1, len(dims) + 1):
                 if all(dims[:k]):
                     found.sources.setdefault(dims[:k], (value.name, k))
-    outer = {o.name for o in graph.output} | body_reads(graph)
     for node in nodes:
         if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or node.output[0] in outer:
             continue

@@ -27,6 +27,7 @@ import onnxruntime as ort
 from onnx import helper
 
 from graphaudit.protos import body_reads, readers_of, scalar_constants, value_dims, with_nodes
+from graphaudit.surgery import remove_dead
 
 ATTENTION_OPSET = 23
 _OLDEST_OPSET = 20  # from here to 23 the standard operators changed only in the types they take
@@ -74,7 +75,8 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
                                          q_num_heads=m.heads, kv_num_heads=m.kv_heads, scale=m.scale))
         elif id(node) not in dropped:
             kept.append(node)
-    out = with_nodes(model, _live(kept, graph), in_place)
+    out = with_nodes(model, kept, in_place)
+    remove_dead(out.graph)  # the heads' shape arithmetic nothing reads any more
     for entry in (*out.opset_import, *(o for f in out.functions for o in f.opset_import)):
         if entry.domain in ("", "ai.onnx"):  # the model's functions too: the checker wants them alike
             entry.version = ATTENTION_OPSET
@@ -241,16 +243,3 @@ def _perm(node: onnx.NodeProto) -> list[int] | None:
 
 def _axis(node: onnx.NodeProto) -> int:
     return next((a.i for a in node.attribute if a.name == "axis"), -1)
-
-
-def _live(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """`nodes` less those whose outputs nothing reads any more (the heads' shape arithmetic)."""
-    needed = {o.name for o in graph.output} | body_reads(graph)
-    keep = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.output) or any(a.type in (onnx.AttributeProto.GRAPH,
-                                                                    onnx.AttributeProto.GRAPHS)
-                                                         for a in node.attribute):
-            keep.append(node)
-            needed.update(node.input)
-    return keep[::-1]

@@ -78,7 +78,7 @@ def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tupl
         for i, out in enumerate(node.output):
             if out in names:
                 node.output[i] = out + _DETACHED  # the value now comes from the graph input
-    removed = _remove_dead(graph)
+    removed = remove_dead(graph)
     graph.input.extend(inputs)
     produced = {o for n in graph.node for o in n.output}
     kept_info = [v for v in graph.value_info if v.name not in names and v.name in produced]
@@ -198,7 +198,7 @@ def _data_dims(graph: onnx.GraphProto) -> tuple[str, str]:
     return BATCH, "seq"
 
 
-def _remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
+def remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
     """Drop nodes (and initializers) that feed no graph output, in place; return what went."""
     needed = {o.name for o in graph.output}
     kept: list[onnx.NodeProto] = []
