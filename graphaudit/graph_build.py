@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Mapping
 import onnx
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.function_types import body_types
 from graphaudit.graph import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key
 
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
@@ -24,6 +25,14 @@ def build(model: onnx.ModelProto) -> ModelGraph:
     """Return the ModelGraph of `model` (which is read, never changed)."""
     with paused_gc():
         return _Builder(model).build()
+
+
+def node_ids(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+    """Every node occurrence of `model` in the order `build` reads them (nested bodies right
+    after their owner, a local function's body after each call of it), with its ModelGraph id."""
+    builder = _Builder(model)
+    builder._read(model.graph.node, function_stack=())
+    return list(zip(builder._protos, builder._ids()))
 
 
 @contextmanager
@@ -130,6 +139,7 @@ class _Builder:
         self.bodies: dict[str, tuple[Body, ...]] = {}
         self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
         self._shapes: dict[bytes, tuple] = {}  # serialized TypeProto -> (elem, shape): types repeat
+        self._inferred_bodies: dict[tuple, dict] = {}  # function_types.body_types per kind of call
         # Node output -> the id of the node making it. Subgraph formal inputs come from their
         # owner: an edge for them would close a cycle (owner -> body -> owner), so they are
         # not here and the tensor table records where they come from instead.
@@ -146,11 +156,7 @@ class _Builder:
         graph = self.model.graph
         value_info = _declared(graph)
         self._read(graph.node, function_stack=())
-        names = self._names
-        if len(Counter(names)) == len(names) and "" not in names:
-            ids = names  # every node named, each name once: the usual case
-        else:
-            ids = unique_ids(zip(names, (p.op_type for p in self._protos)))
+        names, ids = self._names, self._ids()
         self._subgraphs = {ids[i]: subgraphs for i, subgraphs in self._subgraphs.items()}
         self._next = zip(self._protos, names, ids)
         env: dict[str, TensorRef] = {}
@@ -172,6 +178,12 @@ class _Builder:
                           edge_records=tuple(self._edges))
 
     # -- pass 1: read ----------------------------------------------------------------------
+    def _ids(self) -> list[str]:
+        names = self._names
+        if len(Counter(names)) == len(names) and "" not in names:
+            return names  # every node named, each name once: the usual case
+        return unique_ids(zip(names, (p.op_type for p in self._protos)))
+
     def _read(self, protos, function_stack: tuple) -> None:
         """Record every node occurrence under `protos`, nested bodies right after their owner."""
         found, names, functions = self._protos, self._names, self.functions
@@ -336,6 +348,17 @@ class _Builder:
             if producer is not None:
                 self._edges.append((producer, owner.id, f"{key}->{out.name}", ref, "subgraph_output"))
 
+    def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, onnx.ValueInfoProto]:
+        """The types ONNX infers in `fn`'s body at this call, shared by calls alike in
+        argument types and attributes (a model's layers, as a rule)."""
+        args = tuple((info.elem_type, info.shape) if (info := self.tensors.get(ref)) is not None else None
+                     for ref in call.inputs[: len(fn.input)])
+        key = (fn.domain, fn.name, args, tuple(a.SerializeToString() for a in call.proto.attribute))
+        found = self._inferred_bodies.get(key)
+        if found is None:
+            found = self._inferred_bodies[key] = body_types(self.model, fn, call.proto, args)
+        return found
+
     def _add_body(self, body: Body) -> None:
         self.bodies[body.owner] = self.bodies.get(body.owner, ()) + (body,)
 
@@ -349,7 +372,7 @@ class _Builder:
         local: dict[str, TensorRef] = {
             formal: actual for formal, actual in zip(fn.input, call.inputs) if actual is not None
         }
-        value_info = {vi.name: vi for vi in fn.value_info}
+        value_info = {**self._body_types(call, fn), **{vi.name: vi for vi in fn.value_info}}
         self._add_nodes(len(fn.node), inner_scopes, [local], function_stack, value_info)
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))

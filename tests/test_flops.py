@@ -143,8 +143,9 @@ def test_attention_counts_every_cached_key_position(proto, ins, outs):
 
 
 def test_function_body_types_are_its_own():
-    """A function's `h` is not the caller's `h`: without a type of its own it stays unknown,
-    and with one it is counted at that shape (the caller's [T, 2] would give a quarter)."""
+    """A function's `h` is not the caller's `h`: ONNX's inference on the body at this call
+    types it [T, 8] (the caller's [T, 2] would give a quarter), and a type the function
+    declares itself stands over the inferred one."""
     model = onnx.parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17, "local" : 1]>
     g (float[T, 2] x, float[2, 8] wu, float[8, 2] wd) => (float[T, 2] y) {
@@ -158,12 +159,65 @@ def test_function_body_types_are_its_own():
     }""")
     mg = build_graph(load_model(model).model)
     assert mg.tensors[mg.find_tensor("h")].shape == ("T", 2)
+    body_h, = [ref for ref in mg.tensors if ref.name == "h" and ref.scope]
+    assert mg.tensors[body_h].shape == ("T", 8)
     count = count_flops(mg, {"x": (4, 2)})
-    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8} and count.unknown_shape == ("MatMul#2",)
+    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8, "MatMul#2": 2 * 4 * 8 * 2} and not count.unknown_shape
+    assert count.uncounted == (("Add", 1),)  # the call itself is counted in its body, not listed
 
-    model.functions[0].value_info.append(helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, ["T", 8]))
-    count = count_flops(build_graph(load_model(model).model), {"x": (4, 2)})
-    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8, "MatMul#2": 2 * 4 * 8 * 2}
+    model.functions[0].value_info.append(helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, ["T", 9]))
+    mg = build_graph(load_model(model).model)
+    assert mg.tensors[body_h].shape == ("T", 9)
+
+
+def test_each_call_of_a_function_is_typed_at_its_own_arguments_and_attributes():
+    """Two calls of one function, at widths 8 and 4, with the body's Transpose reading its
+    `perm` from the call (or the function's default): each body counted at its own sizes."""
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[T, 2] x, float[2, 8] wu, float[8, 2] wd, float[2, 4] wu2, float[4, 2] wd2) => (float[T, 2] y) {
+        h1 = local.Blk <perm = [0, 1]> (x, wu, wd)
+        h2 = local.Blk (h1, wu2, wd2)
+        y = Add (h2, x)
+    }
+    <domain: "local", opset_import: ["" : 17]>
+    Blk <perm: ints = [1, 0]> (a, wu, wd) => (b) {
+        h = MatMul (a, wu)
+        t = Transpose <perm: ints = @perm> (h)
+        u = Transpose <perm: ints = @perm> (t)
+        b = MatMul (u, wd)
+    }""")
+    mg = build_graph(load_model(model).model)
+    width = {ref.scope: mg.tensors[ref].shape for ref in mg.tensors if ref.name == "t"}
+    assert set(width.values()) == {("T", 8), (4, "T")}  # the second call transposes, by default
+    count = count_flops(mg, {"x": (3, 2)})
+    assert sorted(count.per_node.values()) == sorted([2 * 3 * 2 * 8, 2 * 3 * 8 * 2, 2 * 3 * 2 * 4, 2 * 3 * 4 * 2])
+    assert not count.unknown_shape
+
+
+def test_a_function_body_inference_refuses_keeps_its_declared_types(monkeypatch):
+    """Where ONNX's inference raises on a body, the body's values stay as the function
+    declared them (unknown here): its products are listed as of unknown size, not guessed."""
+    import graphaudit.function_types as function_types
+
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "local" : 1]>
+    g (float[T, 2] x, float[2, 8] wu, float[8, 2] wd) => (float[T, 2] y) {
+        y = local.Blk (x, wu, wd)
+    }
+    <domain: "local", opset_import: ["" : 17]>
+    Blk (a, wu, wd) => (b) {
+        h = MatMul (a, wu)
+        b = MatMul (h, wd)
+    }""")
+    loaded = load_model(model).model
+
+    def refuse(*args, **kwargs):
+        raise onnx.shape_inference.InferenceError("refused")
+
+    monkeypatch.setattr(function_types.shape_inference, "infer_shapes", refuse)
+    count = count_flops(build_graph(loaded), {"x": (4, 2)})
+    assert count.per_node == {"MatMul#1": 2 * 4 * 2 * 8} and count.unknown_shape == ("MatMul#2",)
 
 
 def test_each_branch_types_its_own_values():

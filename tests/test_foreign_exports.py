@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxscript")
 
 from exporters.export import export_live, quiet_export  # noqa: E402
+from exporters.featuregate import GatedBlock  # noqa: E402
 from exporters.zoo import build_model  # noqa: E402
 from graphaudit.analyses.static import audit_static  # noqa: E402
 from graphaudit.load import load_model  # noqa: E402
@@ -47,6 +48,8 @@ def exports(tmp_path_factory):
                           **names)
         torch.onnx.export(wrapped, (one,), str(folder / "torchscript_fixed.onnx"), dynamo=False, **names)
         torch.onnx.export(wrapped, (one,), dynamo=True, verbose=False, **names).save(str(folder / "dynamo_fixed.onnx"))
+        torch.onnx.export(wrapped, (one,), str(folder / "torchscript_functions.onnx"), dynamo=False, opset_version=17,
+                          export_modules_as_functions={GatedBlock}, **names)
     rng = np.random.default_rng(0)
     np.savez(folder / "calib.npz", input_ids=rng.integers(0, model.cfg.vocab, (8, LENGTH)))
     np.savez(folder / "eval.npz", input_ids=rng.integers(0, model.cfg.vocab, (6, LENGTH)))
@@ -98,3 +101,20 @@ def test_flops_at_concrete_shapes_are_counted_in_full_as_in_the_declared_export(
         if not name.endswith("dynamic"):  # every input size fixed: counted without being asked
             alone = audit_static(load_model(exports / f"{name}.onnx")).flops
             assert (alone.total, alone.count.unknown_shape) == (ours.total, ()), name
+
+
+def test_blocks_exported_as_functions_are_counted_in_full(exports):
+    """torch's `export_modules_as_functions` writes each block as a call of a local function
+    whose body declares no types: each call's body is typed by inference at its arguments,
+    so every block counts what the declared export counts, and the calls are not listed as
+    operators without a formula."""
+    shapes = {"input_ids": (1, LENGTH)}
+    ours = audit_static(load_model(exports / "ours.onnx"), shapes=shapes)
+    theirs = audit_static(load_model(exports / "torchscript_functions.onnx"), shapes=shapes)
+    assert onnx.load(exports / "torchscript_functions.onnx").functions
+    assert theirs.flops.count.unknown_shape == ()
+    assert theirs.flops.total == ours.flops.total
+    assert ours.flops.total > 0
+    assert [b.flops for b in theirs.blocks] == [b.flops for b in ours.blocks]  # (theirs under `model.`)
+    assert len(theirs.blocks) == TINY["n_layers"]
+    assert not [op for op, _ in theirs.flops.count.uncounted if "GatedBlock" in op]

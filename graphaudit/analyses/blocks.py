@@ -52,7 +52,7 @@ SOURCES = {
     "fx_params": "parameters named in torch fx metadata",
     "node_names": "node names",
     "initializers": "initializer names",
-    "owner": "the enclosing control-flow node",
+    "owner": "the enclosing control-flow node or function call",
     "neighbours": "neighbouring nodes",
     "structure": "the residual chain",
     "bodies": "the control-flow bodies that hold compute",

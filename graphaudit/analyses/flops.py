@@ -259,8 +259,11 @@ def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
     per_node: dict[str, int] = {}
     uncounted: dict[str, int] = {}
     unknown: list[str] = []
+    bodies = mg.body_table
     for node in mg.nodes.values():
         if not is_counted(node):
+            if node.id in bodies and bodies[node.id][0].kind == "function":
+                continue  # a call of a local function: its body's nodes are counted
             op = node.op_type if not node.domain else f"{node.domain}.{node.op_type}"
             uncounted[op] = uncounted.get(op, 0) + 1
             continue
