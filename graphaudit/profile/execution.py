@@ -10,9 +10,8 @@ sizes (token dispatch, pruning).
 A block *ran* for an input when one of its compute nodes (those the FLOP counter counts:
 MatMul, Gemm, Conv, attention...) ran; a block without any runs when any of its nodes
 did. A pass-through left in the skipping branch (an Identity) is not the block running.
-Constant nodes (folded into initializers at load), Identity, control-flow owners, function
-calls and, unless graphaudit inlined them under their own ids, function bodies (ORT's own
-inlining names every call's nodes alike) are not counted as block work; nor is a node of the main graph that
+Constant nodes (folded into initializers at load), Identity, control-flow owners and
+inlined function bodies are not counted as block work; nor is a node of the main graph that
 ran on no input: there nothing decides whether it runs, so ONNX Runtime removed it (a Cast to
 the type its input already has), and its missing events say nothing of the input.
 
@@ -131,16 +130,14 @@ class Execution:
 NOT_WORK = frozenset({"Constant", "Identity"}) | CONTROL_FLOW_OPS
 
 
-def block_work(mg: ModelGraph, blocks: BlockAssignment, inlined: bool = False) -> dict[str, list[str]]:
-    """Block -> its nodes that do work when they run (see the module docstring); with
-    `inlined`, the nodes of function bodies too (the profiled model had its calls inlined
-    under the nodes' ids: `session.inlined_model`)."""
+def block_work(mg: ModelGraph, blocks: BlockAssignment) -> dict[str, list[str]]:
+    """Block -> its nodes that do work when they run (see the module docstring)."""
     callers = {s.owner for n in mg.nodes.values() for s in n.scopes if s.kind == "function"}
     work: dict[str, list[str]] = {name: [] for name in blocks.names}
     for node in mg.nodes.values():
         if node.op_type in NOT_WORK or node.id in callers:
             continue
-        if not inlined and any(s.kind == "function" for s in node.scopes):
+        if any(s.kind == "function" for s in node.scopes):
             continue
         work.setdefault(blocks.block_of(node.id), []).append(node.id)
     return work
@@ -155,15 +152,12 @@ def read_execution(
     blocks: BlockAssignment,
     flop_counter: FlopCounter | None = None,
     selections: Mapping[str, Sequence[str]] | None = None,
-    inlined: bool = False,
 ) -> Execution:
     """Execution evidence from `runs`, one per input in order, mapped one-to-one.
 
     `selections`: block name -> the nodes that pick the rows it runs on (its `subset` evidence).
-    `inlined`: the calls of local functions were inlined under the nodes' ids, so a body's
-    nodes are known by their events.
     """
-    work = block_work(mg, blocks, inlined)
+    work = block_work(mg, blocks)
     compute = {b: [n for n in ids if _is_compute(mg.nodes[n])] or ids for b, ids in work.items()}
     inputs = tuple(
         _read_input(i, run, rows[i], feed_shapes[i], mg, node_map, blocks, compute, flop_counter)

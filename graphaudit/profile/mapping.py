@@ -30,7 +30,7 @@ import onnx
 
 from graphaudit.graph import ModelGraph
 from graphaudit.profile.events import OWNER_SEPARATOR, qualified_name
-from graphaudit.protos import BODY_OPS, all_nodes
+from graphaudit.protos import BODY_OPS
 
 OTHER = "(other)"
 UNMAPPED = "(unmapped)"
@@ -93,20 +93,13 @@ def one_to_one(mg: ModelGraph, event_names: Iterable[str]) -> NodeMap:
 
 
 def through_optimised(mg: ModelGraph, optimised: onnx.ModelProto, opt_level: str,
-                      event_names: Iterable[str] = (), inlined: onnx.ModelProto | None = None) -> NodeMap:
-    """Events of a profile taken with optimisations on, mapped through ORT's optimised graph.
-
-    `inlined`: the model ORT ran, where it is `mg`'s model with its function calls inlined
-    (`session.inlined_model`: each node named by its id, its values renamed by the inliner).
-    """
+                      event_names: Iterable[str] = ()) -> NodeMap:
+    """Events of a profile taken with optimisations on, mapped through ORT's optimised graph."""
     producer: dict[str, str] = {}
     for node in mg.nodes.values():
         for ref in node.outputs:
             if ref is not None:
                 producer.setdefault(ref.name, node.id)
-    for proto in all_nodes(inlined.graph) if inlined is not None else ():
-        for out in proto.output:
-            producer.setdefault(out, proto.name)
     scopes = _scope_table(mg)
     located = list(_located(optimised.graph))
     keys = [qualified_name([owner for owner, _ in scope], proto.name) for scope, proto in located]
@@ -180,7 +173,6 @@ def _scope_table(mg: ModelGraph) -> dict[str, str]:
     """Name-scope prefix ("/blocks.3/attn") -> the first node whose name lies under it; a node's
     own name -> the node."""
     table: dict[str, str] = {node.name: node.id for node in mg.nodes.values() if node.name}
-    table.update((node_id, node_id) for node_id in mg.nodes if node_id not in table)  # ORT's `<id>/<Fusion>`
     for node in mg.nodes.values():
         parts = node.name.split("/")
         for k in range(1, len(parts)):

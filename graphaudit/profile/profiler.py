@@ -35,7 +35,6 @@ from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_opt
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.runtime import resolve_providers, running
-from graphaudit.wording import counted
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
 OPTIMISED_COPY_LIMIT = 2**30
@@ -113,18 +112,16 @@ def profile_model(
             node_map = one_to_one(mg, names)
             evidence_runs = timed_runs[:n]
         else:
-            node_map = through_optimised(mg, optimised or runnable.inlined or runnable.model, ORT_LEVEL_NAMES[opt_level],
-                                         names, runnable.inlined)
+            node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
             evidence_runs = _evidence_runs(runnable, providers, feeds, threads, work / "evidence")
         execution = read_execution(evidence_runs, rows, feed_shapes, mg, _one_to_one(mg, evidence_runs),
-                                   blocks, flop_counter, _selections(static, mg), bool(runnable.inlined_calls))
+                                   blocks, flop_counter, _selections(static, mg))
         base_flops = None
         if base is not None and flop_counter is not None:
             base_mg = build_graph(base_runnable.model)
             base_runs = _evidence_runs(base_runnable, providers, feeds, threads, work / "baseline")
             base_flops = read_execution(base_runs, rows, feed_shapes, base_mg, _one_to_one(base_mg, base_runs),
-                                        assign_blocks(base_mg), flop_counter,
-                                        inlined=bool(base_runnable.inlined_calls)).mean_flops()
+                                        assign_blocks(base_mg), flop_counter).mean_flops()
         times = breakdown(timed_runs, node_map, blocks, n)
         trace_path = None
         if trace is not None:
@@ -135,7 +132,7 @@ def profile_model(
     if opt_level != "disable" and optimised is None:
         no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
                         "external weights with it" if optimised_path is None else "ORT saved no optimised model")
-    notes = _notes(blocks, execution, runnable, no_optimised) + ((cut,) if cut else ())
+    notes = _notes(blocks, execution, runnable.renamed, no_optimised) + ((cut,) if cut else ())
     return ProfileReport(
         model=_label(loaded),
         data=inputs.source,
@@ -254,16 +251,13 @@ def _external_bytes(loaded: LoadedModel) -> int:
     return sum((loaded.weights_folder / name).stat().st_size for name in loaded.external_files)
 
 
-def _notes(blocks, execution, runnable: RunnableModel, no_optimised: str | None) -> tuple[str, ...]:
-    notes, renamed = [], runnable.renamed
+def _notes(blocks, execution, renamed: int, no_optimised: str | None) -> tuple[str, ...]:
+    notes = []
     if blocks.names == (OTHER,):
         notes.append(f"no blocks: {blocks.method}; every node is reported under {OTHER}")
     if execution.flop_counter is None:
         notes.append("executed FLOPs not counted: graphaudit.analyses.flops is not available")
-    if runnable.inlined_calls:
-        notes.append(f"{counted(runnable.inlined_calls, 'call')} of local functions inlined for profiling, "
-                     "each inlined node named by its graph id")
-    elif renamed:
+    if renamed:
         notes.append(f"{renamed} unnamed or repeated node names were replaced by graph ids for profiling")
     if no_optimised:
         notes.append(f"{no_optimised}; events were mapped by node name only")

@@ -2,9 +2,7 @@
 
 The profiler names events after nodes, so every node (inside If / Loop bodies too) must
 have a unique, non-empty name. `runnable_model` keeps the user's file when that already
-holds, and otherwise gives a renamed copy whose names are the ModelGraph's node ids. A
-model with local functions is handed over with each call inlined and each inlined node
-named by its id: ORT would inline them itself, naming every call's nodes alike.
+holds, and otherwise gives a renamed copy whose names are the ModelGraph's node ids.
 Profiler files and the optimised model ORT saves are written under a folder the caller
 owns (a temporary one), never beside the user's model.
 """
@@ -16,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-import onnx.inliner
 import onnxruntime as ort
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph_build import node_ids, unique_ids
+from graphaudit.graph_build import unique_ids
 from graphaudit.load import LoadedModel
 from graphaudit.protos import all_nodes
 from graphaudit.runtime import check_threads, create_session
@@ -38,26 +35,16 @@ _PROTOBUF_LIMIT = 2**31 - 1
 
 @dataclass(frozen=True)
 class RunnableModel:
-    """What ORT is given (a file path, or serialised bytes) and the model whose ModelGraph ids
-    its node names are (the same model, but for calls of local functions inlined in `source`)."""
+    """What ORT is given (a file path, or serialised bytes) and the graph whose names it runs."""
 
     source: str | bytes
     model: onnx.ModelProto
     renamed: int  # nodes given a new name so that events name them uniquely
     weights_folder: Path | None = None  # where external weights left on disk lie
-    inlined_calls: int = 0  # calls of local functions replaced by their bodies in `source`
-    inlined: onnx.ModelProto | None = None  # `source` as a model, where it is `model` inlined
 
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
-    """The model to hand ORT: its file when every node name is unique, else a renamed copy;
-    with local functions, a copy with every call inlined (`inlined_model`)."""
-    if loaded.model.functions:
-        found = inlined_model(loaded.model)
-        if found is not None:
-            inlined, renamed, calls = found
-            return RunnableModel(_serialised(inlined, loaded.name, renamed), loaded.model, renamed,
-                                 loaded.weights_folder, calls, inlined)
+    """The model to hand ORT: its file when every node name is unique, else a renamed copy."""
     names = [n.name for n in all_nodes(loaded.model.graph)]
     counts = Counter(names)
     if loaded.path is not None and all(name and counts[name] == 1 for name in names):
@@ -65,47 +52,13 @@ def runnable_model(loaded: LoadedModel) -> RunnableModel:
     copy = onnx.ModelProto()
     copy.CopyFrom(loaded.model)
     renamed = _name_nodes(copy)
-    return RunnableModel(_serialised(copy, loaded.name, renamed), copy, renamed, loaded.weights_folder)
-
-
-def inlined_model(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int, int] | None:
-    """A copy of `model` with every call of a local function replaced by the function's body,
-    each node named by the ModelGraph id of the occurrence it stands for; with how many nodes
-    were renamed and how many calls inlined. None where ONNX's inliner gives back nodes that
-    do not line up with those occurrences (they are then left to ORT, which inlines them
-    itself under names of its own: `_inlfunc_<function>_<node>`, the same for every call).
-    """
-    functions = {(f.domain, f.name) for f in model.functions}
-    occurrences = node_ids(model)
-    kept = [(proto, node_id) for proto, node_id in occurrences if (proto.domain, proto.op_type) not in functions]
-    try:
-        inlined = onnx.inliner.inline_local_functions(model)
-    except Exception:  # noqa: BLE001 - ORT is handed the model as it is, and inlines it itself
-        return None
-    nodes = list(all_nodes(inlined.graph))
-    if len(nodes) != len(kept) or any((node.op_type, _domain(node)) != (proto.op_type, _domain(proto))
-                                      for node, (proto, _) in zip(nodes, kept)):
-        return None
-    renamed = 0
-    for node, (_, node_id) in zip(nodes, kept):
-        if node.name != node_id:
-            node.name = node_id
-            renamed += 1
-    return inlined, renamed, len(occurrences) - len(kept)
-
-
-def _domain(node: onnx.NodeProto) -> str:
-    return "" if node.domain == "ai.onnx" else node.domain
-
-
-def _serialised(model: onnx.ModelProto, name: str, renamed: int) -> bytes:
-    if model.ByteSize() > _PROTOBUF_LIMIT:
+    if copy.ByteSize() > _PROTOBUF_LIMIT:
         raise GraphAuditError(
-            f"expected unique node names in {name} (the profiler names events after nodes), found "
+            f"expected unique node names in {loaded.name} (the profiler names events after nodes), found "
             f"{renamed} unnamed or repeated ones in a model too large (over 2 GiB) to rename in memory; "
             "give its nodes unique names first"
         )
-    return model.SerializeToString()
+    return RunnableModel(copy.SerializeToString(), copy, renamed, loaded.weights_folder)
 
 
 def session_options(
