@@ -27,6 +27,7 @@ from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.progress import Progress, silent
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
 from graphaudit.verdict import CLAIMS, ClaimCheck, Verdict, check_claim, decide
+from graphaudit.wording import counted
 
 if TYPE_CHECKING:
     from graphaudit.data import InputData
@@ -135,6 +136,10 @@ def audit(
     if is_baseline:
         baseline = None
         notes.append("the model is its own baseline: it was not timed against itself")
+    if loaded.inlined_calls:
+        notes.append(f"{counted(loaded.inlined_calls, 'call')} of local functions ({', '.join(loaded.inlined_functions)}) "
+                     "were inlined at load: every part audits the inlined graph, each inlined node named by its "
+                     "call's name and its own")
 
     if data is None:
         notes.append("no evaluation data given: the replay split the calibration inputs into disjoint halves "

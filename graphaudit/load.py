@@ -24,6 +24,7 @@ from graphaudit import external_data
 from graphaudit.checker import Unsorted, check_model, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.inline import inline_functions
 from graphaudit.protos import graphs, node_lists
 from graphaudit.shape_values import fold_shape_arguments
 
@@ -46,6 +47,8 @@ class LoadedModel:
     shape_inference_ok: bool
     shape_inference_error: str | None = None
     weights_checked: bool = False  # external weights found whole on disk (sizes only, bytes not read)
+    inlined_calls: int = 0  # calls of local functions replaced by their bodies (graphaudit.inline)
+    inlined_functions: tuple[str, ...] = ()  # the functions they called, as `domain.name`
 
     @property
     def name(self) -> str:
@@ -74,11 +77,14 @@ def load_model(
     weights: bool = True,
     check: bool = True,
     infer_shapes: bool = True,
+    inline: bool = True,
 ) -> LoadedModel:
     """Return the model at `source`, checked and shape-inferred, as a LoadedModel.
 
     `weights=False` leaves external initializers as references and never opens their
-    files. The argument (a path or a ModelProto) is never modified.
+    files. `inline` replaces each call of a local function by its body (graphaudit.inline);
+    without it, the analyses read through the calls, but a coefficient inside a body can be
+    neither exposed nor fed. The argument (a path or a ModelProto) is never modified.
     """
     if isinstance(source, onnx.ModelProto):
         model = onnx.ModelProto()
@@ -111,6 +117,12 @@ def load_model(
             sort_nodes(model.graph)
             check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
+    inlined_calls, inlined_functions = 0, ()
+    if inline and model.functions:  # before inference, which then types the inlined bodies' values too
+        found = inline_functions(model)
+        if found is not None:
+            inlined_functions = tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions)
+            model, inlined_calls = found
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
@@ -123,6 +135,8 @@ def load_model(
         external_files=tuple(external),
         shape_inference_ok=inferred_ok,
         shape_inference_error=inferred_error,
+        inlined_calls=inlined_calls,
+        inlined_functions=inlined_functions,
     )
 
 

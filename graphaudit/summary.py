@@ -35,6 +35,7 @@ class GraphSummary:
     control_flow: tuple[tuple[str, str, int], ...]  # (node id, op, nodes inside)
     functions: tuple[str, ...]
     coefficients: tuple[Coefficient, ...]
+    inlined_calls: int = 0  # calls of `functions` inlined at load (graphaudit.inline)
 
     def to_json(self) -> dict:
         return {
@@ -49,6 +50,7 @@ class GraphSummary:
             "op_counts": dict(self.op_counts),
             "control_flow": [{"node": n, "op": op, "nodes_inside": k} for n, op, k in self.control_flow],
             "functions": list(self.functions),
+            "inlined_function_calls": self.inlined_calls,
             "coefficients": [c.to_json() for c in self.coefficients],
         }
 
@@ -74,8 +76,10 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
         nested_node_count=sum(1 for n in mg.nodes.values() if n.scopes),
         op_counts=tuple(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
         control_flow=control,
-        functions=tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions),
+        functions=loaded.inlined_functions
+        or tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions),
         coefficients=declared_coefficients(model),
+        inlined_calls=loaded.inlined_calls,
     )
 
 

@@ -89,7 +89,7 @@ def test_count_flops_evaluates_dimension_expressions():
         again = MatMul (flat, w)
     }""")
     model.graph.value_info.append(helper.make_tensor_value_info("flat", onnx.TensorProto.FLOAT, ["seq*batch", 4]))
-    mg = build_graph(load_model(model).model)
+    mg = build_graph(load_model(model, inline=False).model)
     assert mg.tensors[mg.find_tensor("flat")].shape == ("seq*batch", 4)
     count = count_flops(mg, {"x": (3, 5, 4)})
     assert count.total == 2 * (2 * 15 * 4 * 4)
@@ -157,7 +157,7 @@ def test_function_body_types_are_its_own():
         h = MatMul (a, wu)
         b = MatMul (h, wd)
     }""")
-    mg = build_graph(load_model(model).model)
+    mg = build_graph(load_model(model, inline=False).model)
     assert mg.tensors[mg.find_tensor("h")].shape == ("T", 2)
     body_h, = [ref for ref in mg.tensors if ref.name == "h" and ref.scope]
     assert mg.tensors[body_h].shape == ("T", 8)
@@ -166,7 +166,7 @@ def test_function_body_types_are_its_own():
     assert count.uncounted == (("Add", 1),)  # the call itself is counted in its body, not listed
 
     model.functions[0].value_info.append(helper.make_tensor_value_info("h", onnx.TensorProto.FLOAT, ["T", 9]))
-    mg = build_graph(load_model(model).model)
+    mg = build_graph(load_model(model, inline=False).model)
     assert mg.tensors[body_h].shape == ("T", 9)
 
 
@@ -187,7 +187,7 @@ def test_each_call_of_a_function_is_typed_at_its_own_arguments_and_attributes():
         u = Transpose <perm: ints = @perm> (t)
         b = MatMul (u, wd)
     }""")
-    mg = build_graph(load_model(model).model)
+    mg = build_graph(load_model(model, inline=False).model)
     width = {ref.scope: mg.tensors[ref].shape for ref in mg.tensors if ref.name == "t"}
     assert set(width.values()) == {("T", 8), (4, "T")}  # the second call transposes, by default
     count = count_flops(mg, {"x": (3, 2)})
@@ -210,7 +210,7 @@ def test_a_function_body_inference_refuses_keeps_its_declared_types(monkeypatch)
         h = MatMul (a, wu)
         b = MatMul (h, wd)
     }""")
-    loaded = load_model(model).model
+    loaded = load_model(model, inline=False).model
 
     def refuse(*args, **kwargs):
         raise onnx.shape_inference.InferenceError("refused")

@@ -1,5 +1,6 @@
 """A model exported the way other people export it — torch.onnx's TorchScript exporter with or
-without dynamic axes, the dynamo exporter without dynamic shapes, none with our metadata —
+without dynamic axes or with each block a local function, the dynamo exporter without
+dynamic shapes, none with our metadata —
 gets the same coefficients (found by detection, with their batch and token axes and layers)
 and the same replay as our own export that declares them. Nothing here trains."""
 
@@ -56,7 +57,7 @@ def exports(tmp_path_factory):
     return folder
 
 
-FOREIGN = ["torchscript_dynamic", "torchscript_fixed", "dynamo_fixed"]
+FOREIGN = ["torchscript_dynamic", "torchscript_fixed", "dynamo_fixed", "torchscript_functions"]
 
 
 @pytest.mark.parametrize("name", FOREIGN)
@@ -105,13 +106,19 @@ def test_flops_at_concrete_shapes_are_counted_in_full_as_in_the_declared_export(
 
 def test_blocks_exported_as_functions_are_counted_in_full(exports):
     """torch's `export_modules_as_functions` writes each block as a call of a local function
-    whose body declares no types: each call's body is typed by inference at its arguments,
-    so every block counts what the declared export counts, and the calls are not listed as
-    operators without a formula."""
+    whose body declares no types. Inlined at load, or read through the calls with each body
+    typed at its call's arguments, every block counts what the declared export counts, and
+    the calls are not listed as operators without a formula."""
     shapes = {"input_ids": (1, LENGTH)}
     ours = audit_static(load_model(exports / "ours.onnx"), shapes=shapes)
-    theirs = audit_static(load_model(exports / "torchscript_functions.onnx"), shapes=shapes)
-    assert onnx.load(exports / "torchscript_functions.onnx").functions
+    inlined = load_model(exports / "torchscript_functions.onnx")
+    assert onnx.load(exports / "torchscript_functions.onnx").functions and inlined.inlined_calls == TINY["n_layers"]
+    for theirs in (audit_static(inlined, shapes=shapes),
+                   audit_static(load_model(exports / "torchscript_functions.onnx", inline=False), shapes=shapes)):
+        _same_flops(theirs, ours)
+
+
+def _same_flops(theirs, ours):
     assert theirs.flops.count.unknown_shape == ()
     assert theirs.flops.total == ours.flops.total
     assert ours.flops.total > 0

@@ -119,7 +119,7 @@ def test_function_calls_are_expanded_per_call_site():
     model = parse(FUNCTION_CALL)
     out = ReferenceEvaluator(model).run(None, {"x": np.array([1.5], np.float32)})
     np.testing.assert_allclose(out[0], [6.0])
-    mg = build_graph(load_model(model).model)
+    mg = build_graph(load_model(model, inline=False).model)
     calls = [n for n in mg.nodes.values() if n.op_type == "Twice"]
     muls = [n for n in mg.nodes.values() if n.op_type == "Mul"]
     assert len(calls) == 2 and len(muls) == 2

@@ -216,7 +216,7 @@ def test_weights_kept_from_shape_inference_with_a_local_function(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
                               functions=[block])
     onnx.save(model, tmp_path / "m.onnx")
-    loaded = load_model(tmp_path / "m.onnx").model
+    loaded = load_model(tmp_path / "m.onnx", inline=False).model
     expected = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     assert loaded.SerializeToString() == expected.SerializeToString()
     assert loaded.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 256

@@ -120,6 +120,7 @@ class StaticReport:
     controls: tuple[Evidence, ...]
     outside_blocks: tuple[Evidence, ...]
     flops: FlopSummary | None
+    inlined_calls: int = 0  # calls of local functions inlined at load (graphaudit.inline)
 
     @property
     def dynamic(self) -> bool:
@@ -147,6 +148,7 @@ class StaticReport:
             "model": self.model,
             "nodes": self.node_count,
             "nested_nodes": self.nested_node_count,
+            "inlined_function_calls": self.inlined_calls,
             "block_method": self.block_method,
             "blocks": [b.to_json() for b in self.blocks],
             "coefficients": [c.to_json() for c in self.coefficients],
@@ -217,4 +219,5 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         controls=verdicts.controls,
         outside_blocks=verdicts.outside,
         flops=summary,
+        inlined_calls=loaded.inlined_calls,
     )

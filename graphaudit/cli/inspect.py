@@ -10,6 +10,7 @@ from tabulate import tabulate
 from graphaudit.cli import graph_only_option
 from graphaudit.load import load_for_audit
 from graphaudit.summary import GraphSummary, summarize
+from graphaudit.wording import counted
 
 
 @click.command("inspect")
@@ -52,7 +53,8 @@ def render_text(s: GraphSummary) -> str:
     if s.control_flow:
         lines.append("control flow: " + ", ".join(f"{op} `{n}` ({k} nodes inside)" for n, op, k in s.control_flow))
     if s.functions:
-        lines.append("local functions: " + ", ".join(s.functions))
+        lines.append("local functions: " + ", ".join(s.functions)
+                     + (f" ({counted(s.inlined_calls, 'call')} inlined at load)" if s.inlined_calls else ""))
     if s.coefficients:
         lines += ["", tabulate([(c.tensor, c.family, c.layer, " × ".join(c.axes)) for c in s.coefficients],
                                headers=["coefficient", "family", "layer", "axes"])]

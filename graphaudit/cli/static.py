@@ -13,7 +13,7 @@ from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, graph_only_option, with_axes
 from graphaudit.load import load_for_audit
 from graphaudit.runtime import custom_operators
-from graphaudit.wording import flops_cell, total_bound
+from graphaudit.wording import counted, flops_cell, total_bound
 
 
 @click.command("static")
@@ -126,7 +126,8 @@ def _flop_lines(f: FlopSummary) -> list[str]:
 def render_text(r: StaticReport) -> str:
     """The report as terminal text."""
     lines = [
-        f"model: {r.model}  ({r.node_count} nodes, {r.nested_node_count} inside control flow or functions)",
+        f"model: {r.model}  ({r.node_count} nodes, {r.nested_node_count} inside control flow or functions"
+        + (f"; {counted(r.inlined_calls, 'call')} of local functions inlined" if r.inlined_calls else "") + ")",
         f"blocks: {r.block_method}",
         "",
     ]
