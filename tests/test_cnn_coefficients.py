@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 from graphaudit.replay import replay
-from test_replay_models import dynamic_conv, se_cnn
+from test_replay_models import blockdrop_cnn, dynamic_conv, se_cnn
 
 
 def _replay_images(tmp_path, model: onnx.ModelProto, seed: int):
@@ -112,3 +112,16 @@ def test_a_vision_transformers_per_patch_gate_has_a_token_axis():
     named = audit_static(load_model(model), coefficients=["halt=batch,token,way"])
     assert [(c.tensor, c.family, c.layer, c.axes, c.source) for c in named.coefficients] == [
         ("halt", "gate", 0, ("batch", "token", "way"), "user")]
+
+
+def test_a_policy_for_every_block_is_one_coefficient_per_block(tmp_path):
+    # BlockDrop: one policy (batch, blocks), each block scaled by its own column policy[:, i];
+    # each column is its block's coefficient, in its block's layer, so the replay sees three
+    # layers (not one tensor of one layer whose slots are the blocks) and feeds them apart
+    report = _replay_images(tmp_path, blockdrop_cnn(), seed=2)
+    assert [(c.tensor, c.family, c.layer, c.axes, c.source) for c in report.coefficients] == [
+        (f"keep.{i}", "gate", i, ("batch",), "detected") for i in range(3)]
+    assert report.parity.ok
+    (family, shares), = report.variance
+    assert family == "gate" and 0 < shares["eta2_layer"].value < 1
+    assert report.condition("cross_input").delta_nll.value != 0.0

@@ -185,6 +185,36 @@ def se_cnn(blocks: int = 2, seed: int = 0, channels: int = 4, classes: int = 3) 
     return _finish_images(nodes, inits, "se_cnn", channels, classes)
 
 
+def blockdrop_cnn(blocks: int = 3, seed: int = 0, channels: int = 4, classes: int = 3) -> onnx.ModelProto:
+    """BlockDrop densified: a policy network looks at the image once and gives every block its
+    keep probability, `policy` (batch, blocks) = σ(pool(pixels)·Wp); block i scales its residual
+    branch by its column, policy[:, i] (a Gather of a constant index), viewed as (batch, 1, 1, 1).
+    Nothing declared (for detection)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.array([2, 3], dtype=np.int64), "spatial"),
+             numpy_helper.from_array(np.array([-1, 1, 1, 1], dtype=np.int64), "view"),
+             _weights(rng, "policy.w", channels, blocks), _weights(rng, "head", channels, classes)]
+    nodes = [helper.make_node("ReduceMean", ["pixels", "spatial"], ["pooled"], name="/policy/ReduceMean", keepdims=0),
+             helper.make_node("MatMul", ["pooled", "policy.w"], ["pl"], name="/policy/MatMul"),
+             helper.make_node("Sigmoid", ["pl"], ["policy"], name="/policy/Sigmoid")]
+    x = "pixels"
+    for i in range(blocks):
+        inits += [_weights(rng, f"conv.{i}", channels, channels, 1, 1, scale=0.5),
+                  numpy_helper.from_array(np.array(i, dtype=np.int64), f"column.{i}")]
+        nodes += [
+            helper.make_node("Gather", ["policy", f"column.{i}"], [f"keep.{i}"], name=f"/Gather_{i}", axis=1),
+            helper.make_node("Reshape", [f"keep.{i}", "view"], [f"k.{i}"], name=f"/Reshape_{i}"),
+            helper.make_node("Conv", [x, f"conv.{i}"], [f"c.{i}"], name=f"/blocks.{i}/conv/Conv"),
+            helper.make_node("Relu", [f"c.{i}"], [f"r.{i}"], name=f"/blocks.{i}/Relu"),
+            helper.make_node("Mul", [f"k.{i}", f"r.{i}"], [f"s.{i}"], name=f"/Mul_{i}"),
+            helper.make_node("Add", [x, f"s.{i}"], [f"x.{i + 1}"], name=f"/Add_{i}"),
+        ]
+        x = f"x.{i + 1}"
+    nodes += [helper.make_node("ReduceMean", [x, "spatial"], ["pooled.out"], name="/head/ReduceMean", keepdims=0),
+              helper.make_node("MatMul", ["pooled.out", "head"], ["logits"], name="/head/MatMul")]
+    return _finish_images(nodes, inits, "blockdrop", channels, classes)
+
+
 def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: int = 3) -> onnx.ModelProto:
     """A dynamic 1x1 convolution (CondConv / DyConv): attention π = Softmax(pool(x)·Wa) over
     `kernels` stacked weights mixes them into one weight per input, W = Σ_k π_k W_k, applied to

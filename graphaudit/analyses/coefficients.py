@@ -32,6 +32,7 @@ from graphaudit.load import LoadedModel
 from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
 from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
+from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
@@ -164,6 +165,10 @@ def detect_coefficients(
         if use is None:
             continue
         family = "router" if use == "route" else TOKEN_MIX if _over_tokens(node, named) else family
+        columns = block_columns(mg, out, named, blocks, dm)
+        if columns is not None:  # a policy for every block at once: each block's column is its coefficient
+            found += [Coefficient(ref.name, family, layer, kept, source="detected") for ref, kept, layer in columns]
+            continue
         layer = layer_of(mg, out, out.name, blocks, order[family])
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
