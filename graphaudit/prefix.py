@@ -180,7 +180,8 @@ class PrefixSession:
 
 
 def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], providers: list[str],
-                weights_folder=None, threads: int | None = None, flush_denormals: bool = True):
+                weights_folder=None, threads: int | None = None, flush_denormals: bool = True,
+                qdq_fusions: bool = True):
     """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
     reaches holds compute worth running once per batch (`split_frozen`), else one session of the
     whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
@@ -193,7 +194,7 @@ def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], pr
     def opened(model: onnx.ModelProto, spinning: bool = True, weights=None):
         return create_session(model, providers, disabled_optimizers=slow_fusions(providers),
                               weights_folder=weights_folder, threads=threads, flush_denormals=flush_denormals,
-                              spinning=spinning, weights=weights)
+                              spinning=spinning, weights=weights, qdq_fusions=qdq_fusions)
 
     if providers[0] != PROVIDERS["cpu"]:
         return opened(frozen)

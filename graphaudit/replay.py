@@ -51,8 +51,8 @@ from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
 from graphaudit.rewrite import rewritten
-from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, resolve_providers,
-                                slow_fusions)
+from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, quantized_pairs,
+                                resolve_providers, slow_fusions)
 from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
 from graphaudit.wording import TRACED_SIZES, listed
 
@@ -101,7 +101,7 @@ class DataUse:
 # settings key -> what its note is about, in the order reports give them
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
                   ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
-                  ("rewrite_note", "rewrites"))
+                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"))
 
 
 @dataclass(frozen=True)
@@ -237,12 +237,18 @@ def replay(
         settings["padding"] = (f"{padded} of {total} positions padded ({MASK_INPUT} 0): left out of the scores, "
                                "the token shuffle, the profiles and the variance decomposition")
     providers = resolve_providers(provider)
+    qdq = quantized_pairs(loaded.model)
+    if qdq:
+        settings["quantized_note"] = (
+            f"a quantized model in QDQ form ({qdq} DequantizeLinear nodes): the capture and the replay ran its "
+            "QuantizeLinear / DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, "
+            "which round apart once the graph is cut where the coefficients are exposed and fed")
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(lambda: create_session(
         trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
-        threads=threads, flush_denormals=flush_denormals))
+        threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
@@ -270,7 +276,7 @@ def replay(
             if why:
                 settings["tolerance_note"] = why
         try:
-            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
             if not settings["rewrites"]:
@@ -280,7 +286,7 @@ def replay(
             settings["rewrite_note"] = f"the rewritten frozen graph did not run as the live model does, so its " \
                                        f"operators ran as exported ({' '.join(str(err).split())[:300]})"
             frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
-            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals)
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)

@@ -1,0 +1,63 @@
+"""A quantized model in QDQ form (ONNX Runtime's own static quantization of the FeatureGate
+fixture): ONNX Runtime fuses DequantizeLinear → op → QuantizeLinear groups into integer
+kernels only where a group's values stay inside it, so the trace graph (coefficients
+exposed) and the frozen graph (coefficients fed, the prefix cut) would round apart. The
+replay runs the pairs as written in both, and parity holds exactly."""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from graphaudit.errors import GraphAuditError
+from graphaudit.replay import replay
+from graphaudit.runtime import quantized_pairs
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    folder = tmp_path_factory.mktemp("qdq")
+    ids = np.load(FIXTURE / "calib.npz")["input_ids"]
+
+    class Reader(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"input_ids": ids[i:i + 1]} for i in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantization.quantize_static(str(FIXTURE / "model.onnx"), str(folder / "model.onnx"), Reader(),
+                                     quant_format=quantization.QuantFormat.QDQ)
+    np.savez(folder / "calib.npz", input_ids=ids[:8])
+    np.savez(folder / "eval.npz", input_ids=np.load(FIXTURE / "eval.npz")["input_ids"][:8])
+    return folder
+
+
+def test_the_replay_of_a_qdq_model_runs_its_pairs_as_written_and_parity_holds(quantized):
+    assert quantized_pairs(onnx.load(quantized / "model.onnx")) > 0
+    report = replay(quantized / "model.onnx", quantized / "calib.npz", quantized / "eval.npz", resamples=20)
+    assert report.parity.ok and report.parity.max_abs_diff == 0.0
+    assert "QuantizeLinear / DequantizeLinear pairs as written" in report.settings["quantized_note"]
+    assert ("quantization", report.settings["quantized_note"]) in report.setting_notes()
+    assert report.condition("cross_input").delta_nll.value > 0
+
+
+def test_with_the_integer_kernels_the_cut_graphs_round_apart(quantized, monkeypatch):
+    # what the pairs as written avoid: fused, the live and frozen graphs differ by far more
+    # than the parity tolerance
+    import graphaudit.replay as replay_module
+
+    monkeypatch.setattr(replay_module, "quantized_pairs", lambda model: 0)
+    with pytest.raises(GraphAuditError, match="refusing to replay"):
+        replay(quantized / "model.onnx", quantized / "calib.npz", quantized / "eval.npz", resamples=20)
+
+
+def test_a_float_model_keeps_onnx_runtimes_fusions():
+    assert quantized_pairs(onnx.load(FIXTURE / "model.onnx")) == 0
