@@ -164,6 +164,45 @@ def _with_attributes(op: str, kept: Sequence[str]) -> Callable:
     return rule
 
 
+def _quantized_binary(op: str, second: int) -> Callable:
+    """QLinearAdd / QLinearMul (A, A's scale and zero point, B, ...) and QLinearWhere
+    (condition, X, ..., Y, ...): the standard operator on the quantized operands, which gives
+    their broadcast shape in A's (X's) integer type."""
+    def rule(node, dims):
+        if _outputs(node) != [0] or not _present(node, second):
+            return None
+        inputs = (["i0"] if op == "Where" else []) + [f"i{1 if op == 'Where' else 0}", f"i{second}"]
+        return [helper.make_node(op, inputs, ["o0"])]
+    return rule
+
+
+def _quantized_concat(node, dims):
+    """QLinearConcat(Y's scale, Y's zero point, then each input with its scale and zero point)."""
+    if _outputs(node) != [0] or (len(node.input) - 2) % 3 or len(node.input) < 5:
+        return None
+    return [helper.make_node("Concat", [f"i{j}" for j in range(2, len(node.input), 3)], ["o0"],
+                             axis=_attr(node, "axis", 0))]
+
+
+def _quantized_pool(op: str, kept: Sequence[str]) -> Callable:
+    """QLinearGlobalAveragePool / QLinearAveragePool on a channels-first X: the float pool's shape."""
+    def rule(node, dims):
+        if _outputs(node) != [0] or _attr(node, "channels_last", 0):
+            return None
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name in kept}
+        return [helper.make_node(op, ["i0"], ["o0"], **attributes)]
+    return rule
+
+
+def _quantized_gemm(node, dims):
+    """QGemm(A, ..., B, ..., C, ...) with transA / transB: A times B."""
+    if _outputs(node) != [0] or not _present(node, 3):
+        return None
+    return [helper.make_node("CastLike", ["i3", "i0"], ["b"]),
+            helper.make_node("Gemm", ["i0", "b"], ["o0"], transA=_attr(node, "transA", 0),
+                             transB=_attr(node, "transB", 0))]
+
+
 def _matmul_nbits(node, dims):
     """MatMulNBits(A, packed B, scales, ...) with attributes K and N: A's rows by N."""
     k, n = _attr(node, "K"), _attr(node, "N")
@@ -289,4 +328,13 @@ _RULES: dict[tuple[str, str], Callable] = {
     (MS, "FusedGemm"): _with_attributes("Gemm", ("alpha", "beta", "transA", "transB")),
     (MS, "Attention"): _ort_attention, (MS, "MultiHeadAttention"): _mha, (MS, "GroupQueryAttention"): _gqa,
     (MS, "EmbedLayerNormalization"): _embed_norm,
+    # a static quantization in ONNX Runtime's operator form (QuantFormat.QOperator)
+    (MS, "QLinearAdd"): _quantized_binary("Add", 3), (MS, "QLinearMul"): _quantized_binary("Mul", 3),
+    (MS, "QLinearWhere"): _quantized_binary("Where", 4),
+    (MS, "QLinearSigmoid"): _like_first, (MS, "QLinearLeakyRelu"): _like_first, (MS, "QLinearSoftmax"): _like_first,
+    (MS, "QLinearConcat"): _quantized_concat,
+    (MS, "QLinearGlobalAveragePool"): _quantized_pool("GlobalAveragePool", ()),
+    (MS, "QLinearAveragePool"): _quantized_pool("AveragePool", ("auto_pad", "ceil_mode", "count_include_pad",
+                                                                "kernel_shape", "pads", "strides")),
+    (MS, "QGemm"): _quantized_gemm,
 }

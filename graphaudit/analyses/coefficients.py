@@ -52,9 +52,12 @@ def resolve_coefficients(
     declared = declared_coefficients(model)
     for c in declared:
         if mg.find_tensor(c.tensor) is None:
+            quantized = f"{c.tensor}_quantized"  # ONNX Runtime's quantizer, in its operator form
             raise GraphAuditError(
                 f"expected the coefficient tensor {c.tensor!r} declared in the model's "
                 f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
+                + (f" (only the integer {quantized!r}: a static quantization in operator form keeps no float "
+                   "coefficients; quantize in QDQ form to audit them)" if mg.find_tensor(quantized) else "")
             )
     known = {c.tensor for c in declared}
     axes = InputAxes.of(mg, model)

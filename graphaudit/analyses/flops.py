@@ -194,6 +194,7 @@ RULES: dict[tuple[str, str], Callable] = {
     ("com.microsoft", "MatMulIntegerToFloat"): _matmul(),
     ("com.microsoft", "DynamicQuantizeMatMul"): _matmul(),
     ("com.microsoft", "FusedConv"): _conv(),
+    ("com.microsoft", "QGemm"): _gemm,  # (A, A's scale and zero point, B, ...): A and the output suffice
     ("com.microsoft", "Attention"): _ort_attention,
     ("com.microsoft", "MultiHeadAttention"): _mha,
     ("com.microsoft", "GroupQueryAttention"): _gqa,
