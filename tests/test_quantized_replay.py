@@ -18,10 +18,10 @@ from graphaudit.runtime import quantized_pairs
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"
 
 
-@pytest.fixture(scope="module")
-def quantized(tmp_path_factory):
+def quantized_featuregate(target: Path, form: str) -> None:
+    """The FeatureGate fixture quantized statically by ONNX Runtime's quantizer, in `form`
+    ("QDQ" or "QOperator"), calibrated on 4 inputs, saved at `target` (other modules use it)."""
     quantization = pytest.importorskip("onnxruntime.quantization")
-    folder = tmp_path_factory.mktemp("qdq")
     ids = np.load(FIXTURE / "calib.npz")["input_ids"]
 
     class Reader(quantization.CalibrationDataReader):
@@ -33,8 +33,15 @@ def quantized(tmp_path_factory):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantization.quantize_static(str(FIXTURE / "model.onnx"), str(folder / "model.onnx"), Reader(),
-                                     quant_format=quantization.QuantFormat.QDQ)
+        quantization.quantize_static(str(FIXTURE / "model.onnx"), str(target), Reader(),
+                                     quant_format=getattr(quantization.QuantFormat, form))
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qdq")
+    quantized_featuregate(folder / "model.onnx", "QDQ")
+    ids = np.load(FIXTURE / "calib.npz")["input_ids"]
     np.savez(folder / "calib.npz", input_ids=ids[:8])
     np.savez(folder / "eval.npz", input_ids=np.load(FIXTURE / "eval.npz")["input_ids"][:8])
     return folder

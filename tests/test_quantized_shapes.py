@@ -3,7 +3,6 @@
 QLinearSoftmax / QLinearConcat / QLinearWhere / QLinearGlobalAveragePool / QGemm nodes are
 shaped as ONNX Runtime computes them, so the products past them keep their sizes."""
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ from graphaudit.analyses.static import audit_static
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
 from graphaudit.load import load_model
+from test_quantized_replay import quantized_featuregate
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"
 MS = dict(domain="com.microsoft")
@@ -74,20 +74,7 @@ def test_operator_form_nodes_are_shaped_as_onnx_runtime_shapes_them():
 
 
 def test_an_operator_form_quantization_counts_the_flops_of_the_float_model(tmp_path):
-    quantization = pytest.importorskip("onnxruntime.quantization")
-    ids = np.load(FIXTURE / "calib.npz")["input_ids"]
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"input_ids": ids[i:i + 1]} for i in range(4)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(str(FIXTURE / "model.onnx"), str(tmp_path / "model.onnx"), Reader(),
-                                     quant_format=quantization.QuantFormat.QOperator)
+    quantized_featuregate(tmp_path / "model.onnx", "QOperator")
     model = onnx.load(tmp_path / "model.onnx")
     assert {"QLinearMatMul", "QLinearAdd", "QLinearSigmoid"} <= {n.op_type for n in model.graph.node}
     # the metadata's float gates are integers now (`gate.0_quantized`): not coefficients any more

@@ -180,9 +180,7 @@ def se_cnn(blocks: int = 2, seed: int = 0, channels: int = 4, classes: int = 3) 
             helper.make_node("Add", [x, f"s.{i}"], [f"x.{i + 1}"], name=f"/blocks.{i}/Add"),
         ]
         x = f"x.{i + 1}"
-    nodes += [helper.make_node("ReduceMean", [x, "spatial"], ["pooled"], name="/head/ReduceMean", keepdims=0),
-              helper.make_node("MatMul", ["pooled", "head"], ["logits"], name="/head/MatMul")]
-    return _finish_images(nodes, inits, "se_cnn", channels, classes)
+    return _finish_images(nodes + _pooled_head(x, "pooled"), inits, "se_cnn", channels, classes)
 
 
 def blockdrop_cnn(blocks: int = 3, seed: int = 0, channels: int = 4, classes: int = 3) -> onnx.ModelProto:
@@ -210,9 +208,7 @@ def blockdrop_cnn(blocks: int = 3, seed: int = 0, channels: int = 4, classes: in
             helper.make_node("Add", [x, f"s.{i}"], [f"x.{i + 1}"], name=f"/Add_{i}"),
         ]
         x = f"x.{i + 1}"
-    nodes += [helper.make_node("ReduceMean", [x, "spatial"], ["pooled.out"], name="/head/ReduceMean", keepdims=0),
-              helper.make_node("MatMul", ["pooled.out", "head"], ["logits"], name="/head/MatMul")]
-    return _finish_images(nodes, inits, "blockdrop", channels, classes)
+    return _finish_images(nodes + _pooled_head(x, "pooled.out"), inits, "blockdrop", channels, classes)
 
 
 def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: int = 3) -> onnx.ModelProto:
@@ -240,6 +236,12 @@ def dynamic_conv(seed: int = 0, channels: int = 4, kernels: int = 2, classes: in
     ]
     inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "last"))
     return _finish_images(nodes, inits, "dynamic_conv", c, classes)
+
+
+def _pooled_head(features: str, pooled: str) -> list[onnx.NodeProto]:
+    """The classifier's head: `features` averaged over space (into `pooled`), times `head`."""
+    return [helper.make_node("ReduceMean", [features, "spatial"], [pooled], name="/head/ReduceMean", keepdims=0),
+            helper.make_node("MatMul", [pooled, "head"], ["logits"], name="/head/MatMul")]
 
 
 def _finish_images(nodes, inits, name: str, channels: int, classes: int) -> onnx.ModelProto:
