@@ -15,7 +15,7 @@ from graphaudit.analyses.blockmap import Block
 class Evidence:
     """One fact in the graph behind a verdict."""
 
-    kind: str  # branch | loop | selection | extent | routing mask | gate | contrib
+    kind: str  # branch | loop | switch | selection | extent | routing mask | gate | contrib
     node: str
     op: str
     tensor: str | None

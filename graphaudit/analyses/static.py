@@ -130,7 +130,7 @@ class StaticReport:
     def contradiction(self, claim: str) -> str | None:
         """Why the graph contradicts `claim` ("dynamic" or "static"), or None when it does not."""
         if claim == "static" and self.dynamic:
-            found = [e for e in self.controls if e.dependence == "value"] + [
+            found = [e for e in self.controls if e.dependence == "value" and e.kind != "switch"] + [
                 e for b in self.blocks if b.verdict in ("branch", "subset") for e in b.evidence[:1]
             ] + list(self.outside_blocks)
             where = "; ".join(dict.fromkeys(f"{e.op} `{e.node}`" for e in found))

@@ -32,6 +32,7 @@ from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.experts import ExpertRows, expert_bounds
 from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolver
 from graphaudit.analyses.paths import Span, span
+from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.trips import Trips, constant_values, trip_counts
 from graphaudit.analyses.verdicts import SUBSET, ExecutionVerdicts
 from graphaudit.analyses.widest import infer_variant, variant, widest_shapes
@@ -136,7 +137,7 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
         bounded.update(tight)
     most = {**count.per_node, **bounded}
     least = {**most, **{n: 0 for n in verdicts.skippable if n in most and value_sized(n)}, **floor}
-    dynamic = {e.node for e in verdicts.controls if e.dependence == "value"}
+    dynamic = {e.node for e in verdicts.controls if e.dependence == "value" and e.kind != SWITCH}
     taken = _constant_branches(mg, value)
 
     def along(ids, most_: Mapping[str, int] = most, least_: Mapping[str, int] = least) -> Span:

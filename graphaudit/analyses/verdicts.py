@@ -17,7 +17,8 @@ Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
 - `always`: none of the above: every node runs for every input, at a size set by shapes.
 
 Only `branch` and `subset` can save compute. An If or Loop decided by a constant or by
-input shapes alone is not dynamic.
+input shapes alone is not dynamic; nor is an If whose branches run the same compute on the
+same weights, whatever decides it (`analyses.switches`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.dispatch import combines, dispatch_operands, indicates
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
+from graphaudit.analyses.switches import SWITCH, switches
 
 ALWAYS, GATED, MASKED, SUBSET, BRANCH = "always", "gated", "masked", "subset", "branch"
 VERDICTS = (ALWAYS, GATED, MASKED, SUBSET, BRANCH)  # weakest to strongest
@@ -94,6 +96,8 @@ class _Audit:
     def _controls(self) -> tuple[tuple[Evidence, ...], dict[str, Evidence]]:
         found, dynamic = [], {}
         controls = self.dm.controls
+        valued = any(c.op == "If" and c.dependence == VALUE for c in controls.values())
+        switched = switches(self.mg) if valued else {}
         for node in self.mg.nodes.values():
             control = controls.get(node.id)
             contrib_loop = node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS
@@ -103,6 +107,13 @@ class _Audit:
             tensors = ", ".join(r.name for r in control.tensors) if control else None
             reason = control.reason if control else f"{_op(node)} decodes until every sequence ends"
             kind = "branch" if node.op_type == "If" else "loop"
+            if dep == "value" and node.id in switched:
+                found.append(Evidence(SWITCH, node.id, _op(node), tensors or None, dep, (
+                    f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}; both branches run the same "
+                    f"{switched[node.id]} compute nodes on the same weights, a switch between two spellings of "
+                    f"one computation (an exported decoder with and without its cache): nothing is skipped; "
+                    f"not dynamic")))
+                continue
             ev = Evidence(kind, node.id, _op(node), tensors or None, dep,
                           f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}"
                           + ("" if dep == "value" else "; not dynamic"))

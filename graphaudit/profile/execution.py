@@ -27,6 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from graphaudit.analyses.switches import switched_nodes
 from graphaudit.graph import ModelGraph, Node
 from graphaudit.profile.events import CONTROL_FLOW_OPS, NodeEvent, Run
 from graphaudit.profile.mapping import BlockAssignment, NodeMap
@@ -165,8 +166,11 @@ def read_execution(
     )
     ran = {n for inp in inputs for n in inp.ran}
     work = {b: [n for n in ids if n in ran or mg.nodes[n].scopes] for b, ids in work.items()}
-    summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None, (selections or {}).get(name))
-                      for name, ids in work.items() if ids)
+    # a node in a branch of a switch (analyses.switches) ran when its switch ran either branch
+    twins = switched_nodes(mg) if any(n.op_type == "If" for n in mg.nodes.values()) else {}
+    switched = [{twins[n] for n in inp.ran if n in twins} for inp in inputs] if twins else None
+    summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None, (selections or {}).get(name),
+                                 twins, switched) for name, ids in work.items() if ids)
     name = getattr(flop_counter, "__module__", None) if flop_counter else None
     return Execution(inputs, summaries, name)
 
@@ -189,8 +193,12 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, compute, fl
     return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)
 
 
-def _summarise(name, ids, inputs, mg, with_flops, selections) -> BlockExecution:
-    fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
+def _summarise(name, ids, inputs, mg, with_flops, selections, twins, switched) -> BlockExecution:
+    if switched is None:
+        fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
+    else:
+        fractions = [sum(n in inp.ran or twins.get(n) in ran for n in ids) / len(ids)
+                     for inp, ran in zip(inputs, switched)]
     executed = sum(name in inp.blocks_ran for inp in inputs)
     flops = _stats([inp.flops.get(name) or 0 for inp in inputs]) if with_flops else None
     calls = [sum(len(inp.ran.get(n, ())) for n in ids) for inp in inputs]

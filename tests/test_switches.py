@@ -1,0 +1,89 @@
+"""An If whose branches run the same compute on the same weights (a decoder exported with and
+without its cache and merged into one graph, as Optimum's `decoder_model_merged.onnx`): a
+switch, not conditional execution. Whichever branch runs, every block runs; the graph and
+the runtime profile say so. Branches that differ in weights or compute stay `branch`."""
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+from graphaudit.analyses.static import audit_static
+from graphaudit.analyses.switches import SWITCH, switched_nodes, switches
+from graphaudit.graph import build_graph
+from graphaudit.load import load_model
+from graphaudit.profile import profile_model
+
+WEIGHTS = ", ".join(["0.1"] * 16)
+LAYER = """
+            ["/model/layers.{i}/MatMul{s}"] m{i}{s} = MatMul ({x}, "model.layers.{i}.w{w}")
+            ["/model/layers.{i}/Relu{s}"] r{i}{s} = Relu (m{i}{s})
+            ["/model/layers.{i}/Add{s}"] {out} = Add ({x}, r{i}{s})"""
+
+
+def merged(else_weights: str = "", else_layers: int = 2) -> onnx.ModelProto:
+    """x → If(use_cache_branch): each branch two residual layers; the else-branch reads weights
+    `w{else_weights}` (the same as the then-branch's when empty) and holds `else_layers` layers
+    (0: it passes x through, as an early exit does)."""
+    def branch(suffix: str, weights: str, layers: int, result: str) -> str:
+        if not layers:
+            return f'["/exit/Identity"] {result} = Identity (x)'
+        x, text = "x", ""
+        for i in range(layers):
+            out = result if i == layers - 1 else f"h{i}{suffix}"
+            text += LAYER.format(i=i, s=suffix, x=x, w=weights, out=out)
+            x = out
+        return text
+
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B, S, 4] x, bool[1] use_cache_branch) => (float[B, S, 4] y)
+      <float[4, 4] "model.layers.0.w" = {{{WEIGHTS}}}, float[4, 4] "model.layers.1.w" = {{{WEIGHTS}}},
+       float[4, 4] "model.layers.0.wb" = {{{WEIGHTS}}}, float[4, 4] "model.layers.1.wb" = {{{WEIGHTS}}}> {{
+        y = If (use_cache_branch) <
+            then_branch = t () => (float[B, S, 4] ty) {{ {branch("", "", 2, "ty")} }},
+            else_branch = e () => (float[B, S, 4] ey) {{ {branch("_1", else_weights, else_layers, "ey")} }}
+        >
+    }}"""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_a_merged_decoders_if_is_a_switch_and_no_block_can_be_skipped():
+    report = audit_static(load_model(merged()), shapes={"x": [1, 3, 4], "use_cache_branch": [1]})
+    assert [b.verdict for b in report.blocks] == ["always", "always"]
+    assert not report.conditional_execution and not report.dynamic
+    (control,) = report.controls
+    assert (control.kind, control.dependence) == (SWITCH, "value")
+    assert "both branches run the same 2 compute nodes on the same weights" in control.detail
+    assert report.contradiction("static") is None
+    assert report.flops.skippable == 0 and report.flops.total == 2 * 2 * 3 * 4 * 4
+
+
+@pytest.mark.parametrize("else_weights, else_layers", [("b", 2), ("", 1), ("", 0)],
+                         ids=["other-weights", "fewer-layers", "pass-through"])
+def test_branches_that_differ_in_weights_or_compute_stay_conditional(else_weights, else_layers):
+    mg = build_graph(load_model(merged(else_weights, else_layers)).model)
+    assert switches(mg) == {}
+    report = audit_static(load_model(merged(else_weights, else_layers)))
+    assert report.conditional_execution
+    assert "branch" in [b.verdict for b in report.blocks]
+
+
+def test_every_node_of_a_switch_belongs_to_it():
+    mg = build_graph(load_model(merged()).model)
+    assert switches(mg) == {"If#1": 2}
+    assert set(switched_nodes(mg)) == {n.id for n in mg.nodes.values() if n.scopes}
+
+
+def test_the_profile_counts_a_block_whole_when_its_switch_ran_either_branch(tmp_path):
+    onnx.save(merged(), tmp_path / "model.onnx")
+    np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(4, 3, 4)).astype(np.float32),
+             use_cache_branch=np.array([False, True, False, True]))
+    report = profile_model(tmp_path / "model.onnx", tmp_path / "data.npz", runs=2, warmup=1, profile_runs=1,
+                           threads=1, opt_level="disable")
+    blocks = {b["name"]: b for b in report.to_json()["blocks"]}
+    for name in ("model.layers.0", "model.layers.1"):
+        assert blocks[name]["executed_fraction"] == 1.0
+        assert blocks[name]["node_fraction"]["min"] == 1.0, name  # half its nodes, in the branch not taken
