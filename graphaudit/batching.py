@@ -33,14 +33,16 @@ ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once
 
 
 def batches_for(loaded: LoadedModel, graph: ModelGraph, batch_size: int | None, calibration: InputData,
-                evaluation: InputData) -> tuple[int, InputData, InputData, str | None]:
+                evaluation: InputData, coefficients: Sequence[str] = ()) -> tuple[int, InputData, InputData, str | None]:
     """(batch size, calibration and evaluation inputs cut to whole batches, why) for the replay:
     `batch_size` as given (checked against the model by `data.check_batch_size` already), else
-    `default_batch_size`; the inputs cut only where the model fixes its batch."""
+    `default_batch_size`; the inputs cut only where the model fixes its batch. `coefficients`:
+    the user's names, for the static audit that tells whether the graph has value-dependent
+    control flow."""
     fixed = fixed_batch(input_specs(loaded.model))
     notes = []
     if batch_size is None:
-        conditional = audit_static(loaded, graph=graph).conditional_execution
+        conditional = audit_static(loaded, coefficients=coefficients, graph=graph).conditional_execution
         batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
         notes.append(why)
     elif batch_size == fixed != DEFAULT_BATCH_SIZE:

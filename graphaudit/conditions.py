@@ -50,10 +50,19 @@ class Profiles:
         key = (kind, c.tensor, shape)
         if key not in self._filled:
             dtype = self.dtypes.get(c.tensor, np.dtype(np.float32))  # each tensor in its own type: models mix them
-            full = np.ascontiguousarray(np.broadcast_to(mean().astype(dtype), shape))
+            full = np.ascontiguousarray(np.broadcast_to(_as(mean(), dtype), shape))
             full.flags.writeable = False
             self._filled[key] = full
         return self._filled[key]
+
+
+def _as(mean: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A mean in the coefficient's own type: an integer one (a quantized coefficient's codes)
+    rounded to the nearest value the type holds, not cut towards zero."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(mean), info.min, info.max).astype(dtype)
+    return mean.astype(dtype)
 
 
 def token_axis(c: Coefficient) -> int | None:

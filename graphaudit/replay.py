@@ -31,7 +31,8 @@ import onnx
 
 from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
-from graphaudit.analyses.coefficients import resolve_coefficients, split_entry
+from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.named import split_entry
 from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
@@ -224,7 +225,8 @@ def replay(
     check_scored_output(loaded.model, coefs)
     batch_size = check_batch_size(input_specs(loaded.model), batch_size)  # before any data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed)
-    batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation)
+    batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation,
+                                                            coefficients)
     if (calibration.count, evaluation.count) != (use.calibration_inputs, use.evaluation_inputs):
         use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
     settings["batch_size"] = batch_size
@@ -240,9 +242,9 @@ def replay(
     qdq = quantized_pairs(loaded.model)
     if qdq:
         settings["quantized_note"] = (
-            f"a quantized model in QDQ form ({qdq} DequantizeLinear nodes): the capture and the replay ran its "
-            "QuantizeLinear / DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, "
-            "which round apart once the graph is cut where the coefficients are exposed and fed")
+            f"a quantized model ({qdq} DequantizeLinear nodes): the capture and the replay ran its QuantizeLinear / "
+            "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
+            "once the graph is cut where the coefficients are exposed and fed")
     timing, clock = {}, time.perf_counter()
     trace = trace_graph(loaded.model, coefs)
     # one session of the trace graph for both captures, opened when the first of them runs
@@ -373,7 +375,7 @@ def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, l
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
     """The coefficients to freeze: those matching `names` (names or globs, each maybe with its axes:
-    `analyses.coefficients.split_entry`), else all the model has.
+    `analyses.named.split_entry`), else all the model has.
     `graph`: the graph model of `loaded`, when the caller has built it."""
     graph = graph or build_graph(loaded.model)
     # layers from the blocks, as the static audit gives them

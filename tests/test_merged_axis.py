@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from graphaudit.analyses.coefficients import split_entry
+from graphaudit.analyses.named import split_entry
 from graphaudit.analyses.static import audit_static
 from graphaudit.capture import batch_first, native
 from graphaudit.coefficients import MERGED, Coefficient, metadata_entry

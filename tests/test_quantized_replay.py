@@ -68,3 +68,28 @@ def test_with_the_integer_kernels_the_cut_graphs_round_apart(quantized, monkeypa
 
 def test_a_float_model_keeps_onnx_runtimes_fusions():
     assert quantized_pairs(onnx.load(FIXTURE / "model.onnx")) == 0
+
+
+def test_an_operator_form_models_integer_coefficients_named_by_the_user_replay(tmp_path):
+    """In ONNX Runtime's operator form a gate stays an integer (`gate.0_quantized`, uint8 out of
+    QLinearSigmoid): named, it is captured and fed as such, one `gate` family over the layers."""
+    quantized_featuregate(tmp_path / "model.onnx", "QOperator")
+    ids = np.load(FIXTURE / "calib.npz")["input_ids"]
+    np.savez(tmp_path / "calib.npz", input_ids=ids[:8])
+    np.savez(tmp_path / "eval.npz", input_ids=np.load(FIXTURE / "eval.npz")["input_ids"][:8])
+    report = replay(tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz",
+                    coefficients=["gate.*_quantized"], resamples=20)
+    assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [
+        (f"gate.{i}_quantized", "gate", i) for i in range(4)]
+    assert report.parity.ok
+    assert [family for family, _ in report.variance] == ["gate"]
+
+
+def test_an_integer_coefficients_profile_is_rounded_to_the_nearest_code():
+    from graphaudit.coefficients import Coefficient
+    from graphaudit.conditions import Profiles
+
+    c = Coefficient("g", "gate", 0, ("batch", "slot"))
+    profiles = Profiles({}, {}, {}, 1, {"g": np.dtype(np.uint8)})
+    filled = profiles.filled("layer", c, (2, 3), lambda: np.array([[127.6, 0.4, 300.0]]))
+    assert filled.dtype == np.uint8 and filled.tolist() == [[128, 0, 255]] * 2

@@ -17,26 +17,23 @@ shapes, from the inputs' fixed sizes at the leading positions (`analyses.axes`).
 
 from __future__ import annotations
 
-import difflib
-import fnmatch
-import re
 from collections import Counter
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import onnx
 
 from graphaudit.coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
-from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.load import LoadedModel
 from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
 from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.columns import block_columns
+from graphaudit.analyses.named import matched_names, user_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
-_GLOB = re.compile(r"[*?\[]")
 
 
 def resolve_coefficients(
@@ -50,77 +47,29 @@ def resolve_coefficients(
     """Return the model's coefficient tensors: declared, then user-named, else detected."""
     model = loaded_or_model.model if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
     declared = declared_coefficients(model)
+    matched = matched_names(mg, names) if names else {}
     for c in declared:
         if mg.find_tensor(c.tensor) is None:
             quantized = f"{c.tensor}_quantized"  # ONNX Runtime's quantizer, in its operator form
+            if quantized in matched:  # the user names the integer tensor that stands for it
+                continue
             raise GraphAuditError(
                 f"expected the coefficient tensor {c.tensor!r} declared in the model's "
                 f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
-                + (f" (only the integer {quantized!r}: a static quantization in operator form keeps no float "
-                   "coefficients; quantize in QDQ form to audit them)" if mg.find_tensor(quantized) else "")
+                + (f" (only the integer {quantized!r} stands for it, as ONNX Runtime's quantizer leaves a coefficient "
+                   "in operator form: name that with --coefficients, or quantize in QDQ form)"
+                   if mg.find_tensor(quantized) else "")
             )
+    declared = [c for c in declared if mg.find_tensor(c.tensor) is not None]
     known = {c.tensor for c in declared}
     axes = InputAxes.of(mg, model)
     # a named tensor that detection finds too keeps the family and layer detection gives it
     found = {c.tensor: c for c in detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)} \
         if names and not declared else {}
-    user = [c for c in _user(mg, names, blocks, axes, found) if c.tensor not in known]
+    user = [c for c in user_coefficients(mg, names, blocks, axes, found) if c.tensor not in known]
     if declared or user:
         return tuple(declared) + tuple(user)
     return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
-
-
-def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tuple[str, ...] | None]:
-    """A user's coefficient entry as (name or glob, axis names or None): `NAME_OR_GLOB` alone,
-    or `NAME_OR_GLOB=AXIS,AXIS,...` to give the axes the graph does not tell. An entry that is
-    itself one of `names` (a tensor whose name holds `=`) is a name."""
-    if "=" not in entry or (names is not None and entry in names):
-        return entry, None
-    pattern, _, spec = entry.rpartition("=")
-    axes = tuple(a.strip() for a in spec.split(","))
-    merged = MERGED in axes and BATCH not in axes and TOKEN not in axes
-    if not pattern or not all(axes) or len(set(axes)) < len(axes) or (BATCH not in axes and not merged):
-        raise UsageError(f"expected axis names for {pattern or entry!r} as {pattern or 'NAME'}=AXIS,AXIS,... with "
-                         f"one {BATCH!r} axis and no name twice (e.g. {TOKEN!r} for positions, or one {MERGED!r} "
-                         f"axis for both, batch-major), found {spec!r}")
-    return pattern, axes
-
-
-def _user(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "InputAxes",
-          found: Mapping[str, Coefficient] | None = None) -> list[Coefficient]:
-    if not names:
-        return []
-    pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
-    matched: dict[str, tuple[str, ...] | None] = {}  # tensor -> the axes its entry gave
-    for entry in names:
-        name, given = split_entry(entry, pool)
-        hits = fnmatch.filter(pool, name) if _GLOB.search(name) else [n for n in pool if n == name]
-        if not hits:
-            close = difflib.get_close_matches(name, pool, n=5, cutoff=0.5)
-            raise UsageError(
-                f"expected {'--axes' if given else '--coefficients'} {name!r} to name a tensor of the model, found none"
-                + (f"; closest: {', '.join(close)}" if close else f" among {len(pool)} tensor names")
-            )
-        for hit in hits:
-            if matched.get(hit) is None:
-                matched[hit] = given
-    coefficients = []
-    order: Counter = Counter()
-    for name, given in matched.items():
-        ref = mg.find_tensor(name)
-        shape = mg.tensors[ref].shape if ref in mg.tensors else None
-        if given is not None and shape is not None and len(shape) != len(given):
-            raise UsageError(f"expected {len(shape)} axis names for the coefficient {name!r} of shape "
-                             f"({', '.join(str(d) for d in shape)}), found {len(given)}: {','.join(given)}")
-        detected = (found or {}).get(name)
-        if detected is not None:
-            coefficients.append(Coefficient(name, detected.family, detected.layer, given or detected.axes, source="user"))
-            continue
-        family = _family_of(name)
-        layer = layer_of(mg, ref, name, blocks, order[family])
-        order[family] += 1
-        coefficients.append(Coefficient(name, family, layer, given or axes_of(mg, ref, axes), source="user"))
-    return coefficients
 
 
 def detect_coefficients(
@@ -435,8 +384,3 @@ def _hidden_width(mg: ModelGraph, axes: "InputAxes") -> int | None:
         return normed.most_common(1)[0][0]
     widths = Counter(w for info in mg.tensors.values() if info.kind == "node_output" and (w := width(info)) is not None)
     return widths.most_common(1)[0][0] if widths else None
-
-
-def _family_of(name: str) -> str:
-    stem = re.sub(r"[._/:-]*\d+$", "", name.split("/")[-1])
-    return stem or name
