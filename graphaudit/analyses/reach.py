@@ -10,6 +10,7 @@ from typing import Iterator, Sequence
 
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
+from graphaudit.analyses.flops import is_counted
 
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero"})  # NonZero: of a thresholded score
@@ -162,3 +163,46 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
             return block.index
     m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
     return int(m.group(1)) if m else fallback
+
+
+def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...] | None:
+    """The graph inputs `node` is computed from when no learned computation lies between them:
+    no product, convolution or attention (a FLOP-counted node) and no weight (an initializer of
+    more than a few values) on the way, as a caller's attention mask reaches the NonZero that
+    removes padding. None when a learned computation lies between (a router's scores), or the
+    walk does not end within `limit` nodes."""
+    found: dict[str, None] = {}
+    seen: set[str] = set()
+    todo = deque([node])
+    while todo:
+        current = todo.popleft()
+        if current.id in seen:
+            continue
+        seen.add(current.id)
+        if len(seen) > limit or (current is not node and is_counted(current)):
+            return None
+        for ref in current.inputs:
+            info = mg.tensors.get(ref) if ref is not None else None
+            if info is None:
+                continue
+            if info.kind == "input":
+                found[ref.name] = None
+            elif info.kind == "initializer" and (info.shape is None or _values(info.shape) > _SMALL):
+                return None
+            elif info.kind == "node_output" and info.producer is not None:
+                todo.append(mg.nodes[info.producer])
+            elif info.kind not in ("initializer", "node_output"):
+                return None  # a body's formal input, a value nothing defines: not followed
+    return tuple(found) or None
+
+
+_SMALL = 64  # an initializer of more values than this is a weight, not a threshold or a shape
+
+
+def _values(shape) -> int:
+    count = 1
+    for d in shape:
+        if not isinstance(d, int):
+            return _SMALL + 1
+        count *= d
+    return count

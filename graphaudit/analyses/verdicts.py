@@ -27,7 +27,7 @@ from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blockmap import Block, BlockMap
 from graphaudit.analyses.evidence import BlockVerdict, Evidence, ExecutionVerdicts
-from graphaudit.analyses.reach import GATING, block_upstream, reached_consumers
+from graphaudit.analyses.reach import GATING, block_upstream, inputs_alone, reached_consumers
 from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
 from graphaudit.analyses.dispatch import combines, dispatch_operands, indicates
 from graphaudit.analyses.flops import is_counted
@@ -351,13 +351,18 @@ class _Audit:
             size = "data-dependent" if dm.shape(picked if picked is not None else expert) == VALUE \
                 else "fixed (capacity)"
             source = f" (from {_op(mg.nodes[origin])} `{origin}`)" if origin else ""
+            caller = inputs_alone(mg, mg.nodes[origin]) if origin else None
             what = f"rows of `{data.name}`" if picked is not None and sel.op_type != "Einsum" else \
                 f"at most a fixed number of rows of `{data.name}` per expert into its slots (a one-hot dispatch)" \
                 if picked is not None else \
                 f"experts' weights out of `{data.name}` (each token runs only the experts it is routed to)"
             ev = Evidence("selection", sel.id, _op(sel), chooser.name, "value",
                           f"{_op(sel)} `{sel.id}` picks {what} by `{chooser.name}`{source}, "
-                          f"feeding {_op(node)} `{node.id}`; selected size {size}", size)
+                          f"feeding {_op(node)} `{node.id}`; selected size {size}"
+                          + (f"; chosen by the graph input{'s' if len(caller) > 1 else ''} "
+                             f"{', '.join(f'`{n}`' for n in caller)} alone, through no learned computation (a "
+                             "caller's mask, as padding removal reads one): the input decides, not the model"
+                             if caller else ""), size)
         else:
             varying = next((r for r in node.inputs if r is not None and dm.shape(r) == VALUE), None)
             if varying is None:
