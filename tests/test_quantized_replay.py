@@ -70,17 +70,23 @@ def test_a_float_model_keeps_onnx_runtimes_fusions():
     assert quantized_pairs(onnx.load(FIXTURE / "model.onnx")) == 0
 
 
-def test_an_operator_form_models_integer_coefficients_named_by_the_user_replay(tmp_path):
+@pytest.mark.parametrize("found", ["metadata", "detected", "user"])
+def test_an_operator_form_models_integer_coefficients_replay(tmp_path, found):
     """In ONNX Runtime's operator form a gate stays an integer (`gate.0_quantized`, uint8 out of
-    QLinearSigmoid): named, it is captured and fed as such, one `gate` family over the layers."""
+    QLinearSigmoid into QLinearMul): declared as `gate.0`, detected or named, it is captured and
+    fed as such, one `gate` family over the layers."""
     quantized_featuregate(tmp_path / "model.onnx", "QOperator")
+    if found != "metadata":
+        model = onnx.load(tmp_path / "model.onnx")
+        del model.metadata_props[:]
+        onnx.save(model, tmp_path / "model.onnx")
     ids = np.load(FIXTURE / "calib.npz")["input_ids"]
     np.savez(tmp_path / "calib.npz", input_ids=ids[:8])
     np.savez(tmp_path / "eval.npz", input_ids=np.load(FIXTURE / "eval.npz")["input_ids"][:8])
     report = replay(tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz",
-                    coefficients=["gate.*_quantized"], resamples=20)
-    assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [
-        (f"gate.{i}_quantized", "gate", i) for i in range(4)]
+                    coefficients=["gate.*_quantized"] if found == "user" else (), resamples=20)
+    assert [(c.tensor, c.family, c.layer, c.source) for c in report.coefficients] == [
+        (f"gate.{i}_quantized", "gate", i, found) for i in range(4)]
     assert report.parity.ok
     assert [family for family, _ in report.variance] == ["gate"]
 

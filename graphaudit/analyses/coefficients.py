@@ -30,10 +30,12 @@ from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_m
 from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.columns import block_columns
-from graphaudit.analyses.named import matched_names, user_coefficients
+from graphaudit.analyses.named import user_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
+# ONNX Runtime's quantized ones (QuantFormat.QOperator): their integer outputs are the coefficients
+QUANTIZED_SQUASHING = {"QLinearSigmoid": "gate", "QLinearSoftmax": "mix"}
 
 
 def resolve_coefficients(
@@ -46,21 +48,7 @@ def resolve_coefficients(
 ) -> tuple[Coefficient, ...]:
     """Return the model's coefficient tensors: declared, then user-named, else detected."""
     model = loaded_or_model.model if isinstance(loaded_or_model, LoadedModel) else loaded_or_model
-    declared = declared_coefficients(model)
-    matched = matched_names(mg, names) if names else {}
-    for c in declared:
-        if mg.find_tensor(c.tensor) is None:
-            quantized = f"{c.tensor}_quantized"  # ONNX Runtime's quantizer, in its operator form
-            if quantized in matched:  # the user names the integer tensor that stands for it
-                continue
-            raise GraphAuditError(
-                f"expected the coefficient tensor {c.tensor!r} declared in the model's "
-                f"{METADATA_KEY!r} metadata to be a value of the graph, found no value of that name"
-                + (f" (only the integer {quantized!r} stands for it, as ONNX Runtime's quantizer leaves a coefficient "
-                   "in operator form: name that with --coefficients, or quantize in QDQ form)"
-                   if mg.find_tensor(quantized) else "")
-            )
-    declared = [c for c in declared if mg.find_tensor(c.tensor) is not None]
+    declared = [_present(mg, c) for c in declared_coefficients(model)]
     known = {c.tensor for c in declared}
     axes = InputAxes.of(mg, model)
     # a named tensor that detection finds too keeps the family and layer detection gives it
@@ -70,6 +58,19 @@ def resolve_coefficients(
     if declared or user:
         return tuple(declared) + tuple(user)
     return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
+
+
+def _present(mg: ModelGraph, c: Coefficient) -> Coefficient:
+    """A declared coefficient as the graph holds it: itself, or the integer tensor ONNX Runtime's
+    quantizer put in its place in operator form (`gate.0` computed by QLinearSigmoid as
+    `gate.0_quantized`); a GraphAuditError when the graph has neither."""
+    if mg.find_tensor(c.tensor) is not None:
+        return c
+    quantized = f"{c.tensor}_quantized"
+    if mg.find_tensor(quantized) is not None:
+        return Coefficient(quantized, c.family, c.layer, c.axes, source=c.source)
+    raise GraphAuditError(f"expected the coefficient tensor {c.tensor!r} declared in the model's {METADATA_KEY!r} "
+                          "metadata to be a value of the graph, found no value of that name")
 
 
 def detect_coefficients(
@@ -87,7 +88,8 @@ def detect_coefficients(
     for node in mg.nodes.values():
         if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
             continue
-        family = SQUASHING.get(node.op_type) if not node.domain else None
+        family = SQUASHING.get(node.op_type) if not node.domain else \
+            QUANTIZED_SQUASHING.get(node.op_type) if node.domain == "com.microsoft" else None
         out = node.outputs[0] if node.outputs else None
         if family is None and node.id in routers:
             family = "router"

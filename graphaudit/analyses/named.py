@@ -39,7 +39,7 @@ def split_entry(entry: str, names: Sequence[str] | None = None) -> tuple[str, tu
     return pattern, axes
 
 
-def matched_names(mg: ModelGraph, names: Sequence[str]) -> dict[str, tuple[str, ...] | None]:
+def _matched(mg: ModelGraph, names: Sequence[str]) -> dict[str, tuple[str, ...] | None]:
     """Tensor name -> the axes its entry gave (None: none), for each tensor the user's entries
     name or match; an entry that matches nothing is a UsageError naming the closest."""
     pool = sorted({r.name for r, info in mg.tensors.items() if info.kind != "initializer"})
@@ -63,7 +63,7 @@ def user_coefficients(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | N
           found: Mapping[str, Coefficient] | None = None) -> list[Coefficient]:
     if not names:
         return []
-    matched = matched_names(mg, names)
+    matched = _matched(mg, names)
     coefficients = []
     order: Counter = Counter()
     for name, given in matched.items():

@@ -12,7 +12,8 @@ from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.flops import is_counted
 
-GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div"})
+# (QLinearMul and QLinearMatMul: the same in a static quantization's operator form)
+GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div", "QLinearMul", "QLinearMatMul"})
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero"})  # NonZero: of a thresholded score
 DECIDING = frozenset({"If", "Loop"})  # what their condition (a Loop's trip count too) decides runs or not
 # Operators a coefficient may pass through on its way to the node it weights (a quantised
