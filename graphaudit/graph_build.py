@@ -27,12 +27,14 @@ def build(model: onnx.ModelProto) -> ModelGraph:
         return _Builder(model).build()
 
 
-def node_ids(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+def node_ids(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str, int | None]]:
     """Every node occurrence of `model` in the order `build` reads them (nested bodies right
-    after their owner, a local function's body after each call of it), with its ModelGraph id."""
+    after their owner, a local function's body after each call of it), with its ModelGraph id
+    and, inside a function's body, the position in this list of the call it was read for."""
     builder = _Builder(model)
     builder._read(model.graph.node, function_stack=())
-    return list(zip(builder._protos, builder._ids()))
+    callers = builder._callers
+    return [(proto, node_id, callers.get(i)) for i, (proto, node_id) in enumerate(zip(builder._protos, builder._ids()))]
 
 
 @contextmanager
@@ -150,6 +152,7 @@ class _Builder:
         self._protos: list[onnx.NodeProto] = []
         self._names: list[str] = []
         self._subgraphs: dict = {}
+        self._callers: dict[int, int] = {}  # occurrence in a function's body -> the occurrence of its call
         self._next: Iterator[tuple[onnx.NodeProto, str, str]] | None = None
 
     def build(self) -> ModelGraph:
@@ -184,12 +187,15 @@ class _Builder:
             return names  # every node named, each name once: the usual case
         return unique_ids(zip(names, (p.op_type for p in self._protos)))
 
-    def _read(self, protos, function_stack: tuple) -> None:
-        """Record every node occurrence under `protos`, nested bodies right after their owner."""
+    def _read(self, protos, function_stack: tuple, caller: int | None = None) -> None:
+        """Record every node occurrence under `protos`, nested bodies right after their owner;
+        `caller`: the occurrence of the call whose function body `protos` are."""
         found, names, functions = self._protos, self._names, self.functions
         for proto in protos:
             found.append(proto)
             names.append(proto.name)
+            if caller is not None:
+                self._callers[len(found) - 1] = caller
             subgraphs: tuple = ()
             for attr in proto.attribute:
                 kind = attr.type
@@ -201,12 +207,12 @@ class _Builder:
                 self._subgraphs[len(found) - 1] = subgraphs
                 for _, graphs in subgraphs:
                     for sub in graphs:
-                        self._read(sub.node, function_stack)
+                        self._read(sub.node, function_stack, caller)
             if functions:
                 fn_key = (proto.domain, proto.op_type)
                 fn = functions.get(fn_key)
                 if fn is not None and fn_key not in function_stack:
-                    self._read(fn.node, function_stack + (fn_key,))
+                    self._read(fn.node, function_stack + (fn_key,), len(found) - 1)
 
     # -- tensors ---------------------------------------------------------------------------
     def _define(self, ref, kind, producer, env, *, vi=None, dims=None, elem=None):

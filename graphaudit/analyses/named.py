@@ -59,8 +59,11 @@ def _matched(mg: ModelGraph, names: Sequence[str]) -> dict[str, tuple[str, ...] 
     return matched
 
 
-def user_coefficients(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: "InputAxes",
-          found: Mapping[str, Coefficient] | None = None) -> list[Coefficient]:
+def user_coefficients(mg: ModelGraph, names: Sequence[str], blocks: BlockMap | None, axes: InputAxes,
+                      found: Mapping[str, Coefficient] | None = None) -> list[Coefficient]:
+    """The coefficients the user's entries name, marked `user`: each with the family and layer
+    detection gives it where it is in `found`, else its family from its name and its layer
+    from the blocks; its axes as the entry gives them, else as the graph tells."""
     if not names:
         return []
     matched = _matched(mg, names)

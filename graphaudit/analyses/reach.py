@@ -4,6 +4,7 @@ and from there to the nearest block."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 from typing import Iterator, Sequence
@@ -188,7 +189,7 @@ def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...]
                 continue
             if info.kind == "input":
                 found[ref.name] = None
-            elif info.kind == "initializer" and (info.shape is None or _values(info.shape) > _SMALL):
+            elif info.kind == "initializer" and not _small(info.shape):
                 return None
             elif info.kind == "node_output" and info.producer is not None:
                 todo.append(mg.nodes[info.producer])
@@ -197,13 +198,6 @@ def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...]
     return tuple(found) or None
 
 
-_SMALL = 64  # an initializer of more values than this is a weight, not a threshold or a shape
-
-
-def _values(shape) -> int:
-    count = 1
-    for d in shape:
-        if not isinstance(d, int):
-            return _SMALL + 1
-        count *= d
-    return count
+def _small(shape) -> bool:
+    """Whether a tensor of `shape` holds a threshold or a shape (at most 64 values), not a weight."""
+    return shape is not None and all(isinstance(d, int) for d in shape) and math.prod(shape) <= 64

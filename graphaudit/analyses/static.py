@@ -23,6 +23,7 @@ from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.flops import FlopCount
 from graphaudit.analyses.static_flops import Capacity, LoopFlops, static_flops
+from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.verdicts import Evidence, execution_verdicts
 
 CLAIMS = ("dynamic", "static")
@@ -130,7 +131,7 @@ class StaticReport:
     def contradiction(self, claim: str) -> str | None:
         """Why the graph contradicts `claim` ("dynamic" or "static"), or None when it does not."""
         if claim == "static" and self.dynamic:
-            found = [e for e in self.controls if e.dependence == "value" and e.kind != "switch"] + [
+            found = [e for e in self.controls if e.dependence == "value" and e.kind != SWITCH] + [
                 e for b in self.blocks if b.verdict in ("branch", "subset") for e in b.evidence[:1]
             ] + list(self.outside_blocks)
             where = "; ".join(dict.fromkeys(f"{e.op} `{e.node}`" for e in found))

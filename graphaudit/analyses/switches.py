@@ -40,9 +40,9 @@ def switches(mg: ModelGraph) -> dict[str, int]:
     return found
 
 
-def switched_nodes(mg: ModelGraph, found: dict[str, int] | None = None) -> dict[str, str]:
+def switched_nodes(mg: ModelGraph) -> dict[str, str]:
     """Node id -> the switch it lies in (the outermost), for every node inside a switch's branches."""
-    found = switches(mg) if found is None else found
+    found = switches(mg)
     return {inner.id: owner for owner in found for inner in mg.inside(owner)
             if next(s.owner for s in inner.scopes if s.owner in found) == owner}
 
