@@ -25,7 +25,7 @@ from graphaudit.checker import Unsorted, check_model, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.inline import inline_functions
-from graphaudit.protos import graphs, node_lists
+from graphaudit.protos import graphs, names_repeat_across_graphs, node_lists
 from graphaudit.shape_values import fold_shape_arguments
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
@@ -286,14 +286,15 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     """
     plain = _without_weights(model)
     skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
+    propagate = not names_repeat_across_graphs(model.graph)
     try:
-        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=propagate)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
         if skeleton is plain:
             return model, False, brief(err)
         try:  # a shape function ONNX would not take: inference as before, without them
             skeleton, inferred = plain, shape_inference.infer_shapes(plain, check_type=False, strict_mode=False,
-                                                                     data_prop=True)
+                                                                     data_prop=propagate)
         except Exception as err:  # noqa: BLE001
             return model, False, brief(err)
     if skeleton is model:
@@ -326,13 +327,15 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
             for size in shapes[value.name]:
                 dims.add().dim_value = int(size)
     found: dict[str, tuple[int, ...]] = {}
+    propagate = not names_repeat_across_graphs(model.graph)
     for _ in range(_FOLD_ROUNDS):
         del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
         for output in skeleton.graph.output:
             if output.type.HasField("tensor_type"):
                 output.type.tensor_type.ClearField("shape")
         try:
-            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False,
+                                                    data_prop=propagate)
         except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
             return found
         found = _concrete_shapes(inferred.graph)

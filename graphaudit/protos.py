@@ -20,6 +20,24 @@ def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield from _bodies(graph.node)
 
 
+def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
+    """Whether a value name is made in more than one of the graphs nested in `graph` (each If
+    branch of a decoder merged with its cached twin makes `/decoder/Mul_1_output_0`).
+
+    ONNX's shape inference with data propagation keys the values it propagates by name across
+    bodies: with a name repeated, one branch's value shapes the other's (ONNX Runtime then
+    refuses the shapes written in), so inference runs without data propagation there."""
+    if not any(node.op_type in BODY_OPS or node.domain for node in graph.node):
+        return False  # no body (the usual case): one read of each node's op type
+    seen: set[str] = set()
+    for body in graphs(graph):
+        made = {name for node in body.node for name in node.output if name} | {v.name for v in body.input}
+        if not seen.isdisjoint(made):
+            return True
+        seen |= made
+    return False
+
+
 def node_lists(model: onnx.ModelProto) -> Iterator[Sequence[onnx.NodeProto]]:
     """The nodes of the main graph, of every nested body and of every local function."""
     for graph in graphs(model.graph):

@@ -24,7 +24,7 @@ from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.coefficients import BATCH, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import build_graph
-from graphaudit.protos import node_reads
+from graphaudit.protos import names_repeat_across_graphs, node_reads
 from graphaudit.wording import counted, listed
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
@@ -151,7 +151,8 @@ def _typed_copy(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> 
     known = {v.name for v in copy.graph.value_info} | {o.name for o in copy.graph.output}
     if any(c.tensor not in known for c in coefficients):
         try:
-            copy = shape_inference.infer_shapes(copy, check_type=False, strict_mode=False, data_prop=True)
+            copy = shape_inference.infer_shapes(copy, check_type=False, strict_mode=False,
+                                                data_prop=not names_repeat_across_graphs(copy.graph))
         except Exception:  # noqa: BLE001 - types may still be found below, else a clear error
             pass
     return copy

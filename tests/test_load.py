@@ -220,3 +220,46 @@ def test_weights_kept_from_shape_inference_with_a_local_function(tmp_path):
     expected = shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     assert loaded.SerializeToString() == expected.SerializeToString()
     assert loaded.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 256
+
+
+def _branches(else_name: str) -> onnx.ModelProto:
+    """An If whose else-branch names its value `else_name` (`m`: as the then-branch does)."""
+    import onnx.parser
+
+    return onnx.parser.parse_model(f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2, 6] x, bool c) => (float[2, 6] y) {{
+        y = If (c) <
+            then_branch = t () => (float[2, 6] ty) {{ m = Relu (x)
+                ty = Identity (m) }},
+            else_branch = e () => (float[2, 6] ey) {{ {else_name} = Neg (x)
+                ey = Identity ({else_name}) }}
+        >
+    }}""")
+
+
+def test_inference_runs_without_data_propagation_where_a_name_repeats_across_bodies(monkeypatch):
+    """ONNX's data propagation keys the values it propagates by name across If branches: in a
+    decoder merged with its cached twin (Optimum's), one branch's `/decoder/Mul_1_output_0`
+    shaped the other's, and ONNX Runtime refused the shapes written in. Where a name repeats
+    across bodies, inference runs without data propagation; elsewhere with it."""
+    import onnx.parser
+    from onnx import shape_inference
+
+    from graphaudit.protos import names_repeat_across_graphs
+
+    assert names_repeat_across_graphs(_branches("m").graph)
+    assert not names_repeat_across_graphs(_branches("n").graph)
+    assert not names_repeat_across_graphs(onnx.parser.parse_graph("g (float[2] x) => (float[2] y) { y = Relu (x) }"))
+    seen = []
+    original = shape_inference.infer_shapes
+
+    def spy(model, *args, **kwargs):
+        seen.append(kwargs.get("data_prop"))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(shape_inference, "infer_shapes", spy)
+    for else_name, propagated in (("m", False), ("n", True)):
+        seen.clear()
+        load_model(_branches(else_name))
+        assert seen == [propagated], else_name

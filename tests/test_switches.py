@@ -1,7 +1,8 @@
-"""An If whose branches run the same compute on the same weights (a decoder exported with and
-without its cache and merged into one graph, as Optimum's `decoder_model_merged.onnx`): a
-switch, not conditional execution. Whichever branch runs, every block runs; the graph and
-the runtime profile say so. Branches that differ in weights or compute stay `branch`."""
+"""An If that switches between two modes of one model (a decoder exported with and without its
+cache and merged into one graph, as Optimum's `decoder_model_merged.onnx`): branches that run
+the same compute on the same weights, or a condition that is a graph input passed on as it is
+(the caller's `use_cache_branch`). Not conditional execution: the graph and the runtime
+profile say so. Branches that differ, on a condition the model computes, stay `branch`."""
 
 import numpy as np
 import onnx
@@ -15,16 +16,18 @@ from graphaudit.load import load_model
 from graphaudit.profile import profile_model
 
 WEIGHTS = ", ".join(["0.1"] * 16)
+CONDITION = ('["/model/ReduceMean"] mean = ReduceMean <keepdims = 0> (x)\n'
+             '        ["/model/Greater"] c = Greater (mean, zero)')
 LAYER = """
             ["/model/layers.{i}/MatMul{s}"] m{i}{s} = MatMul ({x}, "model.layers.{i}.w{w}")
             ["/model/layers.{i}/Relu{s}"] r{i}{s} = Relu (m{i}{s})
             ["/model/layers.{i}/Add{s}"] {out} = Add ({x}, r{i}{s})"""
 
 
-def merged(else_weights: str = "", else_layers: int = 2) -> onnx.ModelProto:
-    """x → If(use_cache_branch): each branch two residual layers; the else-branch reads weights
-    `w{else_weights}` (the same as the then-branch's when empty) and holds `else_layers` layers
-    (0: it passes x through, as an early exit does)."""
+def merged(else_weights: str = "", else_layers: int = 2, computed: bool = False) -> onnx.ModelProto:
+    """x → If(use_cache_branch), or with `computed` If(mean(x) > 0): each branch two residual
+    layers; the else-branch reads weights `w{else_weights}` (the same as the then-branch's when
+    empty) and holds `else_layers` layers (0: it passes x through, as an early exit does)."""
     def branch(suffix: str, weights: str, layers: int, result: str) -> str:
         if not layers:
             return f'["/exit/Identity"] {result} = Identity (x)'
@@ -39,8 +42,10 @@ def merged(else_weights: str = "", else_layers: int = 2) -> onnx.ModelProto:
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[B, S, 4] x, bool[1] use_cache_branch) => (float[B, S, 4] y)
       <float[4, 4] "model.layers.0.w" = {{{WEIGHTS}}}, float[4, 4] "model.layers.1.w" = {{{WEIGHTS}}},
-       float[4, 4] "model.layers.0.wb" = {{{WEIGHTS}}}, float[4, 4] "model.layers.1.wb" = {{{WEIGHTS}}}> {{
-        y = If (use_cache_branch) <
+       float[4, 4] "model.layers.0.wb" = {{{WEIGHTS}}}, float[4, 4] "model.layers.1.wb" = {{{WEIGHTS}}},
+       float zero = {{0.0}}> {{
+        {CONDITION if computed else 'c = Identity (use_cache_branch)'}
+        y = If (c) <
             then_branch = t () => (float[B, S, 4] ty) {{ {branch("", "", 2, "ty")} }},
             else_branch = e () => (float[B, S, 4] ey) {{ {branch("_1", else_weights, else_layers, "ey")} }}
         >
@@ -50,8 +55,9 @@ def merged(else_weights: str = "", else_layers: int = 2) -> onnx.ModelProto:
     return model
 
 
-def test_a_merged_decoders_if_is_a_switch_and_no_block_can_be_skipped():
-    report = audit_static(load_model(merged()), shapes={"x": [1, 3, 4], "use_cache_branch": [1]})
+@pytest.mark.parametrize("computed", [False, True], ids=["input-flag", "computed-condition"])
+def test_branches_of_the_same_compute_are_a_switch_and_no_block_can_be_skipped(computed):
+    report = audit_static(load_model(merged(computed=computed)), shapes={"x": [1, 3, 4], "use_cache_branch": [1]})
     assert [b.verdict for b in report.blocks] == ["always", "always"]
     assert not report.conditional_execution and not report.dynamic
     (control,) = report.controls
@@ -63,17 +69,27 @@ def test_a_merged_decoders_if_is_a_switch_and_no_block_can_be_skipped():
 
 @pytest.mark.parametrize("else_weights, else_layers", [("b", 2), ("", 1), ("", 0)],
                          ids=["other-weights", "fewer-layers", "pass-through"])
-def test_branches_that_differ_in_weights_or_compute_stay_conditional(else_weights, else_layers):
-    mg = build_graph(load_model(merged(else_weights, else_layers)).model)
-    assert switches(mg) == {}
+def test_the_callers_flag_is_a_switch_whatever_the_branches_hold(else_weights, else_layers):
+    # T5's merged decoder: the cached branch reads the cross-attention keys instead of computing them
     report = audit_static(load_model(merged(else_weights, else_layers)))
+    (control,) = report.controls
+    assert control.kind == SWITCH and "the graph input `use_cache_branch` passed on as it is" in control.detail
+    assert not report.conditional_execution and "branch" not in [b.verdict for b in report.blocks]
+
+
+@pytest.mark.parametrize("else_weights, else_layers", [("b", 2), ("", 1), ("", 0)],
+                         ids=["other-weights", "fewer-layers", "pass-through"])
+def test_branches_that_differ_on_a_computed_condition_stay_conditional(else_weights, else_layers):
+    model = merged(else_weights, else_layers, computed=True)
+    assert switches(build_graph(load_model(model).model)) == {}
+    report = audit_static(load_model(model))
     assert report.conditional_execution
     assert "branch" in [b.verdict for b in report.blocks]
 
 
 def test_every_node_of_a_switch_belongs_to_it():
     mg = build_graph(load_model(merged()).model)
-    assert switches(mg) == {"If#1": 2}
+    assert list(switches(mg)) == ["If#1"]
     assert set(switched_nodes(mg)) == {n.id for n in mg.nodes.values() if n.scopes}
 
 

@@ -11,7 +11,6 @@ from typing import Iterator, Sequence
 
 from graphaudit.graph import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.flops import is_counted
 
 # (QLinearMul and QLinearMatMul: the same in a static quantization's operator form)
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div", "QLinearMul", "QLinearMatMul"})
@@ -167,12 +166,18 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
     return int(m.group(1)) if m else fallback
 
 
+# What a caller's flag or mask passes through on its way to the decision it makes: a change of
+# layout or type, a negation, a comparison with a constant; nothing that computes from the data.
+PASSED_ON = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand",
+                       "Not", "And", "Or", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"})
+
+
 def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...] | None:
-    """The graph inputs `node` is computed from when no learned computation lies between them:
-    no product, convolution or attention (a FLOP-counted node) and no weight (an initializer of
-    more than a few values) on the way, as a caller's attention mask reaches the NonZero that
-    removes padding. None when a learned computation lies between (a router's scores), or the
-    walk does not end within `limit` nodes."""
+    """The graph inputs that decide `node` when they reach it passed on as they are (PASSED_ON:
+    reshaped, cast, negated, compared with a constant), as a caller's attention mask reaches the
+    NonZero that removes its padding, or a `use_cache_branch` flag the If it decides. None when
+    anything else lies between (a router's scores, a mean of the data), or the walk does not end
+    within `limit` nodes."""
     found: dict[str, None] = {}
     seen: set[str] = set()
     todo = deque([node])
@@ -181,7 +186,7 @@ def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...]
         if current.id in seen:
             continue
         seen.add(current.id)
-        if len(seen) > limit or (current is not node and is_counted(current)):
+        if len(seen) > limit or (current is not node and (current.op_type not in PASSED_ON or current.domain)):
             return None
         for ref in current.inputs:
             info = mg.tensors.get(ref) if ref is not None else None

@@ -17,8 +17,8 @@ Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
 - `always`: none of the above: every node runs for every input, at a size set by shapes.
 
 Only `branch` and `subset` can save compute. An If or Loop decided by a constant or by
-input shapes alone is not dynamic; nor is an If whose branches run the same compute on the
-same weights, whatever decides it (`analyses.switches`).
+input shapes alone is not dynamic; nor is a switch (`analyses.switches`): an If whose branches
+run the same compute on the same weights, or whose condition is a graph input passed on as it is.
 """
 
 from __future__ import annotations
@@ -108,11 +108,9 @@ class _Audit:
             reason = control.reason if control else f"{_op(node)} decodes until every sequence ends"
             kind = "branch" if node.op_type == "If" else "loop"
             if dep == "value" and node.id in switched:
-                found.append(Evidence(SWITCH, node.id, _op(node), tensors or None, dep, (
-                    f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}; both branches run the same "
-                    f"{switched[node.id]} compute nodes on the same weights, a switch between two spellings of "
-                    f"one computation (an exported decoder with and without its cache): nothing is skipped; "
-                    f"not dynamic")))
+                found.append(Evidence(SWITCH, node.id, _op(node), tensors or None, dep,
+                                      f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}; "
+                                      f"{switched[node.id]}; not dynamic"))
                 continue
             ev = Evidence(kind, node.id, _op(node), tensors or None, dep,
                           f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}"
