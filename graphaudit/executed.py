@@ -114,6 +114,7 @@ def shrunk(block: dict) -> str | None:
         return (f"ran at input-dependent sizes ({len(varying)} compute nodes changed shape between "
                 "same-shaped inputs)")
     flops = block.get("executed_flops") or {}
-    if num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
+    varied = block["flops_vary"] if "flops_vary" in block else num(flops.get("min")) != num(flops.get("max"))
+    if varied and num(flops.get("min")) is not None and num(flops.get("max")) is not None and flops["min"] < flops["max"]:
         return f"executed between {flops['min']:,.0f} and {flops['max']:,.0f} FLOPs depending on the input"
     return None

@@ -22,19 +22,26 @@ LAYER = """
             ["/model/layers.{i}/MatMul{s}"] m{i}{s} = MatMul ({x}, "model.layers.{i}.w{w}")
             ["/model/layers.{i}/Relu{s}"] r{i}{s} = Relu (m{i}{s})
             ["/model/layers.{i}/Add{s}"] {out} = Add ({x}, r{i}{s})"""
+# the then-branch's layer computes a second product where the cached one reads it: T5's cross-attention keys
+COMPUTED = """
+            ["/model/layers.{i}/MatMul{s}"] m{i}{s} = MatMul ({x}, "model.layers.{i}.w{w}")
+            ["/model/layers.{i}/MatMul_k{s}"] k{i}{s} = MatMul (m{i}{s}, "model.layers.{i}.w{w}")
+            ["/model/layers.{i}/Relu{s}"] r{i}{s} = Relu (k{i}{s})
+            ["/model/layers.{i}/Add{s}"] {out} = Add ({x}, r{i}{s})"""
 
 
-def merged(else_weights: str = "", else_layers: int = 2, computed: bool = False) -> onnx.ModelProto:
+def merged(else_weights: str = "", else_layers: int = 2, computed: bool = False, cached: bool = False) -> onnx.ModelProto:
     """x → If(use_cache_branch), or with `computed` If(mean(x) > 0): each branch two residual
     layers; the else-branch reads weights `w{else_weights}` (the same as the then-branch's when
-    empty) and holds `else_layers` layers (0: it passes x through, as an early exit does)."""
-    def branch(suffix: str, weights: str, layers: int, result: str) -> str:
+    empty) and holds `else_layers` layers (0: it passes x through, as an early exit does); with
+    `cached`, each then-branch layer computes a second product the else-branch reads instead."""
+    def branch(suffix: str, weights: str, layers: int, result: str, layer: str = LAYER) -> str:
         if not layers:
             return f'["/exit/Identity"] {result} = Identity (x)'
         x, text = "x", ""
         for i in range(layers):
             out = result if i == layers - 1 else f"h{i}{suffix}"
-            text += LAYER.format(i=i, s=suffix, x=x, w=weights, out=out)
+            text += layer.format(i=i, s=suffix, x=x, w=weights, out=out)
             x = out
         return text
 
@@ -46,7 +53,7 @@ def merged(else_weights: str = "", else_layers: int = 2, computed: bool = False)
        float zero = {{0.0}}> {{
         {CONDITION if computed else 'c = Identity (use_cache_branch)'}
         y = If (c) <
-            then_branch = t () => (float[B, S, 4] ty) {{ {branch("", "", 2, "ty")} }},
+            then_branch = t () => (float[B, S, 4] ty) {{ {branch("", "", 2, "ty", COMPUTED if cached else LAYER)} }},
             else_branch = e () => (float[B, S, 4] ey) {{ {branch("_1", else_weights, else_layers, "ey")} }}
         >
     }}"""
@@ -103,3 +110,21 @@ def test_the_profile_counts_a_block_whole_when_its_switch_ran_either_branch(tmp_
     for name in ("model.layers.0", "model.layers.1"):
         assert blocks[name]["executed_fraction"] == 1.0
         assert blocks[name]["node_fraction"]["min"] == 1.0, name  # half its nodes, in the branch not taken
+
+
+def test_inputs_that_choose_other_modes_are_not_read_as_shrinking(tmp_path):
+    """T5's merged decoder fed a mix of `use_cache_branch` values: the cached branch runs fewer
+    nodes and FLOPs (its cross-attention keys are read). Inputs are compared with those whose
+    switches took the same branch, so no block reads as skipped or shrunk."""
+    from graphaudit.executed import shrunk
+
+    onnx.save(merged(cached=True), tmp_path / "model.onnx")
+    np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(4, 3, 4)).astype(np.float32),
+             use_cache_branch=np.array([False, True, False, True]))
+    report = profile_model(tmp_path / "model.onnx", tmp_path / "data.npz", runs=2, warmup=1, profile_runs=1,
+                           threads=1, opt_level="disable")
+    blocks = {b["name"]: b for b in report.to_json()["blocks"]}
+    layer = blocks["model.layers.0"]
+    assert layer["executed_flops"]["min"] < layer["executed_flops"]["max"]  # the modes differ...
+    assert not layer["calls_vary"] and not layer["flops_vary"]  # ...not the inputs of one mode
+    assert [shrunk(b) for b in blocks.values()] == [None] * len(blocks)

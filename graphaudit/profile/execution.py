@@ -95,6 +95,7 @@ class BlockExecution:
     calls: Stats | None = None  # node runs per input (a Loop body's nodes run once per iteration)
     calls_vary: bool = False  # the number of runs differed between inputs fed the same shapes
     iterations: Stats | None = None  # per input, the most runs of one of its Loop bodies' nodes; None without any
+    flops_vary: bool = False  # the FLOPs executed differed between inputs fed the same shapes (and switches' branches)
 
     @property
     def executed_fraction(self) -> float:
@@ -109,6 +110,7 @@ class BlockExecution:
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
             "rows_kept": [{"node": node, **stats.to_json()} for node, stats in self.rows_kept],
             "calls": None if self.calls is None else self.calls.to_json(), "calls_vary": self.calls_vary,
+            "flops_vary": self.flops_vary,
             "iterations": None if self.iterations is None else self.iterations.to_json(),
         }
 
@@ -169,8 +171,11 @@ def read_execution(
     # a node in a branch of a switch (analyses.switches) ran when its switch ran either branch
     twins = switched_nodes(mg) if any(n.op_type == "If" for n in mg.nodes.values()) else {}
     switched = [{twins[n] for n in inp.ran if n in twins} for inp in inputs] if twins else None
+    # the branch each switch took: inputs that took other branches may run other numbers of nodes
+    modes = [frozenset((twins[n], _branch(mg.nodes[n], twins[n])) for n in inp.ran if n in twins)
+             for inp in inputs] if twins else [frozenset()] * len(inputs)
     summaries = tuple(_summarise(name, ids, inputs, mg, flop_counter is not None, (selections or {}).get(name),
-                                 twins, switched) for name, ids in work.items() if ids)
+                                 twins, switched, modes) for name, ids in work.items() if ids)
     name = getattr(flop_counter, "__module__", None) if flop_counter else None
     return Execution(inputs, summaries, name)
 
@@ -193,7 +198,11 @@ def _read_input(index, run, rows, feed_shapes, mg, node_map, blocks, compute, fl
     return InputExecution(index, rows, feed_shapes, {k: tuple(v) for k, v in ran.items()}, blocks_ran, flops)
 
 
-def _summarise(name, ids, inputs, mg, with_flops, selections, twins, switched) -> BlockExecution:
+def _branch(node: Node, owner: str) -> str:
+    return next(s.kind for s in node.scopes if s.owner == owner)
+
+
+def _summarise(name, ids, inputs, mg, with_flops, selections, twins, switched, modes) -> BlockExecution:
     if switched is None:
         fractions = [sum(n in inp.ran for n in ids) / len(ids) for inp in inputs]
     else:
@@ -202,15 +211,19 @@ def _summarise(name, ids, inputs, mg, with_flops, selections, twins, switched) -
     executed = sum(name in inp.blocks_ran for inp in inputs)
     flops = _stats([inp.flops.get(name) or 0 for inp in inputs]) if with_flops else None
     calls = [sum(len(inp.ran.get(n, ())) for n in ids) for inp in inputs]
+    # inputs fed the same shapes, whose switches took the same branches, that ran other amounts of work
     groups: dict[tuple, set[int]] = {}
-    for inp, count in zip(inputs, calls):
-        groups.setdefault(inp.feed_shapes, set()).add(count)
+    done: dict[tuple, set[int]] = {}
+    for inp, count, mode in zip(inputs, calls, modes):
+        groups.setdefault((inp.feed_shapes, mode), set()).add(count)
+        done.setdefault((inp.feed_shapes, mode), set()).add(inp.flops.get(name) or 0)
     looped = [n for n in ids if any(s.kind == "body" and mg.nodes[s.owner].op_type == "Loop"
                                     for s in mg.nodes[n].scopes if s.owner in mg.nodes)]
     iterations = _stats([max(len(inp.ran.get(n, ())) for n in looped) for inp in inputs]) if looped else None
     return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
                           _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs), _stats(calls),
-                          any(len(counts) > 1 for counts in groups.values()), iterations)
+                          any(len(counts) > 1 for counts in groups.values()), iterations,
+                          with_flops and any(len(f) > 1 for f in done.values()))
 
 
 def _rows_kept(selections: Sequence[str] | None, inputs) -> tuple[tuple[str, Stats], ...]:
