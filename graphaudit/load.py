@@ -24,8 +24,9 @@ from graphaudit import external_data
 from graphaudit.checker import Unsorted, check_model, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.graph_build import node_ids
 from graphaudit.inline import inline_functions
-from graphaudit.protos import graphs, names_repeat_across_graphs, node_lists
+from graphaudit.protos import graphs, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
 from graphaudit.shape_values import fold_shape_arguments
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
@@ -275,6 +276,18 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
 
 
 def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
+    (`_inferred`); where a value name repeats across bodies, inferred with each body's values
+    under names of their own (`protos.rename_body_values`), given back after."""
+    back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph) else {}
+    result = _inferred(model)
+    if back:
+        for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
+            restore_names(graph, back)
+    return result
+
+
+def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
 
     Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
@@ -286,15 +299,14 @@ def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | 
     """
     plain = _without_weights(model)
     skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
-    propagate = not names_repeat_across_graphs(model.graph)
     try:
-        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=propagate)
+        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
     except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
         if skeleton is plain:
             return model, False, brief(err)
         try:  # a shape function ONNX would not take: inference as before, without them
             skeleton, inferred = plain, shape_inference.infer_shapes(plain, check_type=False, strict_mode=False,
-                                                                     data_prop=propagate)
+                                                                     data_prop=True)
         except Exception as err:  # noqa: BLE001
             return model, False, brief(err)
     if skeleton is model:
@@ -327,24 +339,46 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
             for size in shapes[value.name]:
                 dims.add().dim_value = int(size)
     found: dict[str, tuple[int, ...]] = {}
-    propagate = not names_repeat_across_graphs(model.graph)
+    back = rename_body_values(skeleton.graph) if names_repeat_across_graphs(skeleton.graph) else {}
+    inferred = None
     for _ in range(_FOLD_ROUNDS):
         del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
         for output in skeleton.graph.output:
             if output.type.HasField("tensor_type"):
                 output.type.tensor_type.ClearField("shape")
         try:
-            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False,
-                                                    data_prop=propagate)
+            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
         except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
-            return found
+            break
         found = _concrete_shapes(inferred.graph)
         # a shape argument inference could not compute (a Slice's ends from a Div of a Shape):
         # computed here, written in as a constant, and inferred again
         if not fold_shape_arguments(inferred, {**found, **{k: tuple(v) for k, v in shapes.items()}}):
             break
         skeleton = inferred
-    return {name: shape for name, shape in found.items() if not name.endswith("__folded")}
+    found = {name: shape for name, shape in found.items() if not name.endswith("__folded")}
+    if inferred is not None:
+        occurrences = node_ids(inferred)  # held, so that each node's wrapper (and its id()) lives on
+        ids = {id(proto): node_id for proto, node_id, _ in occurrences}  # the graph model's ids, by node
+        found.update(_body_shapes(inferred.graph, "", ids, back))
+        del occurrences
+    return found
+
+
+def _body_shapes(graph: onnx.GraphProto, scope: str, ids: Mapping[int, str], back: Mapping[str, str]) -> dict:
+    """The concrete shapes of the values of the bodies nested in `graph`, keyed as the graph
+    model writes their TensorRef (`<owner id>/<attribute>::<name>`, nested owners joined by
+    `/`; `ids`: each node's id, by the node); `back`: the names `protos.rename_body_values` gave
+    their values, to give back."""
+    found: dict[str, tuple[int, ...]] = {}
+    for node in graph.node:
+        for attr in node.attribute:
+            bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
+            for body in bodies:
+                key = f"{scope}/{ids[id(node)]}/{attr.name}" if scope else f"{ids[id(node)]}/{attr.name}"
+                found.update((f"{key}::{back.get(name, name)}", shape) for name, shape in _concrete_shapes(body).items())
+                found.update(_body_shapes(body, key, ids, back))
+    return found
 
 
 def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:

@@ -3,8 +3,9 @@ writers of graphs shared by the modules that change them."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -26,7 +27,8 @@ def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
 
     ONNX's shape inference with data propagation keys the values it propagates by name across
     bodies: with a name repeated, one branch's value shapes the other's (ONNX Runtime then
-    refuses the shapes written in), so inference runs without data propagation there."""
+    refuses the shapes written in); `rename_body_values` gives each body's values names of
+    their own first."""
     if not any(node.op_type in BODY_OPS or node.domain for node in graph.node):
         return False  # no body (the usual case): one read of each node's op type
     seen: set[str] = set()
@@ -36,6 +38,53 @@ def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
             return True
         seen |= made
     return False
+
+
+def rename_body_values(graph: onnx.GraphProto) -> dict[str, str]:
+    """Give the values each body nested in `graph` makes (its inputs, initializers and node
+    outputs) names no other graph uses, in place, references inside the body and the bodies it
+    holds included; the main graph's names stay. Returns each new name's old one."""
+    back: dict[str, str] = {}
+    bodies = itertools.count()
+
+    def rename(body: onnx.GraphProto, outer: dict[str, str]) -> None:
+        tag = f"__body{next(bodies)}"
+        local = dict(outer)
+        own = [v.name for v in body.input] + [t.name for t in body.initializer] + \
+            [name for node in body.node for name in node.output if name]
+        for name in own:
+            local[name] = back_name = f"{name}{tag}"
+            back[back_name] = name
+        for value in [*body.input, *body.output, *body.value_info]:
+            value.name = local.get(value.name, value.name)
+        for tensor in body.initializer:
+            tensor.name = local[tensor.name]
+        _renamed_nodes(body.node, local, rename)
+
+    _renamed_nodes(graph.node, {}, rename)
+    return back
+
+
+def restore_names(graph: onnx.GraphProto, back: Mapping[str, str]) -> None:
+    """Give the values of the bodies nested in `graph` back the names `rename_body_values` took
+    from them (`back`), in place, the values inference added to the bodies included."""
+    def restore(body: onnx.GraphProto, names: Mapping[str, str]) -> None:
+        for value in [*body.input, *body.output, *body.value_info]:
+            value.name = back.get(value.name, value.name)
+        for tensor in body.initializer:
+            tensor.name = back.get(tensor.name, tensor.name)
+        _renamed_nodes(body.node, back, restore)
+
+    _renamed_nodes(graph.node, {}, restore)
+
+
+def _renamed_nodes(nodes, names: Mapping[str, str], rename) -> None:
+    for node in nodes:
+        if names:
+            node.input[:] = [names.get(name, name) for name in node.input]
+            node.output[:] = [names.get(name, name) for name in node.output]
+        for body in node_bodies(node):
+            rename(body, names)
 
 
 def node_lists(model: onnx.ModelProto) -> Iterator[Sequence[onnx.NodeProto]]:

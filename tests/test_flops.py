@@ -296,3 +296,34 @@ def test_shape_arguments_computed_from_shapes_found_a_round_before_are_computed_
     assert known["t10"] == (1, 2, 8) and known["y"] == (1, 2, 4)
     count = count_flops(build_graph(loaded.model), shapes, known)
     assert count.unknown_shape == () and count.total == 2 * 2 * 8 * 4
+
+
+def test_products_inside_branches_are_sized_at_the_given_shapes():
+    """The main graph computes a size from the input's shape (N·2 rows of 3) that both branches
+    reshape by: unknown symbolically, known once N is, inside the branches too (whose values
+    have the same names, as a merged decoder's have)."""
+    from graphaudit.analyses.static import audit_static
+
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 6] x, bool c) => (float[M, 3] y) <float[3, 3] w1 = {1, 0, 0, 0, 1, 0, 0, 0, 1},
+        float[3, 3] w2 = {2, 0, 0, 0, 2, 0, 0, 0, 2}, int64[1] zero = {0}, int64[1] two = {2},
+        int64[1] three = {3}> {
+        s = Shape (x)
+        n = Gather (s, zero)
+        rows = Mul (n, two)
+        shape = Concat <axis = 0> (rows, three)
+        y = If (c) <
+            then_branch = t () => (float[M, 3] ty) {
+                r = Reshape (x, shape)
+                ty = MatMul (r, w1) },
+            else_branch = e () => (float[M, 3] ey) {
+                r = Reshape (x, shape)
+                ey = MatMul (r, w2) }
+        >
+    }""")
+    mg = build_graph(load_model(model).model)
+    assert mg.tensors[mg.find_tensor("r")].shape != (10, 3)  # symbolically, not a size
+    flops = audit_static(load_model(model), shapes={"x": (5, 6), "c": ()}).flops
+    assert flops.count.unknown_shape == ()
+    assert sorted(flops.count.per_node.values()) == [2 * 10 * 3 * 3] * 2

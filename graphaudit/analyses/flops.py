@@ -293,10 +293,11 @@ def resolver(mg: ModelGraph, dims: Mapping[str, int], known: Mapping[str, Shape]
     known = known or {}
 
     def resolve(ref: TensorRef) -> Shape | None:
-        if prefer_known and not ref.scope and ref.name in known:
-            return known[ref.name]
+        key = str(ref)  # the name in the main graph, `<scope>::<name>` in a body (`load.infer_at`)
+        if prefer_known and key in known:
+            return known[key]
         shape = bound(mg.tensors[ref].shape) if ref in mg.tensors else None
-        return known.get(ref.name) if shape is None and not ref.scope else shape
+        return known.get(key) if shape is None else shape
     return resolve
 
 
