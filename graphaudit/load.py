@@ -26,7 +26,7 @@ from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.graph_build import node_ids
 from graphaudit.inline import inline_functions
-from graphaudit.protos import graphs, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
+from graphaudit.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
 from graphaudit.shape_values import fold_shape_arguments
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
@@ -357,7 +357,7 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
             break
         skeleton = inferred
     found = {name: shape for name, shape in found.items() if not name.endswith("__folded")}
-    if inferred is not None:
+    if inferred is not None and has_bodies(inferred.graph):
         occurrences = node_ids(inferred)  # held, so that each node's wrapper (and its id()) lives on
         ids = {id(proto): node_id for proto, node_id, _ in occurrences}  # the graph model's ids, by node
         found.update(_body_shapes(inferred.graph, "", ids, back))
@@ -372,10 +372,11 @@ def _body_shapes(graph: onnx.GraphProto, scope: str, ids: Mapping[int, str], bac
     their values, to give back."""
     found: dict[str, tuple[int, ...]] = {}
     for node in graph.node:
-        for attr in node.attribute:
+        owner = ids.get(id(node))
+        for attr in node.attribute if owner is not None else ():
             bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
             for body in bodies:
-                key = f"{scope}/{ids[id(node)]}/{attr.name}" if scope else f"{ids[id(node)]}/{attr.name}"
+                key = f"{scope}/{owner}/{attr.name}" if scope else f"{owner}/{attr.name}"
                 found.update((f"{key}::{back.get(name, name)}", shape) for name, shape in _concrete_shapes(body).items())
                 found.update(_body_shapes(body, key, ids, back))
     return found

@@ -21,6 +21,12 @@ def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield from _bodies(graph.node)
 
 
+def has_bodies(graph: onnx.GraphProto) -> bool:
+    """Whether a node of `graph` may hold a body (a control-flow or custom operator): one read of
+    each node's op type and domain, where walking every attribute would cost far more."""
+    return any(node.op_type in BODY_OPS or node.domain for node in graph.node)
+
+
 def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
     """Whether a value name is made in more than one of the graphs nested in `graph` (each If
     branch of a decoder merged with its cached twin makes `/decoder/Mul_1_output_0`).
@@ -29,8 +35,8 @@ def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
     bodies: with a name repeated, one branch's value shapes the other's (ONNX Runtime then
     refuses the shapes written in); `rename_body_values` gives each body's values names of
     their own first."""
-    if not any(node.op_type in BODY_OPS or node.domain for node in graph.node):
-        return False  # no body (the usual case): one read of each node's op type
+    if not has_bodies(graph):
+        return False
     seen: set[str] = set()
     for body in graphs(graph):
         made = {name for node in body.node for name in node.output if name} | {v.name for v in body.input}
