@@ -25,11 +25,12 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.graph_build import paused_gc
 
 KERNEL_SUFFIX = "_kernel_time"
 FENCE_SUFFIXES = ("_fence_before", "_fence_after")
@@ -110,6 +111,11 @@ class Profile:
 
 def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
     """Return the Profile in `source`: a profiler JSON file, or its already-decoded content."""
+    with paused_gc():  # tens of thousands of acyclic records: a collection would walk them all again
+        return _parsed(source)
+
+
+def _parsed(source: str | os.PathLike | list | dict) -> Profile:
     label = "<events>"
     if isinstance(source, (str, os.PathLike)):
         label = str(source)
@@ -144,7 +150,7 @@ def parse_profile(source: str | os.PathLike | list | dict) -> Profile:
             elif name.endswith(KERNEL_SUFFIX):
                 nodes.append(_node_event(item, name[: -len(KERNEL_SUFFIX)]))
     if kernels:
-        nodes = [replace(ev, kernel_dur=kernel_us.get(i, 0.0)) for i, ev in enumerate(nodes)]
+        nodes = [_with(ev, kernel_dur=kernel_us.get(i, 0.0)) for i, ev in enumerate(nodes)]
     args_fenced = any(ev.graph_index is not None for ev in nodes)
     runs, outside = group_runs(nodes, sorted(windows))
     return Profile("fenced" if fenced or args_fenced else "current", runs, outside, kernels, label)
@@ -176,7 +182,7 @@ def group_runs(events: Sequence[NodeEvent], windows: Sequence[tuple[float, float
         owners_of.setdefault(ev.name, set()).add(ev.owners)
     shared = {name for name, owners in owners_of.items() if len(owners) > 1}
     runs = tuple(
-        Run(i, ts, dur, tuple(replace(ev, name=qualified_name(ev.owners, ev.name)) if ev.name in shared else ev
+        Run(i, ts, dur, tuple(_with(ev, name=qualified_name(ev.owners, ev.name)) if ev.name in shared else ev
                               for ev in run_events))
         for i, ((ts, dur), run_events) in enumerate(zip(windows, nested))
     )
@@ -196,7 +202,7 @@ def _nested(events: list[NodeEvent]) -> list[NodeEvent]:
             child_time[stack[-1]] += ev.dur
         owners.append(tuple(events[j].name for j in stack if events[j].is_control_flow))
         stack.append(i)
-    return [replace(ev, self_dur=max(ev.dur - child_time[i], 0.0), owners=owners[i]) for i, ev in enumerate(events)]
+    return [_with(ev, self_dur=max(ev.dur - child_time[i], 0.0), owners=owners[i]) for i, ev in enumerate(events)]
 
 
 def _contains(parent: NodeEvent, child: NodeEvent) -> bool:
@@ -208,20 +214,27 @@ def _node_event(item: dict, name: str) -> NodeEvent:
     in_types, in_shapes = _shapes(args.get("input_type_shape"))
     out_types, out_shapes = _shapes(args.get("output_type_shape"))
     plan = args.get("node_index", args.get("exec_plan_index"))
-    return NodeEvent(
-        name=name,
-        op_type=args.get("op_name"),
-        provider=args.get("provider"),
-        ts=_num(item.get("ts")),
-        dur=_num(item.get("dur")),
-        tid=int(_num(item.get("tid", 0))),
-        input_types=in_types,
-        input_shapes=in_shapes,
-        output_types=out_types,
-        output_shapes=out_shapes,
-        graph_index=_int_or_none(args.get("graph_index")),
-        plan_index=_int_or_none(plan),
-    )
+    return _made({
+        "name": name, "op_type": args.get("op_name"), "provider": args.get("provider"),
+        "ts": _num(item.get("ts")), "dur": _num(item.get("dur")), "tid": int(_num(item.get("tid", 0))),
+        "input_types": in_types, "input_shapes": in_shapes, "output_types": out_types, "output_shapes": out_shapes,
+        "self_dur": None, "graph_index": _int_or_none(args.get("graph_index")), "plan_index": _int_or_none(plan),
+        "kernel_dur": None, "owners": (),
+    })
+
+
+# A profile holds tens of thousands of node events, each made and then grouped: a frozen
+# dataclass's __init__ and dataclasses.replace set each field through object.__setattr__, most
+# of the parse's time; these fill the instance's fields at once (every field, by name).
+def _made(fields: dict) -> NodeEvent:
+    event = object.__new__(NodeEvent)
+    event.__dict__.update(fields)
+    return event
+
+
+def _with(event: NodeEvent, **changes) -> NodeEvent:
+    """`event` with `changes` (NodeEvent field names), as dataclasses.replace gives it."""
+    return _made({**event.__dict__, **changes})
 
 
 def _shapes(entries: Any) -> tuple[tuple[str, ...] | None, tuple[Shape, ...] | None]:
