@@ -113,11 +113,13 @@ def unique_ids(names: Iterable[tuple[str, str]]) -> list[str]:
     return ids
 
 
-def _frozen(cls, fields: dict):
-    """An instance of the frozen dataclass `cls` with `fields`, without its __init__.
+def made_frozen(cls, fields: dict):
+    """An instance of the frozen dataclass `cls` with `fields` (every field, by name), without
+    its __init__.
 
     A frozen dataclass's __init__ sets each field through object.__setattr__, about half as
-    long again as this for the few objects the builder makes per node.
+    long again as this for the few objects the builder makes per node (and the profile's
+    readers per event).
     """
     obj = object.__new__(cls)
     obj.__dict__.update(fields)
@@ -168,7 +170,7 @@ class _Builder:
             ref = env[name] = _new_tuple(TensorRef, (name, ""))
             vi = value_info.get(name)
             elem, shape = self._type(vi) if vi is not None else (t.data_type, tuple(t.dims))
-            self.tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "initializer", "producer": None,
+            self.tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": "initializer", "producer": None,
                                                      "elem_type": elem, "shape": shape})
         initializers = frozenset(list(env) + [t.values.name for t in graph.sparse_initializer])
         for vi in graph.input:
@@ -219,7 +221,7 @@ class _Builder:
         shape = tuple(dims) if dims is not None else None
         if vi is not None:
             elem, shape = self._type(vi)
-        self.tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": kind, "producer": producer,
+        self.tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": kind, "producer": producer,
                                                  "elem_type": elem, "shape": shape})
         if kind == "node_output" and producer is not None:
             self._producers[ref] = producer
@@ -275,7 +277,7 @@ class _Builder:
             else:
                 inputs = tuple(self._resolve(n, env) for n in in_names)
             outputs = tuple([_new_tuple(TensorRef, (o, scope_key)) if o else None for o in out_names])
-            nodes[node_id] = node = _frozen(Node, {
+            nodes[node_id] = node = made_frozen(Node, {
                 "id": node_id, "name": name, "op_type": op_type, "domain": domain, "inputs": inputs,
                 "outputs": outputs, "scopes": scopes, "metadata": metadata, "proto": proto})
             for ref in inputs:
@@ -294,7 +296,7 @@ class _Builder:
                     if known is None:
                         known = shapes[type_key] = shape_of(vi.type)
                     elem, shape = known
-                tensors[ref] = _frozen(TensorInfo, {"ref": ref, "kind": "node_output", "producer": node_id,
+                tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": "node_output", "producer": node_id,
                                                     "elem_type": elem, "shape": shape})
                 producers[ref] = node_id
                 local[ref[0]] = ref
@@ -317,7 +319,7 @@ class _Builder:
             # Dangling: an input nothing defines. Record it so analyses can report it.
             found = TensorRef(name)
             if found not in self.tensors:
-                self.tensors[found] = _frozen(TensorInfo, {"ref": found, "kind": "undefined", "producer": None,
+                self.tensors[found] = made_frozen(TensorInfo, {"ref": found, "kind": "undefined", "producer": None,
                                                            "elem_type": None, "shape": None})
         return found
 
