@@ -40,7 +40,7 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     such as an If on a shape, the same for every input, and no conditional execution.
     """
     fraction = num(block.get("executed_fraction"))
-    if fraction is not None and 0.0 < fraction < 1.0:
+    if fraction is not None and 0.0 < fraction < 1.0 and not block.get("ran_by_mode"):
         return f"ran on {pct(fraction)} of inputs"
     varying = shrunk(block)
     rows = picked(block) if verdict == "subset" else None

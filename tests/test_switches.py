@@ -128,3 +128,18 @@ def test_inputs_that_choose_other_modes_are_not_read_as_shrinking(tmp_path):
     assert layer["executed_flops"]["min"] < layer["executed_flops"]["max"]  # the modes differ...
     assert not layer["calls_vary"] and not layer["flops_vary"]  # ...not the inputs of one mode
     assert [shrunk(b) for b in blocks.values()] == [None] * len(blocks)
+
+
+def test_a_block_only_one_mode_runs_is_the_callers_choice_at_run_time(tmp_path):
+    """A mode without the second layer (`use_cache_branch` False), fed a mix of modes: that layer
+    runs on half the inputs, all of those in the mode that has it; not a skip the model decides."""
+    from graphaudit.executed import reduction
+
+    onnx.save(merged(else_layers=1), tmp_path / "model.onnx")
+    np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(4, 3, 4)).astype(np.float32),
+             use_cache_branch=np.array([False, True, False, True]))
+    report = profile_model(tmp_path / "model.onnx", tmp_path / "data.npz", runs=2, warmup=1, profile_runs=1,
+                           threads=1, opt_level="disable")
+    second = {b["name"]: b for b in report.to_json()["blocks"]}["model.layers.1"]
+    assert second["executed_fraction"] == 0.5 and second["ran_by_mode"]
+    assert reduction(second) is None

@@ -50,7 +50,9 @@ def compare_verdicts(static: Any, executed: tuple[BlockExecution, ...]) -> tuple
 
 def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     # Skipped as the input decides: on some inputs and not others, or more nodes on some than others.
-    varies = 0.0 < ex.executed_fraction < 1.0 or ex.node_fraction.min < ex.node_fraction.max or ex.calls_vary
+    # (not where the caller's choice of mode, a switch's branch, decided it: `ran_by_mode`)
+    varies = (0.0 < ex.executed_fraction < 1.0 and not ex.ran_by_mode) or ex.node_fraction.min < ex.node_fraction.max \
+        or ex.calls_vary
     # The same part left out on every input: a branch no profiled input took, or one an If on a
     # shape never takes; only the graph's verdict tells them apart.
     always_less = not varies and (ex.executed_fraction == 0.0 or ex.node_fraction.max < 1.0)

@@ -96,6 +96,7 @@ class BlockExecution:
     calls_vary: bool = False  # the number of runs differed between inputs fed the same shapes
     iterations: Stats | None = None  # per input, the most runs of one of its Loop bodies' nodes; None without any
     flops_vary: bool = False  # the FLOPs executed differed between inputs fed the same shapes (and switches' branches)
+    ran_by_mode: bool = False  # it ran on some inputs only, but on all or none of those whose switches went one way
 
     @property
     def executed_fraction(self) -> float:
@@ -110,7 +111,7 @@ class BlockExecution:
             "value_dependent_shapes": [v.to_json() for v in self.value_dependent],
             "rows_kept": [{"node": node, **stats.to_json()} for node, stats in self.rows_kept],
             "calls": None if self.calls is None else self.calls.to_json(), "calls_vary": self.calls_vary,
-            "flops_vary": self.flops_vary,
+            "flops_vary": self.flops_vary, "ran_by_mode": self.ran_by_mode,
             "iterations": None if self.iterations is None else self.iterations.to_json(),
         }
 
@@ -214,16 +215,19 @@ def _summarise(name, ids, inputs, mg, with_flops, selections, twins, switched, m
     # inputs fed the same shapes, whose switches took the same branches, that ran other amounts of work
     groups: dict[tuple, set[int]] = {}
     done: dict[tuple, set[int]] = {}
+    ran: dict[frozenset, set[bool]] = {}
     for inp, count, mode in zip(inputs, calls, modes):
         groups.setdefault((inp.feed_shapes, mode), set()).add(count)
         done.setdefault((inp.feed_shapes, mode), set()).add(inp.flops.get(name) or 0)
+        ran.setdefault(mode, set()).add(name in inp.blocks_ran)
     looped = [n for n in ids if any(s.kind == "body" and mg.nodes[s.owner].op_type == "Loop"
                                     for s in mg.nodes[n].scopes if s.owner in mg.nodes)]
     iterations = _stats([max(len(inp.ran.get(n, ())) for n in looped) for inp in inputs]) if looped else None
     return BlockExecution(name, len(ids), len(inputs), executed, _stats(fractions), flops,
                           _value_dependent(ids, inputs, mg), _rows_kept(selections, inputs), _stats(calls),
                           any(len(counts) > 1 for counts in groups.values()), iterations,
-                          with_flops and any(len(f) > 1 for f in done.values()))
+                          with_flops and any(len(f) > 1 for f in done.values()),
+                          0 < executed < len(inputs) and all(len(r) == 1 for r in ran.values()))
 
 
 def _rows_kept(selections: Sequence[str] | None, inputs) -> tuple[tuple[str, Stats], ...]:
