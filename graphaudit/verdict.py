@@ -101,6 +101,8 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
 
 # -- coefficient variation ---------------------------------------------------------------
 
+VARIANCE_SHARES = ("eta2_layer", "layer_slot_share", "input_share", "token_share")
+
 def coefficient_variation(static: dict | None, replay: dict | None, failure: str | None = None) -> Finding:
     """Do the coefficients vary with the input; how much does layer identity explain?"""
     variance = (replay or {}).get("variance") or {}
@@ -117,8 +119,14 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
         if isinstance(c, dict):
             layers.setdefault(c.get("family"), set()).add(c.get("layer"))
     single = {f for f in variance if len(layers.get(f, ())) == 1}
+    # no share at all: the family's values are the same everywhere (a gate fed zeros at random init)
+    constant = {f for f, v in variance.items() if all(num(v.get(k)) is None for k in VARIANCE_SHARES)}
     evidence, varying = [], []
     for family, v in sorted(variance.items()):
+        if family in constant:
+            evidence.append(Evidence("replay", f"{family}: the same value at every input, position and slot: "
+                                               "no variance to share out"))
+            continue
         within = num(v.get("input_share"), 0.0) + num(v.get("token_share"), 0.0)
         eta2 = num(v.get("eta2_layer"))
         if within >= INPUT_SHARE_MIN:
@@ -128,6 +136,9 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
         evidence.append(Evidence("replay", (
             f"{layer_words}; (layer, slot) {pct(v.get('layer_slot_share'))}, input {pct(v.get('input_share'))}, "
             f"token {pct(v.get('token_share'))}")))
+    if constant == set(variance):
+        return Finding(NO, "No: the coefficients are constant, the same value for every input and position "
+                           f"({', '.join(sorted(constant))}).", tuple(evidence))
     etas = [num(v.get("eta2_layer")) for f, v in variance.items() if f not in single]
     etas = [e for e in etas if e is not None]
     eta_words = (f"layer identity alone explains {pct(min(etas))}–{pct(max(etas))} of their variance"

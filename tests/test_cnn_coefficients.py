@@ -125,3 +125,48 @@ def test_a_policy_for_every_block_is_one_coefficient_per_block(tmp_path):
     (family, shares), = report.variance
     assert family == "gate" and 0 < shares["eta2_layer"].value < 1
     assert report.condition("cross_input").delta_nll.value != 0.0
+
+
+def test_a_selective_kernels_attention_is_detected_where_inference_cannot_size_its_paths():
+    # timm's SKNet: attention over 2 kernel paths, softmax over paths, viewed (B, 2, C // 2, 1, 1)
+    # by a shape computed through a Div (TorchScript's view): ONNX's inference names the channel
+    # axis `unk__N` where the paths' feature maps (B, 2, 4, H, W) have 4; still a scaling of them
+    import onnx.parser
+
+    from graphaudit.analyses.static import audit_static
+    from graphaudit.graph import build_graph
+    from graphaudit.load import load_model
+
+    text = """
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[batch, 4, 4, 4] x0) => (float[batch, 4, 4, 4] y) <float[8, 4, 1, 1] "blocks.0.paths.weight" = {
+        1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0,
+        0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0, 0.5},
+        float[4, 8] "blocks.0.attn.weight" = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.8, 0.7, 0.6, 0.5, 0.4,
+        0.3, 0.2, 0.1, 0.1, 0.3, 0.5, 0.7, 0.2, 0.4, 0.6, 0.8, 0.9, 0.1, 0.9, 0.1, 0.5, 0.5, 0.5, 0.5},
+        int64[1] zero = {0}, int64[1] one = {1}, int64[1] two = {2}, int64[1] ones = {1}, int64[2] hw = {2, 3},
+        int64[5] split_paths = {0, 2, 4, 4, 4}> {
+        ["/blocks.0/conv/Conv"] c = Conv (x0, "blocks.0.paths.weight")
+        ["/blocks.0/Reshape"] p = Reshape (c, split_paths)
+        ["/blocks.0/ReduceSum"] u = ReduceSum <keepdims = 0> (p, one)
+        ["/blocks.0/ReduceMean"] s = ReduceMean <keepdims = 0> (u, hw)
+        ["/blocks.0/attn/MatMul"] z = MatMul (s, "blocks.0.attn.weight")
+        ["/blocks.0/Shape"] shape = Shape (x0)
+        ["/blocks.0/Gather"] b = Gather (shape, zero)
+        ["/blocks.0/Gather_1"] ch = Gather (shape, one)
+        ["/blocks.0/Div"] half = Div (ch, one)
+        ["/blocks.0/Concat"] view = Concat <axis = 0> (b, two, half, ones, ones)
+        ["/blocks.0/Reshape_1"] zv = Reshape (z, view)
+        ["/blocks.0/attn/Softmax"] a = Softmax <axis = 1> (zv)
+        ["/blocks.0/Mul"] w = Mul (p, a)
+        ["/blocks.0/ReduceSum_1"] v = ReduceSum <keepdims = 0> (w, one)
+        ["/blocks.0/Add"] y = Add (x0, v)
+    }"""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model, full_check=True)
+    loaded = load_model(model)
+    mg = build_graph(loaded.model)
+    assert str(mg.tensors[mg.find_tensor("a")].shape[2]).startswith("unk__")  # the case at hand
+    report = audit_static(loaded)
+    assert [(c.tensor, c.family) for c in report.coefficients] == [("a", "mix")]
+    assert [b.verdict for b in report.blocks] == ["gated"]

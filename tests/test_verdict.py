@@ -380,3 +380,18 @@ def test_a_no_says_when_the_output_distribution_moves_without_costing_nll():
     assert not any("token_shuffle" in e.text and "KL" in e.text for e in finding.evidence)
     doc["conditions"]["cross_input"].update(kl=0.012, kl_ci=[0.007, 0.019])  # not wholly above 0.01 nats
     assert "does move" not in functional_dependence(doc).statement
+
+
+def test_coefficients_without_any_variance_are_said_to_be_constant():
+    # timm's ECA and CBAM gates at random init (zero_init_last): every gate exactly 0.5, so no
+    # share is defined; they were reported with "?" shares and "less than 0.1%" of the variance
+    from graphaudit.verdict import coefficient_variation
+
+    doc = replay_doc()
+    doc["variance"]["gate"] = {k: None for k in ("eta2_layer", "layer_slot_share", "input_share", "token_share")}
+    finding = coefficient_variation(static_doc(["gated"] * 2), doc)
+    assert finding.answer == NO
+    assert finding.statement == "No: the coefficients are constant, the same value for every input and position (gate)."
+    assert [e.text for e in finding.evidence] == [
+        "gate: the same value at every input, position and slot: no variance to share out"]
+    assert "?" not in " ".join(e.text for e in finding.evidence)

@@ -351,14 +351,21 @@ def _scales(mg: ModelGraph, gate: TensorRef, other: TensorRef, axes: InputAxes |
     scales `other` along some of its axes, as a squeeze-and-excitation gate of shape
     (batch, channels, 1, 1) scales a (batch, channels, height, width) feature map. Their first
     axes are the same size, or both the batch (TorchScript's view(-1, 1, 1, 1) leaves `unk__N`
-    where the feature map keeps `batch`; the probe tells)."""
+    where the feature map keeps `batch`; the probe tells). Past the first, an axis of the gate
+    that inference could not size (timm's selective kernels, view(B, paths, C // paths, 1, 1):
+    `unk__N` where the feature map has its channels) may be any of the feature map's."""
     a, b = mg.tensors.get(gate), mg.tensors.get(other)
     if a is None or b is None or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         return False
-    if len(a.shape) < 2 or not all(x == 1 or x == y for x, y in zip(a.shape[1:], b.shape[1:])):
+    if len(a.shape) < 2 or not all(x == 1 or x == y or _unsized(x) for x, y in zip(a.shape[1:], b.shape[1:])):
         return False
     return a.shape[0] == b.shape[0] or (axes is not None and _first_is_batch(a.shape, gate, axes)
                                         and _first_is_batch(b.shape, other, axes))
+
+
+def _unsized(dim) -> bool:
+    """Whether `dim` is a size inference could not tell: none at all, or one it named itself."""
+    return dim is None or (isinstance(dim, str) and dim.startswith("unk__"))
 
 
 def _first_is_batch(shape, ref: TensorRef, axes: InputAxes) -> bool:
