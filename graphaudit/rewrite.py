@@ -8,7 +8,8 @@ slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computatio
   mask) becomes `Add(scores, Where(mask, -inf, 0))`. ONNX Runtime's three-way broadcast in
   `Where` took 0.32 ms per (16, 4, 64, 64) call; the bias is made on the mask's own shape and
   broadcast by `Add`. For finite scores the two give the same bits: s + 0 is s, s + -inf is
-  -inf (a -0.0 score turns +0.0, which a Softmax cannot tell apart).
+  -inf (a -0.0 score turns +0.0, which a Softmax cannot tell apart). Hugging Face's fill,
+  float32's lowest value, is taken too: s + finfo.min is finfo.min for any |s| < 2^103.
 - *Einsum as MatMul*: a two-operand Einsum with batch indices and one free index on each side
   and one summed (`cbtl,lbtd->cbtd`, MUDD's dense connections) becomes Transpose, MatMul,
   Transpose, which is what ONNX Runtime's Einsum does inside, without its own overhead
@@ -136,12 +137,12 @@ def _read_only_by_softmax(readers: dict[str, list[onnx.NodeProto]], outer: set[s
 
 
 def _masked_fill(node, constants, softmax_only, names):
-    """`Where(mask, fill, scores)` with an infinite constant fill, read by Softmax alone, as
+    """`Where(mask, fill, scores)` with an infinite or lowest constant fill (`_fill`), read by Softmax alone, as
     `Add(scores, Where(mask, fill, 0))` (either branch may hold the fill); None otherwise."""
     if len(node.input) != 3 or node.output[0] not in softmax_only:
         return None
     mask, a, b = node.input
-    side = next((k for k, name in ((1, a), (2, b)) if name in constants and _infinite(constants[name])), None)
+    side = next((k for k, name in ((1, a), (2, b)) if name in constants and _fill(constants[name])), None)
     if side is None or (a in constants and b in constants):
         return None
     fill = constants[node.input[side]]
@@ -234,8 +235,16 @@ def _matmul_bias(node, add, bias, biased: _Biased, names):
     return [*steps, helper.make_node("Reshape", [product, shape], [out], name=names.fresh(f"{add.name}/reshape"))]
 
 
-def _infinite(value: np.ndarray) -> bool:
-    return value.dtype.kind == "f" and bool(np.isinf(value).all())
+def _fill(value: np.ndarray) -> bool:
+    """Whether `value` is a masked fill whose sum with any score of a sane size is itself: an
+    infinity, or float32's or float64's lowest value (Hugging Face's `torch.finfo(dtype).min`).
+    s + finfo.min rounds to finfo.min for |s| < 2^103 in float32; not in float16, whose lowest,
+    -65504, moves with a score of 16 (a fully masked row would then be weighted unevenly)."""
+    if value.dtype.kind != "f":
+        return False
+    if np.isinf(value).all():
+        return True
+    return value.dtype in (np.float32, np.float64) and bool((value == np.finfo(value.dtype).min).all())
 
 
 def _einsum(node, names):

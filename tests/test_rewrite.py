@@ -56,9 +56,11 @@ def _scores(seed: int = 0) -> np.ndarray:
     return scores
 
 
-@pytest.mark.parametrize("fill_first", [True, False])
-def test_a_masked_fill_before_a_softmax_becomes_an_add_of_the_masks_bias_with_the_same_bits(fill_first):
-    model = _masked_softmax(fill_first=fill_first)
+@pytest.mark.parametrize("fill_first, fill", [(True, -np.inf), (False, -np.inf), (True, np.finfo(np.float32).min)],
+                         ids=["fill-first", "fill-second", "finfo-min"])
+def test_a_masked_fill_before_a_softmax_becomes_an_add_of_the_masks_bias_with_the_same_bits(fill_first, fill):
+    # (finfo.min: Hugging Face's fill, torch.where(mask, scores, torch.finfo(dtype).min))
+    model = _masked_softmax(fill_first=fill_first, fill=fill)
     before = model.SerializeToString()
     new, made = rewritten(model)
     assert made == {"masked_fill": 1}
