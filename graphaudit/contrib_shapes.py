@@ -39,9 +39,12 @@ def with_shape_functions(model: onnx.ModelProto, *, copy: bool) -> onnx.ModelPro
     plans = []
     for index, node in enumerate(model.graph.node):
         rule = _RULES.get((node.domain or "", node.op_type))
-        if rule is None:
-            continue
-        body = rule(node, dims)
+        if rule is None or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue  # (a node holding a body keeps it: the bodies are matched by their order)
+        try:
+            body = rule(node, dims)
+        except (IndexError, KeyError, TypeError, ValueError):  # a node not as ONNX Runtime defines it
+            body = None  # (too few inputs, an attribute of another type): left unknown, as ORT would refuse it
         if body is not None:
             plans.append((index, body))
     if not plans:

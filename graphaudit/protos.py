@@ -52,6 +52,10 @@ def rename_body_values(graph: onnx.GraphProto) -> dict[str, str]:
     holds included; the main graph's names stay. Returns each new name's old one."""
     back: dict[str, str] = {}
     bodies = itertools.count()
+    # every name the model already uses, read or made: a new name must be none of them
+    taken = {name for g in graphs(graph) for name in (*(v.name for v in (*g.input, *g.output, *g.value_info)),
+                                                       *(t.name for t in g.initializer),
+                                                       *(n for node in g.node for n in (*node.input, *node.output)))}
 
     def rename(body: onnx.GraphProto, outer: dict[str, str]) -> None:
         tag = f"__body{next(bodies)}"
@@ -59,8 +63,12 @@ def rename_body_values(graph: onnx.GraphProto) -> dict[str, str]:
         own = [v.name for v in body.input] + [t.name for t in body.initializer] + \
             [name for node in body.node for name in node.output if name]
         for name in own:
-            local[name] = back_name = f"{name}{tag}"
-            back[back_name] = name
+            new = f"{name}{tag}"
+            while new in taken:
+                new += "_"
+            taken.add(new)
+            local[name] = new
+            back[new] = name
         for value in [*body.input, *body.output, *body.value_info]:
             value.name = local.get(value.name, value.name)
         for tensor in body.initializer:

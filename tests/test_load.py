@@ -273,3 +273,53 @@ def test_inference_keeps_each_bodys_values_apart_where_a_name_repeats_across_bod
     assert {v.name for v in branches["then_branch"].value_info} == {"m"}
     assert {v.name for v in branches["else_branch"].value_info} == {"m"}
     assert [d.dim_value for d in branches["else_branch"].value_info[0].type.tensor_type.shape.dim] == [2, 6]
+
+
+def test_body_values_renamed_for_inference_take_no_name_the_model_has():
+    """A main-graph value already named as a branch's value would be renamed (`t__body0`): the
+    renaming picks another, and the branch reads what it read (it read `t` and `t__body0`)."""
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 18]>
+    g (float[1, 4] x, bool[1] c) => (float[1, 4] y) {
+        t__body0 = Relu (x)
+        y = If (c) <
+            then_branch = tb () => (float[1, 4] o) { t = Neg (x)
+                o = Add (t, t__body0) },
+            else_branch = eb () => (float[1, 4] o) { t = Sigmoid (x)
+                o = Identity (t) }
+        >
+    }""")
+    loaded = load_model(model).model
+    then = next(a.g for a in loaded.graph.node[1].attribute if a.name == "then_branch")
+    assert [list(n.input) for n in then.node] == [["x"], ["t", "t__body0"]]
+
+
+def test_a_fused_node_holding_a_body_keeps_its_place_among_the_bodies():
+    """An ONNX Runtime node with a shape function that also holds a graph attribute is not
+    given one: the bodies' shapes are copied back by their order, and the If's branch outputs
+    keep their own names (`o_else` was written over by `o_then`)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    branch = lambda op, out: helper.make_graph(  # noqa: E731
+        [helper.make_node(op, ["f"], [out + "_t"]), helper.make_node("Relu", [out + "_t"], [out])], "b", [],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 4])])
+    junk = helper.make_graph([helper.make_node("Neg", ["f"], ["jo"])], "junk", [],
+                             [helper.make_tensor_value_info("jo", TensorProto.FLOAT, [1, 4])])
+    nodes = [helper.make_node("QLinearSigmoid", ["xq", "s", "z", "s", "z"], ["yq"], domain="com.microsoft", junk=junk),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("Neg", "o_then"),
+                              else_branch=branch("Sigmoid", "o_else"))]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("xq", TensorProto.UINT8, [1, 4]),
+                     helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 4]),
+                     helper.make_tensor_value_info("c", TensorProto.BOOL, [1])],
+        [helper.make_tensor_value_info("yq", TensorProto.UINT8, [1, 4]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    loaded = load_model(model).model
+    branches = {a.name: a.g for a in loaded.graph.node[1].attribute}
+    assert [o.name for o in branches["else_branch"].output] == ["o_else"]
+    assert [o.name for o in branches["then_branch"].output] == ["o_then"]

@@ -143,3 +143,16 @@ def test_a_block_only_one_mode_runs_is_the_callers_choice_at_run_time(tmp_path):
     second = {b["name"]: b for b in report.to_json()["blocks"]}["model.layers.1"]
     assert second["executed_fraction"] == 0.5 and second["ran_by_mode"]
     assert reduction(second) is None
+
+
+def test_a_flag_compared_with_a_constant_node_is_the_callers_choice():
+    """TorchScript writes a threshold as a Constant node: the flag cast and compared with it is
+    still the graph input passed on as it is."""
+    model = merged(else_layers=1)
+    model.graph.node[0].CopyFrom(onnx.helper.make_node("Cast", ["use_cache_branch"], ["f"], to=1))
+    model.graph.node.insert(1, onnx.helper.make_node("Constant", [], ["half"], value=onnx.helper.make_tensor(
+        "half", onnx.TensorProto.FLOAT, [], [0.5])))
+    model.graph.node.insert(2, onnx.helper.make_node("Greater", ["f", "half"], ["c"]))
+    onnx.checker.check_model(model, full_check=True)
+    (control,) = audit_static(load_model(model)).controls
+    assert control.kind == SWITCH and "`use_cache_branch`" in control.detail

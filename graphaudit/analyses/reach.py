@@ -187,6 +187,8 @@ def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...]
             continue
         seen.add(current.id)
         if len(seen) > limit or (current is not node and (current.op_type not in PASSED_ON or current.domain)):
+            if current.op_type == "Constant" and not current.domain and len(seen) <= limit:
+                continue  # a threshold or a shape, as TorchScript writes them
             return None
         for ref in current.inputs:
             info = mg.tensors.get(ref) if ref is not None else None
