@@ -335,6 +335,11 @@ def _check_header(dtype: np.dtype, shape: tuple[int, ...], spec: InputSpec, wher
         if not (same_kind and np.can_cast(dtype, spec.dtype, "safe")):
             raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
         widen = True
+    if spec.shape == ():  # nothing the data could hold fits: the model's input has no example axis
+        raise GraphAuditError(
+            f"expected the model's input {spec.name!r} to have an axis for the examples, found a scalar input "
+            f"(shape []): graphaudit feeds every input one row per example (axis 0); export that input "
+            f"with shape [1] (one example per run) or with a batch axis")
     if spec.shape is not None:
         if len(shape) != len(spec.shape):
             raise GraphAuditError(

@@ -107,3 +107,19 @@ def test_an_empty_axis_the_model_leaves_open_is_data(tmp_path):
     ):
         with pytest.raises(GraphAuditError, match=message):
             load_data(save(tmp_path, **arrays), specs)
+
+
+@pytest.mark.parametrize("flag", [np.zeros((3,), bool), np.array(False), np.zeros((3, 1), bool)],
+                         ids=["one-per-example", "scalar", "one-by-one"])
+def test_a_scalar_graph_input_is_named_as_what_no_data_can_feed(tmp_path, flag):
+    # a merged decoder exported with a scalar `use_cache_branch`: no .npz fits, and the error
+    # says so of the model, not of the file
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    m (float[batch, 4] x, bool use_cache_branch) => (float[batch, 4] y) {
+        y = Identity (x)
+    }""")
+    path = save(tmp_path, x=np.ones((3, 4), np.float32), use_cache_branch=flag)
+    with pytest.raises(GraphAuditError, match=r"expected the model's input 'use_cache_branch' to have an axis for "
+                                              r"the examples, found a scalar input \(shape \[\]\)"):
+        load_data(path, input_specs(model))
