@@ -115,7 +115,7 @@ def shrunk(block: dict) -> str | None:
                 "same-shaped inputs)")
     # among inputs fed the same shapes whose switches took the same branches (`flops_vary`; a
     # report written before it has only the spread over all inputs)
-    varied = block["flops_vary"] if "flops_vary" in block else True
+    varied = block.get("flops_vary", True)
     if varied and few is not None and most is not None and few < most:
         return f"executed between {few:,.0f} and {most:,.0f} FLOPs depending on the input"
     return None

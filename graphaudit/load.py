@@ -339,7 +339,8 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
             for size in shapes[value.name]:
                 dims.add().dim_value = int(size)
     found: dict[str, tuple[int, ...]] = {}
-    back = rename_body_values(skeleton.graph) if names_repeat_across_graphs(skeleton.graph) else {}
+    bodies = has_bodies(skeleton.graph)  # (folding adds constants, never bodies)
+    back = rename_body_values(skeleton.graph) if bodies and names_repeat_across_graphs(skeleton.graph) else {}
     inferred = None
     for _ in range(_FOLD_ROUNDS):
         del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
@@ -357,7 +358,7 @@ def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dic
             break
         skeleton = inferred
     found = {name: shape for name, shape in found.items() if not name.endswith("__folded")}
-    if inferred is not None and has_bodies(inferred.graph):
+    if inferred is not None and bodies:
         occurrences = node_ids(inferred)  # held, so that each node's wrapper (and its id()) lives on
         ids = {id(proto): node_id for proto, node_id, _ in occurrences}  # the graph model's ids, by node
         found.update(_body_shapes(inferred.graph, "", ids, back))

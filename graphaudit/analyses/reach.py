@@ -170,6 +170,7 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
 # layout or type, a negation, a comparison with a constant; nothing that computes from the data.
 PASSED_ON = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand",
                        "Not", "And", "Or", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"})
+_PASSED_OR_CONSTANT = PASSED_ON | {"Constant"}  # a threshold or a shape, as TorchScript writes them
 
 
 def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...] | None:
@@ -186,9 +187,9 @@ def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...]
         if current.id in seen:
             continue
         seen.add(current.id)
-        if len(seen) > limit or (current is not node and (current.op_type not in PASSED_ON or current.domain)):
-            if current.op_type == "Constant" and not current.domain and len(seen) <= limit:
-                continue  # a threshold or a shape, as TorchScript writes them
+        if len(seen) > limit:
+            return None
+        if current is not node and (current.domain or current.op_type not in _PASSED_OR_CONSTANT):
             return None
         for ref in current.inputs:
             info = mg.tensors.get(ref) if ref is not None else None
