@@ -36,6 +36,7 @@ class GraphSummary:
     functions: tuple[str, ...]
     coefficients: tuple[Coefficient, ...]
     inlined_calls: int = 0  # calls of `functions` inlined at load (graphaudit.inline)
+    repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
 
     def to_json(self) -> dict:
         return {
@@ -51,6 +52,7 @@ class GraphSummary:
             "control_flow": [{"node": n, "op": op, "nodes_inside": k} for n, op, k in self.control_flow],
             "functions": list(self.functions),
             "inlined_function_calls": self.inlined_calls,
+            "repairs": list(self.repairs),
             "coefficients": [c.to_json() for c in self.coefficients],
         }
 
@@ -80,6 +82,7 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
         or tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions),
         coefficients=declared_coefficients(model),
         inlined_calls=loaded.inlined_calls,
+        repairs=loaded.repairs,
     )
 
 
