@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from graphaudit.analyses.dependence import CONTRIB_LOOPS
 from graphaudit.coefficients import Coefficient, declared_coefficients
 from graphaudit.graph import CONTROL_FLOW_OPS, ModelGraph, build_graph
 from graphaudit.load import LoadedModel
@@ -65,7 +66,7 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
     control = tuple(
         (n.id, n.op_type, len(mg.inside(n.id)))
         for n in mg.nodes.values()
-        if n.op_type in CONTROL_FLOW_OPS and not n.domain
+        if (n.op_type in CONTROL_FLOW_OPS and not n.domain) or (n.domain == "com.microsoft" and n.op_type in CONTRIB_LOOPS)
     )
     return GraphSummary(
         model=loaded.name,

@@ -17,10 +17,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.load import load_for_runtime, load_model
 from graphaudit.profile.session import runnable_model
+from graphaudit.runtime import create_session
 from test_bad_contract import FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused, sha
 
 
@@ -197,3 +198,76 @@ def test_what_onnx_runtime_refuses_too_is_refused_in_one_line(tmp_path, capfd, c
     assert not _runtime_opens(path.read_bytes())  # ORT's answer: it refuses the file too
     for command in ("inspect", "static"):
         refused(capfd, [command, path], [path], match=message)
+
+
+# -- the decoders inside ONNX Runtime's search operators, without the com.microsoft import ----------
+
+VOCAB, WIDTH_D, EOS = 7, 4, 6
+
+
+def _decoder(layers: int = 2) -> onnx.GraphProto:
+    """A GPT-2-style decoder as ONNX Runtime's search operators take it (input_ids, position_ids,
+    attention_mask, past_i -> logits, present_i), its nodes named by torch's module scopes."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((VOCAB, WIDTH_D)).astype(np.float32), "wte"),
+             numpy_helper.from_array(rng.standard_normal((WIDTH_D, VOCAB)).astype(np.float32), "lm_head.weight"),
+             numpy_helper.from_array(np.array([0, 2], np.int64), "axes")]
+    x = "/transformer/wte/Gather_output_0"
+    nodes = [helper.make_node("Gather", ["wte", "input_ids"], [x], name="/transformer/wte/Gather")]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT32, ["b", d])
+              for n, d in (("input_ids", "s"), ("position_ids", "s"), ("attention_mask", "t"))]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", VOCAB])]
+    for i in range(layers):
+        p = f"/transformer/h.{i}"
+        inits.append(numpy_helper.from_array(rng.standard_normal((WIDTH_D, WIDTH_D)).astype(np.float32), f"h.{i}.w"))
+        nodes += [helper.make_node("MatMul", [x, f"h.{i}.w"], [f"{p}/mlp/mm"], name=f"{p}/mlp/MatMul"),
+                  helper.make_node("Tanh", [f"{p}/mlp/mm"], [f"{p}/mlp/act"], name=f"{p}/mlp/Tanh"),
+                  helper.make_node("Add", [x, f"{p}/mlp/act"], [f"{p}/out"], name=f"{p}/Add"),
+                  helper.make_node("Unsqueeze", [x, "axes"], [f"{p}/attn/k"], name=f"{p}/attn/Unsqueeze"),
+                  helper.make_node("Concat", [f"{p}/attn/k", f"{p}/attn/k"], [f"{p}/attn/kv"], name=f"{p}/attn/Concat", axis=0),
+                  helper.make_node("Concat", [f"past_{i}", f"{p}/attn/kv"], [f"present_{i}"], name=f"{p}/attn/Concat_1", axis=3)]
+        inputs.append(helper.make_tensor_value_info(f"past_{i}", TensorProto.FLOAT, [2, "b", 1, "p", WIDTH_D]))
+        outputs.append(helper.make_tensor_value_info(f"present_{i}", TensorProto.FLOAT, [2, "b", 1, "t", WIDTH_D]))
+        x = f"{p}/out"
+    nodes.append(helper.make_node("MatMul", [x, "lm_head.weight"], ["logits"], name="/lm_head/MatMul"))
+    return helper.make_graph(nodes, "decoder", inputs, outputs, initializer=inits)
+
+
+def _search(op: str) -> tuple[onnx.ModelProto, dict]:
+    """A GreedySearch or BeamSearch model over `_decoder` that does not import com.microsoft, and feeds for it."""
+    names = ["input_ids", "max_length", "min_length"] + (["num_beams", "num_return_sequences", "length_penalty"]
+                                                          if op == "BeamSearch" else [])
+    types = {"input_ids": (TensorProto.INT32, ["batch", "seq"]), "length_penalty": (TensorProto.FLOAT, [1])}
+    inputs = [helper.make_tensor_value_info(n, *types.get(n, (TensorProto.INT32, [1]))) for n in names]
+    node = helper.make_node(op, names, ["sequences"], name="search", domain="com.microsoft", decoder=_decoder(),
+                            eos_token_id=EOS, pad_token_id=0, model_type=0)
+    shape = ["batch", "seqs"] if op == "GreedySearch" else ["batch", "returned", "seqs"]
+    graph = helper.make_graph([node], "search", inputs, [helper.make_tensor_value_info("sequences", TensorProto.INT32, shape)])
+    feeds = {"input_ids": np.array([[1, 2, 3], [4, 5, 1]], np.int32), "max_length": np.array([8], np.int32),
+             "min_length": np.array([1], np.int32), "num_beams": np.array([2], np.int32),
+             "num_return_sequences": np.array([1], np.int32), "length_penalty": np.array([1.0], np.float32)}
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), \
+        {n: feeds[n] for n in names}
+
+
+@pytest.mark.parametrize("op", ["GreedySearch", "BeamSearch"])
+def test_a_search_operators_decoder_is_audited_as_blocks_of_the_search_loop(tmp_path, capfd, op):
+    model, feeds = _search(op)
+    path = tmp_path / "search.onnx"
+    onnx.save(model, path)
+    before = sha(path)
+    expected = ort.InferenceSession(path.read_bytes(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    (found,) = create_session(load_model(path).model).run(None, feeds)  # the repaired model runs the same search
+    assert np.array_equal(found, expected) and found.shape[-1] == 8
+    static = json.loads(accepted(capfd, ["static", path, "--format", "json"], [path]))
+    assert static["repairs"] == ["added the opset import ONNX Runtime assumes, com.microsoft 1"]
+    assert [(b["name"], b["verdict"]) for b in static["blocks"]] == [("transformer.h.0", "branch"),
+                                                                   ("transformer.h.1", "branch")]
+    for block in static["blocks"]:
+        text = block["evidence"][0]["text"]
+        assert f"run only in the decoder of {op} `search`" in text, text
+        assert f"at end-of-sequence token {EOS} (the model decides" in text, text
+        assert "at max_length (the caller's graph input `max_length`)" in text, text
+    assert static["control_flow"][0]["tensor"] == "input_ids, max_length"
+    assert f"control flow: {op} `search` (14 nodes inside)" in accepted(capfd, ["inspect", path], [path])
+    assert sha(path) == before
