@@ -141,6 +141,8 @@ def audit(
                      "were inlined at load: every part audits the inlined graph, each inlined node named by its "
                      "call's name and its own")
 
+    if loaded.repair_note:
+        notes.append(loaded.repair_note)
     if data is None:
         notes.append("no evaluation data given: the replay split the calibration inputs into disjoint halves "
                      "(profiles from one, replay on the other) and the profile ran on the calibration inputs")

@@ -20,6 +20,7 @@ import onnx
 from graphaudit import external_data
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.protos import graphs
+from graphaudit.repair import reassigned, untyped_input, untyped_outputs
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -46,11 +47,17 @@ def check_model(model: onnx.ModelProto, path: Path | None, nested: Sequence[str]
         if relabelled is not None:  # ONNX Runtime's own operators in the default domain: checked apart
             return check_model(relabelled, path, nested)
         unsorted = "topologically sorted" in str(err)
-        problem = _diagnose_order(model) if unsorted else None
-        if unsorted and problem is None and not _in_order(model.graph):
+        problem = order_problem(model) if unsorted else None
+        if unsorted and problem is None and not in_order(model.graph):
             raise Unsorted from None
+        if unsorted and problem is None:  # the main graph is in order: a body is not
+            raise GraphAuditError(f"expected the nodes of every body in order{where} (ONNX Runtime sorts only the "
+                                  f"main graph's), found the ONNX checker's objection: {brief(err)}") from None
         if problem:
             raise GraphAuditError(f"expected an acyclic ONNX graph whose inputs are all defined{where}, found {problem}") from None
+        said = _refused_by_runtime_too(model, str(err))
+        if said:
+            raise GraphAuditError(f"expected {said[0]}{where}, found {said[1]}") from None
         raise GraphAuditError(
             f"expected a valid ONNX model{where}, found the ONNX checker's objection: {brief(err)}"
         ) from None
@@ -62,11 +69,27 @@ def check_model(model: onnx.ModelProto, path: Path | None, nested: Sequence[str]
         ) from None
 
 
+def _refused_by_runtime_too(model: onnx.ModelProto, objection: str) -> tuple[str, str] | None:
+    """What was expected and what was found, for the checker's objections that ONNX Runtime
+    makes too and the checker words without naming what it objects to; None for the others."""
+    if "used as output names multiple times" in objection and (found := reassigned(model)):
+        return "every value name assigned once (single static assignment)", f"{found}; ONNX Runtime refuses it too"
+    if "Field 'type' of 'value_info' is required" in objection:
+        name = untyped_input(model)
+        if name is not None:
+            return "a type for every graph input", f"none for input {name!r}; ONNX Runtime refuses it too"
+        name = next(iter(untyped_outputs(model.graph)), None)
+        if name is not None:
+            return "a type for every graph output", f"none for output {name!r}, and shape inference found none to give it"
+    return None
+
+
 class Unsorted(Exception):
     """The main graph is acyclic and every input is defined, but its nodes are out of order."""
 
 
-def _in_order(graph: onnx.GraphProto) -> bool:
+def in_order(graph: onnx.GraphProto) -> bool:
+    """Whether each node of `graph` comes after the nodes whose outputs it reads."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
     for node in graph.node:
         if any(name not in defined for name in node.input):
@@ -75,9 +98,10 @@ def _in_order(graph: onnx.GraphProto) -> bool:
     return True
 
 
-def sort_nodes(graph: onnx.GraphProto) -> None:
-    """Put the main graph's nodes in an order where each comes after what it reads, keeping
-    the file's order wherever it already is one (the graph is known to be acyclic)."""
+def sort_nodes(graph: onnx.GraphProto) -> int:
+    """How many of the main graph's nodes moved as they were put in an order where each comes
+    after what it reads, keeping the file's order wherever it already is one (the graph is
+    known to be acyclic)."""
     import networkx as nx
 
     producer = {out: index for index, node in enumerate(graph.node) for out in node.output if out}
@@ -86,8 +110,10 @@ def sort_nodes(graph: onnx.GraphProto) -> None:
     order.add_edges_from((producer[name], index) for index, node in enumerate(graph.node)
                          for name in node.input if name in producer)
     nodes = list(graph.node)
+    ordered = list(nx.lexicographical_topological_sort(order))
     del graph.node[:]
-    graph.node.extend(nodes[i] for i in nx.lexicographical_topological_sort(order))
+    graph.node.extend(nodes[i] for i in ordered)
+    return sum(1 for place, index in enumerate(ordered) if place != index)
 
 
 _RUNTIME_DOMAIN = "graphaudit.runtime-default"  # where the checker's copy puts them
@@ -145,7 +171,7 @@ def _serialised(model: onnx.ModelProto) -> bytes | None:
     return payload if len(payload) <= _PROTOBUF_LIMIT else None
 
 
-def _diagnose_order(model: onnx.ModelProto) -> str | None:
+def order_problem(model: onnx.ModelProto) -> str | None:
     """Say whether the main graph has a cycle or an input nothing defines (None if neither)."""
     import networkx as nx
 

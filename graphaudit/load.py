@@ -21,7 +21,8 @@ from google.protobuf.message import DecodeError
 from onnx import external_data_helper, shape_inference
 
 from graphaudit import external_data
-from graphaudit.checker import Unsorted, check_model, sort_nodes
+from graphaudit import repair
+from graphaudit.checker import Unsorted, check_model, in_order, order_problem, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.graph_build import node_ids
@@ -50,6 +51,12 @@ class LoadedModel:
     weights_checked: bool = False  # external weights found whole on disk (sizes only, bytes not read)
     inlined_calls: int = 0  # calls of local functions replaced by their bodies (graphaudit.inline)
     inlined_functions: tuple[str, ...] = ()  # the functions they called, as `domain.name`
+    repairs: tuple[str, ...] = ()  # what was repaired in memory for the ONNX checker (graphaudit.repair), in words
+
+    @property
+    def repair_note(self) -> str | None:
+        """The one note saying what was repaired at load; None when nothing was."""
+        return repair.repair_note(self.repairs)
 
     @property
     def name(self) -> str:
@@ -100,6 +107,14 @@ def load_model(
     _require_graph(model, path)
     _check_versions(model, path)
     _check_text(model, path)
+    imports, dropped = repair.add_runtime_imports(model), repair.drop_untyped_value_info(model)
+    moved, typed = 0, ()
+    if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
+        if not in_order(model.graph) and not order_problem(model):
+            moved = sort_nodes(model.graph)
+        model, typed = _typed_outputs(model)
+    if imports or dropped or moved or typed:
+        data = None  # the file's bytes are no longer the model's encoding
     tensors, nested = external_data.scan(model)
     external = external_data.locations(tensors, path)
     if external and base is not None:
@@ -115,7 +130,7 @@ def load_model(
             check_model(external_data.as_inputs(model) if external else model, path,
                         external if nested else (), payload=None if external else data)
         except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
-            sort_nodes(model.graph)
+            moved = sort_nodes(model.graph)
             check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
     inlined_calls, inlined_functions = 0, ()
@@ -138,6 +153,7 @@ def load_model(
         shape_inference_error=inferred_error,
         inlined_calls=inlined_calls,
         inlined_functions=inlined_functions,
+        repairs=tuple(repair.describe(imports, moved, dropped, typed)),
     )
 
 
@@ -264,6 +280,15 @@ def _check_versions(model: onnx.ModelProto, path: Path | None) -> None:
                 f"expected an ai.onnx opset up to {newest} (onnx {onnx.__version__}){where}, "
                 f"found opset {opset.version}; upgrade onnx or re-export at an older opset"
             )
+
+
+def _typed_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """`model` with each main-graph output that declares no type typed as shape inference finds
+    it, and the outputs so typed; an output inference cannot type stays as it was."""
+    untyped = repair.untyped_outputs(model.graph)
+    inferred, _, _ = _infer_shapes(model)  # inference writes the outputs' types it finds
+    still = set(repair.untyped_outputs(inferred.graph))
+    return inferred, tuple(name for name in untyped if name not in still)
 
 
 def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import onnx
 
+from graphaudit.analyses.dependence import CONTRIB_LOOPS
 from graphaudit.coefficients import Coefficient, declared_coefficients
 from graphaudit.graph import CONTROL_FLOW_OPS, ModelGraph, build_graph
 from graphaudit.load import LoadedModel
@@ -36,6 +37,7 @@ class GraphSummary:
     functions: tuple[str, ...]
     coefficients: tuple[Coefficient, ...]
     inlined_calls: int = 0  # calls of `functions` inlined at load (graphaudit.inline)
+    repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
 
     def to_json(self) -> dict:
         return {
@@ -51,6 +53,7 @@ class GraphSummary:
             "control_flow": [{"node": n, "op": op, "nodes_inside": k} for n, op, k in self.control_flow],
             "functions": list(self.functions),
             "inlined_function_calls": self.inlined_calls,
+            "repairs": list(self.repairs),
             "coefficients": [c.to_json() for c in self.coefficients],
         }
 
@@ -63,7 +66,7 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
     control = tuple(
         (n.id, n.op_type, len(mg.inside(n.id)))
         for n in mg.nodes.values()
-        if n.op_type in CONTROL_FLOW_OPS and not n.domain
+        if (n.op_type in CONTROL_FLOW_OPS and not n.domain) or (n.domain == "com.microsoft" and n.op_type in CONTRIB_LOOPS)
     )
     return GraphSummary(
         model=loaded.name,
@@ -80,6 +83,7 @@ def summarize(loaded: LoadedModel, graph: ModelGraph | None = None) -> GraphSumm
         or tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions),
         coefficients=declared_coefficients(model),
         inlined_calls=loaded.inlined_calls,
+        repairs=loaded.repairs,
     )
 
 

@@ -335,8 +335,17 @@ class _Propagation:
         for out in node.outputs:
             self._set(out, value, value)
         if node.op_type in CONTRIB_LOOPS:
-            self.controls[node.id] = Control(
-                node.id, node.op_type, VALUE, tuple(r for r in node.inputs[:1] if r),
-                f"{node.domain or 'ai.onnx'}.{node.op_type} runs its decoder until every sequence ends "
-                "(end-of-sequence tokens depend on input values)",
-            )
+            self.controls[node.id] = Control(node.id, node.op_type, VALUE, tuple(r for r in node.inputs[:2] if r),
+                                             self._search_steps(node))
+
+    def _search_steps(self, node: Node) -> str:
+        """What decides how many steps an ONNX Runtime search operator's loop runs, in words."""
+        # ONNX Runtime's BeamSearch, GreedySearch, Sampling and WhisperBeamSearch all take
+        # max_length as input 1 and end a sequence at the attribute eos_token_id.
+        eos = next((a.i for a in node.proto.attribute if a.name == "eos_token_id"), None)
+        limit = node.inputs[1] if len(node.inputs) > 1 else None
+        who = "unset" if limit is None else (f"the caller's graph input `{limit.name}`" if limit in self.mg.inputs
+                                             else f"tensor `{limit.name}`")
+        return (f"{node.domain or 'ai.onnx'}.{node.op_type} runs its decoder once per generated token until every "
+                f"sequence ends: at end-of-sequence token{'' if eos is None else f' {eos}'} (the model decides, "
+                f"from input values) or at max_length ({who})")

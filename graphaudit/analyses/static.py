@@ -122,6 +122,7 @@ class StaticReport:
     outside_blocks: tuple[Evidence, ...]
     flops: FlopSummary | None
     inlined_calls: int = 0  # calls of local functions inlined at load (graphaudit.inline)
+    repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
 
     @property
     def dynamic(self) -> bool:
@@ -150,6 +151,7 @@ class StaticReport:
             "nodes": self.node_count,
             "nested_nodes": self.nested_node_count,
             "inlined_function_calls": self.inlined_calls,
+            "repairs": list(self.repairs),
             "block_method": self.block_method,
             "blocks": [b.to_json() for b in self.blocks],
             "coefficients": [c.to_json() for c in self.coefficients],
@@ -221,4 +223,5 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         outside_blocks=verdicts.outside,
         flops=summary,
         inlined_calls=loaded.inlined_calls,
+        repairs=loaded.repairs,
     )

@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from graphaudit.cli import graph_only_option
 from graphaudit.load import load_for_audit
+from graphaudit.repair import repair_note
 from graphaudit.summary import GraphSummary, summarize
 from graphaudit.wording import counted
 
@@ -41,6 +42,7 @@ def render_text(s: GraphSummary) -> str:
     lines = [
         f"model: {s.model}  (opsets: {opsets}; weights {_WEIGHTS[s.weights]})",
         f"nodes: {s.node_count} ({s.nested_node_count} inside control flow or functions)",
+        *([f"note: {repair_note(s.repairs)}"] if s.repairs else []),
         "",
         tabulate(
             [("input", v.name, v.elem_type, _shape(v.shape)) for v in s.inputs]

@@ -12,6 +12,7 @@ from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, graph_only_option, with_axes
 from graphaudit.load import load_for_audit
+from graphaudit.repair import repair_note
 from graphaudit.runtime import custom_operators
 from graphaudit.wording import counted, flops_cell, total_bound
 
@@ -128,6 +129,7 @@ def render_text(r: StaticReport) -> str:
     lines = [
         f"model: {r.model}  ({r.node_count} nodes, {r.nested_node_count} inside control flow or functions"
         + (f"; {counted(r.inlined_calls, 'call')} of local functions inlined" if r.inlined_calls else "") + ")",
+        *([f"note: {repair_note(r.repairs)}"] if r.repairs else []),
         f"blocks: {r.block_method}",
         "",
     ]

@@ -44,11 +44,11 @@ class RunnableModel:
 
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
-    """The model to hand ORT: its file when every node name is unique (and no function call was
-    inlined at load: the file still has them), else a renamed copy."""
+    """The model to hand ORT: its file when every node name is unique (and nothing was inlined or
+    repaired at load: the file is still as written), else a renamed copy."""
     names = [n.name for n in all_nodes(loaded.model.graph)]
     counts = Counter(names)
-    if loaded.path is not None and not loaded.inlined_calls and all(name and counts[name] == 1 for name in names):
+    if loaded.path is not None and not loaded.inlined_calls and not loaded.repairs and all(name and counts[name] == 1 for name in names):
         return RunnableModel(str(loaded.path), loaded.model, 0, loaded.weights_folder)
     copy = onnx.ModelProto()
     copy.CopyFrom(loaded.model)
