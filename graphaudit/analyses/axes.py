@@ -17,7 +17,11 @@ import onnx
 from graphaudit.coefficients import BATCH, MERGED, TOKEN
 from graphaudit.graph import ModelGraph, TensorRef
 
-PROBE_SIZES = (7, 11, 13)  # batch, token, any other symbolic input dimension (see InputAxes)
+# batch, token, any other symbolic input dimension (see InputAxes). The last, an image's height
+# and width, divides by a CNN's strides (17 · 32: a detector's neck adds each stage to the next
+# one upsampled, which at 13 → 7 → 4 → 8 shape inference cannot do), and halved on and on it
+# never passes through the batch's or the token's size.
+PROBE_SIZES = (7, 11, 17 * 32)
 LONGER = 23  # the token size of the second probe
 
 # Normalisations: what they output is the residual stream, at the hidden width.

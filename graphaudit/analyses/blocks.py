@@ -9,7 +9,9 @@ in order of trust:
    which survive inside `If` branches where the name scope is cut short;
 3. the node's own name when it is a TorchScript-style path (`/model/layers.3/mlp/MatMul`);
 4. the names of the initializers it reads (`gpt_neox.layers.3.mlp.weight`), when it is their
-   only reader (exporters share de-duplicated weights between layers).
+   only reader (exporters share de-duplicated weights between layers), and where a name
+   follows the index: a value its exporter numbered (Paddle2ONNX's `p2o.helper.constant.12`,
+   `p2o.pd_op.full.9.0`) is no module's parameter.
 
 The container offered by the most nodes (at least two indices where any has two) names the
 blocks, together with any other container of at least a quarter as many nodes that no node
@@ -45,6 +47,9 @@ _SEPARATORS = re.compile(r"[^0-9A-Za-z]+")
 # A number that is a whole component of a module path: `layers.3.mlp`, `/blocks.0/`, `blocks_2_fc`.
 _PATH_NUMBER = re.compile(r"(?<=[./])(\d+)(?=[./]|$)")
 _FX_NUMBER = re.compile(r"(?<=_)(\d+)(?=_|$)")
+# After a module's index, a parameter's name (`layers.3.mlp.weight`); after an exporter's count
+# of values, none (`p2o.helper.constant.12`, `p2o.pd_op.full.9.0`: an op and an output number).
+_NAMED = re.compile(r"[A-Za-z]")
 
 SOURCES = {
     "pattern": "--block-pattern",
@@ -212,7 +217,7 @@ class _Finder:
         found = []
         for m in numbered.finditer(text):
             container = text[: m.start()].strip("./_")
-            if container:
+            if container and (source != "initializers" or _NAMED.search(text, m.end())):
                 key = self._keys.get(container)
                 if key is None:
                     key = self._keys[container] = _key(container)

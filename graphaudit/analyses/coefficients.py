@@ -30,6 +30,7 @@ from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_m
 from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.columns import block_columns
+from graphaudit.analyses.depth import by_depth, named_layers
 from graphaudit.analyses.named import user_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
@@ -78,7 +79,9 @@ def detect_coefficients(
     axes: "InputAxes | None" = None,
 ) -> tuple[Coefficient, ...]:
     """Return the tensors that look like a controller's output (DESIGN.md), marked detected:
-    in the main graph only, as one inside an If or Loop body could not be frozen."""
+    in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
+    the block they serve where `blocks` name the layers, else their place along the depth
+    (`analyses.depth`)."""
     dm = dependence or analyse_dependence(mg)
     axes = axes or InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)
@@ -126,7 +129,8 @@ def detect_coefficients(
         layer = layer_of(mg, out, out.name, blocks, order[family])
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
-    return tuple(found)
+    # with no layer names, a layer is a place along the depth (a CNN's gates, mostly in no block)
+    return tuple(found) if named_layers(blocks) else by_depth(mg, found)
 
 
 # Weights normalised over the tokens (Soft MoE's dispatch: each slot a mix of the tokens), a

@@ -1,0 +1,62 @@
+"""A detected coefficient's layer where no layer names tell it: its place along the network's depth.
+
+Blocks found by names (a transformer's `layers.3`, a timm CNN's `blocks.3`) say which layer a
+coefficient serves. Blocks cut from structure do not, in a CNN: its residual Adds come in short
+runs between the stages that change its width (MobileNetV3's four in a row, of fifteen
+bottlenecks), so most of its gates lie in no block, and the nearest block upstream, or the
+number its name ends in (Paddle's `hardsigmoid_6.tmp_0`), would give many of them one layer.
+There, a coefficient's layer is the rank, among its family's, of the depth of the node it
+weights, routes or decides (the longest path to it from the graph inputs): gates one after the
+other each get their own, parallel ones at the same depth share one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from graphaudit.coefficients import Coefficient
+from graphaudit.graph import ModelGraph
+from graphaudit.analyses.blockmap import BlockMap
+from graphaudit.analyses.reach import DECIDING, GATING, reached_consumers, routes
+
+
+def named_layers(blocks: BlockMap | None) -> bool:
+    """Whether `blocks` name the model's layers: found from names, metadata, weights or control
+    flow, not cut from the residual chain alone, nor none at all."""
+    return blocks is not None and bool(blocks.blocks) and any(source != "structure" for source, _ in blocks.sources)
+
+
+def by_depth(mg: ModelGraph, found: Sequence[Coefficient]) -> tuple[Coefficient, ...]:
+    """`found` with each coefficient's layer the rank of its depth among its family's depths."""
+    depths = _node_depths(mg)
+    at = {c.tensor: _depth(mg, c.tensor, depths) for c in found}
+    ranks: dict[str, dict[int, int]] = {}
+    for family in {c.family for c in found}:
+        levels = sorted({at[c.tensor] for c in found if c.family == family})
+        ranks[family] = {d: i for i, d in enumerate(levels)}
+    return tuple(replace(c, layer=ranks[c.family][at[c.tensor]]) for c in found)
+
+
+def _depth(mg: ModelGraph, tensor: str, depths: dict[str, int]) -> int:
+    """The depth of the nearest node `tensor` weights, routes or decides, else of its producer."""
+    ref = mg.find_tensor(tensor)
+    if ref is None:
+        return 0
+    for consumer, current in reached_consumers(mg, ref, limit=16, nearest_first=True):
+        if consumer.op_type in GATING or consumer.op_type in DECIDING or routes(consumer, current):
+            return depths.get(consumer.id, 0)
+    producer = mg.producer(ref)
+    return depths.get(producer.id, 0) if producer is not None else 0
+
+
+def _node_depths(mg: ModelGraph) -> dict[str, int]:
+    """Each main-graph node's longest distance from the graph inputs, in nodes (in file order,
+    which ONNX keeps topological)."""
+    depths: dict[str, int] = {}
+    for node in mg.nodes.values():
+        if node.scopes:
+            continue
+        before = [depths.get(p.id, -1) for r in node.inputs if r is not None for p in [mg.producer(r)] if p is not None]
+        depths[node.id] = max(before, default=-1) + 1
+    return depths
