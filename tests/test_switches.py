@@ -1,8 +1,10 @@
 """An If that switches between two modes of one model (a decoder exported with and without its
 cache and merged into one graph, as Optimum's `decoder_model_merged.onnx`): branches that run
 the same compute on the same weights, or a condition that is a graph input passed on as it is
-(the caller's `use_cache_branch`). Not conditional execution: the graph and the runtime
-profile say so. Branches that differ, on a condition the model computes, stay `branch`."""
+(the caller's `use_cache_branch`). Not the model's decision (not dynamic, `--expect static`
+holds): the graph and the runtime profile say so; where the caller's branches differ, some
+compute does run or not as that input decides (conditional execution, decided by the caller).
+Branches that differ, on a condition the model computes, stay `branch`."""
 
 import numpy as np
 import onnx
@@ -81,7 +83,12 @@ def test_the_callers_flag_is_a_switch_whatever_the_branches_hold(else_weights, e
     report = audit_static(load_model(merged(else_weights, else_layers)))
     (control,) = report.controls
     assert control.kind == SWITCH and "the graph input `use_cache_branch` passed on as it is" in control.detail
-    assert not report.conditional_execution and "branch" not in [b.verdict for b in report.blocks]
+    assert "the caller chooses the branch" in control.detail
+    assert "branch" not in [b.verdict for b in report.blocks]
+    assert not report.dynamic and report.contradiction("static") is None
+    # what runs does depend on that input: the caller decides
+    assert report.conditional_execution and report.deciders == {"If#1": "caller"}
+    assert report.to_json()["decided_by"] == {"If#1": "caller"}
 
 
 @pytest.mark.parametrize("else_weights, else_layers", [("b", 2), ("", 1), ("", 0)],
