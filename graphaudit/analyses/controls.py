@@ -52,7 +52,7 @@ def control_evidence(mg: ModelGraph, dm: DependenceMap, value: Value | None = No
             found.append(Evidence(SWITCH, node.id, _op(node), tensors, dep,
                                   f"{where}: {decision.reason}; {switched[node.id]}; not dynamic"))
             continue
-        said = f"{control.reason}; {decision.reason}" if control is not None else decision.reason
+        said = f"{decision.reason}; {control.reason}" if control is not None else decision.reason
         model = decision.decided_by == MODEL and conditional
         ev = Evidence(kind, node.id, _op(node), tensors, dep, f"{where}: {said}" + ("" if model else "; not dynamic"))
         found.append(ev)

@@ -135,6 +135,7 @@ class _Trace:
         self.sources: dict[str, dict[str, None]] = {k: {} for k in DECIDERS}
         self.compared: dict[str, None] = {}  # "Equal with 16000": comparisons of a caller's value with a constant
         self.steps = 0
+        self.active: frozenset[TensorRef] = frozenset()  # computed values whose sources an enclosing walk notes
 
     def of(self, refs) -> tuple[str, dict[str, dict[str, None]]]:
         todo = list(refs)
@@ -186,7 +187,23 @@ class _Trace:
             k = node.outputs.index(ref)
             return [node.inputs[0]] + [b.outputs[k] for b in mg.bodies(node.id) if k < len(b.outputs)
                                        and b.outputs[k] is not None]
-        return self._add(MODEL, ref.name)
+        return self._computed(ref, node)
+
+    def _computed(self, ref: TensorRef, node: Node) -> list[TensorRef]:
+        """Note what a node that computes `ref` decides from: on shapes and constants alone (a sum of
+        dimensions), those; on any value the caller passes or the model computes, the model."""
+        if ref in self.active:  # a carried value's update, read again: what it comes from is being noted
+            return []
+        inner = _Trace(self.mg, self.value)
+        inner.steps, inner.active = self.steps, self.active | {ref}  # one budget for the whole walk
+        kind, sources = inner.of([r for r in node.inputs if r is not None] + _outer_reads(self.mg, node))
+        self.steps = inner.steps
+        if kind in VALUE_DECIDERS:
+            return self._add(MODEL, ref.name)
+        for k in (SHAPE, CONSTANT):
+            for name in sources[k]:
+                self._add(k, name)
+        return []
 
     def _formal(self, ref: TensorRef, owner_id: str | None) -> list[TensorRef]:
         """What a body's formal input stands for: a Loop's iteration number (a counter), its
@@ -243,6 +260,18 @@ class _Trace:
         """The number a constant scalar tensor holds, else None."""
         found = self.value(ref)
         return float(found.reshape(-1)[0]) if found is not None and found.size == 1 else None
+
+
+def _outer_reads(mg: ModelGraph, node: Node) -> list[TensorRef]:
+    """The values of enclosing scopes that the bodies of `node` (a Loop, a Scan) read."""
+    if not mg.bodies(node.id):
+        return []
+    found = {}
+    for inner in mg.inside(node.id):
+        for r in inner.inputs:
+            if r is not None and not r.scope.startswith(node.id + "/") and r.scope != node.id:
+                found.setdefault(r)
+    return list(found)
 
 
 def describe(decision: Decision) -> str:
