@@ -118,7 +118,7 @@ def _decide(mg: ModelGraph, node: Node, value: Value) -> Decision:
             MODEL: f"{shown}, which the model computes"}[kind]
     told = "condition is" if node.op_type == "If" else "trip count and condition are"
     return Decision(node.id, node.op_type, kind, names, tuple(r.name for r in refs),
-                    f"its {told} {what}: {_WHAT[kind]} decide{'s' if kind != CONSTANT else ''}")
+                    f"its {told} {what}: {_WHAT[kind]} decide{'s' if kind in VALUE_DECIDERS else ''}")
 
 
 def _single_trip(trace: "_Trace", node: Node) -> bool:
