@@ -161,7 +161,7 @@ def audit(
     if batch_size is None:
         from graphaudit.batching import default_batch_size
 
-        batch_size, why = default_batch_size(loaded, static.conditional_execution, shapes)
+        batch_size, why = default_batch_size(loaded, static.model_decides, shapes)
     failure = None
     try:
         replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,

@@ -42,7 +42,7 @@ def batches_for(loaded: LoadedModel, graph: ModelGraph, batch_size: int | None, 
     fixed = fixed_batch(input_specs(loaded.model))
     notes = []
     if batch_size is None:
-        conditional = audit_static(loaded, coefficients=coefficients, graph=graph).conditional_execution
+        conditional = audit_static(loaded, coefficients=coefficients, graph=graph).model_decides
         batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
         notes.append(why)
     elif batch_size == fixed != DEFAULT_BATCH_SIZE:
@@ -58,8 +58,8 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
     """The replay's batch size when none is given, and why when it is not DEFAULT_BATCH_SIZE.
 
     The model's own batch when its inputs fix their first dimension (`data.fixed_batch`). 1 when
-    the graph has value-dependent control flow (`conditional_execution`, read from the
-    static audit when not given): an If or Loop decides once per batch. Otherwise as many inputs
+    the graph has control flow the model decides by values (`conditional_execution`, read from
+    the static audit's `model_decides` when not given; a caller's switch decides alike for the batch): an If or Loop decides once per batch. Otherwise as many inputs
     as keep one batch of the scored output within OUTPUT_BUDGET, its size per input read from
     the output's declared shape with symbolic dimensions taken from `input_shapes` (data
     shapes, batch first), up to DEFAULT_BATCH_SIZE.
@@ -68,7 +68,7 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
     if fixed is not None:
         return fixed, None if fixed == DEFAULT_BATCH_SIZE else fixed_note(fixed)
     if conditional_execution is None:
-        conditional_execution = audit_static(loaded).conditional_execution
+        conditional_execution = audit_static(loaded).model_decides
     if conditional_execution:
         return 1, ONE_PER_BATCH
     sized = _output_per_input(loaded.model, input_shapes or {})

@@ -366,22 +366,28 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
         inputs = profiled_inputs(profile)
         verdicts = {b.get("name"): b.get("verdict") for b in (static or {}).get("blocks") or []}
         fixed: list[str] = []  # the same part left out on every input, where no value decides it
+        by_mode: list[str] = []  # run on some inputs only, as the caller's switches chose (`ran_by_mode`)
         for b in pblocks:
             how = reduction(b, verdicts.get(b.get("name")))
             if how:
                 reduced.append(f"{b.get('name')} {how}")
             elif left_out(b):
-                fixed.append(f"{b.get('name')} {left_out(b)}")
+                fixed.append(f"{b.get('name')} {left_out(b)}{_why_left_out(static, b.get('name'))}")
+            elif b.get("ran_by_mode"):
+                by_mode.append(str(b.get("name")))
         if fixed:
             evidence.append(Evidence("profile", (
-                "the same on every input, so not conditional: " + "; ".join(fixed)
-                + " (a part the graph leaves out by shapes or constants, e.g. an If on a shape)")))
+                "the same on every input, so not the model's decision: " + "; ".join(fixed)
+                + ("" if any(": " in f for f in fixed) else
+                   " (a part the graph leaves out by a caller's switch, shapes or constants, e.g. an If on a shape)"))))
+        if by_mode:
+            evidence.append(Evidence("profile", (
+                f"{listed(by_mode)} ran on some inputs only, on all or none of those whose switches went one way: "
+                "the caller's choice of mode, not the model's")))
         if pblocks:
             evidence.append(Evidence("profile", (
                 "blocks skipped or shrunk at run time: " + "; ".join(reduced)) if reduced else
-                f"every one of {len(pblocks)} blocks ran "
-                + (f"the same on every profiled input ({', '.join(at_capacity)} at a fixed capacity)"
-                   if at_capacity else "in full on every profiled input")
+                _ran_in_full(len(pblocks), len(fixed) + len(by_mode), at_capacity)
                 + (f" ({inputs} inputs)" if inputs else "")))
     if static is None and profile is None:
         return Finding(NOT_MEASURED, "Not measured: neither the graph nor the runtime was examined.")
@@ -394,9 +400,16 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
             return Finding(NO, (f"No: {', '.join(at_capacity)} run at a fixed capacity, one size on every input "
                                 "(which rows, the input decides), and no block was skipped or shrunk by its "
                                 "input on the profiled inputs."), tuple(evidence))
-        if skippable:
+        if skippable and not fixed:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
+        if skippable:
+            return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but no input skipped or "
+                                f"shrank any; what was left out is the same on every input: {'; '.join(fixed)}."),
+                           tuple(evidence))
+        if by_mode:
+            return Finding(NO, (f"No: the model skipped or shrank no block; {listed(by_mode)} ran on some inputs "
+                                f"only, as the caller's switches chose{_callers_words(static)}."), tuple(evidence))
         if fixed:
             return Finding(NO, ("No: every input ran the same nodes of every block, in the graph and at run "
                                 f"time; what was left out is the same on every input: {'; '.join(fixed)}."),
@@ -407,3 +420,35 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
                             "branch or token subset); not profiled at run time."), tuple(evidence))
     return Finding(NOT_MEASURED, ("Not measured: the graph lets some blocks be skipped or shrunk, but "
                                   "nothing was profiled at run time."), tuple(evidence))
+
+
+def _ran_in_full(blocks: int, partly: int, at_capacity: list[str]) -> str:
+    """How many of `blocks` ran in full on every input, `partly` of them not (left out or by mode)."""
+    if at_capacity:
+        return f"every one of {blocks} blocks ran the same on every profiled input ({', '.join(at_capacity)} at a " \
+               "fixed capacity)"
+    if not partly:
+        return f"every one of {blocks} blocks ran in full on every profiled input"
+    return f"{blocks - partly} of {blocks} blocks ran in full on every profiled input"
+
+
+def _why_left_out(static: dict | None, block: str | None) -> str:
+    """Why no profiled input ran (part of) `block`, in words: the If or Loop whose body holds it and
+    who decides that (a caller's switch and its input, the input shapes, a constant); "" unknown."""
+    for d in (static or {}).get("decisions") or []:
+        if isinstance(d, dict) and block in (d.get("blocks") or []) and d.get("decided_by") != "model":
+            names = ", ".join(f"`{n}`" for n in (d.get("sources") or [])[:3])
+            why = {"caller": f"a switch the caller decides by {names or 'an input'}, which no profiled input set "
+                             "to run it",
+                   "shape": f"decided by the shapes of {names or 'the inputs'}, the same at these shapes",
+                   "constant": "decided by a constant, the same for every input"}.get(d.get("decided_by"), "")
+            return f": it lies inside {d.get('op', 'If')} `{d.get('node')}`, {why}" if why else ""
+    return ""
+
+
+def _callers_words(static: dict | None) -> str:
+    """The caller's switches that decide which blocks run, in words ("" when none)."""
+    found = [f"{d.get('op', 'If')} `{d.get('node')}` by {', '.join(f'`{n}`' for n in (d.get('sources') or [])[:3])}"
+             for d in (static or {}).get("decisions") or []
+             if isinstance(d, dict) and d.get("decided_by") == "caller" and d.get("conditional")]
+    return (" (" + "; ".join(found[:3]) + "), not the model" if found else "")

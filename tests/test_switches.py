@@ -1,8 +1,10 @@
 """An If that switches between two modes of one model (a decoder exported with and without its
 cache and merged into one graph, as Optimum's `decoder_model_merged.onnx`): branches that run
 the same compute on the same weights, or a condition that is a graph input passed on as it is
-(the caller's `use_cache_branch`). Not conditional execution: the graph and the runtime
-profile say so. Branches that differ, on a condition the model computes, stay `branch`."""
+(the caller's `use_cache_branch`). Not the model's decision (not dynamic, `--expect static`
+holds): the graph and the runtime profile say so; where the caller's branches differ, some
+compute does run or not as that input decides (conditional execution, decided by the caller).
+Branches that differ, on a condition the model computes, stay `branch`."""
 
 import numpy as np
 import onnx
@@ -81,7 +83,12 @@ def test_the_callers_flag_is_a_switch_whatever_the_branches_hold(else_weights, e
     report = audit_static(load_model(merged(else_weights, else_layers)))
     (control,) = report.controls
     assert control.kind == SWITCH and "the graph input `use_cache_branch` passed on as it is" in control.detail
-    assert not report.conditional_execution and "branch" not in [b.verdict for b in report.blocks]
+    assert "the caller chooses the branch" in control.detail
+    assert "branch" not in [b.verdict for b in report.blocks]
+    assert not report.dynamic and report.contradiction("static") is None
+    # what runs does depend on that input: the caller decides
+    assert report.conditional_execution and report.deciders == {"If#1": "caller"}
+    assert report.to_json()["decided_by"] == {"If#1": "caller"}
 
 
 @pytest.mark.parametrize("else_weights, else_layers", [("b", 2), ("", 1), ("", 0)],
@@ -156,3 +163,23 @@ def test_a_flag_compared_with_a_constant_node_is_the_callers_choice():
     onnx.checker.check_model(model, full_check=True)
     (control,) = audit_static(load_model(model)).controls
     assert control.kind == SWITCH and "`use_cache_branch`" in control.detail
+
+
+def test_a_block_no_input_ran_says_why_and_the_rest_are_not_said_to_run_in_full(tmp_path):
+    """Every input chose the mode without the second layer: that layer ran on none of them. The
+    verdict says so, with the caller's switch that left it out, and does not say every block ran."""
+    from graphaudit.verdict import conditional_execution
+
+    onnx.save(merged(else_layers=1), tmp_path / "model.onnx")
+    np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32),
+             use_cache_branch=np.array([False, False]))
+    report = profile_model(tmp_path / "model.onnx", tmp_path / "data.npz", runs=2, warmup=1, profile_runs=1,
+                           threads=1, opt_level="disable")
+    static = audit_static(load_model(merged(else_layers=1)))
+    finding = conditional_execution(static.to_json(), report.to_json())
+    texts = [finding.statement] + [e.text for e in finding.evidence]
+    assert finding.answer == "no"
+    assert not any("every one of" in t for t in texts), texts
+    assert any("1 of 2 blocks ran in full on every profiled input" in t for t in texts), texts
+    assert any("model.layers.1 ran on none of the inputs: it lies inside If `If#1`, a switch the caller decides by "
+               "`use_cache_branch`" in t for t in texts), texts

@@ -48,6 +48,8 @@ class ExecutionVerdicts:
     blocks: tuple[BlockVerdict, ...]
     controls: tuple[Evidence, ...]  # every If / Loop / Scan / search operator, dynamic or not
     outside: tuple[Evidence, ...]  # dynamic evidence on nodes that are in no block
-    conditional_execution: bool  # some node runs or not, or a varying number of times, by value
+    conditional_execution: bool  # some compute runs or not, or a varying number of times, by an input's value
     data_dependent_compute: bool  # some compute runs on a value-dependent subset
     skippable: frozenset[str]  # every node that can be skipped or shrunk, in a block or not
+    decisions: tuple = ()  # who decides each If and Loop (`analyses.decisions.Decision`)
+    model_decides: bool = False  # some of that conditional execution the model decides (not the caller)

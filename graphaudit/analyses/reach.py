@@ -4,7 +4,6 @@ and from there to the nearest block."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections import deque
 from typing import Iterator, Sequence
@@ -164,48 +163,3 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
             return block.index
     m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
     return int(m.group(1)) if m else fallback
-
-
-# What a caller's flag or mask passes through on its way to the decision it makes: a change of
-# layout or type, a negation, a comparison with a constant; nothing that computes from the data.
-PASSED_ON = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose", "Expand",
-                       "Not", "And", "Or", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"})
-_PASSED_OR_CONSTANT = PASSED_ON | {"Constant"}  # a threshold or a shape, as TorchScript writes them
-
-
-def inputs_alone(mg: ModelGraph, node: Node, limit: int = 64) -> tuple[str, ...] | None:
-    """The graph inputs that decide `node` when they reach it passed on as they are (PASSED_ON:
-    reshaped, cast, negated, compared with a constant), as a caller's attention mask reaches the
-    NonZero that removes its padding, or a `use_cache_branch` flag the If it decides. None when
-    anything else lies between (a router's scores, a mean of the data), or the walk does not end
-    within `limit` nodes."""
-    found: dict[str, None] = {}
-    seen: set[str] = set()
-    todo = deque([node])
-    while todo:
-        current = todo.popleft()
-        if current.id in seen:
-            continue
-        seen.add(current.id)
-        if len(seen) > limit:
-            return None
-        if current is not node and (current.domain or current.op_type not in _PASSED_OR_CONSTANT):
-            return None
-        for ref in current.inputs:
-            info = mg.tensors.get(ref) if ref is not None else None
-            if info is None:
-                continue
-            if info.kind == "input":
-                found[ref.name] = None
-            elif info.kind == "initializer" and not _small(info.shape):
-                return None
-            elif info.kind == "node_output" and info.producer is not None:
-                todo.append(mg.nodes[info.producer])
-            elif info.kind not in ("initializer", "node_output"):
-                return None  # a body's formal input, a value nothing defines: not followed
-    return tuple(found) or None
-
-
-def _small(shape) -> bool:
-    """Whether a tensor of `shape` holds a threshold or a shape (at most 64 values), not a weight."""
-    return shape is not None and all(isinstance(d, int) for d in shape) and math.prod(shape) <= 64

@@ -9,7 +9,7 @@ the graph against the cheapest one that input values can choose (`analyses.paths
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import onnx
@@ -20,9 +20,11 @@ from graphaudit.graph_build import paused_gc
 from graphaudit.load import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.decisions import MODEL, Decision
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.flops import FlopCount
-from graphaudit.analyses.static_flops import Capacity, LoopFlops, static_flops
+from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
+from graphaudit.analyses.trips import constant_values
 from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.verdicts import Evidence, execution_verdicts
 
@@ -123,21 +125,30 @@ class StaticReport:
     flops: FlopSummary | None
     inlined_calls: int = 0  # calls of local functions inlined at load (graphaudit.inline)
     repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
+    decisions: tuple[Decision, ...] = ()  # who decides each If and Loop
+    model_decides: bool = False  # some conditional execution is the model's own decision
 
     @property
     def dynamic(self) -> bool:
-        """Whether any compute can be skipped or shrunk for some inputs."""
-        return self.conditional_execution or self.data_dependent_compute
+        """Whether the model itself can skip or shrink some compute for some inputs (its own
+        decisions, not the caller's switches)."""
+        return self.model_decides or self.data_dependent_compute
+
+    @property
+    def deciders(self) -> dict[str, str]:
+        """If / Loop id -> who decides it (caller, shape, constant, model)."""
+        return {d.node: d.decided_by for d in self.decisions}
 
     def contradiction(self, claim: str) -> str | None:
         """Why the graph contradicts `claim` ("dynamic" or "static"), or None when it does not."""
         if claim == "static" and self.dynamic:
-            found = [e for e in self.controls if e.dependence == "value" and e.kind != SWITCH] + [
+            found = [e for e in self.controls if e.dependence == "value" and e.kind != SWITCH
+                     and self.deciders.get(e.node, MODEL) == MODEL] + [
                 e for b in self.blocks if b.verdict in ("branch", "subset") for e in b.evidence[:1]
             ] + list(self.outside_blocks)
             where = "; ".join(dict.fromkeys(f"{e.op} `{e.node}`" for e in found))
             where = "; ".join(where.split("; ")[:3])
-            what = "conditional execution" if self.conditional_execution else "data-dependent compute"
+            what = "conditional execution the model decides" if self.model_decides else "data-dependent compute"
             return f"expected static execution, found {what} ({where})"
         if claim == "dynamic" and not self.dynamic:
             verdicts = sorted({b.verdict for b in self.blocks}) or ["no blocks"]
@@ -156,6 +167,8 @@ class StaticReport:
             "blocks": [b.to_json() for b in self.blocks],
             "coefficients": [c.to_json() for c in self.coefficients],
             "conditional_execution": self.conditional_execution,
+            "decided_by": {d.node: d.decided_by for d in self.decisions if d.conditional},
+            "decisions": [d.to_json() for d in self.decisions],
             "data_dependent_compute": self.data_dependent_compute,
             "dynamic": self.dynamic,
             "control_flow": [e.to_json() for e in self.controls],
@@ -185,7 +198,7 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
     dm = analyse_dependence(mg)
     blocks = find_blocks(mg, block_pattern)
     coefs = resolve_coefficients(loaded, mg, coefficients, blocks=blocks, dependence=dm)
-    verdicts = execution_verdicts(mg, blocks, coefs, dm)
+    verdicts = execution_verdicts(mg, blocks, coefs, dm, constant_values(mg, small_initializers(loaded.model)))
     fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
                 for r in mg.inputs if r in mg.tensors)
     at = shapes or ({r.name: mg.tensors[r].shape for r in mg.inputs if r in mg.tensors} if fixed else None)
@@ -224,4 +237,12 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         flops=summary,
         inlined_calls=loaded.inlined_calls,
         repairs=loaded.repairs,
+        decisions=tuple(replace(d, blocks=_blocks_inside(mg, d.node, verdicts)) for d in verdicts.decisions),
+        model_decides=verdicts.model_decides,
     )
+
+
+def _blocks_inside(mg: ModelGraph, owner: str, verdicts) -> tuple[str, ...]:
+    """The blocks with compute nodes inside the If or Loop `owner`."""
+    inside = {n.id for n in mg.inside(owner)}
+    return tuple(bv.block.name for bv in verdicts.blocks if not inside.isdisjoint(bv.block.node_ids))

@@ -105,7 +105,7 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
     """Return the StaticFlops of `model` (graph model `mg`, dependence `dm`, `verdicts`) with the
     graph inputs at `shapes` (`at`: every input's shape, for inference; None when not all known)."""
     dims = bind_dims(mg, shapes)
-    value = constant_values(mg, _small_initializers(model))
+    value = constant_values(mg, small_initializers(model))
     capacity = [bv.block.index for bv in verdicts.blocks
                 if bv.verdict == SUBSET and any(e.size == CAPACITY for e in bv.evidence)]
     count = count_flops(mg, shapes)
@@ -250,7 +250,7 @@ def _experts_words(experts: tuple[ExpertRows, ...]) -> str:
         " (the experts' masks are disjoint; each expert's FLOPs in proportion to its rows)" if experts else "")
 
 
-def _small_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+def small_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """The main graph's initializers of up to 64 values stored in the file (trip counts, limits)."""
     return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
             if t.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(t.dims, dtype=np.int64)) <= 64}

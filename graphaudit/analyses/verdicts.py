@@ -18,7 +18,10 @@ Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
 
 Only `branch` and `subset` can save compute. An If or Loop decided by a constant or by
 input shapes alone is not dynamic; nor is a switch (`analyses.switches`): an If whose branches
-run the same compute on the same weights, or whose condition is a graph input passed on as it is.
+run the same compute on the same weights, or whose condition the caller decides
+(`analyses.decisions`). Who decides each If and Loop is kept with the verdicts: conditional
+execution (some compute runs or not as an input's value decides) may be the caller's choice;
+`branch` is the model's.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph, Node, Scope, TensorRef
 from graphaudit.analyses.blockmap import Block, BlockMap
 from graphaudit.analyses.evidence import BlockVerdict, Evidence, ExecutionVerdicts
-from graphaudit.analyses.reach import GATING, block_upstream, inputs_alone, reached_consumers
-from graphaudit.analyses.dependence import CONTRIB_LOOPS, VALUE, DependenceMap
+from graphaudit.analyses.reach import GATING, block_upstream, reached_consumers
+from graphaudit.analyses.controls import control_evidence
+from graphaudit.analyses.decisions import CALLER, VALUE_DECIDERS, callers_alone, describe
+from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.dispatch import combines, dispatch_operands, indicates
 from graphaudit.analyses.flops import is_counted
 from graphaudit.analyses.order import execution_order
-from graphaudit.analyses.switches import SWITCH, switches
+from graphaudit.analyses.switches import SWITCH
+from graphaudit.analyses.trips import Value
 
 ALWAYS, GATED, MASKED, SUBSET, BRANCH = "always", "gated", "masked", "subset", "branch"
 VERDICTS = (ALWAYS, GATED, MASKED, SUBSET, BRANCH)  # weakest to strongest
@@ -55,10 +61,12 @@ _INDEX_TYPES = frozenset({2, 3, 4, 5, 6, 7, 9, 12, 13})  # (u)int8..64 and bool
 
 
 def execution_verdicts(
-    mg: ModelGraph, blocks: BlockMap, coefficients: tuple[Coefficient, ...], dependence: DependenceMap
+    mg: ModelGraph, blocks: BlockMap, coefficients: tuple[Coefficient, ...], dependence: DependenceMap,
+    value: Value | None = None,
 ) -> ExecutionVerdicts:
-    """Return the ExecutionVerdicts of `mg` with its blocks, coefficients and dependence."""
-    return _Audit(mg, blocks, coefficients, dependence).run()
+    """Return the ExecutionVerdicts of `mg` with its blocks, coefficients and dependence. `value`:
+    the value of a constant tensor (`trips.constant_values`), for the trip counts of Loops."""
+    return _Audit(mg, blocks, coefficients, dependence, value).run()
 
 
 def _op(node: Node) -> str:
@@ -66,8 +74,8 @@ def _op(node: Node) -> str:
 
 
 class _Audit:
-    def __init__(self, mg, blocks, coefficients, dm):
-        self.mg, self.blocks, self.coefficients, self.dm = mg, blocks, coefficients, dm
+    def __init__(self, mg, blocks, coefficients, dm, value=None):
+        self.mg, self.blocks, self.coefficients, self.dm, self.value = mg, blocks, coefficients, dm, value
         self.evidence: dict[str, list[Evidence]] = {}  # node id -> evidence found at it
         self.kinds: dict[str, str] = {}  # node id -> verdict that evidence supports
         self.skippable: set[str] = set()
@@ -80,7 +88,8 @@ class _Audit:
         self.kinds.setdefault(at, verdict)
 
     def run(self) -> ExecutionVerdicts:
-        controls, dynamic = self._controls()
+        controls, dynamic, decided = control_evidence(self.mg, self.dm, self.value)
+        self.chosen = {d.node: d for d in decided if d.conditional and d.decided_by == CALLER}
         self._regions(dynamic)
         self._gates()
         self._flow()
@@ -88,38 +97,13 @@ class _Audit:
         outside = tuple(ev for nid, evs in self.evidence.items() if self.blocks.block_of(nid) is None
                         for ev in evs if self.kinds[nid] in SAVES_COMPUTE and ev.kind not in ("branch", "loop"))
         return ExecutionVerdicts(blocks=per_block, controls=controls, outside=_dedupe(outside),
-                                 conditional_execution=bool(dynamic),
+                                 conditional_execution=any(d.conditional and d.decided_by in VALUE_DECIDERS
+                                                           for d in decided),
+                                 decisions=decided, model_decides=bool(dynamic),
                                  data_dependent_compute=any(k == SUBSET for k in self.kinds.values()),
                                  skippable=frozenset(self.skippable))
 
     # -- control flow ----------------------------------------------------------------------
-    def _controls(self) -> tuple[tuple[Evidence, ...], dict[str, Evidence]]:
-        found, dynamic = [], {}
-        controls = self.dm.controls
-        valued = any(c.op == "If" and c.dependence == VALUE for c in controls.values())
-        switched = switches(self.mg) if valued else {}
-        for node in self.mg.nodes.values():
-            control = controls.get(node.id)
-            contrib_loop = node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS
-            if control is None and not contrib_loop:
-                continue
-            dep = "value" if contrib_loop else str(control.dependence)
-            tensors = ", ".join(r.name for r in control.tensors) if control else None
-            reason = control.reason if control else f"{_op(node)} decodes until every sequence ends"
-            kind = "branch" if node.op_type == "If" else "loop"
-            if dep == "value" and node.id in switched:
-                found.append(Evidence(SWITCH, node.id, _op(node), tensors or None, dep,
-                                      f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}; "
-                                      f"{switched[node.id]}; not dynamic"))
-                continue
-            ev = Evidence(kind, node.id, _op(node), tensors or None, dep,
-                          f"{_op(node)} `{node.id}` ({node.describe_scope()}): {reason}"
-                          + ("" if dep == "value" else "; not dynamic"))
-            found.append(ev)
-            if dep == "value":
-                dynamic[node.id] = ev
-        return tuple(found), dynamic
-
     def _regions(self, dynamic: dict[str, Evidence]) -> None:
         """Mark every node under a dynamic If / Loop / search operator as skippable."""
         self.region: dict[str, str] = {}
@@ -349,7 +333,7 @@ class _Audit:
             size = "data-dependent" if dm.shape(picked if picked is not None else expert) == VALUE \
                 else "fixed (capacity)"
             source = f" (from {_op(mg.nodes[origin])} `{origin}`)" if origin else ""
-            caller = inputs_alone(mg, mg.nodes[origin]) if origin else None
+            caller = callers_alone(mg, mg.nodes[origin]) if origin else None
             what = f"rows of `{data.name}`" if picked is not None and sel.op_type != "Einsum" else \
                 f"at most a fixed number of rows of `{data.name}` per expert into its slots (a one-hot dispatch)" \
                 if picked is not None else \
@@ -424,8 +408,23 @@ class _Audit:
         if self.gate_of.get(block.index):  # what weights first, what chooses or divides after
             found[GATED] = sorted(self.gate_of[block.index], key=lambda ev: ev.op in ("Where", "Div"))
         verdict = next((v for v in reversed(VERDICTS) if found.get(v)), ALWAYS)
-        evidence = [ev for v in reversed(VERDICTS) for ev in found.get(v, ())]
+        evidence = [ev for v in reversed(VERDICTS) for ev in found.get(v, ())] + self._chosen_in(compute)
         return BlockVerdict(block, verdict, _dedupe(evidence), frozenset(ids & self.skippable))
+
+
+    def _chosen_in(self, compute: set[str]) -> list[Evidence]:
+        """Where some of `compute` runs only in a branch of an If the caller decides: which, and
+        by which input (what runs depends on it, by the caller's choice, not the model's)."""
+        found = []
+        for owner, decision in self.chosen.items() if self.chosen else ():
+            scopes = [next(s for s in self.mg.nodes[n].scopes if s.owner == owner) for n in compute
+                      if any(s.owner == owner for s in self.mg.nodes[n].scopes)]
+            if scopes:
+                first = max(set(scopes), key=lambda scope: (scopes.count(scope), scope.kind))
+                found.append(Evidence(SWITCH, owner, decision.op, ", ".join(decision.tensors) or None, "value",
+                                      f"{scopes.count(first)} of the block's {len(compute)} compute nodes run only "
+                                      f"in the {first.describe()}, which {describe(decision)} chooses"))
+        return found
 
 
 def _gating(reached: list[Node]) -> list[Node]:

@@ -7,6 +7,7 @@ import json
 import click
 from tabulate import tabulate
 
+from graphaudit.analyses.decisions import VALUE_DECIDERS, describe
 from graphaudit.analyses.static import CLAIMS, BlockReport, FlopSummary, StaticReport, audit_static
 from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
@@ -124,6 +125,16 @@ def _flop_lines(f: FlopSummary) -> list[str]:
     return lines
 
 
+def _conditional_line(r: StaticReport) -> str:
+    """Whether some compute runs or not as an input decides, who decides each, and the model's part."""
+    who = [f"{d.op} `{d.node}` by {describe(d)}" for d in r.decisions if d.conditional and d.decided_by in VALUE_DECIDERS]
+    shown = "; ".join(who[:4]) + (f"; {len(who) - 4} more" if len(who) > 4 else "")
+    return (f"conditional execution: {'yes' if r.conditional_execution else 'no'}"
+            + (f" (decided {shown})" if who else "")
+            + f"; the model's own decisions: {'yes' if r.model_decides else 'no'}"
+            + f"; data-dependent compute: {'yes' if r.data_dependent_compute else 'no'}")
+
+
 def render_text(r: StaticReport) -> str:
     """The report as terminal text."""
     lines = [
@@ -151,8 +162,7 @@ def render_text(r: StaticReport) -> str:
         lines.append(f"control flow: {ev.detail}")
     for ev in r.outside_blocks:
         lines.append(f"outside blocks: {ev.detail}")
-    lines.append(f"conditional execution: {'yes' if r.conditional_execution else 'no'}; "
-                 f"data-dependent compute: {'yes' if r.data_dependent_compute else 'no'}")
+    lines.append(_conditional_line(r))
     if r.flops is None:
         lines.append("FLOPs: not counted (give --shape NAME=DIMS or --data FILE.npz)")
     else:

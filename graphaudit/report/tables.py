@@ -99,8 +99,10 @@ def static_table(doc: dict) -> Table | None:
                                  for e in evidence[:2])
         rows.append((b.get("index", ""), b.get("name", ""), b.get("verdict", ""), _block_flops(b),
                      _short(evidence or "", 80)))
-    note = (f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}; "
-            f"data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
+    deciders = sorted(set((static.get("decided_by") or {}).values()))
+    note = (f"conditional execution in the graph: {'yes' if static.get('conditional_execution') else 'no'}"
+            + (f" (decided by {', '.join(deciders)})" if deciders and static.get("conditional_execution") else "")
+            + f"; data-dependent compute: {'yes' if static.get('data_dependent_compute') else 'no'}")
     flops = static.get("flops") or {}
     if num(flops.get("total")) is not None:
         uncounted = flops.get("skippable_uncounted_nodes") or 0
