@@ -79,7 +79,8 @@ def decisions(mg: ModelGraph, value: Value | None = None) -> dict[str, Decision]
     found = {}
     for node in mg.nodes.values():
         if node.domain == "com.microsoft" and node.op_type in CONTRIB_LOOPS:
-            found[node.id] = Decision(node.id, node.op_type, MODEL, (), (),
+            # input 0 holds the prompt, input 1 max_length (ONNX Runtime's search operators alike)
+            found[node.id] = Decision(node.id, node.op_type, MODEL, (), tuple(r.name for r in node.inputs[:2] if r),
                                       f"{node.op_type} decodes until every sequence ends: the model decides")
         elif node.domain in ("", "ai.onnx") and node.op_type in ("If", "Loop") and mg.bodies(node.id):
             found[node.id] = _decide(mg, node, value)
