@@ -156,3 +156,17 @@ def test_a_value_numbered_by_its_exporter_is_no_block_but_a_modules_parameter_is
     assert paddle.blocks == (), paddle.method
     torch = find_blocks(build_graph(graph([f"blocks.{i}.0.weight" for i in range(3)])))
     assert [b.name for b in torch.blocks] == ["blocks.0", "blocks.1", "blocks.2"]
+
+
+def test_a_gates_depth_counts_layers_of_weights_not_the_nodes_an_exporter_spells_between():
+    # two parallel stages: one convolution and then a long run of value-preserving nodes and
+    # activations (an exporter's Identity, Reshape, Relu), or two convolutions. The second
+    # gate sits deeper in the network, however many nodes the first one's path spells out.
+    b = _Builder()
+    shallow = b.node("Conv", ["x", b.weight(E, C, 1, 1)])
+    for _ in range(6):
+        shallow = b.node("Relu", [b.node("Identity", [shallow])])
+    deep = b.node("Conv", [b.node("Conv", ["x", b.weight(E, C, 1, 1)]), b.weight(E, E, 1, 1)])
+    model = b.model(b.node("Add", [b.se(shallow, 0), b.se(deep, 1)]))
+    _, gates = _gates(model)
+    assert [(g[0], g[2]) for g in gates] == [("hardsigmoid_0.tmp_0", 0), ("hardsigmoid_1.tmp_0", 1)]

@@ -6,8 +6,10 @@ runs between the stages that change its width (MobileNetV3's four in a row, of f
 bottlenecks), so most of its gates lie in no block, and the nearest block upstream, or the
 number its name ends in (Paddle's `hardsigmoid_6.tmp_0`), would give many of them one layer.
 There, a coefficient's layer is the rank, among its family's, of the depth of the node it
-weights, routes or decides (the longest path to it from the graph inputs): gates one after the
-other each get their own, parallel ones at the same depth share one.
+weights, routes or decides: the most layers of learned weights (`LAYER_OPS`) on a path to it
+from the graph inputs, so that how an exporter spells what lies between (Identity, Reshape, a
+bias Add of its own) does not move it. Gates one after the other each get their own, parallel
+ones at the same depth share one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from graphaudit.coefficients import Coefficient
 from graphaudit.graph import ModelGraph
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.reach import DECIDING, GATING, reached_consumers, routes
+
+# The operators that apply a layer of learned weights: each adds one to the depth of what follows it.
+LAYER_OPS = frozenset({
+    ("", "Conv"), ("", "ConvTranspose"), ("", "ConvInteger"), ("", "QLinearConv"), ("", "Gemm"),
+    ("", "MatMul"), ("", "MatMulInteger"), ("", "QLinearMatMul"), ("", "RNN"), ("", "GRU"), ("", "LSTM"),
+    ("com.microsoft", "FusedConv"), ("com.microsoft", "FusedGemm"), ("com.microsoft", "FusedMatMul"),
+    ("com.microsoft", "QGemm"), ("com.microsoft", "MatMulNBits"), ("com.microsoft", "MatMulIntegerToFloat"),
+})
 
 
 def named_layers(blocks: BlockMap | None) -> bool:
@@ -51,12 +61,13 @@ def _depth(mg: ModelGraph, tensor: str, depths: dict[str, int]) -> int:
 
 
 def _node_depths(mg: ModelGraph) -> dict[str, int]:
-    """Each main-graph node's longest distance from the graph inputs, in nodes (in file order,
-    which ONNX keeps topological)."""
+    """Each main-graph node's depth: the most layers of learned weights (`LAYER_OPS`) on a path
+    from the graph inputs to it, itself included (in file order, which ONNX keeps topological)."""
     depths: dict[str, int] = {}
     for node in mg.nodes.values():
         if node.scopes:
             continue
-        before = [depths.get(p.id, -1) for r in node.inputs if r is not None for p in [mg.producer(r)] if p is not None]
-        depths[node.id] = max(before, default=-1) + 1
+        before = [depths.get(p.id, 0) for r in node.inputs if r is not None for p in [mg.producer(r)] if p is not None]
+        own = (("" if node.domain in ("", "ai.onnx") else node.domain), node.op_type) in LAYER_OPS
+        depths[node.id] = max(before, default=0) + own
     return depths
