@@ -102,13 +102,14 @@ def parse_output_kinds(entries: Sequence[str]) -> dict[str, str]:
 
 
 def confirmed(reading: OutputKind, out: np.ndarray) -> OutputKind:
-    """`reading`, or what it becomes when the first batch `out` contradicts it: probabilities
-    that do not sum to 1 over the last axis (log-probabilities whose exponentials do not) were
+    """`reading`, or what it becomes when the first input of the first batch `out` contradicts it:
+    probabilities that do not sum to 1 over the last axis (log-probabilities whose exponentials do not) were
     normalised over another axis, and are read as values; a Sigmoid's values outside [0, 1] too.
     The user's word is taken as it is."""
     if reading.given or reading.kind not in (PROBS, LOGPROBS) or not np.issubdtype(out.dtype, np.floating):
         return reading
-    values = np.asarray(out, dtype=np.float64)
+    # the first input tells the axis: a pass over it alone keeps a large vocabulary's batch uncopied
+    values = np.asarray(out[:1], dtype=np.float64)
     finite = values[np.isfinite(values)] if reading.kind == PROBS else values
     if reading.bernoulli:
         if finite.size and (finite.min() < 0 or finite.max() > 1):
