@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from typing import TYPE_CHECKING
 
@@ -103,6 +103,7 @@ def audit(
     threads: int | None = None,
     flush_denormals: bool = True,
     rewrite: bool = True,
+    output_kinds: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
@@ -116,6 +117,7 @@ def audit(
     `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
     `flush_denormals`: the replay's (see `replay`); the profile runs in ONNX Runtime's default mode.
     `rewrite`: the replay's (see `replay`); the profile runs the model's operators as exported.
+    `output_kinds`: the replay's (see `replay`): what an output holds, over what the graph says.
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -131,6 +133,10 @@ def audit(
 
     report = progress or silent
     loaded = load_for_runtime(model)
+    if output_kinds:  # a name or kind given wrong: before anything runs
+        from graphaudit.analyses.output_kinds import read_outputs
+
+        read_outputs(loaded.model, output_kinds)
     notes: list[str] = []
     is_baseline = _same_file(model, baseline)
     if is_baseline:
@@ -165,7 +171,7 @@ def audit(
     failure = None
     try:
         replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,
-                           flush_denormals, rewrite, progress)
+                           flush_denormals, rewrite, output_kinds, progress)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -225,12 +231,12 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
 
 
 def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
-            rewrite, progress):
+            rewrite, output_kinds, progress):
     from graphaudit.replay import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
                     batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
-                    rewrite=rewrite, progress=progress)
+                    rewrite=rewrite, output_kinds=output_kinds, progress=progress)
     return result if result.coefficients else None
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
+from graphaudit.analyses.output_kinds import OutputKind
 from graphaudit.capture import CoefficientCache, LiveCheck, native
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import Feed
@@ -26,7 +27,7 @@ from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.bootstrap import mix64
-from graphaudit.metrics.outputs import Targets, log_probs_at, log_softmax
+from graphaudit.metrics.outputs import Targets, log_probs_of
 from graphaudit.runtime import replaying
 
 DEFAULT_TOLERANCE = 1e-4
@@ -141,7 +142,7 @@ class EveryInputCheck:
         else:  # the output's values, or for logits without targets their log-probabilities
             frozen = reference.output.reshape(len(live), -1)
             kept = kept_positions(frozen.shape[1])
-            if reference.probs is not None:
+            if reference.probs is not None and not reference.per_value:
                 self.kind = ROW_LOG_PROBS_KIND if kept is None else SAMPLED_LOG_PROBS_KIND
             else:
                 self.kind = OUTPUTS_KIND if kept is None else SAMPLED_KIND
@@ -190,27 +191,28 @@ def _difference(frozen: np.ndarray, live: np.ndarray, nan: float = np.nan) -> np
     return diff
 
 
-def every_input_summary(data: InputData) -> LiveCheck:
+def every_input_summary(data: InputData, readings: Mapping[str, OutputKind] | None = None) -> LiveCheck:
     """What the capture keeps of every evaluation input for EveryInputCheck: for logits, the live
     log-probability of each target (NaN where none is scored), or of every class when there are
     no targets (a classifier's data without labels); for other float outputs of at most
     WHOLE_OUTPUT_LIMIT values per input, the whole output; for larger ones, the values at the
-    `kept_positions` of each input's flattened output; for other outputs, nothing."""
+    `kept_positions` of each input's flattened output; for other outputs, nothing. `readings`:
+    what the graph says each output holds, as the replay's task reads it."""
     tasks: list[Task] = []  # decided on the first batch, as the replay's own task is
 
     def summarise(outputs, feeds, rows):
         labels = {k: v[rows] for k, v in data.labels.items()}
         if not tasks:
-            tasks.append(task_for(outputs, feeds, labels))
+            tasks.append(task_for(outputs, feeds, labels, readings))
         task = tasks[0]
         out = outputs[task.output]
         truth = Targets.of(task, out.shape, feeds, labels) if task.logits else None
         if truth is not None:
-            return np.where(truth.mask, log_probs_at(out, truth.flat), np.nan).astype(np.float32)
+            return np.where(truth.mask, log_probs_of(task.scale, out, truth.flat), np.nan).astype(np.float32)
         if not np.issubdtype(out.dtype, np.floating):
             return None
-        if task.logits:  # logits without targets: the replay compares their log-probabilities
-            out = log_softmax(out.astype(np.float32, copy=False))
+        if task.logits:  # a distribution without targets: the replay compares its log-probabilities
+            out = log_probs_of(task.scale, out)
         flat = out.reshape(len(out), -1)
         kept = kept_positions(flat.shape[1])
         return (flat if kept is None else flat[:, kept]).astype(np.float32)

@@ -33,6 +33,7 @@ from graphaudit.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.named import split_entry
+from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
@@ -54,7 +55,7 @@ from graphaudit.replay_loop import run_conditions
 from graphaudit.rewrite import rewritten
 from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, quantized_pairs,
                                 resolve_providers, slow_fusions)
-from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_softmax
+from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_probs
 from graphaudit.wording import TRACED_SIZES, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
@@ -70,12 +71,13 @@ class ConditionResult:
     delta_nll: Estimate
     divergence: Estimate  # KL from `correct` (or squared difference for non-logit outputs)
     accuracy: Estimate
-    mse: Estimate
+    mse: Estimate  # against the data's targets
+    delta_mse: Estimate = Estimate(None, None)  # mse − mse(correct), paired
 
     def to_json(self, divergence: str = "kl") -> dict:
         out = {"nll": self.nll.value, "delta_nll": self.delta_nll.value, "ci": _ci(self.delta_nll),
                "nll_ci": _ci(self.nll), divergence: self.divergence.value, f"{divergence}_ci": _ci(self.divergence)}
-        for key, e in (("accuracy", self.accuracy), ("mse", self.mse)):
+        for key, e in (("accuracy", self.accuracy), ("mse", self.mse), ("delta_mse", self.delta_mse)):
             if e.value is not None:
                 out[key], out[f"{key}_ci"] = e.value, _ci(e)
         return out
@@ -176,6 +178,7 @@ def replay(
     threads: int | None = None,
     flush_denormals: bool = True,
     rewrite: bool = True,
+    output_kinds: Mapping[str, str] | None = None,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
@@ -192,6 +195,9 @@ def replay(
     computation in operators ONNX Runtime does faster (`graphaudit.rewrite`; the counts are in
     `settings["rewrites"]`); False runs its operators as exported.
 
+    `output_kinds`: output name -> logits, probs, logprobs or regression, what the output holds,
+    over what the graph says (`analyses.output_kinds.read_outputs`; the report says which and why).
+
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
     A model whose inputs fix their first dimension runs that many inputs at a time (another
@@ -205,6 +211,7 @@ def replay(
     if threads is not None:
         check_threads(threads)
     loaded = load_for_runtime(model)
+    readings = read_outputs(loaded.model, output_kinds)  # a name or kind given wrong: before anything runs
     graph = build_graph(loaded.model)
     coefs = resolve(loaded, coefficients, graph)
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
@@ -257,14 +264,14 @@ def replay(
                                               weights_folder=loaded.weights_folder, check=check,
                                               validate=scored_output, threads=threads, open_session=trace_session))
                   for label, d, check in (("calibration", calibration, None),
-                                          ("evaluation", evaluation, every_input_summary(evaluation)))]
+                                          ("evaluation", evaluation, every_input_summary(evaluation, readings)))]
         trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         notes: dict[str, str] = {}
         feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
         if "cross_input" in notes:
             settings["padding"] += f"; {notes['cross_input']}"
-        task = _task(caches[1], evaluation, batch_size)
+        task = _task(caches[1], evaluation, batch_size, readings)
         frozen = frozen_graph(loaded.model, coefs)
         live = live_decisions(frozen, coefs)
         if live:
@@ -320,10 +327,11 @@ def replay(
 
 
 def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """`frozen` (changed: the copy is the replay's) as the replay runs it: with the log-softmax of
-    logits as an output, and its operators `rewritten` when `rewrite`; and the rewrites made."""
-    if task.logits:
-        frozen = with_log_softmax(frozen, task.output, task.fetch, in_place=True)
+    """`frozen` (changed: the copy is the replay's) as the replay runs it: with the log-probabilities
+    of a distribution as an output (unless it holds them), and its operators `rewritten` when
+    `rewrite`; and the rewrites made."""
+    if task.fetch != task.output:
+        frozen = with_log_probs(frozen, task.output, task.fetch, task.scale, in_place=True)
     return rewritten(frozen, in_place=True) if rewrite else (frozen, {})
 
 
@@ -359,18 +367,18 @@ def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficie
         raise GraphAuditError(f"expected the scored output {name!r} to hold values, found shape {shown}")
 
 
-def _task(cache: CoefficientCache, data: InputData, batch_size: int) -> Task:
-    """What the outputs mean, read from the live outputs of the first batch."""
+def _task(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind]) -> Task:
+    """What the outputs mean, read from the graph (`readings`) and the live outputs of the first batch."""
     rows, inputs = next(data.batches(batch_size))
-    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()})
+    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()}, readings)
 
 
 def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, level: float) -> ConditionResult:
-    scored = task.labels is not None and task.logits  # accuracy only against given labels
+    scored = task.labels == "labels" and (task.logits or task.bernoulli)  # accuracy only against given labels
     return ConditionResult(name, estimate(*s.figure("nll"), level), difference(s, correct, "nll", level),
                            estimate(*s.figure("divergence"), level),
                            estimate(*s.figure("accuracy"), level) if scored else Estimate(None, None),
-                           estimate(*s.figure("mse"), level))
+                           estimate(*s.figure("mse"), level), difference(s, correct, "mse", level))
 
 
 def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
@@ -88,19 +89,42 @@ def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tupl
 
 
 def with_log_softmax(model: onnx.ModelProto, output: str, name: str, *, in_place: bool = False) -> onnx.ModelProto:
-    """Return a copy of `model` with the log-softmax (last axis) of graph output `output` as output
-    `name`; `in_place`: `model` itself so changed, for a caller that owns it (the copy of a large
-    model's weights is most of the call's time)."""
+    """Return `model` with the log-softmax (last axis) of graph output `output` as output `name`
+    (`with_log_probs` of logits)."""
+    return with_log_probs(model, output, name, "logits", in_place=in_place)
+
+
+def with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, *,
+                   in_place: bool = False) -> onnx.ModelProto:
+    """Return a copy of `model` with the log-probabilities of graph output `output` as output
+    `name`: the log-softmax (last axis) of logits (`scale` "logits"), or the log of
+    probabilities ("probs") clipped at float32's smallest normal number, as `metrics.outputs`
+    clips them. `in_place`: `model` itself so changed, for a caller that owns it (the copy of a
+    large model's weights is most of the call's time)."""
     copy = model if in_place else onnx.ModelProto()
     if not in_place:
         copy.CopyFrom(model)
     found = next((o for o in copy.graph.output if o.name == output), None)
     if found is None:
         raise GraphAuditError(f"expected a graph output named {output!r}, found {[o.name for o in copy.graph.output]}")
-    copy.graph.node.append(helper.make_node("LogSoftmax", [output], [name], name=name, axis=-1))
+    elem = found.type.tensor_type.elem_type
+    if scale == "logits":
+        copy.graph.node.append(helper.make_node("LogSoftmax", [output], [name], name=name, axis=-1))
+    else:
+        value = output
+        if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):  # float16's smallest is 6e-5
+            value = f"{name}/float"
+            copy.graph.node.append(helper.make_node("Cast", [output], [value], name=value, to=onnx.TensorProto.FLOAT))
+            elem = onnx.TensorProto.FLOAT
+        tiny = helper.make_tensor(f"{name}/tiny", elem, [], [float(np.finfo(np.float32).tiny)])
+        copy.graph.node.extend([
+            helper.make_node("Constant", [], [f"{name}/tiny"], name=f"{name}/tiny", value=tiny),
+            helper.make_node("Max", [value, f"{name}/tiny"], [f"{name}/clipped"], name=f"{name}/clipped"),
+            helper.make_node("Log", [f"{name}/clipped"], [name], name=name)])
     out = copy.graph.output.add()
     out.CopyFrom(found)
     out.name = name
+    out.type.tensor_type.elem_type = elem
     return copy
 
 

@@ -38,6 +38,9 @@ MATERIAL_NATS = 0.01
 # Layer and slot together explain this much more of a family's variance than layer identity alone:
 # the headline says so (a static profile per layer and slot keeps that much).
 SLOT_MORE = 0.10
+# A reassignment "hurts" a model scored by MSE against targets when its ΔMSE interval lies wholly
+# above this share of the correct coefficients' MSE.
+MATERIAL_MSE_SHARE = 0.01
 REASSIGNMENTS = ("cross_input", "token_shuffle")
 REASSIGNED_WORDS = {"cross_input": "another input's coefficients", "token_shuffle": "its own shuffled over tokens"}
 PROFILES = ("static_layer", "static_position")
@@ -224,6 +227,8 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         evidence.append(Evidence("replay", (
             f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) stayed live in every "
             "condition: made from the input, not from the fed coefficients, which no condition reassigned")))
+    if not measured and any(num((conditions.get(n) or {}).get("delta_mse")) is not None for n in REASSIGNMENTS):
+        return _from_mse(replay, conditions, evidence)
     if not measured:
         return _from_outputs(replay, conditions, evidence)
     gap_words = ""
@@ -316,8 +321,36 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
         return Finding(NO, (f"No: feeding the frozen model {fed} changes its output distribution by no measurable "
                             f"amount above {MATERIAL_NATS:g} nats of KL; {no_loss}."), tuple(evidence))
     how = "moved measurably" if moved else "did not move measurably"
-    return Finding(NOT_MEASURED, (f"Not measured: {no_loss}, and {output!r} is not logits, so no KL either; fed "
+    return Finding(NOT_MEASURED, (f"Not measured: {no_loss}, and {output!r} is not a distribution, so no KL either; fed "
                                   f"{fed}, its values {how} (mean squared difference in the evidence)."),
+                   tuple(evidence))
+
+
+def _from_mse(replay: dict, conditions: dict, evidence: list) -> Finding:
+    """The answer where the loss is the MSE against the data's `targets` (a regression output or a
+    probability map): a reassignment hurts when its ΔMSE interval lies wholly above MATERIAL_MSE_SHARE
+    of the correct condition's MSE (an MSE has the targets' units, so the threshold is relative)."""
+    base = num((conditions.get("correct") or {}).get("mse"), 0.0)
+    floor = MATERIAL_MSE_SHARE * base
+    hurts, measured = [], []
+    for name in REASSIGNMENTS:
+        c = conditions.get(name) or {}
+        if num(c.get("delta_mse")) is None:
+            continue
+        measured.append(name)
+        lo, hi = interval(c.get("delta_mse_ci"))
+        evidence.append(Evidence("replay", f"ΔMSE {name} = {signed(c['delta_mse'])} against the targets"
+                                           f"{ci_text(lo, hi)} (correct: MSE {fmt(base)})"))
+        if (lo if lo is not None else num(c["delta_mse"])) > floor:
+            hurts.append(name)
+    output = (replay.get("task") or {}).get("output", "?")
+    if hurts:
+        parts = ", ".join(f"{n.replace('_', '-')} {signed(conditions[n]['delta_mse'])}" for n in hurts)
+        return Finding(YES, (f"Yes: giving the frozen model other coefficients makes its MSE against the targets "
+                             f"worse ({parts}, from {fmt(base)} with its own; output {output!r})."), tuple(evidence))
+    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    return Finding(NO, (f"No: feeding the frozen model {fed} raises its MSE against the targets by no measurable "
+                        f"amount above {pct(MATERIAL_MSE_SHARE)} of its own ({fmt(base)}; output {output!r})."),
                    tuple(evidence))
 
 

@@ -32,7 +32,10 @@ def test_task_detection():
     assert task_for({"logits": logits}, {"input_ids": ids}, {"labels": ids}).labels == "labels"
     assert task_for({"y": logits[:, 0]}, {"x": logits}, {"labels": ids[:, 0]}).kind == "classification"
     assert task_for({"y": logits}, {"x": logits}, {"targets": logits}).kind == "regression"
-    assert task_for({"y": logits}, {"x": logits}, {}).kind == "outputs"
+    # (batch, frames, classes) without token ids is a distribution per frame (a CTC head's), whatever its
+    # name; a 4-D map of values is no distribution over its last axis
+    assert task_for({"y": logits}, {"x": logits}, {}).kind == "classification"
+    assert task_for({"y": logits[..., None]}, {"x": logits}, {}).kind == "outputs"
     # an encoder's hidden states (ids past their width) are compared as outputs, not scored as logits
     hidden = {"last_hidden_state": logits[..., :2]}
     assert task_for(hidden, {"input_ids": ids}, {}).kind == ("outputs" if ids.max() >= 2 else "causal_lm")

@@ -51,14 +51,14 @@ def test_a_classifier_is_checked_on_the_log_probability_of_each_label():
 
 def test_an_output_that_is_not_logits_is_compared_whole_and_a_moved_value_is_named():
     rng = np.random.default_rng(1)
-    out = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    out = rng.standard_normal((5, 1, 2, 3)).astype(np.float32)  # a map of values, no distribution over its last axis
     feeds = {"x": rng.standard_normal((5, 4)).astype(np.float32)}
     kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
     assert kept.shape == (5, 6)
     task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
     check.compare(slice(0, 2), Reference.of(task, out[0:2]))
     moved = out[2:4].copy()
-    moved[1, 1, 2] += 0.5  # input 3, value 5 of its flattened output
+    moved[1, 0, 1, 2] += 0.5  # input 3, value 5 of its flattened output
     with pytest.raises(ParityError, match=r"live outputs of every input within 0.0001, found max \|Δ\| 0.5 at "
                                           r"input 3, value 5 "):
         check.compare(slice(2, 4), Reference.of(task, moved))
@@ -66,7 +66,7 @@ def test_an_output_that_is_not_logits_is_compared_whole_and_a_moved_value_is_nam
 
 def test_a_large_output_is_checked_at_the_same_positions_of_every_input():
     rng = np.random.default_rng(2)
-    out = rng.standard_normal((5, 3, 2000)).astype(np.float32)  # 6000 values per input, past WHOLE_OUTPUT_LIMIT
+    out = rng.standard_normal((5, 1, 3, 2000)).astype(np.float32)  # 6000 values per input, past WHOLE_OUTPUT_LIMIT
     feeds = {"x": rng.standard_normal((5, 4)).astype(np.float32)}
     kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
     positions = kept_positions(6000)
@@ -101,8 +101,8 @@ def test_the_kept_positions_are_fixed_integer_hashes():
 def test_a_class_ruled_out_on_both_sides_is_no_difference():
     """-inf (a masked class) live and frozen is equal, not NaN: the check passes and names a real difference."""
     rng = np.random.default_rng(3)
-    out = rng.standard_normal((4, 10)).astype(np.float32)
-    out[:, 2] = -np.inf
+    out = rng.standard_normal((4, 1, 1, 10)).astype(np.float32)  # values, not a distribution's logits
+    out[..., 2] = -np.inf
     feeds = {"x": rng.standard_normal((4, 3)).astype(np.float32)}
     kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
     task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
@@ -110,7 +110,7 @@ def test_a_class_ruled_out_on_both_sides_is_no_difference():
         check.compare(slice(0, 2), Reference.of(task, out[0:2]))
     assert check.result().max_abs_diff == 0.0
     moved = out[2:4].copy()
-    moved[0, 2] = 0.0  # a class the live model ruled out now has a value: infinitely far
+    moved[0, ..., 2] = 0.0  # a class the live model ruled out now has a value: infinitely far
     with pytest.raises(ParityError, match=r"found max \|Δ\| inf at input 2, value 2 "):
         check.compare(slice(2, 4), Reference.of(task, moved))
 

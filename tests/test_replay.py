@@ -307,8 +307,8 @@ def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch, thre
 
     original = module.every_input_summary
 
-    def shifted(data):
-        check = original(data)
+    def shifted(data, readings=None):
+        check = original(data, readings)
 
         def summarise(outputs, feeds, rows):
             values = check.summarise(outputs, feeds, rows)

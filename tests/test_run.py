@@ -355,16 +355,18 @@ def test_conditions_a_frozen_graph_cannot_run_are_left_out_of_the_audit(tmp_path
     """The rows each path selects only need to be as many: reassigning probabilities across the
     batch's inputs or shuffling them over tokens keeps their number, a profile does not. The
     replay reports the conditions that ran and names the others."""
-    code, out, err = run(_two_path_router(tmp_path, "rows"), capsys)
+    # `y` (batch, seq, 4) has no Softmax: it would be read as logits; given as values, it has no loss
+    code, out, err = run([*_two_path_router(tmp_path, "rows"), "--output-kind", "y=regression"], capsys)
     assert code == 0, err
     doc = json.loads(out)
     validate(doc)
+    assert doc["replay"]["task"]["read_as"]["given"] and doc["replay"]["task"]["kind"] == "outputs"
     settings = doc["replay"]["settings"]
     assert list(doc["replay"]["conditions"]) == settings["conditions"] == ["correct", "cross_input", "token_shuffle"]
     assert list(settings["failed_conditions"]) == ["static_layer", "static_position", "global_mean"]
     assert all("ONNX Runtime's error in node '/blocks.0/Add' (Add)" in v for v in settings["failed_conditions"].values())
     dependence = doc["verdict"]["functional_dependence"]  # `y` is no logits and has no targets: no loss
-    assert dependence["answer"] == "not measured" and "'y' is not logits" in dependence["statement"]
+    assert dependence["answer"] == "not measured" and "'y' is not a distribution" in dependence["statement"]
     assert doc["verdict"]["coefficient_variation"]["answer"] == "yes"
     assert any("`static_layer`, `static_position`, `global_mean` did not run" in e["text"]
                for e in doc["verdict"]["functional_dependence"]["evidence"])

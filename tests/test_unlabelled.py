@@ -18,7 +18,7 @@ from test_replay_models import se_cnn
     ("logits", (4, 3), None, "classification"),
     ("class_logits", (4, 3), None, "classification"),
     ("cls.logits", (4, 3), None, "classification"),
-    ("output", (4, 3), None, "outputs"),  # a 2-D output not named logits may be an embedding
+    ("output", (4, 3), None, "classification"),  # a distribution's logits, whatever its name
     ("logits", (4, 1), None, "outputs"),  # one class is no distribution
     ("logits", (4, 3), np.array([0, 1, 2, 0]), "classification"),
 ])
@@ -83,7 +83,7 @@ def test_without_an_nll_the_verdict_answers_from_the_kl():
 def test_without_an_nll_or_logits_the_verdict_says_what_moved_but_not_whether_it_hurt():
     finding = functional_dependence(_doc("mse_from_correct", (6.1e-4, 3.5e-4, 9.5e-4), output="embedding"))
     assert finding.answer == NOT_MEASURED
-    assert "'embedding' is not logits, so no KL either" in finding.statement
+    assert "'embedding' is not a distribution, so no KL either" in finding.statement
     assert "its values moved measurably" in finding.statement
     assert any(e.text == "mean squared difference from the correct output, cross_input = 0.00061 (95% CI 0.00035 "
                "to 0.00095)" for e in finding.evidence)

@@ -115,6 +115,13 @@ axes_option = click.option(
          "'batch*token' for one axis holding both, batch-major, as a MoE router's flattened tokens "
          "(repeatable; it names those tensors as coefficients too).")
 
+output_kind_option = click.option(
+    "--output-kind", "output_kinds", multiple=True, metavar="NAME=KIND",
+    help="What graph output NAME holds, over what the graph says: logits, probs (probabilities: one "
+         "distribution over the last axis, or a probability per value where a Sigmoid makes them), logprobs "
+         "or regression (values); repeatable. The report says what each scored output was read as, and why.")
+
+
 
 def with_axes(names, axes) -> tuple[str, ...]:
     """The coefficient entries of --coefficients and --axes together (see --axes)."""

@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from graphaudit.cli import REWRITE_HELP, axes_option, with_axes
+from graphaudit.analyses.output_kinds import parse_output_kinds
+from graphaudit.cli import REWRITE_HELP, axes_option, output_kind_option, with_axes
 from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
@@ -55,11 +56,12 @@ from graphaudit.verdict import MATERIAL_NATS
                    "flush denormal floats (below 1.2e-38) to zero: on x86-64 much faster where masked attention "
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
+@output_kind_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
-               provider, threads, keep_denormals, no_rewrite, fmt, quiet) -> None:
+               provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -70,7 +72,8 @@ def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, see
     report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
                     batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                     provider=provider, threads=threads, flush_denormals=not keep_denormals,
-                    rewrite=not no_rewrite, progress=ProgressBar(quiet=quiet))
+                    rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds),
+                    progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 
@@ -106,17 +109,23 @@ def render_text(r: ReplayReport) -> str:
         lines.append(f"parity of every input: {e.kind} ({e.values} values) over all {e.inputs} inputs, "
                      f"max |Δ| {e.max_abs_diff:.3g} — ok (tolerance {e.tolerance:g})")
     div = r.task.divergence.upper() if r.task.divergence == "kl" else r.task.divergence
+    if r.task.read is not None:
+        lines.append(f"scored output: {r.task.read.describe()}")
     rows = [(c.name, _num(c.nll.value), _signed(c.delta_nll.value), _ci(c.delta_nll.ci), _sig(c.divergence.value),
-             *((_num(c.accuracy.value),) if c.accuracy.value is not None else ()))
+             *((_num(c.accuracy.value),) if c.accuracy.value is not None else ()),
+             *((_sig(c.mse.value), _ci(c.delta_mse.ci)) if c.mse.value is not None else ()))
             for c in r.conditions]
     headers = ["condition", "NLL", "ΔNLL", f"{_level(r)} CI of ΔNLL", div]
     if any(c.accuracy.value is not None for c in r.conditions):
         headers.append("accuracy")
+    if any(c.mse.value is not None for c in r.conditions):
+        headers += ["MSE (targets)", f"{_level(r)} CI of ΔMSE"]
     lines += ["", tabulate(rows, headers=headers, disable_numparse=True)]
     if all(c.nll.value is None for c in r.conditions):
         lines.append(f"no NLL: the data has no labels or targets for {r.task.output!r} ({r.task.kind}) to score "
                      f"against, so no ΔNLL or retained gap either; the "
-                     f"{'KL' if r.task.logits else 'mean squared difference'} from the correct output needs none")
+                     f"{'KL' if r.task.divergence == 'kl' else 'mean squared difference'} from the correct output "
+                     "needs none")
     if r.retained_gap and any(e.value is not None for _, e in r.retained_gap):
         lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
             f"{name} {_pct(e.value)} {_ci(e.ci, pct=True)}" for name, e in r.retained_gap)]

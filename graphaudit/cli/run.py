@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.audit import audit
-from graphaudit.cli import REWRITE_HELP, axes_option, check_output, with_axes
+from graphaudit.cli import REWRITE_HELP, axes_option, check_output, output_kind_option, with_axes
 from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
@@ -60,10 +61,12 @@ what it needs.
                    "faster where masked attention scores underflow; it changes only values that small (the "
                    "zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
+@output_kind_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
 def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern, provider, fmt, output, claims, seed,
-            runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite, quiet) -> None:
+            runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite, output_kinds,
+            quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
@@ -76,7 +79,8 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern
         report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed,
                        block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
                        profile_runs=profile_runs, profile_limit=limit, resamples=resamples, threads=threads,
-                       flush_denormals=not keep_denormals, rewrite=not no_rewrite, progress=bar)
+                       flush_denormals=not keep_denormals, rewrite=not no_rewrite,
+                       output_kinds=parse_output_kinds(output_kinds), progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link

@@ -1,37 +1,47 @@
 """Per-input sums from one batch of model outputs: NLL, KL from `correct`, accuracy, MSE.
 
-`task_for` decides once what the outputs mean; `score` turns one batch of outputs into a
-(inputs × QUANTITIES) array of sums. For logits, `score` takes their log-softmax, which the
-replay graph computes as an extra output (`LOG_PROBS`, see `surgery.with_log_softmax`), so
-that the one pass over the vocabulary runs in ONNX Runtime's kernels — nothing per token survives the batch, so memory does
-not grow with the number of inputs. Figures are ratios of those sums (e.g. NLL = Σ nll /
-Σ targets, token-weighted), computed in `metrics.stats`.
+`task_for` decides once what the outputs mean, from what the graph says each output holds
+(`analyses.output_kinds`: logits, probabilities, log-probabilities or values) and from the
+data; `score` turns one batch of outputs into a (inputs × QUANTITIES) array of sums. A
+distribution over the last axis is scored by its log-probabilities: the log-softmax of
+logits, the log of probabilities clipped at TINY, log-probabilities as they are. The replay
+graph computes the first two as an extra output (`LOG_PROBS`, see `surgery.with_log_probs`),
+so that the one pass over the vocabulary runs in ONNX Runtime's kernels — nothing per token
+survives the batch, so memory does not grow with the number of inputs. Figures are ratios
+of those sums (e.g. NLL = Σ nll / Σ targets, token-weighted), computed in `metrics.stats`.
 
-- causal LM (`logits` of shape (batch, seq, vocab) and integer ids (batch, seq)): next-token
-  cross-entropy in nats against the ids shifted by one — or against `labels` of the same
-  shape, shifted the same way, positions labelled -100 left out; accuracy when labels are
-  given.
-- classification (logits (batch, classes) and integer `labels` (batch,)): cross-entropy and
-  accuracy.
+- causal LM (a distribution of shape (batch, seq, vocab) and integer ids (batch, seq)):
+  next-token cross-entropy in nats against the ids shifted by one — or against `labels` of
+  the same shape, shifted the same way, positions labelled -100 left out; accuracy when
+  labels are given.
+- classification (a distribution per input (batch, classes) or per frame (batch, frames,
+  classes), whatever the output's name): cross-entropy and accuracy against integer `labels`
+  shaped like its positions; without labels, KL from `correct` alone.
+- bernoulli (a probability per value, a Sigmoid's): binary cross-entropy against `labels` in
+  {0, 1} or soft `targets`, KL between the values' Bernoulli distributions.
 - regression (`targets`): squared error.
-KL(correct ‖ condition) is summed over every position of logits; for outputs that are not
-logits, the squared difference from `correct` takes its place. Where the inputs of a causal
+KL(correct ‖ condition) is summed over every position of a distribution; for outputs that
+are not one, the squared difference from `correct` takes its place. Where the inputs of a causal
 LM carry an `attention_mask`, a position it marks 0 (padding) is neither a target nor a
 position of KL.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from graphaudit.analyses.output_kinds import LOGITS, LOGPROBS, PROBS, REGRESSION, OutputKind, confirmed
 from graphaudit.data import MASK_INPUT, tokens_of
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
-LOG_PROBS = "graphaudit.log_probs"  # the replay graph's log-softmax of the scored logits
+LOG_PROBS = "graphaudit.log_probs"  # the replay graph's log-probabilities of the scored output
+# Probabilities are clipped here before their log is taken (float32's smallest normal number;
+# log TINY = -87.3), so that a probability that rounded to 0 costs a large finite NLL, not infinity.
+TINY = float(np.finfo(np.float32).tiny)
 _COL = {q: i for i, q in enumerate(QUANTITIES)}
 IGNORE_INDEX = -100
 
@@ -40,59 +50,104 @@ IGNORE_INDEX = -100
 class Task:
     """What the scored output is and what it is scored against."""
 
-    kind: str  # causal_lm | classification | regression | outputs
+    kind: str  # causal_lm | classification | bernoulli | regression | outputs
     output: str
     ids: str | None = None  # graph input holding the token ids (causal LM)
     labels: str | None = None  # "labels" or "targets" when the data has them
     mask: str | None = None  # graph input marking tokens (1) and padding (0), beside the ids (causal LM)
+    read: OutputKind | None = field(default=None, compare=False)  # what the graph says the output holds
+
+    @property
+    def scale(self) -> str:
+        """What the output's values are: logits, probs or logprobs (analyses.output_kinds)."""
+        return self.read.kind if self.read is not None and self.read.kind in (PROBS, LOGPROBS) else LOGITS
 
     @property
     def logits(self) -> bool:
+        """Whether the output is one distribution per position over its last axis, scored by its
+        log-probabilities (logits, probabilities or log-probabilities alike)."""
         return self.kind in ("causal_lm", "classification")
 
     @property
+    def bernoulli(self) -> bool:
+        return self.kind == "bernoulli"
+
+    @property
     def fetch(self) -> str:
-        """The replay graph output `score` reads: log-probabilities for logits, else the output."""
-        return LOG_PROBS if self.logits else self.output
+        """The replay graph output `score` reads: log-probabilities for a distribution (the output
+        itself when it holds them), else the output."""
+        return LOG_PROBS if self.logits and self.scale != LOGPROBS else self.output
 
     @property
     def divergence(self) -> str:
-        return "kl" if self.logits else "mse_from_correct"
+        return "kl" if self.logits or self.bernoulli else "mse_from_correct"
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "output": self.output, "ids": self.ids, "labels": self.labels, "mask": self.mask}
+        return {"kind": self.kind, "output": self.output, "ids": self.ids, "labels": self.labels, "mask": self.mask,
+                "read_as": self.read.to_json() if self.read is not None else None}
 
 
 def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
-             labels: Mapping[str, np.ndarray]) -> Task:
-    """Return the Task for a model whose first batch gave `outputs` on `feeds`."""
+             labels: Mapping[str, np.ndarray], readings: Mapping[str, OutputKind] | None = None) -> Task:
+    """Return the Task for a model whose first batch gave `outputs` on `feeds`; `readings`: what
+    the graph says each output holds (`analyses.output_kinds.read_outputs`; none: unnormalised)."""
     name = scored_output(outputs, feeds)
     out = outputs[name]
+    read = _read_as((readings or {}).get(name) or OutputKind(name, None, "the graph was not read", None,
+                                                            last_axis=None), out)
     ids = _token_ids(feeds)
+    label = labels.get("labels")
     if "targets" in labels:
         _same_shape("targets", labels["targets"], out)
-        return Task("regression", name, labels="targets")
-    label = labels.get("labels")
+        return Task("bernoulli" if read.bernoulli else "regression", name, labels="targets", read=read)
+    if read.bernoulli:
+        if label is not None:
+            _same_shape("labels", label, out)
+        return Task("bernoulli", name, labels="labels" if label is not None else None, read=read)
+    if read.kind == REGRESSION:
+        return Task("outputs", name, read=read)
     if out.ndim == 3 and ids is not None and feeds[ids].shape == out.shape[:2]:
-        if label is None and name != "logits" and feeds[ids].size and int(feeds[ids].max()) >= out.shape[-1]:
-            return Task("outputs", name)  # token ids past its width: hidden states, not logits over them
+        if label is None and read.kind is None and name != "logits" and feeds[ids].size and \
+                int(feeds[ids].max()) >= out.shape[-1]:  # token ids past its width: hidden states, not logits
+            return Task("outputs", name, read=replace(read, kind=REGRESSION, reason=(
+                f"{read.reason}; token ids past its width {out.shape[-1]}: hidden states, not logits over them")))
         if label is not None:
             _same_shape("labels", label, feeds[ids])
         mask = feeds.get(MASK_INPUT)
         return Task("causal_lm", name, ids, "labels" if label is not None else None,
-                    MASK_INPUT if mask is not None and mask.shape == feeds[ids].shape else None)
-    if out.ndim == 2 and label is not None and label.ndim == 1 and np.issubdtype(label.dtype, np.integer):
-        return Task("classification", name, labels="labels")
-    if out.ndim == 2 and label is None and _named_logits(name) and np.issubdtype(out.dtype, np.floating) \
-            and out.shape[1] > 1:
-        return Task("classification", name)  # class logits without labels: KL from correct, no NLL
-    return Task("outputs", name)
+                    MASK_INPUT if mask is not None and mask.shape == feeds[ids].shape else None, read=_settled(read))
+    if read.kind is not None or _distribution_shaped(out):  # one distribution per position
+        if label is None:
+            return Task("classification", name, read=_settled(read))  # KL from correct, no NLL
+        if not np.issubdtype(label.dtype, np.integer) or label.shape[1:] != out.shape[1:-1]:
+            raise GraphAuditError(f"expected labels of {name!r} to be integer classes shaped like its positions "
+                                  f"per input {tuple(out.shape[1:-1])}, found {label.dtype} of shape "
+                                  f"{tuple(label.shape[1:])}")
+        return Task("classification", name, labels="labels", read=_settled(read))
+    return Task("outputs", name, read=replace(read, kind=REGRESSION, reason=(
+        f"{read.reason}; shaped {tuple(out.shape)}, not (batch, classes) or (batch, frames, classes)")))
 
 
-def _named_logits(name: str) -> bool:
-    """Whether an output's name says it holds logits (`logits`, `class_logits`, `cls.logits`):
-    the one sign that a 2-D output is a distribution's when the data has no labels."""
-    return name.lower().replace(".", "_").split("_")[-1] == "logits"
+def _read_as(read: OutputKind, out: np.ndarray) -> OutputKind:
+    """`read` checked on the first batch's `out`; an output given as a distribution must have
+    classes on a last axis past the batch."""
+    if read.given and read.kind in (LOGITS, LOGPROBS) or (read.given and read.kind == PROBS and not read.per_value):
+        if out.ndim < 2 or not np.issubdtype(out.dtype, np.floating):
+            raise GraphAuditError(f"expected the output {read.output!r} given as {read.kind} (--output-kind) to be "
+                                  f"floats with classes on an axis after the batch, found {out.dtype} of shape "
+                                  f"{tuple(out.shape)}")
+    return confirmed(read, out)
+
+
+def _settled(read: OutputKind) -> OutputKind:
+    """`read` scored as one distribution per position: unnormalised values are logits."""
+    return replace(read, kind=LOGITS) if read.kind is None else read
+
+
+def _distribution_shaped(out: np.ndarray) -> bool:
+    """Whether unnormalised `out` is shaped like logits: (batch, classes) or (batch, frames,
+    classes), floats, more than one class."""
+    return out.ndim in (2, 3) and out.shape[-1] > 1 and np.issubdtype(out.dtype, np.floating)
 
 
 def scored_name(names: Sequence[str]) -> str | None:
@@ -125,7 +180,9 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
           reference: "Reference | None") -> np.ndarray:
     """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
-    if task.logits:
+    if task.bernoulli:
+        _score_bernoulli(sums, task, out, labels, reference)
+    elif task.logits:
         tokens = reference.tokens if reference is not None else _tokens(task, feeds)
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
@@ -189,15 +246,57 @@ class Reference:
     targets: Targets | None = None
     tokens: np.ndarray | None = None  # (inputs, positions): False where padded; None: no padding
 
+    per_value: bool = False  # `probs` are the output's own, one per value (a Sigmoid's), not exp(log q)
+
     @classmethod
     def of(cls, task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray] | None = None,
            labels: Mapping[str, np.ndarray] | None = None) -> "Reference":
         """The reference for `out`, the `correct` condition's scored output (log-probabilities for logits)."""
+        if task.bernoulli:
+            probs = np.asarray(out, dtype=np.float64)
+            log_p, log_q = bernoulli_logs(probs)
+            return cls(out, probs, probs * log_p + (1 - probs) * log_q, per_value=True)
         if not task.logits:
             return cls(out)
         probs = np.exp(out)
         targets = Targets.of(task, out.shape, feeds, labels or {}) if feeds is not None else None
         return cls(out, probs, _expected_log(probs, out), targets, _tokens(task, feeds) if feeds is not None else None)
+
+
+def bernoulli_logs(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log p, log(1 − p)) of per-value probabilities, in float64, each clipped at TINY."""
+    p = np.asarray(probs, dtype=np.float64)
+    return np.log(np.maximum(p, TINY)), np.log(np.maximum(1.0 - p, TINY))
+
+
+def _score_bernoulli(sums: np.ndarray, task: Task, out: np.ndarray, labels: Mapping[str, np.ndarray],
+                     reference: "Reference | None") -> None:
+    """Fill `sums` for per-value probabilities `out` (a Sigmoid per class or per pixel): the KL
+    between each value's Bernoulli distribution and the correct one's, and against `labels` in
+    {0, 1} or soft `targets` in [0, 1] the binary cross-entropy (NLL), with accuracy (labels) or
+    squared error (targets); every figure a mean over the values."""
+    log_p, log_q = bernoulli_logs(out)
+    if reference is not None and reference.output is not out:
+        p = reference.probs
+        kl = np.maximum(reference.neg_entropy - (p * log_p + (1 - p) * log_q), 0.0)  # rounding dips below 0
+        sums[:, _COL["divergence"]] = _per_input(kl)
+    if task.labels is not None:
+        given = labels[task.labels]
+        mask = given != IGNORE_INDEX if task.labels == "labels" else np.ones(given.shape, bool)
+        y = np.where(mask, given, 0).astype(np.float64)
+        if y.size and (y.min() < 0 or y.max() > 1):
+            bad = float(y[(y < 0) | (y > 1)][0])
+            raise GraphAuditError(f"expected {task.labels} in 0..1 for {task.output!r} (a probability per value"
+                                  f"{', or -100 to leave one out' if task.labels == 'labels' else ''}), found {bad:g}")
+        sums[:, _COL["nll"]] = -_per_input(np.where(mask, y * log_p + (1 - y) * log_q, 0.0))
+        sums[:, _COL["targets"]] = _per_input(mask)
+        if task.labels == "labels":
+            sums[:, _COL["hits"]] = _per_input(((out >= 0.5) == (y >= 0.5)) & mask)
+        else:
+            diff = out - given
+            sums[:, _COL["sq_err"]] = _per_input(diff * diff)
+            sums[:, _COL["values"]] = out[0].size
+    sums[:, _COL["positions"]] = out[0].size
 
 
 def column(name: str) -> int:
@@ -217,6 +316,15 @@ def log_probs_at(logits: np.ndarray, flat: np.ndarray) -> np.ndarray:
         np.exp(shifted, out=shifted)
         log_norm = top + np.log(shifted.sum(axis=1))
         return rows.reshape(-1)[flat] - log_norm[flat // classes]
+
+
+def log_probs_of(scale: str, out: np.ndarray, flat: np.ndarray | None = None) -> np.ndarray:
+    """The log-probabilities (float32) of an output holding `scale` (logits, probs or logprobs):
+    all of them, or those at the flat indices `flat` — what the replay graph's LOG_PROBS holds."""
+    if scale == LOGITS:
+        return log_softmax(out.astype(np.float32, copy=False)) if flat is None else log_probs_at(out, flat)
+    values = np.asarray(out if flat is None else out.reshape(-1)[flat], dtype=np.float32)
+    return values if scale == LOGPROBS else np.log(np.maximum(values, np.float32(TINY)))
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:

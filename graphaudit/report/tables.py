@@ -141,13 +141,15 @@ def condition_table(doc: dict) -> Table | None:
     conditions = replay.get("conditions") or {}
     # how far each condition's output is from the correct one: KL for logits, else the squared difference
     key = moved_key(conditions)
+    targets = any(num(c.get("mse")) is not None for c in conditions.values())  # a loss against the data's targets
     rows = []
     for name, c in conditions.items():
         moved = num(c.get(key))
         lo, hi = (num(v) for v in (c.get(f"{key}_ci") or (None, None)))
         spread = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None and name != "correct" else ""
         rows.append((name, fmt(c.get("nll")), signed(c.get("delta_nll")), ci_text(c.get("ci")),
-                     "—" if moved is None else f"{moved:.4g}{spread}"))
+                     "—" if moved is None else f"{moved:.4g}{spread}",
+                     *((fmt(c.get("mse")), ci_text(c.get("delta_mse_ci"))) if targets else ())))
     parity = replay.get("parity") or {}
     note = ""
     if parity:
@@ -156,9 +158,15 @@ def condition_table(doc: dict) -> Table | None:
                  f"{num(all_inputs.get('max_abs_diff'), float('nan')):.2e}") if all_inputs else ""
         note = (f"parity: max |Δ| {num(parity.get('max_abs_diff'), float('nan')):.2e}{every} "
                 f"({'ok' if parity.get('ok') else 'FAILED'}); seed {replay.get('seed', '—')}")
+    read = (replay.get("task") or {}).get("read_as") or {}
+    if read.get("reason"):
+        what = "per-value probabilities (Bernoulli)" if read.get("bernoulli") else \
+            {"logits": "logits", "probs": "probabilities", "logprobs": "log-probabilities"}.get(read.get("kind"), "values")
+        note += f"{'; ' if note else ''}output {replay['task'].get('output')!r} read as {what}: {read['reason']}"
     moved = "KL from correct (nats)" if key == "kl" else "mean squared difference from correct"
-    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL", moved),
-                 rows, note)
+    extra = ("MSE (targets)", "95% CI of ΔMSE") if targets else ()
+    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL", moved,
+                                                           *extra), rows, note)
 
 
 def gap_table(doc: dict) -> Table | None:

@@ -1,0 +1,187 @@
+"""What each graph output is, read from the graph: logits, probabilities, log-probabilities or values.
+
+`read_outputs(model)` follows every graph output back through the operators that do not
+change its values (VALUE_PRESERVING) to the operator that made it. A normalising operator
+(NORMALISING) says the output holds probabilities (a Softmax over the last axis: one
+distribution per position; a Sigmoid: an independent probability per value, as a
+multi-label head or a per-pixel map gives) or log-probabilities (LogSoftmax); a feature
+normalisation (FEATURES) says it holds features, not logits. Anything else leaves it
+unnormalised (`kind` None): `metrics.outputs.task_for` reads it as logits where it is
+shaped like a distribution, (batch, classes) or (batch, frames, classes), and as values
+otherwise. The first batch checks what the graph says (`confirmed`): probabilities that do
+not sum to 1 over the last axis were normalised over another one, and are values.
+
+A pure analysis of the ModelProto (no shape inference, no run), in `analyses` beside the
+other readings of the graph; the replay's scoring (`metrics.outputs`) is what uses it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from graphaudit.errors import UsageError
+
+LOGITS, PROBS, LOGPROBS, REGRESSION = "logits", "probs", "logprobs", "regression"
+KINDS = (LOGITS, PROBS, LOGPROBS, REGRESSION)
+WORDS = {LOGITS: "logits", PROBS: "probabilities", LOGPROBS: "log-probabilities", REGRESSION: "values"}
+
+# Operators whose output holds the values of their first input, rearranged or relabelled.
+VALUE_PRESERVING = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast"})
+# op -> (kind, one probability per value): the operators that make a distribution of their input.
+NORMALISING = {"Softmax": (PROBS, False), "LogSoftmax": (LOGPROBS, False), "Sigmoid": (PROBS, True)}
+# Normalisations of features: what follows them is a representation, not logits.
+FEATURES = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
+                      "SkipSimplifiedLayerNormalization", "RMSNormalization", "LpNormalization"})
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                     onnx.TensorProto.BFLOAT16})
+# How far from 1 a row of probabilities may sum (from 0, a row's log-sum-exp of log-probabilities)
+# and still be one distribution: float16's rounding over a few thousand classes stays within it.
+SUM_TOLERANCE = 1e-2
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    """What a graph output holds, and the one-line reason."""
+
+    output: str
+    kind: str | None  # one of KINDS; None: no normalising operator (logits if shaped like a distribution)
+    reason: str
+    node: str | None = None  # the operator that decides it
+    per_value: bool = False  # probabilities of independent events (a Sigmoid), not one distribution per position
+    last_axis: bool | None = True  # a Softmax / LogSoftmax over the last axis (None: the graph does not tell)
+    given: bool = False  # the user's --output-kind
+
+    @property
+    def bernoulli(self) -> bool:
+        """Whether each value is the probability of its own event (a Sigmoid per class or per pixel)."""
+        return self.kind == PROBS and self.per_value
+
+    def describe(self) -> str:
+        what = "per-value probabilities (Bernoulli)" if self.bernoulli else WORDS.get(self.kind, "?")
+        return f"{self.output!r} read as {what}: {self.reason}"
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "bernoulli": self.bernoulli, "reason": self.reason, "node": self.node,
+                "given": self.given}
+
+
+def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None) -> dict[str, OutputKind]:
+    """Return, per graph output of `model`, what it holds; `given` (output -> kind, the user's
+    --output-kind) overrides the graph's reading, checked against the outputs and KINDS."""
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output if o}
+    ranks = _declared_ranks(graph)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    readings = {o.name: _read(o.name, producers, ranks, opset) for o in graph.output}
+    for name, kind in (given or {}).items():
+        if name not in readings:
+            raise UsageError(f"expected --output-kind to name a graph output ({', '.join(readings) or 'none'}), "
+                             f"found {name!r}")
+        if kind not in KINDS:
+            raise UsageError(f"expected --output-kind {name}=KIND with KIND among {', '.join(KINDS)}, found {kind!r}")
+        found = readings[name]
+        readings[name] = OutputKind(name, kind, "as given (--output-kind)", found.node,
+                                    per_value=kind == PROBS and found.per_value, given=True)
+    return readings
+
+
+def parse_output_kinds(entries: Sequence[str]) -> dict[str, str]:
+    """Return {output: kind} from `--output-kind NAME=KIND` entries (repeatable, comma-separated)."""
+    kinds: dict[str, str] = {}
+    for entry in (e.strip() for value in entries for e in value.split(",") if e.strip()):
+        name, sep, kind = entry.rpartition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"expected --output-kind NAME=KIND (KIND among {', '.join(KINDS)}), found {entry!r}")
+        kinds[name.strip()] = kind.strip()
+    return kinds
+
+
+def confirmed(reading: OutputKind, out: np.ndarray) -> OutputKind:
+    """`reading`, or what it becomes when the first input of the first batch `out` contradicts it:
+    probabilities that do not sum to 1 over the last axis (log-probabilities whose exponentials do not) were
+    normalised over another axis, and are read as values; a Sigmoid's values outside [0, 1] too.
+    The user's word is taken as it is."""
+    if reading.given or reading.kind not in (PROBS, LOGPROBS) or not np.issubdtype(out.dtype, np.floating):
+        return reading
+    # the first input tells the axis: a pass over it alone keeps a large vocabulary's batch uncopied
+    values = np.asarray(out[:1], dtype=np.float64)
+    finite = values[np.isfinite(values)] if reading.kind == PROBS else values
+    if reading.bernoulli:
+        if finite.size and (finite.min() < 0 or finite.max() > 1):
+            return replace(reading, kind=REGRESSION, per_value=False,
+                           reason=f"{reading.reason}, but its values leave [0, 1]: compared as they are")
+        return reading
+    if reading.last_axis is False or out.ndim < 2 or out.shape[-1] < 2:
+        return _values(reading, "not over the last axis" if reading.last_axis is False else
+                       "over an axis of one value or none")
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = values.sum(axis=-1) if reading.kind == PROBS else np.exp(values).sum(axis=-1)
+    if not np.all(np.abs(sums - 1) <= SUM_TOLERANCE) or (reading.kind == PROBS and finite.size and finite.min() < 0):
+        return _values(reading, "whose values do not sum to 1 over the last axis")
+    return replace(reading, last_axis=True, reason=re.sub(r"over axis -?\d+", "over the last axis", reading.reason))
+
+
+def _values(reading: OutputKind, why: str) -> OutputKind:
+    return replace(reading, kind=REGRESSION, last_axis=False,
+                   reason=f"{reading.reason.replace(' over the last axis', '')}, {why}: compared as values")
+
+
+def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int) -> OutputKind:
+    """What graph output `output` holds, from the operators behind it."""
+    name, through, last_kept, rank_kept = output, [], True, True
+    seen = set()
+    while name in producers and name not in seen:
+        seen.add(name)
+        node = producers[name]
+        label = node.name or f"{node.op_type} -> {name}"
+        if node.domain in ("", "ai.onnx") and node.op_type in VALUE_PRESERVING and node.input:
+            if node.op_type == "Cast" and _attr(node, "to") not in _FLOATS:
+                break  # rounded to integers or flags: no longer the values it was given
+            if node.op_type == "Transpose":
+                perm = _attr(node, "perm")
+                last_kept &= bool(perm) and perm[-1] == len(perm) - 1
+            rank_kept &= node.op_type in ("Identity", "Cast", "Transpose")
+            through.append(node.op_type)
+            name = node.input[0]
+            continue
+        behind = f" (behind {', '.join(dict.fromkeys(reversed(through)))})" if through else ""
+        if node.op_type in NORMALISING and node.domain in ("", "ai.onnx"):
+            kind, per_value = NORMALISING[node.op_type]
+            if per_value:
+                return OutputKind(output, kind, f"a Sigmoid, one probability per value, at node {label}{behind}",
+                                  label, per_value=True)
+            axis = _attr(node, "axis")
+            axis = (-1 if opset >= 13 else 1) if axis is None else axis
+            rank = ranks.get(node.input[0]) or (ranks.get(output) if rank_kept else None)
+            last = axis == -1 or (rank is not None and axis == rank - 1)
+            over = "the last axis" if last else f"axis {axis}"
+            # over the last axis of the output: unless a Transpose moved it; unknown where the rank is
+            last_axis = last_kept if last else (False if rank is not None or not last_kept else None)
+            return OutputKind(output, kind, f"a {node.op_type} over {over} at node {label}{behind}", label,
+                              last_axis=last_axis)
+        if node.op_type in FEATURES:
+            return OutputKind(output, REGRESSION, f"a {node.op_type} at node {label}{behind}: features, not logits",
+                              label, last_axis=None)
+        return OutputKind(output, None, f"no Softmax, LogSoftmax or Sigmoid makes it (it comes from {node.op_type} "
+                                        f"node {label}{behind})", label, last_axis=None)
+    return OutputKind(output, None, "no operator makes it (a graph input or a constant)", None, last_axis=None)
+
+
+def _attr(node: onnx.NodeProto, name: str):
+    found = next((a for a in node.attribute if a.name == name), None)
+    return None if found is None else onnx.helper.get_attribute_value(found)
+
+
+def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:
+    """The rank of every value whose type the file declares with a shape."""
+    ranks = {}
+    for vi in (*graph.value_info, *graph.input, *graph.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            ranks[vi.name] = len(t.shape.dim)
+    return ranks

@@ -1,0 +1,279 @@
+"""What an output is, read from the graph, and each scored on its true scale (issue 21, item 1).
+
+The models are `se_cnn` (squeeze-excitation gates, detected as coefficients) with other heads:
+a Softmax, a Softmax behind Identity and Reshape, a LogSoftmax, a per-pixel Sigmoid map, a
+CTC-shaped (batch, frames, classes) Softmax, logits not named logits, a regression output with
+targets. Where a head is the Softmax of another model's logits, both replays must give the same
+NLL and KL: that is what scoring on the true scale means.
+"""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphaudit.analyses.output_kinds import LOGITS, PROBS, REGRESSION, read_outputs
+from graphaudit.errors import UsageError
+from graphaudit.findings import NOT_MEASURED, YES
+from graphaudit.metrics import Reference, score, task_for
+from graphaudit.metrics.outputs import column
+from graphaudit.replay import replay
+from graphaudit.verdict import functional_dependence
+from test_replay_models import se_cnn
+
+CLASSES = 3
+
+
+def _headed(head, output: str, shape, inits=()) -> onnx.ModelProto:
+    """`se_cnn` whose class logits `z` (batch, 3) and feature map `x.2` (batch, 4, 5, 5) feed `head`,
+    which makes the one graph output `output`."""
+    model = se_cnn(classes=CLASSES)
+    graph = model.graph
+    for node in graph.node:
+        for i, name in enumerate(node.output):
+            if name == "logits":
+                node.output[i] = "z"
+    graph.node.extend(head)
+    graph.initializer.extend(inits)
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, shape))
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def softmax_head(name="prob"):
+    return _headed([helper.make_node("Softmax", ["z"], [name], name="/head/Softmax", axis=-1)], name, ["batch", 3])
+
+
+def logits_head(name="scores"):
+    return _headed([helper.make_node("Identity", ["z"], [name], name="/head/Identity")], name, ["batch", 3])
+
+
+def hidden_softmax_head():
+    shape = numpy_helper.from_array(np.array([-1, CLASSES], dtype=np.int64), "flat")
+    return _headed([helper.make_node("Softmax", ["z"], ["p"], name="/head/Softmax", axis=1),
+                    helper.make_node("Identity", ["p"], ["p.id"], name="/head/Identity"),
+                    helper.make_node("Reshape", ["p.id", "flat"], ["out"], name="/head/Reshape")],
+                   "out", ["batch", 3], [shape])
+
+
+def log_softmax_head():
+    return _headed([helper.make_node("LogSoftmax", ["z"], ["logp"], name="/head/LogSoftmax", axis=-1)],
+                   "logp", ["batch", 3])
+
+
+def _frames(last, shape=("batch", 25, 6)):
+    """(batch, 25 frames, 6 classes) from the feature map, then `last` nodes making `ctc` from `cz`."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(np.array([0, 4, 25], dtype=np.int64), "frames.shape"),
+             numpy_helper.from_array(rng.standard_normal((4, 6)).astype(np.float32), "frames.w")]
+    nodes = [helper.make_node("Reshape", ["x.2", "frames.shape"], ["fr"], name="/ctc/Reshape"),
+             helper.make_node("Transpose", ["fr"], ["ft"], name="/ctc/Transpose", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["ft", "frames.w"], ["cz"], name="/ctc/MatMul"), *last]
+    return _headed(nodes, "ctc", list(shape), inits)
+
+
+def ctc_softmax_head():
+    return _frames([helper.make_node("Softmax", ["cz"], ["ctc"], name="/ctc/Softmax", axis=2)])
+
+
+def ctc_logits_head():
+    return _frames([helper.make_node("Identity", ["cz"], ["ctc"], name="/ctc/Identity")])
+
+
+def sigmoid_map_head():
+    w = numpy_helper.from_array(np.random.default_rng(6).standard_normal((1, 4, 1, 1)).astype(np.float32), "mask.w")
+    return _headed([helper.make_node("Conv", ["x.2", "mask.w"], ["mz"], name="/mask/Conv"),
+                    helper.make_node("Sigmoid", ["mz"], ["mask"], name="/mask/Sigmoid")],
+                   "mask", ["batch", 1, 5, 5], [w])
+
+
+def _data(tmp_path, model, labels=None, targets=None, count=(24, 20)):
+    """Save `model` and calibration / evaluation inputs; `labels` / `targets`: fn(rng, n) -> array."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, tmp_path / "model.onnx")
+    for seed, (name, n) in enumerate(zip(("calib", "eval"), count)):
+        arrays = {"pixels": np.random.default_rng(seed).standard_normal((n, 4, 5, 5)).astype(np.float32)}
+        for key, make in (("labels", labels), ("targets", targets)):
+            if make is not None:
+                arrays[key] = make(np.random.default_rng(seed + 10), n)
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    return tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz"
+
+
+def _replay(tmp_path, model, **kwargs):
+    files = _data(tmp_path, model, kwargs.pop("labels", None), kwargs.pop("targets", None))
+    return replay(*files, resamples=50, **kwargs)
+
+
+def _live(tmp_path) -> np.ndarray:
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {"pixels": np.load(tmp_path / "eval.npz")["pixels"]})[0].astype(np.float64)
+
+
+def _classes(rng, n):
+    return rng.integers(0, CLASSES, n)
+
+
+# -- the graph's reading ------------------------------------------------------------------
+
+@pytest.mark.parametrize("build, output, kind, reason", [
+    (softmax_head, "prob", PROBS, "a Softmax over the last axis at node /head/Softmax"),
+    # axis 1 of a value whose rank the file does not declare: the first batch tells (below)
+    (hidden_softmax_head, "out", PROBS, "a Softmax over axis 1 at node /head/Softmax (behind Identity, Reshape)"),
+    (log_softmax_head, "logp", "logprobs", "a LogSoftmax over the last axis at node /head/LogSoftmax"),
+    (sigmoid_map_head, "mask", PROBS, "a Sigmoid, one probability per value, at node /mask/Sigmoid"),
+    (ctc_softmax_head, "ctc", PROBS, "a Softmax over the last axis at node /ctc/Softmax"),
+    (logits_head, "scores", None, "no Softmax, LogSoftmax or Sigmoid makes it (it comes from MatMul node "
+                                  "/head/MatMul (behind Identity))"),
+])
+def test_the_graph_says_what_an_output_holds(build, output, kind, reason):
+    read = read_outputs(build())[output]
+    assert (read.kind, read.reason) == (kind, reason)
+    assert read.bernoulli == (build is sigmoid_map_head)
+
+
+def test_a_softmax_whose_axis_a_transpose_moves_and_a_layer_norm_are_not_distributions_over_the_last_axis():
+    moved = _frames([helper.make_node("Softmax", ["cz"], ["s"], name="/ctc/Softmax", axis=-1),
+                     helper.make_node("Transpose", ["s"], ["ctc"], name="/ctc/T", perm=[0, 2, 1])], ("batch", 6, 25))
+    assert read_outputs(moved)["ctc"].last_axis is False
+    out = np.full((2, 6, 25), 1 / 6, np.float32)
+    task = task_for({"ctc": out}, {"pixels": np.zeros((2, 4), np.float32)}, {}, read_outputs(moved))
+    assert task.kind == "outputs" and task.read.kind == REGRESSION and "not over the last axis" in task.read.reason
+    scale = numpy_helper.from_array(np.ones(3, np.float32), "ln.scale")
+    normed = _headed([helper.make_node("LayerNormalization", ["z", "ln.scale"], ["emb"], name="/ln", axis=-1)],
+                     "emb", ["batch", 3], [scale])
+    assert read_outputs(normed)["emb"].kind == REGRESSION
+
+
+def test_an_output_kind_is_given_over_the_graph_and_a_wrong_one_is_a_usage_error():
+    assert read_outputs(softmax_head(), {"prob": "logits"})["prob"].kind == LOGITS
+    assert read_outputs(sigmoid_map_head(), {"mask": "probs"})["mask"].bernoulli
+    with pytest.raises(UsageError, match=r"expected --output-kind to name a graph output \(prob\), found 'nope'"):
+        read_outputs(softmax_head(), {"nope": "logits"})
+    with pytest.raises(UsageError, match="KIND among logits, probs, logprobs, regression, found 'prob'"):
+        read_outputs(softmax_head(), {"prob": "prob"})
+
+
+# -- each scored on its true scale ----------------------------------------------------------
+
+@pytest.mark.parametrize("build", [softmax_head, hidden_softmax_head, log_softmax_head])
+def test_a_normalised_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_path, build):
+    truth = _replay(tmp_path / "a", logits_head(), labels=_classes)
+    normalised = _replay(tmp_path / "b", build(), labels=_classes)
+    assert normalised.task.kind == "classification" and normalised.task.scale != LOGITS
+    assert " over the last axis at node /head/" in normalised.task.read.reason
+    live = _live(tmp_path / "b")
+    probs = np.exp(live) if build is log_softmax_head else live
+    labels = np.load(tmp_path / "b" / "eval.npz")["labels"]
+    nll = -np.log(probs[np.arange(len(labels)), labels]).mean()  # the NLL on the true scale, in NumPy
+    assert normalised.condition("correct").nll.value == pytest.approx(nll, rel=1e-5)
+    for name in ("correct", "cross_input", "static_layer", "global_mean"):
+        assert normalised.condition(name).nll.value == pytest.approx(truth.condition(name).nll.value, rel=1e-5)
+        assert normalised.condition(name).divergence.value == pytest.approx(  # float32 log-probabilities
+            truth.condition(name).divergence.value, rel=1e-3, abs=1e-7)
+    assert normalised.condition("cross_input").divergence.value > 1e-4
+
+
+def test_logits_not_named_logits_and_a_ctc_distribution_without_labels_get_their_kl(tmp_path):
+    scores = _replay(tmp_path / "a", logits_head())
+    assert scores.task.kind == "classification" and scores.task.labels is None
+    assert scores.condition("cross_input").divergence.value > 0 and "kl" in scores.to_json()["conditions"]["correct"]
+    softmax, logits = _replay(tmp_path / "b", ctc_softmax_head()), _replay(tmp_path / "c", ctc_logits_head())
+    assert softmax.task.kind == logits.task.kind == "classification"
+    assert softmax.to_json()["task"]["read_as"]["reason"] == "a Softmax over the last axis at node /ctc/Softmax"
+    kl = softmax.condition("cross_input").divergence.value
+    assert kl > 1e-4 and kl == pytest.approx(logits.condition("cross_input").divergence.value, rel=1e-3)
+    finding = functional_dependence(softmax.to_json())
+    assert finding.answer != NOT_MEASURED and "KL" in finding.statement
+
+
+def test_a_sigmoid_map_is_scored_in_bernoulli_form(tmp_path):
+    def soft(rng, n):
+        return rng.uniform(0, 1, (n, 1, 5, 5)).astype(np.float32)
+
+    report = _replay(tmp_path, sigmoid_map_head(), targets=soft)
+    assert report.task.kind == "bernoulli" and report.task.labels == "targets"
+    p, y = _live(tmp_path), np.load(tmp_path / "eval.npz")["targets"].astype(np.float64)
+    bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    correct = report.condition("correct")
+    assert correct.nll.value == pytest.approx(bce, rel=1e-5)
+    assert correct.mse.value == pytest.approx(((p - y) ** 2).mean(), rel=1e-5)
+    assert report.condition("cross_input").divergence.value > 0 and correct.divergence.value == 0
+    assert report.parity.every_input.kind == "outputs"
+
+
+def test_the_bernoulli_kl_is_the_kl_between_each_values_distributions():
+    rng = np.random.default_rng(0)
+    p, q = rng.uniform(0.01, 0.99, (2, 1, 3, 3)), rng.uniform(0.01, 0.99, (2, 1, 3, 3))
+    read = read_outputs(sigmoid_map_head())
+    task = task_for({"mask": p.astype(np.float32)}, {"pixels": np.zeros((2, 4), np.float32)}, {}, read)
+    reference = Reference.of(task, p)
+    sums = score(task, q, {}, {}, reference)
+    kl = (p * np.log(p / q) + (1 - p) * np.log((1 - p) / (1 - q))).reshape(2, -1).sum(1)
+    np.testing.assert_allclose(sums[:, column("divergence")], kl, rtol=1e-9)
+    assert sums[0, column("positions")] == 9
+
+
+def test_targets_of_a_regression_output_give_its_mse_in_the_table_and_the_verdict(tmp_path):
+    from graphaudit.report.tables import condition_table
+
+    def targets(rng, n):
+        return rng.standard_normal((n, 3)).astype(np.float32)
+
+    report = _replay(tmp_path, logits_head("value"), targets=targets)
+    assert report.task.kind == "regression"
+    live, y = _live(tmp_path), np.load(tmp_path / "eval.npz")["targets"]
+    assert report.condition("correct").mse.value == pytest.approx(((live - y) ** 2).mean(), rel=1e-5)
+    doc = report.to_json()
+    cross = doc["conditions"]["cross_input"]
+    assert cross["delta_mse"] == pytest.approx(cross["mse"] - doc["conditions"]["correct"]["mse"])
+    finding = functional_dependence(doc)
+    assert finding.answer != NOT_MEASURED and "MSE against the targets" in finding.statement
+    assert any(e.text.startswith("ΔMSE cross_input = ") for e in finding.evidence)
+    table = condition_table({"replay": doc})
+    assert table.headers[-2:] == ("MSE (targets)", "95% CI of ΔMSE")
+
+
+def test_the_verdict_answers_from_the_mse_gap():
+    def doc(delta, lo, hi):
+        return {"parity": {"ok": True, "max_abs_diff": 0.0}, "task": {"kind": "regression", "output": "y"},
+                "conditions": {"correct": {"nll": None, "delta_nll": None, "mse": 0.223, "delta_mse": 0.0},
+                               "cross_input": {"nll": None, "delta_nll": None, "mse": 0.223 + delta,
+                                               "delta_mse": delta, "delta_mse_ci": [lo, hi]}}}
+    worse = functional_dependence(doc(0.2, 0.15, 0.25))
+    assert worse.answer == YES and "MSE against the targets worse (cross-input +0.2000, from 0.2230" in worse.statement
+    assert functional_dependence(doc(0.001, -0.001, 0.003)).answer == "no"
+
+
+def test_an_output_kind_overrides_the_graph_in_the_replay_and_the_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+
+    given = _replay(tmp_path, softmax_head(), labels=_classes, output_kinds={"prob": "logits"})
+    assert given.task.scale == LOGITS and given.task.read.given
+    p, labels = _live(tmp_path), np.load(tmp_path / "eval.npz")["labels"]
+    log_softmax = p - np.log(np.exp(p).sum(-1, keepdims=True))  # the probabilities taken as logits
+    assert given.condition("correct").nll.value == pytest.approx(
+        -log_softmax[np.arange(len(labels)), labels].mean(), rel=1e-5)
+    args = ["replay", str(tmp_path / "model.onnx"), "--calib", str(tmp_path / "calib.npz"), "--resamples", "20",
+            "-q", "--conditions", "correct,cross_input", "--format", "json"]
+    result = CliRunner().invoke(cli, [*args, "--output-kind", "prob=probs"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["task"]["read_as"] == {"kind": "probs", "bernoulli": False, "given": True,
+                                                            "reason": "as given (--output-kind)",
+                                                            "node": "/head/Softmax"}
+    text = CliRunner().invoke(cli, args[:-2])
+    assert "scored output: 'prob' read as probabilities: a Softmax over the last axis at node /head/Softmax" \
+        in text.output
+    for wrong, message in (("prob=probabilities", "KIND among logits, probs, logprobs, regression, found "
+                                                  "'probabilities'"),
+                           ("out=logits", "expected --output-kind to name a graph output (prob), found 'out'"),
+                           ("logits", "expected --output-kind NAME=KIND")):
+        result = CliRunner().invoke(cli, [*args, "--output-kind", wrong])
+        assert isinstance(result.exception, UsageError) and result.exception.exit_code == 2
+        assert message in str(result.exception)
