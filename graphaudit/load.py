@@ -24,6 +24,7 @@ from graphaudit import external_data
 from graphaudit.checker import Unsorted, check_model, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.free_dims import name_free_dims
 from graphaudit.graph_build import node_ids
 from graphaudit.inline import inline_functions
 from graphaudit.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
@@ -118,6 +119,7 @@ def load_model(
             sort_nodes(model.graph)
             check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
+    name_free_dims(model)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
     inlined_calls, inlined_functions = 0, ()
     if inline and model.functions:  # before inference, which then types the inlined bodies' values too
         found = inline_functions(model)
