@@ -173,7 +173,7 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec],
         counts[spec.name], shape[spec.axis] = shape[spec.axis], batch
         shapes[spec.name] = tuple(shape)
     counts.update({k: shape[0] for k, (_, shape) in headers.items() if k in LABEL_KEYS and shape})
-    _check_counts(counts, path.name)
+    _check_counts(counts, path.name, {s.name: s.axis for s in specs if s.axis})
     return shapes
 
 
@@ -252,7 +252,7 @@ def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], sourc
     labels = {k: _check_labels(k, np.asarray(raw[k]), source) for k in LABEL_KEYS if k in raw}
     axes = {s.name: s.axis for s in specs if s.axis}
     counts = {name: a.shape[axes.get(name, 0)] for name, a in {**arrays, **labels}.items()}
-    _check_counts(counts, source)
+    _check_counts(counts, source, axes)
     count = next(iter(counts.values()), 1)  # inputs all fed whole, no labels: one run of them
     return InputData(arrays, labels, count, source, fixed, axes)
 
@@ -284,11 +284,13 @@ def _check_keys(keys: Mapping[str, object], specs: Sequence[InputSpec], source: 
         )
 
 
-def _check_counts(counts: Mapping[str, int], source: str) -> None:
+def _check_counts(counts: Mapping[str, int], source: str, axes: Mapping[str, int] | None = None) -> None:
     if len(set(counts.values())) > 1:
+        where = "axis 0" if not axes else "their example axis (" + ", ".join(
+            f"{k}: {axes.get(k, 0)}" for k in counts) + ")"
         raise GraphAuditError(
-            f"expected every array in {source} to have the same number of examples on its example axis "
-            f"(axis 0, or the input's own), found {', '.join(f'{k}: {v}' for k, v in counts.items())}"
+            f"expected every array in {source} to have the same number of examples on {where}, "
+            f"found {', '.join(f'{k}: {v}' for k, v in counts.items())}"
         )
 
 

@@ -186,7 +186,7 @@ def test_a_state_the_graph_does_not_place_needs_input_axes(tmp_path, capfd):
     onnx.save(STATES["flag"][0], tmp_path / "model.onnx")
     np.savez(tmp_path / "data.npz", x=np.ones((7, 4), np.float32), state=np.ones((2, 7, 8), np.float32))
     refused(capfd, ["profile", tmp_path / "model.onnx", "--data", tmp_path / "data.npz", *FAST_PROFILE],
-            [tmp_path / "data.npz"], match=r"same number of examples on its example axis .* x: 7, state: 2")
+            [tmp_path / "data.npz"], match=r"same number of examples on axis 0, found x: 7, state: 2")
 
 
 @pytest.mark.parametrize("option, match", [
@@ -223,3 +223,18 @@ def test_a_value_given_both_in_the_data_and_set_is_bad_usage(vad):
     with pytest.raises(GraphAuditError, match=r"expected --set sr to have dtype int64, found float64"):
         feeding = Feeding({"sr": np.array(1.5)})
         load_data(vad / "eval.npz", input_specs(model, feeding=feeding), feeding)
+
+
+def test_a_flag_of_shape_one_beside_a_free_batch_is_fed_whole(tmp_path):
+    # a merged decoder's use_cache_branch [1]: one value for every batch, from the .npz or --set
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    m (float[batch, 4] x, bool[1] use_cache_branch) => (float[batch, 4] y) { y = Identity (x) }""")
+    assert [s.axis for s in input_specs(model)] == [0, None]
+    np.savez(tmp_path / "d.npz", x=np.ones((5, 4), np.float32), use_cache_branch=np.array([True]))
+    data = load_data(tmp_path / "d.npz", input_specs(model))
+    assert data.count == 5 and data.fixed["use_cache_branch"].shape == (1,)
+    np.savez(tmp_path / "x.npz", x=np.ones((5, 4), np.float32))
+    feeding = Feeding({"use_cache_branch": "false"})
+    data = load_data(tmp_path / "x.npz", input_specs(model, feeding=feeding), feeding)
+    assert [feeds["use_cache_branch"].tolist() for _, feeds in data.batches(4)] == [[False], [False]]
