@@ -164,7 +164,8 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec],
     batch = fixed_batch(specs) or 1
     for spec in specs:
         where = f"{spec.name!r} in {path.name}"
-        if spec.axis is None:  # its shape as fed: a --set value's, or the file's (a 0-d array broadcast)
+        if spec.axis is None or (spec.name in headers and _one_value(headers[spec.name][1], spec)):
+            # its shape as fed: a --set value's, or the file's (a 0-d array broadcast)
             given = typed_value(spec.name, values[spec.name], spec.dtype) if spec.name in values else None
             shapes[spec.name] = _whole_shape(given.shape if given is not None else headers[spec.name][1], spec, where)
             continue
@@ -173,7 +174,7 @@ def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec],
         counts[spec.name], shape[spec.axis] = shape[spec.axis], batch
         shapes[spec.name] = tuple(shape)
     counts.update({k: shape[0] for k, (_, shape) in headers.items() if k in LABEL_KEYS and shape})
-    _check_counts(counts, path.name, {s.name: s.axis for s in specs if s.axis})
+    _check_counts(counts, path.name, {s.name: s.axis for s in specs if s.axis and s.name in counts})
     return shapes
 
 
@@ -243,14 +244,14 @@ def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], sourc
     arrays: dict[str, np.ndarray] = {}
     fixed: dict[str, np.ndarray] = {}
     for spec in specs:
-        if spec.axis is None:
+        if spec.axis is None or (spec.name in raw and _one_value(np.shape(raw[spec.name]), spec)):
             given = spec.name in values
             value = typed_value(spec.name, values[spec.name], spec.dtype) if given else raw[spec.name]
             fixed[spec.name] = _check_whole(value, spec, f"--set {spec.name}" if given else f"{spec.name!r} in {source}")
         else:
             arrays[spec.name] = _check_array(raw[spec.name], spec, source)
     labels = {k: _check_labels(k, np.asarray(raw[k]), source) for k in LABEL_KEYS if k in raw}
-    axes = {s.name: s.axis for s in specs if s.axis}
+    axes = {s.name: s.axis for s in specs if s.axis and s.name in arrays}
     counts = {name: a.shape[axes.get(name, 0)] for name, a in {**arrays, **labels}.items()}
     _check_counts(counts, source, axes)
     count = next(iter(counts.values()), 1)  # inputs all fed whole, no labels: one run of them
@@ -361,6 +362,12 @@ def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
             raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
         return True
     return False
+
+
+def _one_value(shape: tuple[int, ...], spec: InputSpec) -> bool:
+    """Whether an array of `shape` for an input with an example axis is one value for every batch:
+    a 0-d array for an input of fixed sizes (a flag of shape [1]), broadcast to them."""
+    return not shape and spec.shape is not None and all(isinstance(d, int) for d in spec.shape)
 
 
 def _whole_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> tuple[int, ...]:

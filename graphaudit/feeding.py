@@ -6,8 +6,8 @@ takes them:
 - an input given one value for every batch as it is, not sliced by rows nor counted as
   examples: a scalar (a sample rate `sr` of shape []), or any input named in
   `Feeding.values` (`--set NAME=VALUE`, typed from the input's element type) or held as a
-  0-d array in the data; an input of one axis of a fixed size, in a model whose other
-  inputs take any number of examples (a `use_cache_branch` flag of shape [1]), is one too;
+  0-d array in the data (broadcast to the input's fixed shape: a `use_cache_branch` flag of
+  shape [1]);
 - an input whose examples lie on another axis (a recurrent state `state[2, batch, 128]`):
   the axis `Feeding.axes` names (`--input-axes state=_,batch,_`), else the one the graph
   tells (`example_axis`).
@@ -144,9 +144,9 @@ def example_axis(shape: tuple | None, batch: set, others: set, free_batch: bool)
     first axis is fixed holds them where it carries a symbol the other inputs hold on their first
     axis (state[2, batch, 128] beside input[batch, 512]); failing that, beside inputs of a free
     batch, on its only free axis when its first axis is fixed to more than 1 and that axis is no
-    other input's token or length (state[2, ?, 128]), and nowhere when it has one axis, of a
-    fixed size (a flag of shape [1]). Otherwise axis 0, as every input's first axis holds its
-    examples (a fixed size there fixes the batch: `data.fixed_batch`).
+    other input's token or length (state[2, ?, 128]). Otherwise axis 0, as every input's first
+    axis holds its examples (a fixed size there fixes the batch: `data.fixed_batch`; a flag of
+    shape [1] fed one value per example, or whole as a 0-d array: `data.from_arrays`).
     """
     if shape is None:
         return 0
@@ -158,8 +158,6 @@ def example_axis(shape: tuple | None, batch: set, others: set, free_batch: bool)
     if len(carrying) == 1:
         return carrying[0]
     free = [a for a, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
-    if free_batch and not free and len(shape) == 1:  # a flag; a fixed (2, 6) beside (batch, 6) fixes the batch
-        return None
     if free_batch and shape[0] > 1 and len(free) == 1 and shape[free[0]] not in others:
         return free[0]
     return 0

@@ -1,7 +1,8 @@
 """Load an ONNX model safely, with or without its external weights.
 
 `load_model` gives back a LoadedModel: the ModelProto after the ONNX checker and shape
-inference (symbolic dimensions kept), where it came from, and whether its weights were
+inference (symbolic dimensions kept; free ones written as -1, "?", "" or no size each given a
+symbol of its own: graphaudit.free_dims), where it came from, and whether its weights were
 read. A graph-only load (`weights=False`) never opens an external-data file, so a
 multi-GB model can be audited from its graph alone. External-data locations that escape
 the model's folder (absolute paths, `..`, links pointing outside) are refused before any

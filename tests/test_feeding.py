@@ -225,16 +225,27 @@ def test_a_value_given_both_in_the_data_and_set_is_bad_usage(vad):
         load_data(vad / "eval.npz", input_specs(model, feeding=feeding), feeding)
 
 
-def test_a_flag_of_shape_one_beside_a_free_batch_is_fed_whole(tmp_path):
-    # a merged decoder's use_cache_branch [1]: one value for every batch, from the .npz or --set
+def test_a_flag_of_shape_one_is_fed_whole_from_a_0d_array_or_set(tmp_path):
+    # a merged decoder's use_cache_branch [1]: one value per example (batch 1, tests/test_switches.py),
+    # or one value for every batch, broadcast to [1], from a 0-d array or --set
     model = onnx.parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17]>
     m (float[batch, 4] x, bool[1] use_cache_branch) => (float[batch, 4] y) { y = Identity (x) }""")
-    assert [s.axis for s in input_specs(model)] == [0, None]
-    np.savez(tmp_path / "d.npz", x=np.ones((5, 4), np.float32), use_cache_branch=np.array([True]))
+    assert [s.axis for s in input_specs(model)] == [0, 0]
+    np.savez(tmp_path / "d.npz", x=np.ones((5, 4), np.float32), use_cache_branch=np.array(True))
     data = load_data(tmp_path / "d.npz", input_specs(model))
-    assert data.count == 5 and data.fixed["use_cache_branch"].shape == (1,)
+    assert data.count == 5 and data.fixed["use_cache_branch"].tolist() == [True]
     np.savez(tmp_path / "x.npz", x=np.ones((5, 4), np.float32))
     feeding = Feeding({"use_cache_branch": "false"})
     data = load_data(tmp_path / "x.npz", input_specs(model, feeding=feeding), feeding)
     assert [feeds["use_cache_branch"].tolist() for _, feeds in data.batches(4)] == [[False], [False]]
+
+
+def test_audit_takes_one_feeding_for_every_part(vad):
+    from graphaudit import audit
+
+    report = audit(vad / "vad.onnx", vad / "calib.npz", vad / "eval.npz", coefficients=("gate",), provider="cpu",
+                   feeding=Feeding({"sr": 16000}), runs=1, warmup=0, profile_runs=1, resamples=5)
+    doc = report.to_json()
+    assert doc["inputs"]["feeding"] == {"values": {"sr": 16000}, "axes": {}}
+    assert doc["replay"]["parity"]["ok"] and doc["profile"] is not None
