@@ -31,6 +31,7 @@ from graphaudit.wording import counted
 
 if TYPE_CHECKING:
     from graphaudit.data import InputData
+    from graphaudit.feeding import Feeding
     from graphaudit.load import LoadedModel
 
 # Importing this module stays light (no numpy, onnx or runtime): `graphaudit/__init__.py`
@@ -104,6 +105,7 @@ def audit(
     flush_denormals: bool = True,
     rewrite: bool = True,
     output_kinds: Mapping[str, str] | None = None,
+    feeding: Feeding | None = None,
     progress: Progress | None = None,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
@@ -118,6 +120,8 @@ def audit(
     `flush_denormals`: the replay's (see `replay`); the profile runs in ONNX Runtime's default mode.
     `rewrite`: the replay's (see `replay`); the profile runs the model's operators as exported.
     `output_kinds`: the replay's (see `replay`): what an output holds, over what the graph says.
+    `feeding`: values fed whole to every batch and inputs batched on an axis of their own, for
+    every part (graphaudit.feeding).
     """
     for claim in claims:
         if claim not in CLAIMS:
@@ -153,7 +157,7 @@ def audit(
         notes.append("no evaluation data given: the replay split the calibration inputs into disjoint halves "
                      "(profiles from one, replay on the other) and the profile ran on the calibration inputs")
     report("static audit", 0, 1)
-    shapes = _shapes(loaded, data if data is not None else calib)
+    shapes = _shapes(loaded, data if data is not None else calib, feeding)
     static = _static(loaded, block_pattern, coefficients, shapes)
     baseline_flops = None
     if baseline is not None:
@@ -167,11 +171,11 @@ def audit(
     if batch_size is None:
         from graphaudit.batching import default_batch_size
 
-        batch_size, why = default_batch_size(loaded, static.model_decides, shapes)
+        batch_size, why = default_batch_size(loaded, static.model_decides, shapes, feeding)
     failure = None
     try:
         replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,
-                           flush_denormals, rewrite, output_kinds, progress)
+                           flush_denormals, rewrite, output_kinds, feeding, progress)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -187,7 +191,7 @@ def audit(
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline, provider, runs, warmup,
-                        profile_runs, profile_limit, block_pattern, static, threads)
+                        profile_runs, profile_limit, block_pattern, static, threads, feeding)
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
@@ -197,6 +201,8 @@ def audit(
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
               "provider": provider, "seed": seed, "threads": threads,
               "flush_denormals": flush_denormals, "rewrite": rewrite}
+    if feeding:
+        inputs["feeding"] = feeding.to_json()
     if is_baseline:
         inputs["is_baseline"] = True
     return AuditReport(
@@ -231,32 +237,32 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
 
 
 def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
-            rewrite, output_kinds, progress):
+            rewrite, output_kinds, feeding, progress):
     from graphaudit.replay import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
                     batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
-                    rewrite=rewrite, output_kinds=output_kinds, progress=progress)
+                    rewrite=rewrite, output_kinds=output_kinds, feeding=feeding, progress=progress)
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static, threads):
+def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static, threads,
+             feeding):
     from graphaudit.profile import profile_model
 
     return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
                          provider=provider, limit=limit, block_pattern=block_pattern,
-                         static=static, threads=threads)
+                         static=static, threads=threads, feeding=feeding)
 
 
-def _shapes(loaded: LoadedModel, data) -> dict[str, tuple[int, ...]] | None:
-    """The shape of one run's inputs of `data` (batch 1, or the model's own fixed batch), per
-    graph input, for the static FLOP count."""
+def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:
+    """The shape of one run's inputs of `data` (batch 1, or the model's own fixed batch, on each
+    input's example axis), per graph input, for the static FLOP count."""
     from graphaudit.data import InputData, fixed_batch, input_specs, load_data
 
-    specs = input_specs(loaded.model)
-    inputs = data if isinstance(data, InputData) else load_data(data, specs)
-    batch = fixed_batch(specs) or 1
-    return {name: (batch, *array.shape[1:]) for name, array in inputs.arrays.items()}
+    specs = input_specs(loaded.model, feeding=feeding)
+    inputs = data if isinstance(data, InputData) else load_data(data, specs, feeding)
+    return inputs.run_shapes(fixed_batch(specs) or 1)
 
 
 def _check_baseline_inputs(loaded: LoadedModel, base: LoadedModel) -> None:

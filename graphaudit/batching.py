@@ -18,6 +18,7 @@ import onnx
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.data import InputData, fixed_batch, input_specs, whole_batches
+from graphaudit.feeding import Feeding
 from graphaudit.graph import ModelGraph
 from graphaudit.graph_build import shape_of
 from graphaudit.load import LoadedModel
@@ -39,11 +40,12 @@ def batches_for(loaded: LoadedModel, graph: ModelGraph, batch_size: int | None, 
     `default_batch_size`; the inputs cut only where the model fixes its batch. `coefficients`:
     the user's names, for the static audit that tells whether the graph has value-dependent
     control flow."""
-    fixed = fixed_batch(input_specs(loaded.model))
+    feeding = evaluation.feeding
+    fixed = fixed_batch(input_specs(loaded.model, feeding=feeding))
     notes = []
     if batch_size is None:
         conditional = audit_static(loaded, coefficients=coefficients, graph=graph).model_decides
-        batch_size, why = default_batch_size(loaded, conditional, {k: v.shape for k, v in evaluation.arrays.items()})
+        batch_size, why = default_batch_size(loaded, conditional, evaluation.run_shapes(evaluation.count), feeding)
         notes.append(why)
     elif batch_size == fixed != DEFAULT_BATCH_SIZE:
         notes.append(fixed_note(batch_size))
@@ -54,7 +56,8 @@ def batches_for(loaded: LoadedModel, graph: ModelGraph, batch_size: int | None, 
 
 
 def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None,
-                       input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[int, str | None]:
+                       input_shapes: Mapping[str, Sequence[int]] | None = None,
+                       feeding: Feeding | None = None) -> tuple[int, str | None]:
     """The replay's batch size when none is given, and why when it is not DEFAULT_BATCH_SIZE.
 
     The model's own batch when its inputs fix their first dimension (`data.fixed_batch`). 1 when
@@ -62,9 +65,9 @@ def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None =
     the static audit's `model_decides` when not given; a caller's switch decides alike for the batch): an If or Loop decides once per batch. Otherwise as many inputs
     as keep one batch of the scored output within OUTPUT_BUDGET, its size per input read from
     the output's declared shape with symbolic dimensions taken from `input_shapes` (data
-    shapes, batch first), up to DEFAULT_BATCH_SIZE.
+    shapes), up to DEFAULT_BATCH_SIZE. `feeding`: how the inputs are fed (graphaudit.feeding).
     """
-    fixed = fixed_batch(input_specs(loaded.model))
+    fixed = fixed_batch(input_specs(loaded.model, feeding=feeding))
     if fixed is not None:
         return fixed, None if fixed == DEFAULT_BATCH_SIZE else fixed_note(fixed)
     if conditional_execution is None:
@@ -97,8 +100,9 @@ def _output_per_input(model, input_shapes: Mapping[str, Sequence[int]]) -> tuple
     elem_type, dims = shape_of(out.type)
     if not elem_type or dims is None or len(dims) < 2:
         return None
-    sizes = {d: int(size) for spec in input_specs(model) if spec.shape  # symbolic dimension -> its size in the data
-             for d, size in zip(spec.shape, input_shapes.get(spec.name, ())) if isinstance(d, str)}
+    declared = {vi.name: shape_of(vi.type)[1] for vi in model.graph.input}  # the symbols free dims were given too
+    sizes = {d: int(size) for name, shape in declared.items() if shape  # symbolic dimension -> its size in the data
+             for d, size in zip(shape, input_shapes.get(name, ())) if isinstance(d, str)}
     per_input = ShapeResolver(sizes)(dims[1:])  # the batch axis first
     if per_input is None:
         return None

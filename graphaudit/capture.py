@@ -382,9 +382,11 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
             digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())
     digest.update(f"batch={batch_size};format={_FORMAT};check={check}".encode())
-    for name in sorted(data.arrays):
-        array = np.ascontiguousarray(data.arrays[name])
-        digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+    for name, array in sorted({**data.arrays, **data.fixed}.items()):
+        array = np.ascontiguousarray(array)
+        # how it was fed, where it is not rows on axis 0
+        fed = ":whole" if name in data.fixed else f":axis {data.axes[name]}" if data.axes.get(name) else ""
+        digest.update(f"{name}:{array.dtype}:{array.shape}{fed}".encode())
         digest.update(array.data)
     return digest.hexdigest()
 

@@ -1,7 +1,8 @@
 """Input data: `.npz` files checked against the model's graph inputs.
 
-`load_data` gives back an InputData whose arrays are keyed by graph-input name, all with
-the same leading (batch) axis. Pickled objects are never loaded (`allow_pickle=False`);
+`load_data` gives back an InputData whose arrays are keyed by graph-input name, each with the
+same number of examples on its example axis (axis 0, or the input's own: graphaudit.feeding),
+and the values fed whole to every batch (scalars, `--set`). Pickled objects are never loaded (`allow_pickle=False`);
 missing or unexpected keys, wrong dtypes or ranks, fixed dimensions that disagree,
 batches of different sizes, empty arrays, NaN/Inf values and indices past the table an
 input indexes (token ids past the embedding) each raise a GraphAuditError that names what
@@ -12,7 +13,6 @@ accepted beside the inputs for the metrics. `data_shapes` reads only the array h
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -22,6 +22,9 @@ import onnx
 from onnx import helper
 
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.feeding import Feeding, example_axes, typed_value
+from graphaudit.free_dims import is_free_symbol
+from graphaudit.npz import npz_headers, read_npz
 
 LABEL_KEYS = ("labels", "targets")
 
@@ -36,6 +39,7 @@ class InputSpec:
     # rows of the table this input indexes directly (an embedding's Gather), and the table's name
     index_limit: int | None = None
     index_table: str | None = None
+    axis: int | None = 0  # where its examples lie; None: one value fed whole to every batch
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
@@ -46,10 +50,25 @@ class InputSpec:
 class InputData:
     """Arrays for the model's inputs (and optional labels), one row per example."""
 
-    arrays: Mapping[str, np.ndarray] = field(repr=False)
+    arrays: Mapping[str, np.ndarray] = field(repr=False)  # examples on axis 0, or on `axes[name]`
     labels: Mapping[str, np.ndarray] = field(repr=False)
     count: int
     source: str
+    fixed: Mapping[str, np.ndarray] = field(default_factory=dict, repr=False)  # fed whole to every batch
+    axes: Mapping[str, int] = field(default_factory=dict)  # the example axis of arrays not batched on axis 0
+
+    @property
+    def feeding(self) -> Feeding:
+        """How these inputs are fed, as a Feeding (for checking them against another model)."""
+        return Feeding(dict(self.fixed), dict(self.axes))
+
+    def feeds(self, rows: Sequence[int] | slice) -> dict[str, np.ndarray]:
+        """The inputs of the examples at `rows`, each taken along its example axis, with the
+        values fed whole."""
+        index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        taken = {k: v[(slice(None),) * self.axes[k] + (index,)] if self.axes.get(k) else v[index]
+                 for k, v in self.arrays.items()}
+        return {**taken, **self.fixed}
 
     def batches(self, batch_size: int) -> Iterator[tuple[slice, dict[str, np.ndarray]]]:
         """Yield (rows, feeds) for consecutive batches of at most `batch_size` examples."""
@@ -57,22 +76,38 @@ class InputData:
             raise GraphAuditError(f"expected a batch size of at least 1, found {batch_size}", exit_code=2)
         for start in range(0, self.count, batch_size):
             rows = slice(start, min(start + batch_size, self.count))
-            yield rows, {k: v[rows] for k, v in self.arrays.items()}
+            yield rows, self.feeds(rows)
 
     def subset(self, rows: Sequence[int] | slice, source: str | None = None) -> "InputData":
         """The examples at `rows`, as a new InputData."""
-        pick = (lambda a: a[rows]) if isinstance(rows, slice) else (lambda a: a[np.asarray(rows, dtype=np.int64)])
-        arrays = {k: pick(v) for k, v in self.arrays.items()}
-        labels = {k: pick(v) for k, v in self.labels.items()}
-        count = next(iter(arrays.values())).shape[0] if arrays else 0
-        return InputData(arrays, labels, count, source or self.source)
+        index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
+        arrays = {k: v for k, v in self.feeds(rows).items() if k in self.arrays}
+        labels = {k: v[index] for k, v in self.labels.items()}
+        count = len(range(self.count)[rows]) if isinstance(rows, slice) else len(index)
+        return InputData(arrays, labels, count, source or self.source, self.fixed, self.axes)
+
+    def examples_first(self, name: str) -> np.ndarray:
+        """The array of input `name` with its examples on axis 0 (a view)."""
+        return np.moveaxis(self.arrays[name], self.axes.get(name, 0), 0)
+
+    def run_shapes(self, batch: int) -> dict[str, tuple[int, ...]]:
+        """The shape of each input in one run of `batch` examples."""
+        shapes = {}
+        for name, array in self.arrays.items():
+            shape = list(array.shape)
+            shape[self.axes.get(name, 0)] = batch
+            shapes[name] = tuple(shape)
+        return {**shapes, **{name: tuple(v.shape) for name, v in self.fixed.items()}}
 
 
-def input_specs(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[InputSpec, ...]:
-    """The graph inputs of `model` that data must feed (initializers and `exclude` left out)."""
+def input_specs(model: onnx.ModelProto, exclude: Sequence[str] = (),
+                feeding: Feeding | None = None) -> tuple[InputSpec, ...]:
+    """The graph inputs of `model` that data must feed (initializers and `exclude` left out),
+    each with its example axis (`feeding.example_axes`: from `feeding`, else the graph).
+    Free dimensions (-1, "?", "", none written, or named so at load) are None: any size."""
     inits = {t.name for t in model.graph.initializer}
     tables = _indexed_tables(model)
-    specs = []
+    found = []
     for vi in model.graph.input:
         if vi.name in inits or vi.name in exclude:
             continue
@@ -80,12 +115,12 @@ def input_specs(model: onnx.ModelProto, exclude: Sequence[str] = ()) -> tuple[In
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype("float32")
         shape = None
         if tt.HasField("shape"):
-            shape = tuple(
-                d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim
-            )
-        limit, table = tables.get(vi.name, (None, None))
-        specs.append(InputSpec(vi.name, dtype, shape, limit, table))
-    return tuple(specs)
+            shape = tuple(None if is_free_symbol(d) else d for d in (
+                d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                for d in tt.shape.dim))
+        found.append((vi.name, dtype, shape, *tables.get(vi.name, (None, None))))
+    axes = example_axes({name: shape for name, _, shape, _, _ in found}, feeding)
+    return tuple(InputSpec(name, dtype, shape, limit, table, axes[name]) for name, dtype, shape, limit, table in found)
 
 
 def _indexed_tables(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
@@ -106,33 +141,41 @@ def _indexed_tables(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
     return found
 
 
-def load_data(path: str | os.PathLike, specs: Sequence[InputSpec]) -> InputData:
-    """Return the arrays of the .npz at `path`, checked against `specs`."""
+def load_data(path: str | os.PathLike, specs: Sequence[InputSpec], feeding: Feeding | None = None) -> InputData:
+    """Return the arrays of the .npz at `path`, checked against `specs` (`feeding.values`: the
+    values of inputs fed whole that the file need not hold)."""
     path = Path(path)
-    raw = _read_npz(path)
-    _check_keys(raw, specs, path.name)
-    return from_arrays(raw, specs, source=path.name)
+    raw = read_npz(path)
+    _check_keys(raw, specs, path.name, feeding)
+    return from_arrays(raw, specs, source=path.name, feeding=feeding)
 
 
-def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec]) -> dict[str, tuple[int, ...]]:
-    """The shape of one example (batch 1) of each input in the .npz at `path`, read from the
-    array headers alone (no values are read), checked against `specs` as `load_data` checks."""
+def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec],
+                feeding: Feeding | None = None) -> dict[str, tuple[int, ...]]:
+    """The shape of each input in one run of one example (batch 1, or the model's fixed batch)
+    in the .npz at `path`, read from the array headers alone (no values are read), checked
+    against `specs` as `load_data` checks."""
     path = Path(path)
-    _require_zip(path)
-    headers: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if member.endswith(".npy"):
-                    headers[member[:-4]] = _header(archive, member)
-    except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
-        raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
-    _check_keys(headers, specs, path.name)
-    for spec in specs:
-        _check_header(*headers[spec.name], spec, f"{spec.name!r} in {path.name}")
-    _check_counts({name: shape[0] for name, (_, shape) in headers.items() if shape}, path.name)
+    headers = npz_headers(path)
+    values = dict((feeding or Feeding()).values)
+    _check_keys(headers, specs, path.name, feeding)
+    shapes: dict[str, tuple[int, ...]] = {}
+    counts: dict[str, int] = {}
     batch = fixed_batch(specs) or 1
-    return {spec.name: (batch, *headers[spec.name][1][1:]) for spec in specs}
+    for spec in specs:
+        where = f"{spec.name!r} in {path.name}"
+        if spec.axis is None or (spec.name in headers and _one_value(headers[spec.name][1], spec)):
+            # its shape as fed: a --set value's, or the file's (a 0-d array broadcast)
+            given = typed_value(spec.name, values[spec.name], spec.dtype) if spec.name in values else None
+            shapes[spec.name] = _whole_shape(given.shape if given is not None else headers[spec.name][1], spec, where)
+            continue
+        _check_header(*headers[spec.name], spec, where)
+        shape = list(headers[spec.name][1])
+        counts[spec.name], shape[spec.axis] = shape[spec.axis], batch
+        shapes[spec.name] = tuple(shape)
+    counts.update({k: shape[0] for k, (_, shape) in headers.items() if k in LABEL_KEYS and shape})
+    _check_counts(counts, path.name, {s.name: s.axis for s in specs if s.axis and s.name in counts})
+    return shapes
 
 
 MASK_INPUT = "attention_mask"  # 1 where an input has a token, 0 where it is padded
@@ -160,12 +203,14 @@ def tokens_of(mask: np.ndarray) -> np.ndarray | None:
 
 
 def fixed_batch(specs: Sequence[InputSpec]) -> int | None:
-    """How many inputs the model takes per run when its graph inputs fix their first (batch)
+    """How many inputs the model takes per run when its graph inputs fix their example (batch)
     dimension, as an export without a dynamic batch does; None when none fixes it. Every input's
-    axis 0 holds the examples, so one input with a fixed size fixes the batch of all; inputs
-    fixing different sizes have no batch the data could be cut into, and give None (the data
-    checks and ONNX Runtime then say what does not fit)."""
-    sizes = {s.shape[0] for s in specs if s.shape and isinstance(s.shape[0], int) and s.shape[0] > 0}
+    example axis (axis 0, or its own) holds the examples, so one input with a fixed size there
+    fixes the batch of all; inputs fixing different sizes have no batch the data could be cut
+    into, and give None (the data checks and ONNX Runtime then say what does not fit). Inputs
+    fed whole to every batch have no say."""
+    sizes = {s.shape[s.axis] for s in specs if s.shape and s.axis is not None and isinstance(s.shape[s.axis], int)
+             and s.shape[s.axis] > 0}
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -192,22 +237,41 @@ def whole_batches(data: InputData, batch: int | None) -> tuple[InputData, str | 
     return data.subset(slice(0, whole)), note
 
 
-def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str = "<arrays>") -> InputData:
-    """Check in-memory arrays against `specs` and return them as InputData."""
+def from_arrays(raw: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str = "<arrays>",
+                feeding: Feeding | None = None) -> InputData:
+    """Check in-memory arrays (and `feeding.values`) against `specs` and return them as InputData."""
+    values = dict((feeding or Feeding()).values)
     arrays: dict[str, np.ndarray] = {}
+    fixed: dict[str, np.ndarray] = {}
     for spec in specs:
-        arrays[spec.name] = _check_array(raw[spec.name], spec, source)
+        if spec.axis is None or (spec.name in raw and _one_value(np.shape(raw[spec.name]), spec)):
+            given = spec.name in values
+            value = typed_value(spec.name, values[spec.name], spec.dtype) if given else raw[spec.name]
+            fixed[spec.name] = _check_whole(value, spec, f"--set {spec.name}" if given else f"{spec.name!r} in {source}")
+        else:
+            arrays[spec.name] = _check_array(raw[spec.name], spec, source)
     labels = {k: _check_labels(k, np.asarray(raw[k]), source) for k in LABEL_KEYS if k in raw}
-    counts = {name: a.shape[0] for name, a in {**arrays, **labels}.items()}
-    _check_counts(counts, source)
-    count = next(iter(counts.values()), 0)
-    return InputData(arrays, labels, count, source)
+    axes = {s.name: s.axis for s in specs if s.axis and s.name in arrays}
+    counts = {name: a.shape[axes.get(name, 0)] for name, a in {**arrays, **labels}.items()}
+    _check_counts(counts, source, axes)
+    count = next(iter(counts.values()), 1)  # inputs all fed whole, no labels: one run of them
+    return InputData(arrays, labels, count, source, fixed, axes)
 
 
-def _check_keys(keys: Mapping[str, object], specs: Sequence[InputSpec], source: str) -> None:
+def _check_keys(keys: Mapping[str, object], specs: Sequence[InputSpec], source: str,
+                feeding: Feeding | None = None) -> None:
+    values = (feeding or Feeding()).values
     expected = {s.name for s in specs}
-    missing = [s for s in specs if s.name not in keys]
+    twice = sorted(k for k in keys if k in values)
+    if twice:
+        raise UsageError(f"expected each input given once, found {twice[0]!r} both in {source} and in --set")
+    missing = [s for s in specs if s.name not in keys and s.name not in values]
     extra = sorted(k for k in keys if k not in expected and k not in LABEL_KEYS)
+    whole = [s for s in missing if s.axis is None]
+    if whole:
+        raise GraphAuditError(
+            f"expected a value for the model's input {whole[0].describe()}, fed whole to every batch, found none "
+            f"in {source}: give it as --set {whole[0].name}=VALUE or as a 0-d array {whole[0].name!r} in the .npz")
     if missing:
         raise GraphAuditError(
             f"expected {source} to hold arrays for the model's inputs "
@@ -221,10 +285,12 @@ def _check_keys(keys: Mapping[str, object], specs: Sequence[InputSpec], source: 
         )
 
 
-def _check_counts(counts: Mapping[str, int], source: str) -> None:
+def _check_counts(counts: Mapping[str, int], source: str, axes: Mapping[str, int] | None = None) -> None:
     if len(set(counts.values())) > 1:
+        where = "axis 0" if not axes else "their example axis (" + ", ".join(
+            f"{k}: {axes.get(k, 0)}" for k in counts) + ")"
         raise GraphAuditError(
-            f"expected every array in {source} to have the same number of examples on axis 0, "
+            f"expected every array in {source} to have the same number of examples on {where}, "
             f"found {', '.join(f'{k}: {v}' for k, v in counts.items())}"
         )
 
@@ -240,70 +306,6 @@ def _check_labels(key: str, a: np.ndarray, source: str) -> np.ndarray:
     if not integer and not np.isfinite(a).all():
         raise GraphAuditError(f"expected finite {key} in {source}, found {int((~np.isfinite(a)).sum())} NaN/Inf values")
     return a
-
-
-def _header(archive: zipfile.ZipFile, member: str) -> tuple[np.dtype, tuple[int, ...]]:
-    """The dtype and shape an .npy member of `archive` declares, read from its header alone."""
-    with archive.open(member) as f:
-        version = np.lib.format.read_magic(f)
-        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                else np.lib.format.read_array_header_2_0)
-        shape, _, dtype = read(f)
-    return np.dtype(dtype), tuple(shape)
-
-
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    _require_zip(path)
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            for key in archive.files:
-                try:
-                    arrays[key] = archive[key]
-                    if isinstance(arrays[key], bytes):  # numpy hands back a member that is not .npy as its bytes
-                        raise GraphAuditError(
-                            f"expected every member of {path} to be a NumPy .npy array, found {key!r} holding "
-                            f"{len(arrays[key])} bytes without the .npy header"
-                        )
-                except MemoryError:  # a header may declare any shape: numpy allocates it before reading
-                    raise GraphAuditError(
-                        f"expected arrays that fit in memory in {path}, found {_declared(archive.zip, key)} "
-                        f"for key {key!r}"
-                    ) from None
-        return arrays
-    except ValueError as err:
-        if "max_header_size" in str(err):  # numpy's guard against headers built to exhaust memory
-            raise GraphAuditError(
-                f"expected .npy headers of at most 10 kB in {path} (numpy's limit for files it does not trust), "
-                "found a larger one"
-            ) from None
-        if "allow_pickle" in str(err) or "Object arrays" in str(err):
-            raise GraphAuditError(
-                f"expected numeric arrays in {path}, found pickled Python objects; graphaudit never "
-                "loads pickles (they can run code)"
-            ) from None
-        raise GraphAuditError(f"expected readable .npy arrays in {path}, found: {' '.join(str(err).split())}") from None
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError) as err:
-        raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
-
-
-def _declared(archive: zipfile.ZipFile, key: str) -> str:
-    """What the header of `key` in `archive` declares, in words: its shape, dtype and bytes."""
-    try:
-        dtype, shape = _header(archive, key + ".npy" if key + ".npy" in archive.namelist() else key)
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError, ValueError):
-        return "an array too large to allocate"
-    size = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    return f"a declared shape {shape} of {dtype} ({size} bytes)"
-
-
-def _require_zip(path: Path) -> None:
-    if not path.is_file():
-        raise GraphAuditError(f"expected a data file (.npz) at {path}, found {'a directory' if path.is_dir() else 'nothing'}")
-    if not zipfile.is_zipfile(path):
-        raise GraphAuditError(
-            f"expected a NumPy .npz archive (a zip of .npy arrays) at {path}, found a file that is not a zip archive"
-        )
 
 
 def _check_array(value: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
@@ -326,35 +328,74 @@ def _check_array(value: np.ndarray, spec: InputSpec, source: str) -> np.ndarray:
 
 def _check_header(dtype: np.dtype, shape: tuple[int, ...], spec: InputSpec, where: str) -> bool:
     """Check an array's dtype and shape against `spec`; True when it is to be widened to spec.dtype."""
-    if dtype == object:
-        raise GraphAuditError(f"expected numeric values for {where}, found pickled Python objects; graphaudit "
-                              "never loads pickles (they can run code)")
-    widen = False
-    if dtype != spec.dtype:
-        same_kind = np.issubdtype(dtype, np.integer) and np.issubdtype(spec.dtype, np.integer)
-        if not (same_kind and np.can_cast(dtype, spec.dtype, "safe")):
-            raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
-        widen = True
-    if spec.shape == ():  # nothing the data could hold fits: the model's input has no example axis
-        raise GraphAuditError(
-            f"expected the model's input {spec.name!r} to have an axis for the examples, found a scalar input "
-            f"(shape []): graphaudit feeds every input one row per example (axis 0); export that input "
-            f"with shape [1] (one example per run) or with a batch axis")
+    widen = _check_dtype(dtype, spec, where)
+    batch = spec.axis or 0
     if spec.shape is not None:
         if len(shape) != len(spec.shape):
+            across = f", examples on axis {batch}" if batch else ""
             raise GraphAuditError(
-                f"expected {where} to have rank {len(spec.shape)} (shape {spec.describe().split(' ', 2)[2]}), "
+                f"expected {where} to have rank {len(spec.shape)} (shape {spec.describe().split(' ', 2)[2]}{across}), "
                 f"found rank {len(shape)} (shape {tuple(shape)})"
             )
         for axis, (want, got) in enumerate(zip(spec.shape, shape)):
-            if isinstance(want, int) and want > 0 and axis > 0 and want != got:
+            if isinstance(want, int) and want > 0 and axis != batch and want != got:
                 raise GraphAuditError(f"expected {where} to have size {want} on axis {axis}, found {got}")
     if len(shape) == 0:
         raise GraphAuditError(f"expected {where} to have a batch axis, found a scalar")
     # an empty axis past the batch and token ones that the model leaves open (a decoder's past keys
     # of length 0, on its first step) is data; an empty batch or token sequence, or an empty axis
     # of a fixed or unknown size, is not
-    open_axes = {a for a, want in enumerate(spec.shape or ()) if a >= 2 and isinstance(want, str)}
-    if 0 in shape and (shape[0] == 0 or any(size == 0 and a not in open_axes for a, size in enumerate(shape))):
+    open_axes = {a for a, want in enumerate(spec.shape or ()) if a >= 2 and a != batch and isinstance(want, str)}
+    if 0 in shape and (shape[batch] == 0 or any(size == 0 and a not in open_axes for a, size in enumerate(shape))):
         raise GraphAuditError(f"expected {where} to hold data, found an empty array of shape {tuple(shape)}")
     return widen
+
+
+def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
+    """Check an array's dtype against `spec`; True when it is to be widened to spec.dtype."""
+    if dtype == object:
+        raise GraphAuditError(f"expected numeric values for {where}, found pickled Python objects; graphaudit "
+                              "never loads pickles (they can run code)")
+    if dtype != spec.dtype:
+        same_kind = np.issubdtype(dtype, np.integer) and np.issubdtype(spec.dtype, np.integer)
+        if not (same_kind and np.can_cast(dtype, spec.dtype, "safe")):
+            raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
+        return True
+    return False
+
+
+def _one_value(shape: tuple[int, ...], spec: InputSpec) -> bool:
+    """Whether an array of `shape` for an input with an example axis is one value for every batch:
+    a 0-d array for an input of fixed sizes (a flag of shape [1]), broadcast to them."""
+    return not shape and spec.shape is not None and all(isinstance(d, int) for d in spec.shape)
+
+
+def _whole_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> tuple[int, ...]:
+    """The shape an input fed whole to every batch is fed at, given a value of `shape`: its own,
+    or the input's fixed shape for one value (a 0-d array) broadcast to it."""
+    if spec.shape is None or len(shape) == len(spec.shape):
+        for axis, (want, got) in enumerate(zip(spec.shape or (), shape)):
+            if isinstance(want, int) and want != got:
+                raise GraphAuditError(f"expected {where} to have size {want} on axis {axis} (one value for every "
+                                      f"batch, of the input's shape), found {got}")
+        return tuple(shape)
+    if not shape and all(isinstance(d, int) for d in spec.shape):
+        return tuple(spec.shape)
+    shown = spec.describe().split(" ", 2)[2]
+    if not spec.shape:
+        raise GraphAuditError(f"expected {where} to be one value for every batch, a 0-d array (the model's input "
+                              f"is a scalar, shape []), found shape {tuple(shape)}")
+    raise GraphAuditError(f"expected {where} to be one value for every batch, of the input's shape {shown} or a "
+                          f"0-d array{'' if all(isinstance(d, int) for d in spec.shape) else ' (for fixed sizes only)'}"
+                          f", found shape {tuple(shape)}")
+
+
+def _check_whole(value: object, spec: InputSpec, where: str) -> np.ndarray:
+    """A value fed whole to every batch, checked against `spec` and broadcast to its fixed shape."""
+    a = np.asarray(value)
+    if _check_dtype(a.dtype, spec, where):
+        a = a.astype(spec.dtype)
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+        raise GraphAuditError(f"expected finite values in {where}, found {int((~np.isfinite(a)).sum())} NaN/Inf values")
+    shape = _whole_shape(a.shape, spec, where)
+    return np.ascontiguousarray(np.broadcast_to(a, shape)) if shape != a.shape else a

@@ -1,7 +1,8 @@
 """Load an ONNX model safely, with or without its external weights.
 
 `load_model` gives back a LoadedModel: the ModelProto after the ONNX checker and shape
-inference (symbolic dimensions kept), where it came from, and whether its weights were
+inference (symbolic dimensions kept; free ones written as -1, "?", "" or no size each given a
+symbol of its own: graphaudit.free_dims), where it came from, and whether its weights were
 read. A graph-only load (`weights=False`) never opens an external-data file, so a
 multi-GB model can be audited from its graph alone. External-data locations that escape
 the model's folder (absolute paths, `..`, links pointing outside) are refused before any
@@ -25,6 +26,7 @@ from graphaudit import repair
 from graphaudit.checker import Unsorted, check_model, in_order, order_problem, sort_nodes
 from graphaudit.contrib_shapes import with_shape_functions
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.free_dims import name_free_dims
 from graphaudit.graph_build import node_ids
 from graphaudit.inline import inline_functions
 from graphaudit.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
@@ -133,6 +135,7 @@ def load_model(
             moved = sort_nodes(model.graph)
             check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
+    name_free_dims(model)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
     inlined_calls, inlined_functions = 0, ()
     if inline and model.functions:  # before inference, which then types the inlined bodies' values too
         found = inline_functions(model)

@@ -38,6 +38,7 @@ from graphaudit.batching import batches_for
 from graphaudit.coefficients import Coefficient
 from graphaudit.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
 from graphaudit.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
+from graphaudit.feeding import Feeding
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph import ModelGraph, build_graph
 from graphaudit.graph_build import shape_of
@@ -179,9 +180,14 @@ def replay(
     flush_denormals: bool = True,
     rewrite: bool = True,
     output_kinds: Mapping[str, str] | None = None,
+    feeding: Feeding | None = None,
     progress: Progress | None = None,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
+
+    `feeding`: values fed whole to every batch (`--set`) and inputs batched on an axis of their
+    own (`--input-axes`), for both files (graphaudit.feeding). Only the inputs change: the
+    coefficients are captured, cached and fed batch-first as before.
 
     `threads`: ONNX Runtime's intra-op threads for the capture and the replay (None: its
     choice, one per physical core). Fewer than the cores leaves one to score each run while
@@ -230,8 +236,8 @@ def replay(
             f"{' and '.join(positional)} left out: no coefficient has a token axis (one value per input and slot, as "
             f"a CNN's channel gates), so {' and '.join(would[n] for n in positional)}")
     check_scored_output(loaded.model, coefs)
-    batch_size = check_batch_size(input_specs(loaded.model), batch_size)  # before any data is read
-    calibration, evaluation, use = _inputs(loaded, calib, data, seed)
+    batch_size = check_batch_size(input_specs(loaded.model, feeding=feeding), batch_size)  # before any data is read
+    calibration, evaluation, use = _inputs(loaded, calib, data, seed, feeding)
     batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation,
                                                             coefficients)
     if (calibration.count, evaluation.count) != (use.calibration_inputs, use.evaluation_inputs):
@@ -394,10 +400,11 @@ def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | 
     return tuple(c for c in found if any(c.tensor == p or fnmatch.fnmatchcase(c.tensor, p) for p in patterns))
 
 
-def _inputs(loaded: LoadedModel, calib, data, seed: int) -> tuple[InputData, InputData, DataUse]:
+def _inputs(loaded: LoadedModel, calib, data, seed: int,
+            feeding: Feeding | None = None) -> tuple[InputData, InputData, DataUse]:
     """Calibration and evaluation inputs: as given, or the calibration inputs split in halves."""
-    specs = input_specs(loaded.model)
-    load = lambda d: d if isinstance(d, InputData) else load_data(d, specs)  # noqa: E731
+    specs = input_specs(loaded.model, feeding=feeding)
+    load = lambda d: d if isinstance(d, InputData) else load_data(d, specs, feeding)  # noqa: E731
     calibration = load(calib)
     if data is not None:
         evaluation = load(data)
@@ -432,7 +439,7 @@ def shared_inputs(calibration: InputData, evaluation: InputData) -> int:
         return 0
 
     def digests(data: InputData) -> list[bytes]:
-        rows = [np.ascontiguousarray(data.arrays[n]).reshape(data.count, -1) for n in names]
+        rows = [np.ascontiguousarray(data.examples_first(n)).reshape(data.count, -1) for n in names]
         return [hashlib.blake2b(b"".join(r[i].tobytes() for r in rows), digest_size=16).digest()
                 for i in range(data.count)]
 

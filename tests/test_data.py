@@ -109,17 +109,34 @@ def test_an_empty_axis_the_model_leaves_open_is_data(tmp_path):
             load_data(save(tmp_path, **arrays), specs)
 
 
-@pytest.mark.parametrize("flag", [np.zeros((3,), bool), np.array(False), np.zeros((3, 1), bool)],
-                         ids=["one-per-example", "scalar", "one-by-one"])
-def test_a_scalar_graph_input_is_named_as_what_no_data_can_feed(tmp_path, flag):
-    # a merged decoder exported with a scalar `use_cache_branch`: no .npz fits, and the error
-    # says so of the model, not of the file
-    model = onnx.parser.parse_model("""
-    <ir_version: 8, opset_import: ["" : 17]>
-    m (float[batch, 4] x, bool use_cache_branch) => (float[batch, 4] y) {
-        y = Identity (x)
-    }""")
+SCALAR_FLAG = """
+<ir_version: 8, opset_import: ["" : 17]>
+m (float[batch, 4] x, bool use_cache_branch) => (float[batch, 4] y) {
+    y = Identity (x)
+}"""
+
+
+def test_a_scalar_graph_input_is_fed_whole_to_every_batch(tmp_path):
+    # a merged decoder exported with a scalar `use_cache_branch`: a 0-d array in the .npz is
+    # given to every batch as it is, neither sliced by rows nor counted as examples
+    specs = input_specs(onnx.parser.parse_model(SCALAR_FLAG))
+    assert [s.axis for s in specs] == [0, None]
+    data = load_data(save(tmp_path, x=np.ones((3, 4), np.float32), use_cache_branch=np.array(True)), specs)
+    assert data.count == 3 and set(data.arrays) == {"x"}
+    assert [(feeds["x"].shape, feeds["use_cache_branch"]) for _, feeds in data.batches(2)] == [((2, 4), True),
+                                                                                              ((1, 4), True)]
+
+
+@pytest.mark.parametrize("flag", [np.zeros((3,), bool), np.zeros((3, 1), bool)], ids=["one-per-example", "one-by-one"])
+def test_a_scalar_graph_input_given_per_example_is_refused(tmp_path, flag):
     path = save(tmp_path, x=np.ones((3, 4), np.float32), use_cache_branch=flag)
-    with pytest.raises(GraphAuditError, match=r"expected the model's input 'use_cache_branch' to have an axis for "
-                                              r"the examples, found a scalar input \(shape \[\]\)"):
-        load_data(path, input_specs(model))
+    with pytest.raises(GraphAuditError, match=r"expected 'use_cache_branch' in d.npz to be one value for every batch, "
+                                              r"a 0-d array \(the model's input is a scalar, shape \[\]\), found shape"):
+        load_data(path, input_specs(onnx.parser.parse_model(SCALAR_FLAG)))
+
+
+def test_a_scalar_graph_input_without_a_value_says_how_to_give_one(tmp_path):
+    with pytest.raises(GraphAuditError, match=r"expected a value for the model's input use_cache_branch: bool \(\), "
+                                              r"fed whole to every batch, found none in d.npz: give it as --set "
+                                              r"use_cache_branch=VALUE or as a 0-d array 'use_cache_branch' in the .npz"):
+        load_data(save(tmp_path, x=np.ones((3, 4), np.float32)), input_specs(onnx.parser.parse_model(SCALAR_FLAG)))

@@ -1,6 +1,7 @@
 """Which axis of a tensor is the batch, which the token: read from the graph inputs.
 
-The first input dimension is the batch and the second the token; a tensor's axis is one of
+An input's example axis is the batch (its first, or the one `feeding.example_axis` reads from
+the graph: a recurrent state's second) and the second input dimension the token; a tensor's axis is one of
 them where shape inference carried the input's symbolic name to it, where a probe at unusual
 input sizes (`load.infer_at`) gives it the batch's or the token's size, or where its size
 moves with the token count; `batch*token` is the two merged, batch-major (a MoE router's
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import onnx
 
 from graphaudit.coefficients import BATCH, MERGED, TOKEN
+from graphaudit.feeding import example_axes
 from graphaudit.graph import ModelGraph, TensorRef
 
 # batch, token, any other symbolic input dimension (see InputAxes). The last, an image's height
@@ -62,7 +64,9 @@ class InputAxes:
     def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "InputAxes":
         named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
         shapes = [s for _, s in named]
-        batch = {s[0] for s in shapes if isinstance(s[0], str)}
+        # the batch is each input's example axis (its first, or a state's own: graphaudit.feeding)
+        where = example_axes(dict(named))
+        batch = {s[where[n]] for n, s in named if where[n] is not None and isinstance(s[where[n]], str)}
         token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
         sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
         # a fixed second size is a length only for token ids or embeddings: an image's are its channels

@@ -305,6 +305,9 @@ def bind_dims(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> dict[str, 
     """Bind the graph inputs' symbolic dimensions to the sizes in `shapes` (checked)."""
     inputs = {r.name: mg.tensors[r].shape if r in mg.tensors else None for r in mg.inputs}
     dims: dict[str, int] = {}
+    # a symbol written on axes the sizes give apart: ONNX Runtime does not hold them equal, so it
+    # stands for no one size, and what is computed from it is not counted
+    apart: set[str] = set()
     for name, given in shapes.items():
         if name not in inputs:
             raise UsageError(
@@ -320,16 +323,13 @@ def bind_dims(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> dict[str, 
                 f"({_show(declared)}), found {len(given)} ({_show(given)})"
             )
         for axis, (want, size) in enumerate(zip(declared, given)):
-            if isinstance(want, int) and want != size:
+            if isinstance(want, int) and want >= 0 and want != size:  # a negative size is free
                 raise UsageError(f"expected dimension {axis} of input {name!r} to be {want}, found {size}")
             if isinstance(want, str):
                 if dims.get(want, size) != size:
-                    raise UsageError(
-                        f"expected dimension {want!r} to have one size, found {dims[want]} and {size} "
-                        f"(input {name!r}, axis {axis})"
-                    )
+                    apart.add(want)
                 dims[want] = size
-    return dims
+    return {d: size for d, size in dims.items() if d not in apart}
 
 
 def _show(shape) -> str:

@@ -131,6 +131,29 @@ def with_axes(names, axes) -> tuple[str, ...]:
     return (*names, *axes)
 
 
+# `static --data`, `replay`, `profile` and `run`: how inputs the data does not hold one row per example are fed
+def feeding_options(command):
+    """`command` with --set and --input-axes (read them with `feeding_of`)."""
+    command = click.option(
+        "--input-axes", "input_axes", multiple=True, metavar="NAME=AXES",
+        help="The example axis of an input whose examples are not on its first axis, e.g. state=_,batch,_ for a "
+             "recurrent state (2, batch, 128): one name per axis, exactly one 'batch' (repeatable). The .npz then "
+             "holds that input with its examples on that axis. Without it, the graph tells where it can (the "
+             "symbol of the other inputs' batch, or the only free axis).")(command)
+    return click.option(
+        "--set", "set_values", multiple=True, metavar="NAME=VALUE",
+        help="One value given to every batch as it is, typed from the graph input's element type, e.g. "
+             "sr=16000 or use_cache_branch=0 (repeatable). Scalar inputs can also be a 0-d array in the .npz.")(command)
+
+
+def feeding_of(set_values, input_axes):
+    """The Feeding that --set and --input-axes give (None when neither is given)."""
+    from graphaudit.feeding import Feeding, parse_axes, parse_set
+
+    values, axes = parse_set(set_values), parse_axes(input_axes)
+    return Feeding(values, axes) if values or axes else None
+
+
 # `static` and `inspect` read a model's graph only (graphaudit.load.load_for_audit)
 graph_only_option = click.option(
     "--graph-only", is_flag=True,

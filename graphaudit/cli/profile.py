@@ -8,7 +8,7 @@ import click
 from tabulate import tabulate
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.cli import check_output
+from graphaudit.cli import check_output, feeding_of, feeding_options
 from graphaudit.load import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
@@ -23,6 +23,7 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--data", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="Inputs (.npz keyed by graph-input name); each batch is one profiled input.")
+@feeding_options
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs, timed in alternation with MODEL.")
 @click.option("--runs", default=20, show_default=True, help="Timed rounds (each runs every batch once).")
@@ -44,12 +45,13 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
-def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, limit, provider, opt_level,
-                threads, block_pattern, trace, keep_profiles, fmt) -> None:
+def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, profile_runs, batch_size, limit, provider,
+                opt_level, threads, block_pattern, trace, keep_profiles, fmt) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
 
     Each block's static verdict (graphaudit static) is checked against what ran.
     """
+    feeding = feeding_of(set_values, input_axes)  # bad usage before the model is read
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
     loaded = load_for_runtime(model)
@@ -57,7 +59,7 @@ def profile_cmd(model, data, baseline, runs, warmup, profile_runs, batch_size, l
     report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
                            batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
                            limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
-                           static=static)
+                           static=static, feeding=feeding)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 
 

@@ -10,7 +10,7 @@ import click
 from tabulate import tabulate
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
-from graphaudit.cli import REWRITE_HELP, axes_option, output_kind_option, with_axes
+from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
 from graphaudit.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
@@ -26,6 +26,7 @@ from graphaudit.verdict import MATERIAL_NATS
               help="Calibration inputs (.npz): the static profiles are computed from these only.")
 @click.option("--data", type=click.Path(path_type=str),
               help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
+@feeding_options
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
               help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
 @axes_option
@@ -60,8 +61,8 @@ from graphaudit.verdict import MATERIAL_NATS
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, seed, cache_dir, tolerance, resamples,
-               provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
+def replay_cmd(model, calib, data, set_values, input_axes, names, axes, condition_names, batch_size, seed, cache_dir,
+               tolerance, resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -73,6 +74,7 @@ def replay_cmd(model, calib, data, names, axes, condition_names, batch_size, see
                     batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                     provider=provider, threads=threads, flush_denormals=not keep_denormals,
                     rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds),
+                    feeding=feeding_of(set_values, input_axes),
                     progress=ProgressBar(quiet=quiet))
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
 

@@ -8,7 +8,7 @@ import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.audit import audit
-from graphaudit.cli import REWRITE_HELP, axes_option, check_output, output_kind_option, with_axes
+from graphaudit.cli import REWRITE_HELP, axes_option, check_output, feeding_of, feeding_options, output_kind_option, with_axes
 from graphaudit.files import replace_file
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
@@ -30,6 +30,7 @@ what it needs.
 @click.option("--data", type=click.Path(dir_okay=False, path_type=str),
               help="Evaluation inputs, disjoint from --calib, replayed and profiled "
                    "(default: the calibration inputs, split in halves for the replay).")
+@feeding_options
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs; latency is compared against it.")
 @click.option("--coefficients", "coefficients", multiple=True,
@@ -64,15 +65,16 @@ what it needs.
 @output_kind_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
-def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern, provider, fmt, output, claims, seed,
-            runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite, output_kinds,
-            quiet) -> None:
+def run_cmd(ctx, model, calib, data, set_values, input_axes, baseline, coefficients, axes, block_pattern, provider, fmt,
+            output, claims, seed, runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite,
+            output_kinds, quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
     has coefficient tensors) and the runtime profile, then answers each question in plain
     words with the evidence it rests on.
     """
+    feeding = feeding_of(set_values, input_axes)  # bad usage before anything runs
     if output is not None:  # before the audit, which can take long
         check_output(output, "-o", (model, calib, data, baseline))
     with ProgressBar(quiet=quiet) as bar:
@@ -80,7 +82,7 @@ def run_cmd(ctx, model, calib, data, baseline, coefficients, axes, block_pattern
                        block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
                        profile_runs=profile_runs, profile_limit=limit, resamples=resamples, threads=threads,
                        flush_denormals=not keep_denormals, rewrite=not no_rewrite,
-                       output_kinds=parse_output_kinds(output_kinds), progress=bar)
+                       output_kinds=parse_output_kinds(output_kinds), feeding=feeding, progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link

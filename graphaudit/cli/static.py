@@ -11,7 +11,7 @@ from graphaudit.analyses.decisions import VALUE_DECIDERS, describe
 from graphaudit.analyses.static import CLAIMS, BlockReport, FlopSummary, StaticReport, audit_static
 from graphaudit.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
-from graphaudit.cli import axes_option, graph_only_option, with_axes
+from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_option, with_axes
 from graphaudit.load import load_for_audit
 from graphaudit.repair import repair_note
 from graphaudit.runtime import custom_operators
@@ -31,13 +31,15 @@ from graphaudit.wording import counted, flops_cell, total_bound
               help="Concrete shape of a graph input for FLOP counting, e.g. input_ids=1,128 (repeatable).")
 @click.option("--data", type=click.Path(dir_okay=False, path_type=str),
               help="An .npz file whose arrays (named after graph inputs) give the input shapes.")
+@feeding_options
 @graph_only_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--expect", type=click.Choice(CLAIMS),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
-def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, graph_only, fmt, expect) -> None:
+def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_values, input_axes, graph_only, fmt,
+               expect) -> None:
     """Audit MODEL's execution statically: blocks, per-block verdicts, coefficients and FLOPs.
 
     Verdicts: always, gated, masked (every path computed, then masked), subset (runs on a
@@ -45,7 +47,9 @@ def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, grap
     can save compute.
     """
     loaded = load_for_audit(model, graph_only=graph_only)
-    given = data_shapes(data, input_specs(loaded.model)) if data else {}
+    feeding = feeding_of(set_values, input_axes)
+    specs = input_specs(loaded.model, feeding=feeding)  # names the model lacks are refused, --data or not
+    given = data_shapes(data, specs, feeding) if data else {}
     given.update(_parse_shape(s) for s in shapes)
     report = audit_static(loaded, block_pattern=block_pattern, coefficients=with_axes(coefficients, axes),
                           shapes=given or None)

@@ -21,6 +21,7 @@ import numpy as np
 
 from graphaudit.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
 from graphaudit.errors import UsageError
+from graphaudit.feeding import Feeding
 from graphaudit.graph import build_graph
 from graphaudit.load import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
@@ -58,6 +59,7 @@ def profile_model(
     block_map: Any | None = None,
     block_pattern: str | None = None,
     static: Any | None = None,
+    feeding: Feeding | None = None,
 ) -> ProfileReport:
     """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs).
 
@@ -65,13 +67,14 @@ def profile_model(
     `block_pattern`); a StaticReport given as `static` has its block verdicts checked
     against what ran. `batch_size` None: 1, or the model's own batch when its inputs fix their
     first dimension (another size is then a UsageError; inputs past the last whole batch are
-    left out, with a note).
+    left out, with a note). `feeding`: values fed whole to every run and inputs batched on an axis
+    of their own (graphaudit.feeding).
     """
     _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs,
                   **({"batch_size": batch_size} if batch_size is not None else {}))
     session_options(opt_level)  # an unknown level is refused before anything runs
-    loaded, inputs, base = _load(model, data, baseline, limit)
-    specs = input_specs(loaded.model)
+    loaded, inputs, base = _load(model, data, baseline, limit, feeding)
+    specs = input_specs(loaded.model, feeding=inputs.feeding)
     batch_size = check_batch_size(specs, batch_size) or 1
     inputs, cut = whole_batches(inputs, fixed_batch(specs))
     providers = resolve_providers(provider)
@@ -178,10 +181,11 @@ def _selections(static: Any | None, mg) -> dict[str, list[str]]:
     return found
 
 
-def _load(model, data, baseline, limit) -> tuple[LoadedModel, InputData, LoadedModel | None]:
+def _load(model, data, baseline, limit, feeding=None) -> tuple[LoadedModel, InputData, LoadedModel | None]:
     """The model, its inputs (the first `limit`), and a baseline checked to take the same."""
     loaded = load_for_runtime(model)
-    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model))
+    inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model, feeding=feeding),
+                                                                feeding)
     if limit is not None:
         _check_counts(limit=limit)
         inputs = inputs.subset(slice(0, limit))
@@ -189,7 +193,7 @@ def _load(model, data, baseline, limit) -> tuple[LoadedModel, InputData, LoadedM
     if baseline is not None:
         base = load_for_runtime(baseline)
         check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
-        from_arrays(inputs.arrays, input_specs(base.model), inputs.source)
+        from_arrays(inputs.arrays, input_specs(base.model, feeding=inputs.feeding), inputs.source, inputs.feeding)
     return loaded, inputs, base
 
 
