@@ -277,3 +277,75 @@ def test_an_output_kind_overrides_the_graph_in_the_replay_and_the_cli(tmp_path):
         result = CliRunner().invoke(cli, [*args, "--output-kind", wrong])
         assert isinstance(result.exception, UsageError) and result.exception.exit_code == 2
         assert message in str(result.exception)
+
+
+# -- outputs behind control flow and averaging; labels beside a size-1 axis ----------------------
+
+def _branch(name: str, nodes, output: str) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)])
+
+
+def verified_head():
+    """A wake-word cascade: `p` (batch, 1), the Sigmoid of a first score, is passed on as it is when
+    below 0.5 and otherwise replaced by a verifier's own Sigmoid; both branches give a probability."""
+    w = numpy_helper.from_array(np.random.default_rng(7).standard_normal((CLASSES, 1)).astype(np.float32), "v.w")
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    then = _branch("verify", [helper.make_node("MatMul", ["z", "v.w"], ["vz"], name="/verify/MatMul"),
+                              helper.make_node("Sigmoid", ["vz"], ["vp"], name="/verify/Sigmoid")], "vp")
+    other = _branch("pass", [helper.make_node("Identity", ["p"], ["pp"], name="/pass/Identity")], "pp")
+    return _headed([helper.make_node("MatMul", ["z", "v.w"], ["sz"], name="/first/MatMul"),
+                    helper.make_node("Sigmoid", ["sz"], ["p"], name="/first/Sigmoid"),
+                    helper.make_node("ReduceMax", ["p"], ["top"], name="/first/Max", keepdims=0),
+                    helper.make_node("GreaterOrEqual", ["top", "half"], ["sure"], name="/first/Sure"),
+                    helper.make_node("If", ["sure"], ["score"], name="/cascade/If", then_branch=then,
+                                     else_branch=other)],
+                   "score", ["batch", 1], [w, half])
+
+
+def test_an_output_the_branches_of_an_if_each_make_by_a_sigmoid_is_a_probability():
+    read = read_outputs(verified_head())["score"]
+    assert read.bernoulli
+    assert read.reason.startswith("in every branch of If node /cascade/If: a Sigmoid, one probability per value")
+    disagree = verified_head()
+    then = next(a for a in disagree.graph.node[-1].attribute if a.name == "then_branch").g
+    then.node[1].op_type = "Relu"  # the verifier's branch now gives a score, the other a probability
+    assert read_outputs(disagree)["score"].kind is None
+
+
+def test_a_mean_of_sigmoids_is_a_probability_and_a_mean_of_softmaxes_is_no_distribution_per_position():
+    def mean_of(op):
+        axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+        return _headed([helper.make_node(op, ["z"], ["p"], name=f"/vad/{op}", **({"axis": -1} if op == "Softmax" else {})),
+                        helper.make_node("ReduceMean", ["p", "axes"], ["speech"], name="/vad/Mean")],
+                       "speech", ["batch", 1], [axes])
+
+    read = read_outputs(mean_of("Sigmoid"))["speech"]
+    assert read.bernoulli and read.reason == "a Sigmoid, one probability per value, at node /vad/Sigmoid " \
+                                            "(behind ReduceMean)"
+    assert read_outputs(mean_of("Softmax"))["speech"].kind is None
+
+
+def test_a_binary_probability_per_input_is_scored_against_labels_of_one_value_per_input(tmp_path):
+    def binary(rng, n):
+        return rng.integers(0, 2, n)
+
+    report = _replay(tmp_path, verified_head(), labels=binary, batch_size=1)
+    assert report.task.kind == "bernoulli" and report.task.labels == "labels"
+    p, y = _live(tmp_path)[:, 0], np.load(tmp_path / "eval.npz")["labels"]
+    bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
+    assert report.condition("correct").nll.value == pytest.approx(bce, rel=1e-5)
+    with pytest.raises(Exception, match=r"expected labels shaped like the model's output per input \(1,\), "
+                                        r"found \(2,\)"):
+        _replay(tmp_path / "wrong", verified_head(), labels=lambda rng, n: rng.integers(0, 2, (n, 2)), batch_size=1)
+
+
+def test_the_static_report_says_what_every_output_was_read_as(tmp_path):
+    from click.testing import CliRunner
+
+    from graphaudit.cli import cli
+
+    onnx.save(verified_head(), tmp_path / "m.onnx")
+    text = CliRunner().invoke(cli, ["static", str(tmp_path / "m.onnx")]).output
+    assert "output 'score' read as per-value probabilities (Bernoulli): in every branch of If node /cascade/If" in text
+    doc = json.loads(CliRunner().invoke(cli, ["static", str(tmp_path / "m.onnx"), "--format", "json"]).output)
+    assert [(o["output"], o["kind"], o["bernoulli"]) for o in doc["outputs"]] == [("score", "probs", True)]

@@ -32,6 +32,12 @@ WORDS = {LOGITS: "logits", PROBS: "probabilities", LOGPROBS: "log-probabilities"
 
 # Operators whose output holds the values of their first input, rearranged or relabelled.
 VALUE_PRESERVING = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast"})
+# Operators whose every output value is a mean, or one, of their first input's values: a probability
+# stays one (a voice detector's mean of its per-frame Sigmoids over time), a distribution per position may not.
+AVERAGING = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "AveragePool", "GlobalAveragePool", "MaxPool",
+                       "GlobalMaxPool"})
+# How deep in nested If branches an output is followed.
+MAX_BODY_DEPTH = 8
 # op -> (kind, one probability per value): the operators that make a distribution of their input.
 NORMALISING = {"Softmax": (PROBS, False), "LogSoftmax": (LOGPROBS, False), "Sigmoid": (PROBS, True)}
 # Normalisations of features: what follows them is a representation, not logits.
@@ -62,7 +68,8 @@ class OutputKind:
         return self.kind == PROBS and self.per_value
 
     def describe(self) -> str:
-        what = "per-value probabilities (Bernoulli)" if self.bernoulli else WORDS.get(self.kind, "?")
+        what = "per-value probabilities (Bernoulli)" if self.bernoulli else WORDS.get(
+            self.kind, "unnormalised (scored as logits where shaped (batch, classes) or (batch, frames, classes))")
         return f"{self.output!r} read as {what}: {self.reason}"
 
     def to_json(self) -> dict:
@@ -131,15 +138,18 @@ def _values(reading: OutputKind, why: str) -> OutputKind:
                    reason=f"{reading.reason.replace(' over the last axis', '')}, {why}: compared as values")
 
 
-def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int) -> OutputKind:
-    """What graph output `output` holds, from the operators behind it."""
-    name, through, last_kept, rank_kept = output, [], True, True
+def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int,
+          depth: int = 0) -> OutputKind:
+    """What graph output `output` holds, from the operators behind it (`producers`: the node that
+    makes each value, a body's own over those of the graphs around it)."""
+    name, through, last_kept, rank_kept, mixed = output, [], True, True, False
     seen = set()
     while name in producers and name not in seen:
         seen.add(name)
         node = producers[name]
         label = node.name or f"{node.op_type} -> {name}"
-        if node.domain in ("", "ai.onnx") and node.op_type in VALUE_PRESERVING and node.input:
+        standard = node.domain in ("", "ai.onnx")
+        if standard and node.op_type in VALUE_PRESERVING and node.input:
             if node.op_type == "Cast" and _attr(node, "to") not in _FLOATS:
                 break  # rounded to integers or flags: no longer the values it was given
             if node.op_type == "Transpose":
@@ -149,12 +159,22 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             through.append(node.op_type)
             name = node.input[0]
             continue
+        if standard and node.op_type in AVERAGING and node.input:
+            mixed, rank_kept = True, False
+            through.append(node.op_type)
+            name = node.input[0]
+            continue
         behind = f" (behind {', '.join(dict.fromkeys(reversed(through)))})" if through else ""
-        if node.op_type in NORMALISING and node.domain in ("", "ai.onnx"):
+        if standard and node.op_type == "If" and depth < MAX_BODY_DEPTH:
+            return _read_branches(output, node, list(node.output).index(name), producers, ranks, opset, depth, behind)
+        if node.op_type in NORMALISING and standard:
             kind, per_value = NORMALISING[node.op_type]
             if per_value:
                 return OutputKind(output, kind, f"a Sigmoid, one probability per value, at node {label}{behind}",
                                   label, per_value=True)
+            if mixed:  # a distribution averaged or picked over some axis may no longer sum to 1 over the last
+                return OutputKind(output, None, f"a {node.op_type} at node {label}{behind}, averaged or picked over "
+                                                "some axis: not one distribution per position", label, last_axis=None)
             axis = _attr(node, "axis")
             axis = (-1 if opset >= 13 else 1) if axis is None else axis
             rank = ranks.get(node.input[0]) or (ranks.get(output) if rank_kept else None)
@@ -170,6 +190,27 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
         return OutputKind(output, None, f"no Softmax, LogSoftmax or Sigmoid makes it (it comes from {node.op_type} "
                                         f"node {label}{behind})", label, last_axis=None)
     return OutputKind(output, None, "no operator makes it (a graph input or a constant)", None, last_axis=None)
+
+
+def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
+                   ranks: Mapping[str, int], opset: int, depth: int, behind: str) -> OutputKind:
+    """What output `index` of the If `node` holds: what each branch gives back there, when the
+    branches agree (a model whose cheap branch passes on the same Sigmoid its costly one makes)."""
+    label = node.name or f"If -> {node.output[index]}"
+    found = []
+    for attr in node.attribute:
+        if attr.type != onnx.AttributeProto.GRAPH or index >= len(attr.g.output):
+            continue
+        inner = {o: n for n in attr.g.node for o in n.output if o}
+        found.append(_read(attr.g.output[index].name, {**producers, **inner}, {**ranks, **_declared_ranks(attr.g)},
+                           opset, depth + 1))
+    same = {(r.kind, r.per_value, r.last_axis) for r in found}
+    if len(found) < 2 or len(same) != 1:
+        return OutputKind(output, None, f"its branches of If node {label}{behind} do not agree on what it holds",
+                          label, last_axis=None)
+    first = found[0]
+    return replace(first, output=output, node=label,
+                   reason=f"in every branch of If node {label}{behind}: {first.reason}")
 
 
 def _attr(node: onnx.NodeProto, name: str):

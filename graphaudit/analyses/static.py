@@ -24,6 +24,7 @@ from graphaudit.analyses.decisions import MODEL, Decision
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.flops import FlopCount
 from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
+from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.analyses.trips import constant_values
 from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.verdicts import Evidence, execution_verdicts
@@ -127,6 +128,7 @@ class StaticReport:
     repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
     decisions: tuple[Decision, ...] = ()  # who decides each If and Loop
     model_decides: bool = False  # some conditional execution is the model's own decision
+    outputs: tuple[OutputKind, ...] = ()  # what each graph output holds, read from the graph
 
     @property
     def dynamic(self) -> bool:
@@ -174,6 +176,7 @@ class StaticReport:
             "control_flow": [e.to_json() for e in self.controls],
             "outside_blocks": [e.to_json() for e in self.outside_blocks],
             "flops": self.flops.to_json() if self.flops else None,
+            "outputs": [{"output": o.output, **o.to_json()} for o in self.outputs],
         }
 
 
@@ -239,6 +242,7 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         repairs=loaded.repairs,
         decisions=tuple(replace(d, blocks=_blocks_inside(mg, d.node, verdicts)) for d in verdicts.decisions),
         model_decides=verdicts.model_decides,
+        outputs=tuple(read_outputs(loaded.model).values()),
     )
 
 

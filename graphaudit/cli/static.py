@@ -166,6 +166,8 @@ def render_text(r: StaticReport) -> str:
         lines.append(f"control flow: {ev.detail}")
     for ev in r.outside_blocks:
         lines.append(f"outside blocks: {ev.detail}")
+    for reading in r.outputs:
+        lines.append(f"output {reading.describe()}")
     lines.append(_conditional_line(r))
     if r.flops is None:
         lines.append("FLOPs: not counted (give --shape NAME=DIMS or --data FILE.npz)")
