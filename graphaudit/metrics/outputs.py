@@ -201,7 +201,7 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
         sums[:, _COL["positions"]] = out[0].size // out.shape[-1] if tokens is None else _per_input(tokens)
     else:
         if task.labels is not None:
-            diff = out - labels[task.labels]
+            diff = out - _fitted(labels[task.labels], out)
             sums[:, _COL["sq_err"]] = _per_input(diff * diff)
             sums[:, _COL["values"]] = out[0].size
         if reference is not None and reference.output is not out:
@@ -281,7 +281,7 @@ def _score_bernoulli(sums: np.ndarray, task: Task, out: np.ndarray, labels: Mapp
         kl = np.maximum(reference.neg_entropy - (p * log_p + (1 - p) * log_q), 0.0)  # rounding dips below 0
         sums[:, _COL["divergence"]] = _per_input(kl)
     if task.labels is not None:
-        given = labels[task.labels]
+        given = _fitted(labels[task.labels], out)
         mask = given != IGNORE_INDEX if task.labels == "labels" else np.ones(given.shape, bool)
         y = np.where(mask, given, 0).astype(np.float64)
         if y.size and (y.min() < 0 or y.max() > 1):
@@ -399,8 +399,19 @@ def _token_ids(feeds: Mapping[str, np.ndarray]) -> str | None:
 
 
 def _same_shape(key: str, given: np.ndarray, expected: np.ndarray) -> None:
-    if given.shape[1:] != expected.shape[1:]:
+    """Refuse `given` (labels or targets) unless shaped like `expected` per input, axes of size 1
+    aside: a binary classifier's (batch, 1) probabilities are scored against labels (batch,)."""
+    if _squeezed(given.shape[1:]) != _squeezed(expected.shape[1:]):
         raise GraphAuditError(
             f"expected {key} shaped like the model's output per input {tuple(expected.shape[1:])}, "
             f"found {tuple(given.shape[1:])}"
         )
+
+
+def _fitted(given: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """`given` (checked by `_same_shape`) shaped as `out`, so that it pairs value by value."""
+    return given if given.shape == out.shape else given.reshape(out.shape)
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1)
