@@ -100,7 +100,7 @@ def decider_said(entry):
     for key, value in entry.items():
         if isinstance(value, str) and value in DECIDERS and key not in ("kind", "op"):
             decider = value
-        if key in ("source", "from", "decided_from", "input", "condition_input", "origin", "decider_input") \
+        if key in ("sources", "source", "from", "decided_from", "input", "condition_input", "origin", "decider_input") \
                 and isinstance(value, (str, list)):
             source = value if isinstance(value, str) else ",".join(map(str, value))
     return decider, source
@@ -185,7 +185,8 @@ def check_model(key, m, corpus, runner, do_run):
     if doc is not None:
         row("conditional_execution", m["conditional_execution"], doc.get("conditional_execution"))
         row("dynamic", m["dynamic"], doc.get("dynamic"))
-        flow = doc.get("control_flow") or []
+        # `decisions` (who decides each If and Loop) where graphaudit reports them, else today's control flow
+        flow = doc.get("decisions") or doc.get("control_flow") or []
         for branch in m["branches"]:
             entries = [e for e in flow if e.get("node") == branch["node"]] if "*" not in branch["node"] else \
                 [e for e in flow if e.get("node") not in {b["node"] for b in m["branches"]}]
@@ -199,7 +200,9 @@ def check_model(key, m, corpus, runner, do_run):
             row(f"branch {branch['node'][:28]} decider", branch["decider"], text,
                 ok=None if text == "not reported" else set(s.split(" ")[0] for s in said) <= accepted)
             if "same_weights" in branch:
-                claims_same = any("same weights" in str(e.get("text", "")) for e in entries)
+                nodes = {e.get("node") for e in entries}
+                claims_same = any("same weights" in str(e.get("text", "")) + str(e.get("reason", ""))
+                                  for e in entries + [c for c in doc.get("control_flow") or [] if c.get("node") in nodes])
                 row(f"branch {branch['node'][:28]} same weights", branch["same_weights"], claims_same)
             sources = sorted({decider_said(e)[1] or "" for e in entries} - {""})
             row(f"branch {branch['node'][:28]} source", branch["source"], ",".join(sources) or "not reported",
