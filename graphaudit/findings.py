@@ -27,7 +27,10 @@ class Finding:
     answer: str
     statement: str
     evidence: tuple[Evidence, ...] = ()
+    decided_by: str | None = None  # conditional execution's "yes": the model's own decision, or only the caller's
 
     def to_json(self) -> dict:
-        return {"answer": self.answer, "statement": self.statement,
-                "evidence": [e.to_json() for e in self.evidence]}
+        doc = {"answer": self.answer, "statement": self.statement, "evidence": [e.to_json() for e in self.evidence]}
+        if self.decided_by is not None:
+            doc["decided_by"] = self.decided_by
+        return doc

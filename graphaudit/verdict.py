@@ -19,7 +19,7 @@ thresholds below are the whole policy; they are in the report's evidence lines a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphaudit.executed import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
 from graphaudit.findings import ANSWERS, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
@@ -29,6 +29,7 @@ from graphaudit.wording import (TRACED_SIZES, ci_text, counted, fmt, interval, l
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
+MODEL, CALLER = "model", "caller"  # who decides conditional execution (`analyses.decisions`)
 
 # Coefficients "vary with the input" when the input and token levels together explain at
 # least this share of their variance (the rest is what a static per-layer profile keeps).
@@ -96,6 +97,8 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
     findings = verdict.to_json() if isinstance(verdict, Verdict) else verdict
     finding = findings[CLAIMS[claim]]
     answer, statement = finding["answer"], finding["statement"]
+    if answer == YES and finding.get("decided_by") == CALLER:  # the caller's switch is no inference of the model's
+        return ClaimCheck(claim, False, f"refuted: only the caller decides what runs, not the model: {statement}")
     if answer == YES:
         return ClaimCheck(claim, True, f"supported: {statement}")
     word = "refuted" if answer == NO else "not established (not measured)"
@@ -357,7 +360,24 @@ def _from_mse(replay: dict, conditions: dict, evidence: list) -> Finding:
 # -- conditional execution ---------------------------------------------------------------
 
 def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
-    """Can any block be skipped or shrunk (graph), and was any (runtime)?"""
+    """Can any block be skipped or shrunk (graph), and was any (runtime)? A "yes" says who decides:
+    the model (dynamic inference), or only the caller, whose switches choose between branches of
+    different compute (a voice detector's sample rate) where the model itself skips nothing."""
+    found = _model_execution(static, profile)
+    if found.answer == YES:
+        return replace(found, decided_by=MODEL)
+    switches = _callers_switches(static)
+    if found.answer == NO and switches:
+        rest = found.statement.removeprefix("No: ")
+        return Finding(YES, (f"Yes, by the caller's choice only: {'; '.join(switches[:3])} "
+                             f"choose{'s' if len(switches) == 1 else ''} between branches of different compute; the "
+                             f"model itself decides nothing of what runs: {rest[:1].lower()}{rest[1:]}"),
+                       found.evidence, CALLER)
+    return found
+
+
+def _model_execution(static: dict | None, profile: dict | None) -> Finding:
+    """Whether the model skipped or shrank any block (graph and runtime), as `conditional_execution` says it."""
     evidence = []
     skippable: list[str] = []
     at_capacity: list[str] = []  # skippable blocks that run at a fixed capacity: one size on every input
@@ -481,7 +501,12 @@ def _why_left_out(static: dict | None, block: str | None) -> str:
 
 def _callers_words(static: dict | None) -> str:
     """The caller's switches that decide which blocks run, in words ("" when none)."""
-    found = [f"{d.get('op', 'If')} `{d.get('node')}` by {', '.join(f'`{n}`' for n in (d.get('sources') or [])[:3])}"
-             for d in (static or {}).get("decisions") or []
-             if isinstance(d, dict) and d.get("decided_by") == "caller" and d.get("conditional")]
+    found = _callers_switches(static)
     return (" (" + "; ".join(found[:3]) + "), not the model" if found else "")
+
+
+def _callers_switches(static: dict | None) -> list[str]:
+    """Each If or Loop the caller decides whose branches differ in compute, in words."""
+    return [f"{d.get('op', 'If')} `{d.get('node')}` by {', '.join(f'`{n}`' for n in (d.get('sources') or [])[:3])}"
+            for d in (static or {}).get("decisions") or []
+            if isinstance(d, dict) and d.get("decided_by") == CALLER and d.get("conditional")]

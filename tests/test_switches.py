@@ -168,7 +168,7 @@ def test_a_flag_compared_with_a_constant_node_is_the_callers_choice():
 def test_a_block_no_input_ran_says_why_and_the_rest_are_not_said_to_run_in_full(tmp_path):
     """Every input chose the mode without the second layer: that layer ran on none of them. The
     verdict says so, with the caller's switch that left it out, and does not say every block ran."""
-    from graphaudit.verdict import conditional_execution
+    from graphaudit.verdict import check_claim, conditional_execution
 
     onnx.save(merged(else_layers=1), tmp_path / "model.onnx")
     np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32),
@@ -178,8 +178,26 @@ def test_a_block_no_input_ran_says_why_and_the_rest_are_not_said_to_run_in_full(
     static = audit_static(load_model(merged(else_layers=1)))
     finding = conditional_execution(static.to_json(), report.to_json())
     texts = [finding.statement] + [e.text for e in finding.evidence]
-    assert finding.answer == "no"
+    # conditional execution, literally: the caller's switch picks branches of different compute; the
+    # model decides nothing, so the claim of dynamic inference is refuted
+    assert (finding.answer, finding.decided_by) == ("yes", "caller")
+    assert finding.statement.startswith("Yes, by the caller's choice only: If `If#1` by `use_cache_branch` chooses "
+                                        "between branches of different compute; the model itself decides nothing")
+    claim = check_claim({"conditional_execution": finding.to_json()}, "dynamic-inference")
+    assert not claim.supported and claim.reason.startswith("refuted: only the caller decides what runs")
     assert not any("every one of" in t for t in texts), texts
     assert any("1 of 2 blocks ran in full on every profiled input" in t for t in texts), texts
     assert any("model.layers.1 ran on none of the inputs: it lies inside If `If#1`, a switch the caller decides by "
                "`use_cache_branch`" in t for t in texts), texts
+
+
+def test_the_callers_switch_alone_is_no_dynamic_inference_in_the_summary():
+    from graphaudit.report.tables import comparison_column, summary_phrase
+
+    switched = {"answer": "yes", "statement": "Yes, by the caller's choice only: …", "evidence": [],
+                "decided_by": "caller"}
+    doc = {"verdict": {"coefficient_variation": {"answer": "no"}, "conditional_execution": switched}}
+    assert summary_phrase(doc) == "the caller's switches only"
+    assert comparison_column(doc)[-2:] == ("no (the caller's switches)", "the caller's switches only")
+    doc["verdict"]["conditional_execution"] = {**switched, "decided_by": "model"}
+    assert summary_phrase(doc) == "dynamic inference" and comparison_column(doc)[-2] == "yes"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.executed import profiled_blocks, reduction
-from graphaudit.verdict import FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.verdict import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
 from graphaudit.wording import flops_cell, interval, median, moved_key, num, total_bound
 
 LABELS = {
@@ -274,14 +274,26 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         gap_text = "no gap"  # one global mean is as good as the correct coefficients: 0/0
     return (answer("coefficient_variation") if doc.get("replay") is not None else "— (none)", eta,
             delta("cross_input"), delta("token_shuffle"), gap_text, graph,
-            measured, latency, answer("conditional_execution"), summary_phrase(doc))
+            measured, latency, _model_decides(verdict), summary_phrase(doc))
+
+
+def _model_decides(verdict: dict) -> str:
+    """Conditional execution's answer where the model decides; "no (the caller's switches)" where only
+    the caller does, which is no dynamic inference."""
+    execution = verdict.get("conditional_execution") or {}
+    if execution.get("answer") == YES and execution.get("decided_by") == CALLER:
+        return "no (the caller's switches)"
+    return execution.get("answer", NOT_MEASURED)
 
 
 def summary_phrase(doc: dict) -> str:
     """The verdict in a few words: what the model's dynamism amounts to."""
     verdict = doc.get("verdict") or {}
     varies = (verdict.get("coefficient_variation") or {}).get("answer")
-    executes = (verdict.get("conditional_execution") or {}).get("answer")
+    execution = verdict.get("conditional_execution") or {}
+    executes = execution.get("answer")
+    if executes == YES and execution.get("decided_by") == CALLER:
+        return "dynamic parameters; the caller's switches only" if varies == YES else "the caller's switches only"
     if executes == YES:
         return "dynamic inference"
     if executes == NO and varies == YES:
