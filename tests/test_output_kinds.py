@@ -349,3 +349,20 @@ def test_the_static_report_says_what_every_output_was_read_as(tmp_path):
     assert "output 'score' read as per-value probabilities (Bernoulli): in every branch of If node /cascade/If" in text
     doc = json.loads(CliRunner().invoke(cli, ["static", str(tmp_path / "m.onnx"), "--format", "json"]).output)
     assert [(o["output"], o["kind"], o["bernoulli"]) for o in doc["outputs"]] == [("score", "probs", True)]
+
+
+def test_a_concat_of_box_values_beside_sigmoid_scores_is_values_and_of_sigmoids_a_probability():
+    w = numpy_helper.from_array(np.random.default_rng(8).standard_normal((2, 4, 1, 1)).astype(np.float32), "box.w")
+    def head(second: str):
+        return _headed([helper.make_node("Conv", ["x.2", "box.w"], ["box"], name="/det/Conv"),
+                        helper.make_node("Sigmoid", ["box"], ["score"], name="/det/Sigmoid"),
+                        helper.make_node("Concat", [second, "score"], ["det"], name="/det/Concat", axis=1)],
+                       "det", ["batch", 4, 5, 5], [w])
+
+    read = read_outputs(head("box"))["det"]
+    assert read.kind == REGRESSION and read.reason == (
+        "a Concat at node /det/Concat of parts that hold different things (unnormalised values, per-value "
+        "probabilities): compared as values")
+    out = np.zeros((2, 4, 3), np.float32)  # shaped as (batch, frames, classes) would be: values all the same
+    assert task_for({"det": out}, {"pixels": np.zeros((2, 4), np.float32)}, {}, {"det": read}).kind == "outputs"
+    assert read_outputs(head("score"))["det"].bernoulli

@@ -165,6 +165,8 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             name = node.input[0]
             continue
         behind = f" (behind {', '.join(dict.fromkeys(reversed(through)))})" if through else ""
+        if standard and node.op_type == "Concat" and depth < MAX_BODY_DEPTH:
+            return _read_parts(output, node, producers, ranks, opset, depth, behind)
         if standard and node.op_type == "If" and depth < MAX_BODY_DEPTH:
             return _read_branches(output, node, list(node.output).index(name), producers, ranks, opset, depth, behind)
         if node.op_type in NORMALISING and standard:
@@ -190,6 +192,27 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
         return OutputKind(output, None, f"no Softmax, LogSoftmax or Sigmoid makes it (it comes from {node.op_type} "
                                         f"node {label}{behind})", label, last_axis=None)
     return OutputKind(output, None, "no operator makes it (a graph input or a constant)", None, last_axis=None)
+
+
+def _read_parts(output: str, node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
+               ranks: Mapping[str, int], opset: int, depth: int, behind: str) -> OutputKind:
+    """What the Concat `node` makes: what its parts hold where they agree; values where they do not
+    (a detector's boxes beside its Sigmoid scores is no distribution, nor logits)."""
+    label = node.name or f"Concat -> {node.output[0]}"
+    parts = [_read(name, producers, ranks, opset, depth + 1) for name in node.input if name]
+    kinds = {(r.kind, r.per_value) for r in parts}
+    if len(kinds) == 1:
+        first = parts[0]
+        # the joined axis may be the one a Softmax normalised: only per-value probabilities stay what they were
+        if first.kind is None or first.per_value or first.kind == REGRESSION:
+            return replace(first, output=output, node=label,
+                           reason=f"a Concat at node {label}{behind} of parts that each hold it: {first.reason}")
+        return OutputKind(output, None, f"a Concat at node {label}{behind} of {WORDS[first.kind]}", label,
+                          last_axis=None)
+    held = ", ".join(dict.fromkeys("per-value probabilities" if r.per_value else WORDS.get(r.kind, "unnormalised values")
+                                   for r in parts))
+    return OutputKind(output, REGRESSION, f"a Concat at node {label}{behind} of parts that hold different things "
+                                          f"({held}): compared as values", label, last_axis=None)
 
 
 def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
