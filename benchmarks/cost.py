@@ -115,7 +115,7 @@ def main() -> None:
             batch = batch or ((doc.get("replay") or {}).get("settings") or {}).get("batch_size") or 1
             rows.append((label, wall, peak, doc["profile"]))
         floors = []
-        for b, repeats in ((batch, 3), (1, 2)):
+        for b, repeats in ((min(batch, args.images), 3), (1, 2)):
             wall, peak, out = run_measured([python, "-c", BARE, str(args.model), str(data), str(b), str(repeats)], ROOT)
             floors.append((b, repeats, peak, float(out.strip())))
         profiles = []
@@ -129,7 +129,7 @@ def main() -> None:
             doc = json.loads(out)
             profiles.append((label, wall, peak, doc))
 
-    floor = floors[0][2]
+    floor, batch = floors[0][2], min(batch, args.images)
     print(f"{args.model.name}: {args.images} random images of {args.size} x {args.size}, ONNX Runtime "
           f"{ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end\n")
