@@ -70,8 +70,9 @@ def profile_model(
     left out, with a note). `runs`, `warmup`, `profile_runs` None: chosen from the first round's
     time to fit `budget` seconds (`rounds.choose_rounds`; the report says which and why).
     """
-    given = {"runs": runs, "warmup": (warmup, 0), "profile_runs": profile_runs, "batch_size": batch_size}
-    _check_counts(**{k: v for k, v in given.items() if (v[0] if isinstance(v, tuple) else v) is not None})
+    given = {"runs": runs, "profile_runs": profile_runs, "batch_size": batch_size}
+    _check_counts(**{k: v for k, v in given.items() if v is not None},
+                  **({"warmup": (warmup, 0)} if warmup is not None else {}))
     check_budget(budget)
     session_options(opt_level)  # an unknown level is refused before anything runs
     loaded, inputs, base = _load(model, data, baseline, limit)

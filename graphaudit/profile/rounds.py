@@ -94,7 +94,8 @@ def choose_rounds(model_s: float, baseline_s: float = 0.0, *, budget_s: float = 
     fits = next((i for i, cost in enumerate(costs) if cost <= budget_s), None)
     pick = len(ladder) - 1 if fits is None else fits
     first = model_s + baseline_s
-    took = f"a round takes {_seconds(first)} (measured on the first), so these take about {_seconds(costs[pick])}, the profiler's own cost aside"
+    took = (f"a round takes {_seconds(first)} (measured on the first), so these take about {_seconds(costs[pick])}, "
+            "the profiler's own cost aside")
     fixed = [f"--{k.replace('_', '-')} {v}" for k, v in given.items() if v is not None]
     if fits == 0:
         why = f"the most, within the {_seconds(budget_s)} budget: {took}"
