@@ -95,9 +95,10 @@ def audit(
     seed: int = 0,
     block_pattern: str | None = None,
     claims: Sequence[str] = (),
-    runs: int = 20,
-    warmup: int = 3,
-    profile_runs: int = 3,
+    runs: int | None = None,
+    warmup: int | None = None,
+    profile_runs: int | None = None,
+    profile_budget: float | None = None,
     profile_limit: int | None = None,
     batch_size: int | None = None,
     resamples: int = 1000,
@@ -113,7 +114,8 @@ def audit(
     `calib` calibrates the static profiles of the replay; `data` is replayed and profiled
     (without it the replay splits `calib` into disjoint halves and the profile runs on
     `calib`). `baseline` is a dense model taking the same inputs. `profile_limit` profiles
-    only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds.
+    only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds (None:
+    chosen from its first round's time to fit `profile_budget` seconds, by default 30).
     `batch_size` is the replay's (default 16, or 1 when the graph has value-dependent control
     flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
     `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
@@ -190,8 +192,11 @@ def audit(
                       "dependence are not measured")
 
     report("profile", 0, 1)
-    profiled = _profile(loaded, data if data is not None else calib, baseline, provider, runs, warmup,
-                        profile_runs, profile_limit, block_pattern, static, threads, feeding)
+    rounds = {"runs": runs, "warmup": warmup, "profile_runs": profile_runs}
+    if profile_budget is not None:
+        rounds["budget"] = profile_budget
+    profiled = _profile(loaded, data if data is not None else calib, baseline, provider, rounds, profile_limit,
+                        block_pattern, static, threads, feeding)
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
@@ -246,13 +251,11 @@ def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resam
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, provider, runs, warmup, profile_runs, limit, block_pattern, static, threads,
-             feeding):
+def _profile(loaded, data, baseline, provider, rounds, limit, block_pattern, static, threads, feeding):
     from graphaudit.profile import profile_model
 
-    return profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
-                         provider=provider, limit=limit, block_pattern=block_pattern,
-                         static=static, threads=threads, feeding=feeding)
+    return profile_model(loaded, data, baseline=baseline, **rounds, provider=provider, limit=limit,
+                         block_pattern=block_pattern, static=static, threads=threads, feeding=feeding)
 
 
 def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:

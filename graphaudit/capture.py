@@ -33,7 +33,7 @@ from graphaudit.coefficients import BATCH, MERGED, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.external_data import external_locations
-from graphaudit.runtime import create_session, running, slow_fusions
+from graphaudit.runtime import create_session, detached, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _MANIFEST = "manifest.json"
@@ -214,7 +214,8 @@ def capture(
             _check_finite(coefficients, outputs, rows, label)
             summary = check.summarise(live_outputs, feeds, rows) if check is not None else None
             if not arrays:
-                live = {n: v for n, v in live_outputs.items() if isinstance(v, np.ndarray)}  # tensors, not sequences
+                # tensors, not sequences; copied, as a view of the run's outputs would hold the session's memory
+                live = {n: detached(v) for n, v in live_outputs.items() if isinstance(v, np.ndarray)}
                 # batch-first rows of every array kept, by its key and file name
                 kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor], rows.stop - rows.start))
                         for c in coefficients}

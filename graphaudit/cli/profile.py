@@ -12,6 +12,7 @@ from graphaudit.cli import check_output, feeding_of, feeding_options
 from graphaudit.load import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
+from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.session import OPT_LEVELS
 from graphaudit.runtime import MAX_THREADS
 
@@ -26,9 +27,12 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
 @feeding_options
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs, timed in alternation with MODEL.")
-@click.option("--runs", default=20, show_default=True, help="Timed rounds (each runs every batch once).")
-@click.option("--warmup", default=3, show_default=True, help="Rounds run first and discarded.")
-@click.option("--profile-runs", default=3, show_default=True, help="Rounds run with the profiler on.")
+@click.option("--runs", type=int, help="Timed rounds, each running every batch once (default: " + ROUNDS_DEFAULT + ").")
+@click.option("--warmup", type=int, help="Rounds run first and discarded (default: 3, or 2 when fewer rounds fit).")
+@click.option("--profile-runs", type=int, help="Rounds run with the profiler on (default: 3, or one per 5 timed rounds).")
+@click.option("--budget", type=float, default=DEFAULT_BUDGET_S, show_default=True,
+              help="Seconds the profile's rounds may take, at the first round's time, where --runs, --warmup or "
+                   "--profile-runs are not given.")
 @click.option("--batch-size", type=int,
               help="Examples per run; default 1, which shows per-input decisions (an If decides per batch), "
                    "or the model's own batch when its inputs fix their first dimension.")
@@ -45,8 +49,8 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
-def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, profile_runs, batch_size, limit, provider,
-                opt_level, threads, block_pattern, trace, keep_profiles, fmt) -> None:
+def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, profile_runs, budget, batch_size, limit,
+                provider, opt_level, threads, block_pattern, trace, keep_profiles, fmt) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
 
     Each block's static verdict (graphaudit static) is checked against what ran.
@@ -57,7 +61,7 @@ def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, pro
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
-                           batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
+                           budget=budget, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
                            limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
                            static=static, feeding=feeding)
     click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
@@ -72,6 +76,7 @@ def render_text(r: ProfileReport) -> str:
         f"model: {r.model}  on {r.provider}, {r.opt_level}" + (f", {r.threads} intra-op thread{'s' if r.threads > 1 else ''}" if r.threads else ""),
         f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
+        *([f"rounds: {r.rounds.reason}"] if r.rounds is not None and r.rounds.chosen else []),
         f"latency per {per}: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "
         f"profiled mean {prof.mean:.3f} ms (overhead x{r.overhead:.2f}); coverage {r.coverage:.1%}",
     ]

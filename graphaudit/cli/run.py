@@ -10,6 +10,7 @@ from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.audit import audit
 from graphaudit.cli import REWRITE_HELP, axes_option, check_output, feeding_of, feeding_options, output_kind_option, with_axes
 from graphaudit.files import replace_file
+from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
 from graphaudit.report import FORMATS
@@ -47,9 +48,13 @@ what it needs.
               help="Exit with status 3 unless the audit supports this claim (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the replay's permutations and bootstrap.")
-@click.option("--runs", default=20, show_default=True, help="Timed rounds of the profile.")
-@click.option("--warmup", default=3, show_default=True, help="Profile rounds run first and discarded.")
-@click.option("--profile-runs", default=3, show_default=True, help="Rounds run with ONNX Runtime's profiler on.")
+@click.option("--runs", type=int, help="Timed rounds of the profile (default: " + ROUNDS_DEFAULT + ").")
+@click.option("--warmup", type=int, help="Profile rounds run first and discarded (default: 3, or 2 when fewer fit).")
+@click.option("--profile-runs", type=int,
+              help="Rounds run with ONNX Runtime's profiler on (default: 3, or one per 5 timed rounds).")
+@click.option("--profile-budget", type=float, default=DEFAULT_BUDGET_S, show_default=True,
+              help="Seconds the profile's rounds may take, at the first round's time, where --runs, --warmup or "
+                   "--profile-runs are not given.")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")
@@ -66,8 +71,8 @@ what it needs.
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
 def run_cmd(ctx, model, calib, data, set_values, input_axes, baseline, coefficients, axes, block_pattern, provider, fmt,
-            output, claims, seed, runs, warmup, profile_runs, limit, resamples, threads, keep_denormals, no_rewrite,
-            output_kinds, quiet) -> None:
+            output, claims, seed, runs, warmup, profile_runs, profile_budget, limit, resamples, threads, keep_denormals,
+            no_rewrite, output_kinds, quiet) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
@@ -80,9 +85,10 @@ def run_cmd(ctx, model, calib, data, set_values, input_axes, baseline, coefficie
     with ProgressBar(quiet=quiet) as bar:
         report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed,
                        block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
-                       profile_runs=profile_runs, profile_limit=limit, resamples=resamples, threads=threads,
-                       flush_denormals=not keep_denormals, rewrite=not no_rewrite,
-                       output_kinds=parse_output_kinds(output_kinds), feeding=feeding, progress=bar)
+                       profile_runs=profile_runs, profile_budget=profile_budget, profile_limit=limit,
+                       resamples=resamples, threads=threads, flush_denormals=not keep_denormals,
+                       rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding,
+                       progress=bar)
     text = report.render(fmt)
     if output is not None:
         replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link

@@ -74,12 +74,15 @@ class _BoundRunner:
         self.bindings[i].synchronize_outputs()
 
 
-def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int) -> np.ndarray:
-    """Nanoseconds per batch, shape (runner, round, batch), warm-up rounds dropped."""
+def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int, first: int = 0) -> np.ndarray:
+    """Nanoseconds per batch, shape (runner, round, batch), warm-up rounds dropped.
+
+    `first`: the number of the first round, where these continue rounds already run (the
+    order of the runners alternates with it)."""
     samples = np.zeros((len(runners), warmup + runs, batches), dtype=np.int64)
     for r in range(warmup + runs):
         for b in range(batches):
-            order = range(len(runners)) if (r + b) % 2 == 0 else reversed(range(len(runners)))
+            order = range(len(runners)) if (first + r + b) % 2 == 0 else reversed(range(len(runners)))
             for k in order:
                 start = time.perf_counter_ns()
                 runners[k](b)

@@ -32,6 +32,7 @@ from graphaudit.profile.execution import read_execution
 from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_ms, time_rounds
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
+from graphaudit.profile.rounds import DEFAULT_BUDGET_S, check_budget, choose_rounds, round_seconds
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
@@ -46,9 +47,10 @@ def profile_model(
     data: str | os.PathLike | InputData,
     *,
     baseline: str | os.PathLike | LoadedModel | None = None,
-    runs: int = 20,
-    warmup: int = 3,
-    profile_runs: int = 3,
+    runs: int | None = None,
+    warmup: int | None = None,
+    profile_runs: int | None = None,
+    budget: float = DEFAULT_BUDGET_S,
     batch_size: int | None = None,
     provider: str = "cpu",
     opt_level: str = "all",
@@ -68,10 +70,13 @@ def profile_model(
     against what ran. `batch_size` None: 1, or the model's own batch when its inputs fix their
     first dimension (another size is then a UsageError; inputs past the last whole batch are
     left out, with a note). `feeding`: values fed whole to every run and inputs batched on an axis
-    of their own (graphaudit.feeding).
+    of their own (graphaudit.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
+    round's time to fit `budget` seconds (`rounds.choose_rounds`; the report says which and why).
     """
-    _check_counts(runs=runs, warmup=(warmup, 0), profile_runs=profile_runs,
-                  **({"batch_size": batch_size} if batch_size is not None else {}))
+    given = {"runs": runs, "profile_runs": profile_runs, "batch_size": batch_size}
+    _check_counts(**{k: v for k, v in given.items() if v is not None},
+                  **({"warmup": (warmup, 0)} if warmup is not None else {}))
+    check_budget(budget)
     session_options(opt_level)  # an unknown level is refused before anything runs
     loaded, inputs, base = _load(model, data, baseline, limit, feeding)
     specs = input_specs(loaded.model, feeding=inputs.feeding)
@@ -94,9 +99,16 @@ def profile_model(
         if base is not None:
             base_runnable = runnable_model(base)
             timed.append(make_runner(open_session(base_runnable, providers, session_options(opt_level, threads)), feeds))
-        # the first round runs every input: where the inputs cannot run, it says so here
+        # the first round runs every input: where the inputs cannot run, it says so here; its
+        # runs' times choose the rounds not given, and it is the first of them
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
-            samples = time_rounds(timed, n, runs, warmup)
+            first = time_rounds(timed, n, 1, 0)
+            rounds = choose_rounds(*(round_seconds(first[k]) for k in range(len(timed))), budget_s=budget,
+                                   runs=runs, warmup=warmup, profile_runs=profile_runs)
+            runs, warmup, profile_runs = rounds.runs, rounds.warmup, rounds.profile_runs
+            rest = time_rounds(timed, n, warmup + runs - 1, 0, first=1)
+        samples = np.concatenate([first, rest], axis=1)[:, warmup:]
+        del timed[1:]  # the baseline's session: its evidence run opens its own
 
         # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
         # saving that graph would have ORT copy gigabytes of external weights with it
@@ -106,6 +118,7 @@ def profile_model(
         # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
         plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup)
         profile = parse_profile(profiled.end_profiling())
+        del timed, profiled  # their memory goes before the evidence sessions hold their own
         _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
         timed_runs = profile.runs[warmup * n:]
         names = {ev.name for run in timed_runs for ev in run.events}
@@ -153,6 +166,7 @@ def profile_model(
         runs=runs,
         warmup=warmup,
         profile_runs=profile_runs,
+        rounds=rounds,
         latency_ms=batch_latency_ms(samples[0]),
         profiled_latency_ms=batch_latency_ms(profiled_ns),
         overhead=float(per_input_ms(profiled_ns).sum() / per_input_ms(plain_ns).sum()),

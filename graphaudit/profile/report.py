@@ -12,6 +12,7 @@ from graphaudit.profile.baseline import BaselineComparison
 from graphaudit.profile.breakdown import Breakdown
 from graphaudit.profile.execution import Execution
 from graphaudit.profile.latency import Spread
+from graphaudit.profile.rounds import Rounds
 
 NODE_TIME_KINDS = {
     "kernel": "kernel times measured on the CPU",
@@ -52,6 +53,7 @@ class ProfileReport:
     notes: tuple[str, ...]
     agreements: tuple[Agreement, ...] = ()  # static verdicts against the run, when given
     threads: int | None = None  # ONNX Runtime's intra-op threads as given; None: its own choice
+    rounds: Rounds | None = None  # how runs, warmup and profile_runs were come by
 
     @property
     def coverage(self) -> float:
@@ -111,6 +113,7 @@ class ProfileReport:
             "runs": self.runs,
             "warmup": self.warmup,
             "profile_runs": self.profile_runs,
+            "rounds": self.rounds.to_json() if self.rounds else None,
             "latency_ms": self.latency_ms.to_json(),
             "profiled_latency_ms": self.profiled_latency_ms.to_json(),
             "profiling_overhead": self.overhead,

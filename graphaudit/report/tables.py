@@ -204,6 +204,10 @@ def profile_table(doc: dict) -> Table | None:
     if num(profile.get("profiling_overhead")) is not None:
         note += (f"; block times were taken under the profiler, whose runs took {fmt(profile['profiling_overhead'], 2)}× "
                  "the plain runs")
+    rounds = profile.get("rounds") or {}
+    if rounds.get("chosen"):
+        note += (f"; {rounds.get('runs')} timed rounds after {rounds.get('warmup')} warm-up, "
+                 f"{rounds.get('profile_runs')} profiled: {rounds.get('reason')}")
     return Table("Runtime profile", ("block", "median ms (profiled)", "share", "executed on"), rows, note)
 
 

@@ -1,0 +1,160 @@
+"""What an audit costs against what ONNX Runtime itself needs, on an image model given by path.
+
+    python benchmarks/cost.py MODEL.onnx [--size 736] [--images 12] [--before FOLDER] [--old-rounds]
+
+Makes `--images` random images (float32, N(0, 1), as a detector's normalised input) of
+`--size` x `--size` pixels for a model whose one input is (batch, channels, height, width),
+as calibration and evaluation sets in a temporary folder, then runs, each in a process of
+its own whose peak resident memory is read from the kernel (`os.wait4`):
+
+1. `graphaudit run MODEL --calib C --data E --provider cpu` with its default rounds;
+2. `graphaudit profile MODEL --data E` with its default rounds (and, with `--old-rounds`,
+   with the fixed rounds it had before: `--runs 20 --warmup 3 --profile-runs 3`);
+3. a bare ONNX Runtime script: one session with default options, running the same images
+   at the audit's replay batch (read from the audit's report) three times over, and one at
+   a time as the profile runs them: what ONNX Runtime needs for the same batch.
+
+`--before FOLDER`: also run 1. with the graphaudit found in FOLDER (e.g. `git archive` of an
+older commit unpacked there). Downloads nothing. Prints Markdown for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BARE = """
+import sys, time
+import numpy as np, onnxruntime as ort
+model, data, batch, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+arrays = dict(np.load(data))
+count = len(next(iter(arrays.values())))
+session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+times = []
+for _ in range(repeats):
+    start = time.perf_counter()
+    for i in range(0, count, batch):
+        session.run(None, {k: v[i:i + batch] for k, v in arrays.items()})
+    times.append(time.perf_counter() - start)
+print(min(times))
+"""
+
+
+def run_measured(command: list[str], pythonpath: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak resident MiB, stdout) of `command`, its peak read by `os.wait4`."""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        # run from the graphaudit measured: `python -m` puts the working folder first on the path
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=pythonpath)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if process.returncode:
+            raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): {err.read().strip()[-800:]}")
+        return wall, usage.ru_maxrss / 1024, out.read()
+
+
+def images(model: Path, size: int, count: int, folder: Path) -> tuple[Path, Path]:
+    """calib.npz and eval.npz of `count` random images each for the model's one input."""
+    graph = onnx.load(str(model), load_external_data=False).graph
+    weights = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in weights]
+    dims = inputs[0].type.tensor_type.shape.dim if len(inputs) == 1 else []
+    if len(dims) != 4:
+        raise SystemExit(f"expected a model with one input of 4 dimensions (batch, channels, height, width), "
+                         f"found {[i.name for i in inputs]}")
+    channels = dims[1].dim_value or 3
+    rng = np.random.default_rng(0)
+    paths = []
+    for name in ("calib", "eval"):
+        path = folder / f"{name}.npz"
+        np.savez(path, **{inputs[0].name: rng.standard_normal((count, channels, size, size)).astype(np.float32)})
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--size", type=int, default=736)
+    parser.add_argument("--images", type=int, default=12)
+    parser.add_argument("--before", type=Path, help="A folder holding an older graphaudit, measured as well.")
+    parser.add_argument("--old-rounds", action="store_true",
+                        help="Also time the profile with the fixed rounds it had before (20 after 3, 3 profiled).")
+    args = parser.parse_args()
+    args.model = args.model.resolve()
+    python = sys.executable
+    with tempfile.TemporaryDirectory(prefix="graphaudit-cost-") as tmp:
+        folder = Path(tmp)
+        calib, data = images(args.model, args.size, args.images, folder)
+        audits = [("graphaudit run (this checkout)", ROOT)]
+        if args.before is not None:
+            audits.append((f"graphaudit run ({args.before})", args.before.resolve()))
+        rows, batch = [], None
+        for label, path in audits:
+            report = folder / "report.json"
+            wall, peak, _ = run_measured([python, "-m", "graphaudit", "run", str(args.model), "--calib", str(calib),
+                                          "--data", str(data), "--provider", "cpu", "-q", "--format", "json",
+                                          "-o", str(report)], path)
+            doc = json.loads(report.read_text())
+            batch = batch or ((doc.get("replay") or {}).get("settings") or {}).get("batch_size") or 1
+            rows.append((label, wall, peak, doc["profile"]))
+        floors = []
+        for b, repeats in ((min(batch, args.images), 3), (1, 2)):
+            wall, peak, out = run_measured([python, "-c", BARE, str(args.model), str(data), str(b), str(repeats)], ROOT)
+            floors.append((b, repeats, peak, float(out.strip())))
+        profiles = []
+        settings = [("default rounds", [])]
+        if args.old_rounds:
+            settings.append(("--runs 20 --warmup 3 --profile-runs 3", ["--runs", "20", "--warmup", "3",
+                                                                       "--profile-runs", "3"]))
+        for label, extra in settings:
+            wall, peak, out = run_measured([python, "-m", "graphaudit", "profile", str(args.model), "--data",
+                                            str(data), "--format", "json", *extra], ROOT)
+            doc = json.loads(out)
+            profiles.append((label, wall, peak, doc))
+
+    floor, batch = floors[0][2], min(batch, args.images)
+    print(f"{args.model.name}: {args.images} random images of {args.size} x {args.size}, ONNX Runtime "
+          f"{ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the end\n")
+    print("| process | peak RSS MiB | over bare ORT at batch %d | wall s |" % batch)
+    print("|---|---|---|---|")
+    for b, repeats, peak, best in floors:
+        print(f"| bare ORT, batch {b}, {repeats} passes | {peak:.0f} | {peak / floor:.2f}x | {best:.2f} (fastest pass) |")
+    for label, wall, peak, _ in rows:
+        print(f"| {label} | {peak:.0f} | {peak / floor:.2f}x | {wall:.1f} |")
+    for label, wall, peak, _ in profiles:
+        print(f"| graphaudit profile, {label} | {peak:.0f} | {peak / floor:.2f}x | {wall:.1f} |")
+    print("\n| profile | rounds (timed / warm-up / profiled) | a round, s | wall s | wall over a round |")
+    print("|---|---|---|---|---|")
+    for label, wall, _, doc in profiles:
+        one = (doc.get("rounds") or {}).get("round_s")
+        one = one or profiles[0][3]["rounds"]["round_s"]  # given rounds: the round measured beside them
+        print(f"| {label} | {doc['runs']} / {doc['warmup']} / {doc['profile_runs']} | {one:.2f} | {wall:.1f} | "
+              f"{wall / one:.1f} |")
+    for label, _, _, doc in rows:
+        print(f"\n{label}: profile rounds {doc['runs']} / {doc['warmup']} / {doc['profile_runs']}"
+              + (f" ({doc['rounds']['reason']})" if doc.get("rounds") else " (fixed)"))
+    for label, _, _, doc in profiles:
+        if (doc.get("rounds") or {}).get("reason"):
+            print(f"\n{label}: {doc['rounds']['reason']}")
+
+
+if __name__ == "__main__":
+    main()
