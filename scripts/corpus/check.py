@@ -27,6 +27,7 @@ from corpus import MODELS  # noqa: E402
 DECIDERS = ("caller", "shape", "constant", "model")
 KINDS = ("logits", "probs", "logprobs", "regression")
 EXPORTER_NAME = re.compile(r"^(p2o\.|helper\.|onnx::|/?_?[A-Za-z]+_\d+$)")
+UNNORMALISED = "unnormalised (logits where shaped like a distribution, else values)"
 NEW_OPTIONS = ("--input-axes", "--set", "--output-kind")
 # today's control_flow[].dependence, read as a decider where no newer field says one
 LEGACY = {"shape": "shape (dependence)", "const": "constant (dependence)", "value": "model (dependence=value)"}
@@ -91,6 +92,9 @@ def output_kind_said(doc, output):
     for d in walk(doc):  # {output: kind} maps
         if d.get(output) in KINDS:
             return d[output]
+    for entry in (doc.get("static") or doc).get("outputs") or []:  # static's reading with no normalising operator
+        if entry.get("output") == output and "kind" in entry and entry["kind"] is None:
+            return UNNORMALISED
     return None
 
 
@@ -244,6 +248,9 @@ def check_model(key, m, corpus, runner, do_run):
         return rows
     for out, (kind, _why) in m["outputs"].items():
         said = output_kind_said(doc, out)
+        if said == UNNORMALISED:  # scored as logits where shaped like a distribution, else as values: say so
+            rows.append((key, f"output {out[:24]} read as", kind, said, "by shape"))
+            continue
         row(f"output {out[:24]} read as", kind, said or "not reported", ok=None if said is None else said == kind)
     ref = reference(key, m, corpus)
     task = ((doc.get("replay") or {}).get("task")) or {}
