@@ -128,8 +128,13 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
 def clear(folder: Path) -> None:
     """Remove the manifest of a cache about to be written again, and the partial files of a capture
     that was killed (the entries, never what a link names)."""
-    with contextlib.suppress(FileNotFoundError):
+    try:
         (folder / MANIFEST).unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as err:  # a folder the user may read but not write
+        raise GraphAuditError(f"expected to write the coefficient cache in {folder}, found {err.strerror or err}") \
+            from None
     for path in folder.glob(f"{PARTIAL}*"):
         with contextlib.suppress(OSError):  # a folder of that name is not the cache's to remove
             path.unlink()

@@ -521,3 +521,18 @@ def test_a_folder_in_the_cache_is_refused_in_one_line(replayed, capfd, tmp_path)
     live.mkdir()
     refused(capfd, _replay(replayed, cache_dir), _inputs(replayed),
             match=r"expected the coefficient cache file .*live.npz to be a file, found a folder")
+
+
+def test_a_cache_that_cannot_be_written_again_is_refused_in_one_line(clean, cache, monkeypatch):
+    (cache / MANIFEST).write_text("[]")
+    real = Path.unlink
+
+    def read_only(self, *args, **kwargs):
+        if self.parent == cache:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(GraphAuditError, match=r"^expected to write the coefficient cache in .*, found Permission "
+                                              r"denied$"):
+        _again(clean, cache.parent)
