@@ -5,7 +5,8 @@ unperturbed trajectory, stored with the batch axis first (`(inputs, ...)`) so th
 rows of any inputs can be read in one slice. A cache that fits under `memory_limit` bytes
 stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
 folder that goes away on `close()`, or under `cache_dir`, where it stays and is reused by a
-later capture of the same trace graph, data and batch size. The pages of a mapped cache are
+later capture of the same trace graph, data and batch size once its files are checked
+(graphaudit.cache_files: a damaged cache is captured again, and `rebuilt` says why). The pages of a mapped cache are
 released after every batch written and every rows read, so the process's resident memory
 does not grow with the number of inputs (the data stays in the OS page cache and on disk).
 The live outputs of the first batch are kept beside the coefficients for the parity check,
@@ -29,6 +30,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from graphaudit.cache_files import (FORMAT, CacheDamage, cache_folder, clear, kept_cache, new_npy,
+                                    partial_name, release, seal)
 from graphaudit.coefficients import BATCH, MERGED, Coefficient
 from graphaudit.data import InputData
 from graphaudit.errors import GraphAuditError
@@ -36,8 +39,6 @@ from graphaudit.external_data import external_locations
 from graphaudit.runtime import create_session, detached, running, slow_fusions
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
-_MANIFEST = "manifest.json"
-_FORMAT = 2
 _CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
 _CHECK_FILE = "live_check.npy"
 
@@ -64,6 +65,7 @@ class CoefficientCache:
     live: Mapping[str, np.ndarray] = field(repr=False)  # live outputs of the first batch
     location: Path | None = None  # folder of the .npy files; None in memory
     reused: bool = False
+    rebuilt: str | None = None  # why the cache kept in `location` was damaged and captured again
     _owned: Path | None = field(default=None, repr=False)  # temporary folder removed on close
     _maps: dict[str, mmap.mmap] = field(default_factory=dict, repr=False)
 
@@ -74,7 +76,7 @@ class CoefficientCache:
         if c.tensor not in self._maps:
             return np.asarray(self.arrays[c.tensor][rows])
         values = np.array(self.arrays[c.tensor][rows])
-        _release(self._maps[c.tensor])
+        release(self._maps[c.tensor])
         return values
 
     def shape(self, c: Coefficient) -> tuple[int, ...]:
@@ -89,7 +91,7 @@ class CoefficientCache:
         """The LiveCheck summary of the inputs at `rows`."""
         values = np.array(self.arrays[_CHECK][rows])
         if _CHECK in self._maps:
-            _release(self._maps[_CHECK])
+            release(self._maps[_CHECK])
         return values
 
     def chunks(self, size: int) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
@@ -183,15 +185,21 @@ def capture(
         if cache_dir is not None else None
     folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
     made = _Made()  # what this call writes, removed again if it fails
+    rebuilt = None
     if folder is not None:
-        reused = _reuse(folder, key, coefficients)
-        if reused is not None:
-            return reused
-        created = _make_folder(folder, cache_dir)
+        files = {c.tensor: _file(c) for c in coefficients}
+        try:
+            found = kept_cache(folder, key, {**files, _CHECK: _CHECK_FILE}, data.count, set(files))
+        except CacheDamage as damage:
+            found, rebuilt = None, str(damage)
+        if found is not None:
+            arrays, maps, live = found
+            return CoefficientCache(coefficients, arrays, data.count, live, folder, True, _maps=maps)
+        created = cache_folder(folder, cache_dir)
         made.folders = [p for p in created if p == folder]
         made.parents = [p for p in created if p != folder]
-        (folder / _MANIFEST).unlink(missing_ok=True)  # a cache being rewritten is no cache until saved again
-    arrays, maps = made.arrays, made.maps
+        clear(folder)  # a cache being rewritten is no cache until sealed again
+    arrays, maps, written = made.arrays, made.maps, {}
     with made:
         session = open_session() if open_session is not None else create_session(
             trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=weights_folder,
@@ -231,30 +239,33 @@ def capture(
                     shape = (data.count, *first.shape[1:])
                     if folder is None:
                         arrays[name] = np.empty(shape, dtype=first.dtype)
-                    else:
-                        folder.mkdir(parents=True, exist_ok=True)
-                        arrays[name], maps[name] = _create_npy(folder / file, shape, first.dtype)
+                        continue
+                    # a kept cache's files are written under fresh names, renamed onto theirs when sealed
+                    path = partial_name(folder, file) if key is not None else folder / file
+                    made.partials.append(path)
+                    arrays[name], maps[name] = new_npy(path, shape, first.dtype)
+                    written[name] = (file, path, arrays[name], maps[name])
             for c in coefficients:
                 arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
             if summary is not None:
                 arrays[_CHECK][rows] = summary
             for mapping in maps.values():
-                _release(mapping)
+                release(mapping)
         if folder is not None and key is not None:  # kept for reuse (a temporary folder is not)
-            for mapping in maps.values():
-                mapping.flush()
-            _save(folder, key, coefficients, live, data.count, _CHECK in arrays)
-        return CoefficientCache(coefficients, arrays, data.count, live, folder, False, owned, maps)
+            seal(folder, key, data.count, written, live, made.partials)
+        made.partials.clear()
+        return CoefficientCache(coefficients, arrays, data.count, live, folder, False, rebuilt, owned, maps)
 
 
 @dataclass
 class _Made:
-    """What a capture has made so far: its arrays and their mappings, the folders it created
-    whole (the cache's folder, a temporary one) and the parent folders it created for them.
-    As a context manager, it discards them all when the block fails."""
+    """What a capture has made so far: its arrays and their mappings, the files it is writing,
+    the folders it created whole (the cache's folder, a temporary one) and the parent folders it
+    created for them. As a context manager, it discards them all when the block fails."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     maps: dict[str, mmap.mmap] = field(default_factory=dict)
+    partials: list[Path] = field(default_factory=list)
     folders: list[Path] = field(default_factory=list)
     parents: list[Path] = field(default_factory=list)  # outermost first
 
@@ -266,11 +277,14 @@ class _Made:
             self.discard()
 
     def discard(self) -> None:
-        """Drop the arrays and mappings and remove the folders (a parent only while empty)."""
+        """Drop the arrays and mappings and remove the files and folders (a parent only while empty)."""
         self.arrays.clear()
         for mapping in self.maps.values():
             with contextlib.suppress(BufferError):  # a view still held elsewhere: it goes with that view
                 mapping.close()
+        for path in self.partials:
+            with contextlib.suppress(OSError):
+                path.unlink()
         for folder in self.folders:
             shutil.rmtree(folder, ignore_errors=True)
         for parent in reversed(self.parents):
@@ -306,18 +320,6 @@ def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.
         )
 
 
-def _make_folder(folder: Path, cache_dir: str | Path) -> list[Path]:
-    """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder;
-    return the folders this made, outermost first."""
-    missing = [p for p in reversed((folder, *folder.parents)) if not p.exists()]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-        found = f"{blocking} is not a folder" if blocking is not None else f"{err.strerror or err}: {err.filename}"
-        raise GraphAuditError(f"expected a folder for the coefficient cache at {cache_dir}, found {found}") from None
-    return missing
-
 
 def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
     first = batch_first(c, values, rows.stop - rows.start)
@@ -329,32 +331,7 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
     return first
 
 
-def _create_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap]:
-    """A new .npy file at `path`, memory-mapped for writing."""
-    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
-    with open(path, "wb") as f:
-        np.lib.format.write_array_header_2_0(f, header)
-        f.truncate(f.tell() + int(np.prod(shape)) * np.dtype(dtype).itemsize)
-    return _map_npy(path, writable=True)
 
-
-def _map_npy(path: Path, writable: bool = False) -> tuple[np.ndarray, mmap.mmap]:
-    """The array in the .npy file at `path`, memory-mapped, and its mapping (to release pages)."""
-    with open(path, "r+b" if writable else "rb") as f:
-        version = np.lib.format.read_magic(f)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read(f)
-        offset = f.tell()
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
-    if fortran:
-        raise GraphAuditError(f"expected a C-ordered array in the cache file {path}, found Fortran order")
-    return np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset), mapping
-
-
-def _release(mapping: mmap.mmap) -> None:
-    """Drop the mapping's resident pages; their contents stay in the page cache and the file."""
-    if hasattr(mmap, "MADV_DONTNEED"):
-        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def _batch_axis(c: Coefficient) -> int:
@@ -382,7 +359,7 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
             stat = (weights_folder / location).stat()
             digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())
-    digest.update(f"batch={batch_size};format={_FORMAT};check={check}".encode())
+    digest.update(f"batch={batch_size};format={FORMAT};check={check}".encode())
     for name, array in sorted({**data.arrays, **data.fixed}.items()):
         array = np.ascontiguousarray(array)
         # how it was fed, where it is not rows on axis 0
@@ -390,30 +367,3 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
         digest.update(f"{name}:{array.dtype}:{array.shape}{fed}".encode())
         digest.update(array.data)
     return digest.hexdigest()
-
-
-def _save(folder: Path, key: str, coefficients, live, count: int, checked: bool) -> None:
-    np.savez(folder / "live.npz", **live)
-    manifest = {"format": _FORMAT, "key": key, "count": count,
-                "tensors": {c.tensor: _file(c) for c in coefficients}, "check": _CHECK_FILE if checked else None}
-    (folder / _MANIFEST).write_text(json.dumps(manifest, indent=1))
-
-
-def _reuse(folder: Path, key: str, coefficients) -> CoefficientCache | None:
-    """The cache already in `folder` when it was made from the same inputs, else None."""
-    try:
-        manifest = json.loads((folder / _MANIFEST).read_text())
-        if manifest.get("key") != key or manifest.get("format") != _FORMAT:
-            return None
-        mapped = {c.tensor: _map_npy(folder / _file(c)) for c in coefficients}
-        if manifest.get("check"):
-            mapped[_CHECK] = _map_npy(folder / _CHECK_FILE)
-        with np.load(folder / "live.npz", allow_pickle=False) as archive:
-            live = {k: archive[k] for k in archive.files}
-    except (OSError, ValueError, KeyError):
-        return None
-    arrays = {k: a for k, (a, _) in mapped.items()}
-    if any(a.shape[0] != manifest["count"] for a in arrays.values()):
-        return None
-    return CoefficientCache(tuple(coefficients), arrays, manifest["count"], live, folder, True,
-                            _maps={k: m for k, (_, m) in mapped.items()})

@@ -105,7 +105,7 @@ class DataUse:
 # settings key -> what its note is about, in the order reports give them
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
                   ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
-                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"))
+                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"), ("cache_note", "cache"))
 
 
 @dataclass(frozen=True)
@@ -326,6 +326,9 @@ def replay(
             caches[1].location)
         settings["cache"] = {"location": where,
                              "reused": caches[1].reused, "bytes": caches[0].nbytes + caches[1].nbytes}
+        if any(c.rebuilt for c in caches):  # the reasons, for the note
+            settings["cache_note"] = "the kept coefficient cache was damaged and captured again: " + "; ".join(
+                c.rebuilt for c in caches if c.rebuilt)
     results = tuple(_result(name, s, stats["correct"], task, confidence) for name, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
                  for p in PROFILES if p in stats and "global_mean" in stats)

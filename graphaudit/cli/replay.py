@@ -40,7 +40,8 @@ from graphaudit.verdict import MATERIAL_NATS
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the permutations, the data split and the bootstrap.")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run.")
+              help="Keep the captured coefficients here (memory-mapped) and reuse them on the next run, once "
+                   "checked (a damaged cache is captured again, with a note).")
 @click.option("--tolerance", type=click.FloatRange(min=0),
               help=f"Largest absolute output difference the parity check accepts (twice that on the "
                    f"log-probabilities of every input's targets). Default {DEFAULT_TOLERANCE:g}; for a model "
