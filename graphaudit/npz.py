@@ -112,8 +112,9 @@ def _reason(err: Exception, path: Path) -> str:
                     _header(archive, member)
                 except ValueError as bad:
                     if "<ast." in str(bad):
-                        return (f"{member.removesuffix('.npy')!r} with the header {_quoted(_raw_header(archive, member))}"
-                                ", which is not a plain literal (numpy reads a .npy header as a dict of literals only)")
+                        header = _quoted(_raw_header(archive, member))
+                        return (f"{member.removesuffix('.npy')!r} with the header {header}, which is not a plain "
+                                "literal (numpy reads a .npy header as a dict of literals only)")
     except (OSError, zipfile.BadZipFile, EOFError, ValueError, RuntimeError, NotImplementedError):
         pass  # an archive numpy could open but zipfile cannot: numpy's words, without the node
     return text.split(": <ast.")[0] + ": a header that is not a plain literal"

@@ -333,7 +333,8 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
     output = (replay.get("task") or {}).get("output", "?")
-    why = (replay.get("settings") or {}).get("no_nll") or f"the data has no labels or targets to score {output!r} against"
+    why = ((replay.get("settings") or {}).get("no_nll")  # sequences of one token: no next token
+           or f"the data has no labels or targets to score {output!r} against")
     no_loss = f"{why}, so no ΔNLL says whether it gets worse"
     fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
     if key == "kl" and moved:

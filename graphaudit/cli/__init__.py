@@ -178,4 +178,5 @@ def check_output(path: str | os.PathLike, option: str, inputs) -> None:
     if not target.parent.is_dir():
         from graphaudit.paths import not_a_folder
 
-        raise GraphAuditError(f"expected {option} to name a file in an existing folder, found {not_a_folder(target.parent)}")
+        raise GraphAuditError(
+            f"expected {option} to name a file in an existing folder, found {not_a_folder(target.parent)}")
