@@ -71,7 +71,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
            f"the interval straddles the {SAVINGS_RATIO_MAX:.2f}× a saving needs")
     return Finding(INCONCLUSIVE, (
         f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "
-        "or a quieter machine may)."), tuple(evidence))
+        "fewer threads competing for the cores, --threads, or a quieter machine may)."), tuple(evidence))
 
 
 def savings_answer(low: float | None, high: float | None, threshold: float = SAVINGS_RATIO_MAX) -> str:
