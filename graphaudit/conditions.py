@@ -50,10 +50,39 @@ class Profiles:
         key = (kind, c.tensor, shape)
         if key not in self._filled:
             dtype = self.dtypes.get(c.tensor, np.dtype(np.float32))  # each tensor in its own type: models mix them
-            full = np.ascontiguousarray(np.broadcast_to(_as(mean(), dtype), shape))
+            values = mean()
+            _check_fits(kind, c, values.shape, shape)
+            full = np.ascontiguousarray(np.broadcast_to(_as(values, dtype), shape))
             full.flags.writeable = False
             self._filled[key] = full
         return self._filled[key]
+
+
+PROFILE_NAMES = {"layer": "static_layer", "position": "static_position", "global": "global_mean"}
+
+
+def _check_fits(kind: str, c: Coefficient, profile: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """Refuse a calibration profile that cannot stand for the evaluation inputs' coefficients of
+    `shape`: an axis besides the token axis whose size changes with the inputs (an attention-like
+    map over positions, its `source` axis as long as the sequence)."""
+    if len(profile) < len(shape) or all(p in (1, n) for p, n in zip(profile, shape)):
+        return  # fewer axes: one family mean, a scalar
+    names = batch_first_axes(c)
+    differ = [f"{names[i] if i < len(names) else i} ({p} in calibration, {n} in evaluation)"
+              for i, (p, n) in enumerate(zip(profile, shape)) if p not in (1, n)]
+    raise GraphAuditError(
+        f"expected {PROFILE_NAMES.get(kind, kind)}'s profile of {c.tensor!r} to fit the evaluation inputs' "
+        f"coefficients of shape {shape[1:]} per batch, found one of shape {profile[1:]} from calibration: "
+        f"{'axis' if len(differ) == 1 else 'axes'} {', '.join(differ)} "
+        f"{'changes' if len(differ) == 1 else 'change'} with the inputs' length besides the token axis; "
+        "calibrate on inputs as long as the evaluation inputs")
+
+
+def batch_first_axes(c: Coefficient) -> tuple[str, ...]:
+    """`c`'s axis names once its batch axis is moved to the front."""
+    if BATCH not in c.axes:
+        return tuple(c.axes)
+    return (BATCH, *(a for i, a in enumerate(c.axes) if i != c.axis(BATCH)))
 
 
 def _as(mean: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -43,7 +43,7 @@ class InputSpec:
 
     def describe(self) -> str:
         dims = "?" if self.shape is None else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
-        return f"{self.name}: {self.dtype} {dims}"
+        return f"{self.name}: {'string' if self.dtype == object else self.dtype} {dims}"
 
 
 @dataclass(frozen=True)
@@ -353,6 +353,11 @@ def _check_header(dtype: np.dtype, shape: tuple[int, ...], spec: InputSpec, wher
 
 def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
     """Check an array's dtype against `spec`; True when it is to be widened to spec.dtype."""
+    if spec.dtype == object:  # an ONNX string input: text as NumPy unicode, which ONNX Runtime takes as it is
+        if dtype.kind != "U":
+            raise GraphAuditError(f"expected text for {where} (the model's input is a string tensor) as a NumPy "
+                                  f"unicode array (np.array(['...']), dtype <U), found {_dtype_words(dtype)}")
+        return False
     if dtype == object:
         raise GraphAuditError(f"expected numeric values for {where}, found pickled Python objects; graphaudit "
                               "never loads pickles (they can run code)")
@@ -362,6 +367,11 @@ def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
             raise GraphAuditError(f"expected {where} to have dtype {spec.dtype}, found {dtype}")
         return True
     return False
+
+
+def _dtype_words(dtype: np.dtype) -> str:
+    return "pickled Python objects, which graphaudit never loads (they can run code)" if dtype == object \
+        else f"dtype {dtype}"
 
 
 def _one_value(shape: tuple[int, ...], spec: InputSpec) -> bool:

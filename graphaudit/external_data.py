@@ -18,6 +18,7 @@ import onnx
 from onnx import external_data_helper
 
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.paths import path_kind
 from graphaudit.protos import copy_except
 
 # A TensorProto stored outside serialises data_location (field 14) = EXTERNAL (1) as these bytes.
@@ -133,9 +134,10 @@ def require_files(external: list[str], base: Path | None, path: Path | None) -> 
         )
     for name in external:
         if not (base / name).is_file():
+            found = path_kind(base / name).replace("nothing", "none", 1)  # a pipe or a device is there: say so
             raise GraphAuditError(
                 f"expected the external-data file {name!r} beside the model {path}, "
-                "found none; load with weights=False (--graph-only) to audit the graph alone"
+                f"found {found}; load with weights=False (--graph-only) to audit the graph alone"
             )
 
 

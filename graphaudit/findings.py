@@ -1,12 +1,14 @@
-"""The answer to each of the verdict's questions: "yes", "no" or "not measured", a statement in
-plain words, and the measured facts (evidence) it rests on."""
+"""The answer to each of the verdict's questions: "yes", "no", "not measured" or, where a
+measurement was made but its noise cannot decide (a latency ratio whose interval straddles the
+threshold), "inconclusive"; a statement in plain words, and the measured facts (evidence) it
+rests on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-YES, NO, NOT_MEASURED = "yes", "no", "not measured"
-ANSWERS = (YES, NO, NOT_MEASURED)
+YES, NO, NOT_MEASURED, INCONCLUSIVE = "yes", "no", "not measured", "inconclusive"
+ANSWERS = (YES, NO, NOT_MEASURED, INCONCLUSIVE)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.paths import path_kind
 
 
 def npz_headers(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -26,7 +27,8 @@ def npz_headers(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
                 if member.endswith(".npy"):
                     headers[member[:-4]] = _header(archive, member)
     except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
-        raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
+        raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one "
+                              f"({_reason(err, path)})") from None
     return headers
 
 
@@ -71,7 +73,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
                 f"expected numeric arrays in {path}, found pickled Python objects; graphaudit never "
                 "loads pickles (they can run code)"
             ) from None
-        raise GraphAuditError(f"expected readable .npy arrays in {path}, found: {' '.join(str(err).split())}") from None
+        raise GraphAuditError(f"expected readable .npy arrays in {path}, found: {_reason(err, path)}") from None
     except (OSError, zipfile.BadZipFile, EOFError, KeyError) as err:
         raise GraphAuditError(f"expected a readable .npz archive at {path}, found a damaged one ({err})") from None
 
@@ -89,8 +91,44 @@ def _declared(archive: zipfile.ZipFile, key: str) -> str:
 def require_zip(path: Path) -> None:
     """Refuse a `path` that is no file or no zip archive."""
     if not path.is_file():
-        raise GraphAuditError(f"expected a data file (.npz) at {path}, found {'a directory' if path.is_dir() else 'nothing'}")
+        raise GraphAuditError(f"expected a data file (.npz) at {path}, found {path_kind(path)}")  # never opened
     if not zipfile.is_zipfile(path):
         raise GraphAuditError(
             f"expected a NumPy .npz archive (a zip of .npy arrays) at {path}, found a file that is not a zip archive"
         )
+
+
+def _reason(err: Exception, path: Path) -> str:
+    """numpy's complaint about `path` in one line; where it is about a header that is no plain
+    literal, that header quoted as written, since numpy names only its syntax node
+    (`malformed node or string on line 1: <ast.Call object at 0x7f...>`)."""
+    text = " ".join(str(err).split())
+    if "<ast." not in text:
+        return text
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                try:
+                    _header(archive, member)
+                except ValueError as bad:
+                    if "<ast." in str(bad):
+                        header = _quoted(_raw_header(archive, member))
+                        return (f"{member.removesuffix('.npy')!r} with the header {header}, which is not a plain "
+                                "literal (numpy reads a .npy header as a dict of literals only)")
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError, RuntimeError, NotImplementedError):
+        pass  # an archive numpy could open but zipfile cannot: numpy's words, without the node
+    return text.split(": <ast.")[0] + ": a header that is not a plain literal"
+
+
+def _raw_header(archive: zipfile.ZipFile, member: str) -> str:
+    """The header text of an .npy member as written, unparsed (empty for one without the magic)."""
+    with archive.open(member) as f:
+        start = f.read(8)
+        if not start.startswith(b"\x93NUMPY"):
+            return ""
+        size = int.from_bytes(f.read(2 if start[6] == 1 else 4), "little")
+        return f.read(min(size, 10_000)).decode("latin1", "replace").strip()
+
+
+def _quoted(text: str, most: int = 160) -> str:
+    return repr(text if len(text) <= most else text[:most] + "…")

@@ -47,7 +47,7 @@ from graphaudit.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check
                                every_input_summary)
 from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task, difference,
                                 retained_gap, task_for)
-from graphaudit.metrics.outputs import scored_name, scored_output
+from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.metrics.variance import cache_variance
 from graphaudit.prefix import open_frozen
@@ -317,6 +317,8 @@ def replay(
             settings["conditions"] = list(stats)
             settings["failed_conditions"] = dict(failed)
             settings["failed_conditions_note"] = _failed_note(failed)
+        if stats["correct"].figure("nll")[0] is None and task.logits:  # say why, for the reports
+            settings["no_nll"] = no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None)
         if every is not None:
             parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()

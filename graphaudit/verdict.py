@@ -21,8 +21,9 @@ thresholds below are the whole policy; they are in the report's evidence lines a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
-from graphaudit.findings import ANSWERS, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
+from graphaudit.findings import ANSWERS, INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
 from graphaudit.savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
 from graphaudit.verdict_execution import CALLER, conditional_execution  # noqa: F401 (the findings' one home)
 from graphaudit.wording import (TRACED_SIZES, ci_text, counted, fmt, interval, listed, moved_key, num, num_text,
@@ -60,14 +61,19 @@ class Verdict:
 
 @dataclass(frozen=True)
 class ClaimCheck:
-    """Whether the audit supports a claim; `supported` is False when refuted or unmeasured."""
+    """Whether the audit supports a claim; `supported` is False when refuted, unmeasured or
+    inconclusive (`inconclusive`: measured, but its noise could not decide)."""
 
     claim: str
     supported: bool
     reason: str
+    inconclusive: bool = False
 
     def to_json(self) -> dict:
-        return {"claim": self.claim, "supported": self.supported, "reason": self.reason}
+        doc = {"claim": self.claim, "supported": self.supported, "reason": self.reason}
+        if self.inconclusive:
+            doc["inconclusive"] = True
+        return doc
 
 
 def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
@@ -89,8 +95,8 @@ def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
 def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
     """Return whether `verdict` supports `claim` (dynamic-inference or compute-savings).
 
-    A claim is supported only by a "yes" that was measured; "no" refutes it and "not
-    measured" leaves it unsupported, so a gate built on it fails closed.
+    A claim is supported only by a "yes" that was measured; "no" refutes it, and "not
+    measured" and "inconclusive" leave it unsupported, so a gate built on it fails closed.
     """
     if claim not in CLAIMS:
         raise ValueError(f"expected a claim in {sorted(CLAIMS)}, found {claim!r}")
@@ -101,8 +107,21 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
         return ClaimCheck(claim, False, f"refuted: only the caller decides what runs, not the model: {statement}")
     if answer == YES:
         return ClaimCheck(claim, True, f"supported: {statement}")
+    if answer == INCONCLUSIVE:
+        return ClaimCheck(claim, False, f"not established (inconclusive): {statement}", inconclusive=True)
     word = "refuted" if answer == NO else "not established (not measured)"
     return ClaimCheck(claim, False, f"{word}: {statement}")
+
+
+REFUTED_STATUS, INCONCLUSIVE_STATUS = 3, 4
+
+
+def claims_status(checks: Sequence[ClaimCheck]) -> int:
+    """The exit status of claims checked: 0 when all are supported, 3 when one is refuted or
+    was not measured, else 4 when one was measured but inconclusive (a timing too noisy to decide)."""
+    if any(not c.supported and not c.inconclusive for c in checks):
+        return REFUTED_STATUS
+    return INCONCLUSIVE_STATUS if any(c.inconclusive for c in checks) else 0
 
 
 # -- coefficient variation ---------------------------------------------------------------
@@ -314,7 +333,9 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
         return Finding(NOT_MEASURED, "Not measured: the replay reported no cross-input or token-shuffle condition.",
                        tuple(evidence))
     output = (replay.get("task") or {}).get("output", "?")
-    no_loss = f"the data has no labels or targets to score {output!r} against, so no ΔNLL says whether it gets worse"
+    why = ((replay.get("settings") or {}).get("no_nll")  # sequences of one token: no next token
+           or f"the data has no labels or targets to score {output!r} against")
+    no_loss = f"{why}, so no ΔNLL says whether it gets worse"
     fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
     if key == "kl" and moved:
         parts = ", ".join(f"{n.replace('_', '-')} {fmt(conditions[n]['kl'])} nats" for n in moved)

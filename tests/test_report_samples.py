@@ -60,6 +60,7 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
                 "model": "dense.onnx", "latency_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1,
                                                       "n": 20},
                 "ratio": ratio, "ratio_spread": {"median": ratio, "p10": ratio - 0.05, "p90": ratio + 0.05, "n": 20},
+                "ratio_interval": {"low": ratio - 0.02, "high": ratio + 0.02, "level": 0.95, "rounds": 20},
                 "slower_pct": (ratio - 1) * 100}}
 
 

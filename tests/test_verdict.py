@@ -230,14 +230,17 @@ def test_a_ratio_just_above_the_threshold_is_not_rounded_onto_it():
     # 0.953× is no saving at the 0.95× threshold: "workload time 0.95×" beside "needs at most
     # 0.95×" would read as a contradiction
     static, replay, _ = featuregate()
-    finding = decide(static, replay, profile_doc(ratio=0.953)).compute_savings
+    profile = profile_doc(ratio=0.953)
+    profile["baseline"]["ratio_interval"].update(low=0.951, high=0.955)
+    finding = decide(static, replay, profile).compute_savings
     assert finding.answer == NO and "workload time 0.953×" in finding.statement
+    assert "95% interval 0.951–0.955×" in finding.statement
     assert "workload time 0.90×" in decide(static, replay, profile_doc(ratio=0.90)).compute_savings.statement
-    # nor a p90 just below 1× onto 1× beside a "yes" that needs it below 1×
+    # nor an interval's end just below the threshold onto it beside a "yes" that needs it there
     profile = profile_doc(ratio=0.90)
-    profile["baseline"]["ratio_spread"].update(p10=0.85, p90=0.996)
+    profile["baseline"]["ratio_interval"].update(low=0.85, high=0.946)
     saving = decide(static, replay, profile).compute_savings
-    assert saving.answer == YES and "p10–p90 0.85–0.996×" in saving.statement
+    assert saving.answer == YES and "95% interval 0.85–0.946×" in saving.statement
 
 
 @pytest.mark.parametrize("kept, varying, words", [

@@ -83,7 +83,10 @@ def render_text(r: ProfileReport) -> str:
     if r.baseline is not None:
         b = r.baseline
         lines.append(f"baseline {b.model}: median {b.latency_ms.median:.3f} ms, mean {b.latency_ms.mean:.3f}; "
-                     f"ratio {b.ratio:.3f} (p10 {b.ratio_spread.p10:.3f}, p90 {b.ratio_spread.p90:.3f}): {b.describe()}")
+                     f"ratio {b.ratio:.3f} (p10 {b.ratio_spread.p10:.3f}, p90 {b.ratio_spread.p90:.3f}"
+                     + (f"; {b.ratio_interval.level:.0%} interval over rounds {b.ratio_interval.low:.3f}–"
+                        f"{b.ratio_interval.high:.3f}" if b.ratio_interval is not None and b.ratio_interval.rounds > 1
+                        else "") + f"): {b.describe()}")
     lines += [
         f"node times: {NODE_TIME_KINDS[r.node_time_kind]}",
         f"mapping: {r.mapping}" + (f" ({r.fused_nodes} fused or replaced nodes)" if r.fused_nodes else ""),

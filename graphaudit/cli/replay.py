@@ -125,8 +125,8 @@ def render_text(r: ReplayReport) -> str:
         headers += ["MSE (targets)", f"{_level(r)} CI of ΔMSE"]
     lines += ["", tabulate(rows, headers=headers, disable_numparse=True)]
     if all(c.nll.value is None for c in r.conditions):
-        lines.append(f"no NLL: the data has no labels or targets for {r.task.output!r} ({r.task.kind}) to score "
-                     f"against, so no ΔNLL or retained gap either; the "
+        why = r.settings.get("no_nll") or f"the data has no labels or targets to score {r.task.output!r} against"
+        lines.append(f"no NLL ({r.task.kind}): {why}, so no ΔNLL or retained gap either; the "
                      f"{'KL' if r.task.divergence == 'kl' else 'mean squared difference'} from the correct output "
                      "needs none")
     if r.retained_gap and any(e.value is not None for _, e in r.retained_gap):

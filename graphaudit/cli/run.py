@@ -15,12 +15,14 @@ from graphaudit.progress import ProgressBar
 from graphaudit.replay import MAX_RESAMPLES
 from graphaudit.report import FORMATS
 from graphaudit.runtime import MAX_THREADS
-from graphaudit.verdict import CLAIMS
+from graphaudit.verdict import CLAIMS, claims_status
 
 EPILOG = """\b
 Exit status: 0 when the audit ran (and every --claim is supported), 1 for a problem with
 the model or data, 2 for bad usage, 3 when the audit refutes a --claim or did not measure
-what it needs.
+what it needs, 4 when none is refuted but one is inconclusive (compute-savings: the
+latency ratio's interval over the timed rounds straddles the threshold; more --runs may
+decide it).
 """
 
 
@@ -45,7 +47,7 @@ what it needs.
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report to this file instead of standard output.")
 @click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIMS)),
-              help="Exit with status 3 unless the audit supports this claim (repeatable).")
+              help="Exit with status 3 unless the audit supports this claim, 4 where it is inconclusive (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the replay's permutations and bootstrap.")
 @click.option("--runs", type=int, help="Timed rounds of the profile (default: " + ROUNDS_DEFAULT + ").")
@@ -96,8 +98,9 @@ def run_cmd(ctx, model, calib, data, set_values, input_axes, baseline, coefficie
             click.echo(f"graphaudit: wrote the {fmt} report to {output}", err=True)
     else:
         click.echo(text, nl=False)
-    refuted = [c for c in report.claims if not c.supported]
-    for check in refuted:
-        click.echo(f"graphaudit: claim {check.claim} {check.reason}", err=True)
-    if refuted:
-        ctx.exit(3)
+    for check in report.claims:
+        if not check.supported:
+            click.echo(f"graphaudit: claim {check.claim} {check.reason}", err=True)
+    status = claims_status(report.claims)
+    if status:
+        ctx.exit(status)

@@ -87,6 +87,19 @@ class Task:
                 "read_as": self.read.to_json() if self.read is not None else None}
 
 
+def no_nll_reason(task: Task, positions: int | None = None) -> str:
+    """Why a replay scored by `task` has no NLL, in words: a causal LM's sequences of one token
+    (`positions` per input) have no next token; otherwise every target was left out, or the
+    data has no labels or targets."""
+    if task.kind == "causal_lm" and positions is not None and positions < 2:
+        return (f"the sequences of {task.ids!r} hold {positions} token{'' if positions == 1 else 's'} each: there "
+                f"is no next token to score {task.output!r} against (next-token NLL needs at least 2)")
+    if task.kind == "causal_lm" or task.labels is not None:
+        return (f"every position to score {task.output!r} against was left out (labels of {IGNORE_INDEX}, or "
+                "padding)")
+    return f"the data has no labels or targets to score {task.output!r} against"
+
+
 def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
              labels: Mapping[str, np.ndarray], readings: Mapping[str, OutputKind] | None = None) -> Task:
     """Return the Task for a model whose first batch gave `outputs` on `feeds`; `readings`: what

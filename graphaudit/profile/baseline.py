@@ -5,7 +5,10 @@ anything else is refused before any timing. Both are timed on the same inputs, i
 (see latency.time_rounds). The ratio is that of the whole workload: the sum over inputs of
 each input's median latency, model over baseline. Its spread (median, 10th and 90th
 percentiles) comes from a seeded bootstrap that resamples both the inputs and the rounds,
-so it holds the variation between inputs and the noise of the measurement.
+so it holds the variation between inputs and the noise of the measurement. The verdict's
+interval (`ratio_interval`, 95%) resamples only the rounds: the inputs are the workload the
+ratio is about, so what another run on them may change is the measurement's noise, and a
+saving is decided only where that interval lies on one side of the threshold.
 """
 
 from __future__ import annotations
@@ -22,6 +25,24 @@ from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, s
 RESAMPLES = 500
 RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline; spread from a "
                 "bootstrap over inputs and rounds (seed 0)")
+INTERVAL_LEVEL = 0.95
+INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the same for both models and every "
+                   "input kept (seed 0): the noise of the measurement on this workload, not the drift of a "
+                   "machine's load between runs; none from a single round")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval of the workload ratio at a confidence level (NaN ends: none could be had)."""
+
+    low: float
+    high: float
+    level: float = INTERVAL_LEVEL
+    rounds: int = 0  # the timed rounds it was resampled from
+
+    def to_json(self) -> dict:
+        return {"low": _finite(self.low), "high": _finite(self.high), "level": self.level, "rounds": self.rounds,
+                "method": INTERVAL_METHOD}
 
 
 @dataclass(frozen=True)
@@ -33,6 +54,7 @@ class BaselineComparison:
     ratio: float  # model / baseline, whole workload
     ratio_spread: Spread  # bootstrap over inputs and rounds
     flops_executed: float | None = None  # the baseline's mean FLOPs per input
+    ratio_interval: Interval | None = None  # bootstrap over rounds: what the verdict decides on
 
     @property
     def slower_pct(self) -> float:
@@ -47,7 +69,8 @@ class BaselineComparison:
         return {"model": self.model, "latency_ms": self.latency_ms.median,
                 "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio,
                 "ratio_spread": self.ratio_spread.to_json(), "ratio_method": RATIO_METHOD,
-                "slower_pct": self.slower_pct, "flops_executed": self.flops_executed}
+                "slower_pct": self.slower_pct, "flops_executed": self.flops_executed,
+                "ratio_interval": None if self.ratio_interval is None else self.ratio_interval.to_json()}
 
 
 def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec], name: str) -> None:
@@ -86,4 +109,28 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
         r = rng.integers(0, rounds, rounds)[:, None]
         i = rng.integers(0, inputs, inputs)[None, :]
         boot[k] = per_input_ms(model_ns[r, i]).sum() / per_input_ms(baseline_ns[r, i]).sum()
-    return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed)
+    return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed,
+                              ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed))
+
+
+def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float = INTERVAL_LEVEL,
+                   resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The `level` interval of the workload ratio from (round, batch) nanoseconds of model and
+    baseline: a seeded bootstrap over the rounds, each input kept.
+
+    A resampled round is the same round for both, as they were timed in pairs. One round has
+    no spread to resample: its interval is NaN, which decides nothing."""
+    rounds = model_ns.shape[0]
+    if rounds < 2:
+        return Interval(float("nan"), float("nan"), level, rounds)
+    picks = np.random.default_rng(seed).integers(0, rounds, (resamples, rounds))
+    boot = np.concatenate([  # a few resamples at a time: (resamples, rounds, inputs) at once can be large
+        np.median(model_ns[chunk], axis=1).sum(axis=1) / np.median(baseline_ns[chunk], axis=1).sum(axis=1)
+        for chunk in np.array_split(picks, max(1, picks.size * model_ns.shape[1] // 2**22))])
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    return Interval(float(low), float(high), level, rounds)
+
+
+def _finite(value: float) -> float | None:
+    return None if np.isnan(value) else value

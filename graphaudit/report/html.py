@@ -127,7 +127,8 @@ def delta_nll_figure(doc: dict) -> tuple[str, str]:
             lows, highs = zip(*(interval(c.get(ci)) for _, c in rows))
             return svg.intervals([n for n, _ in rows], [num(c[key]) for _, c in rows], list(lows), list(highs),
                                  title=title, unit=" nats"), ""
-    return "", "Not shown: the replay has no NLL (the data has no labels or targets) and its output is not logits."
+    why = ((doc.get("replay") or {}).get("settings") or {}).get("no_nll") or "the data has no labels or targets"
+    return "", f"Not shown: the replay has no NLL ({why}) and its output is not logits."
 
 
 def latency_figure(doc: dict) -> tuple[str, str]:

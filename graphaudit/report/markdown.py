@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from graphaudit.report.tables import claim_lines, detail_tables, evidence_lines, header_lines, verdict_table
 
-ANSWER_MARK = {"yes": "**yes**", "no": "**no**", "not measured": "_not measured_"}
+ANSWER_MARK = {"yes": "**yes**", "no": "**no**", "not measured": "_not measured_", "inconclusive": "_inconclusive_"}
 
 
 def render_markdown(doc: dict) -> str:
