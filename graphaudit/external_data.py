@@ -18,7 +18,7 @@ import onnx
 from onnx import external_data_helper
 
 from graphaudit.errors import GraphAuditError, brief
-from graphaudit.paths import path_kind
+from graphaudit.path_kinds import path_kind
 from graphaudit.protos import copy_except
 
 # A TensorProto stored outside serialises data_location (field 14) = EXTERNAL (1) as these bytes.

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.paths import path_kind
+from graphaudit.path_kinds import path_kind
 
 
 def npz_headers(path: Path) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:

@@ -375,7 +375,10 @@ def _corrupt(clean, folder: Path, outside: Path, change: tuple) -> None:
     elif kind == "json":
         path.write_text(json.dumps(value))
     elif kind == "json-field" and which == "manifest":
-        manifest = json.loads(raw)
+        try:
+            manifest = json.loads(raw)
+        except ValueError:  # an earlier change cut or flipped it: it is damaged already
+            return
         node, keys = manifest, []
         while isinstance(node, dict) and node and rng.random() < 0.7:
             key = sorted(node)[int(rng.integers(0, len(node)))]

@@ -176,7 +176,7 @@ def check_output(path: str | os.PathLike, option: str, inputs) -> None:
     if target.is_dir():
         raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
     if not target.parent.is_dir():
-        from graphaudit.paths import not_a_folder
+        from graphaudit.path_kinds import not_a_folder
 
         raise GraphAuditError(
             f"expected {option} to name a file in an existing folder, found {not_a_folder(target.parent)}")
