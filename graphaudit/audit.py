@@ -131,11 +131,12 @@ def audit(
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load import load_for_runtime
-    from graphaudit.runtime import FrozenRunError, check_threads
+    from graphaudit.profile.rounds import check_rounds
+    from graphaudit.runtime import FrozenRunError, usable_threads
     from graphaudit.surgery import UnfreezableError
 
-    if threads is not None:
-        check_threads(threads)  # before anything runs
+    threads, capped = usable_threads(threads)  # before anything runs
+    check_rounds(1, runs, warmup, profile_runs)
 
     report = progress or silent
     loaded = load_for_runtime(model)
@@ -143,7 +144,7 @@ def audit(
         from graphaudit.analyses.output_kinds import read_outputs
 
         read_outputs(loaded.model, output_kinds)
-    notes: list[str] = []
+    notes: list[str] = [capped] if capped else []
     is_baseline = _same_file(model, baseline)
     if is_baseline:
         baseline = None

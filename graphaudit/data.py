@@ -143,11 +143,11 @@ def _indexed_tables(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
 
 def load_data(path: str | os.PathLike, specs: Sequence[InputSpec], feeding: Feeding | None = None) -> InputData:
     """Return the arrays of the .npz at `path`, checked against `specs` (`feeding.values`: the
-    values of inputs fed whole that the file need not hold)."""
+    values of inputs fed whole that the file need not hold). Every header is checked (`data_shapes`)
+    before any array is decompressed, so a file refused for its keys or shapes is never read whole."""
     path = Path(path)
-    raw = read_npz(path)
-    _check_keys(raw, specs, path.name, feeding)
-    return from_arrays(raw, specs, source=path.name, feeding=feeding)
+    data_shapes(path, specs, feeding)  # keys, dtypes and shapes from the headers, before a value is read
+    return from_arrays(read_npz(path), specs, source=path.name, feeding=feeding)
 
 
 def data_shapes(path: str | os.PathLike, specs: Sequence[InputSpec],

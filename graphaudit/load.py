@@ -31,6 +31,7 @@ from graphaudit.graph_build import node_ids
 from graphaudit.inline import inline_functions
 from graphaudit.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
 from graphaudit.shape_values import fold_shape_arguments
+from graphaudit.sizes import MAX_MODEL_BYTES, in_words
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
 INFER_WEIGHTS_OVER = 64 * 2**10
@@ -198,10 +199,14 @@ def _parse_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
     if path.is_dir():
         raise GraphAuditError(f"expected an ONNX model file, found a directory at {path}")
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
+        found = path.stat()
+        if not stat.S_ISREG(found.st_mode):
             # Reading a device or a pipe may never end (/dev/zero) or never start (a FIFO).
-            raise GraphAuditError(f"expected an ONNX model file, found {_file_kind(mode)} at {path}")
+            raise GraphAuditError(f"expected an ONNX model file, found {_file_kind(found.st_mode)} at {path}")
+        if found.st_size > MAX_MODEL_BYTES:  # refused before a byte is read: it could never parse
+            raise GraphAuditError(
+                f"expected an ONNX model file of at most 2 GiB (protobuf's limit; a larger model keeps its weights "
+                f"in external-data files beside it), found {in_words(found.st_size)} at {path}")
         data = path.read_bytes()
     except OSError as err:
         raise GraphAuditError(f"expected a readable ONNX model file at {path}, found {brief(err)}") from None

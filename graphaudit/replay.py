@@ -54,7 +54,7 @@ from graphaudit.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay_loop import run_conditions
 from graphaudit.rewrite import rewritten
-from graphaudit.runtime import (PROVIDERS, FrozenRunError, check_threads, create_session, quantized_pairs,
+from graphaudit.runtime import (PROVIDERS, FrozenRunError, create_session, quantized_pairs, usable_threads,
                                 resolve_providers, slow_fusions)
 from graphaudit.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_probs
 from graphaudit.wording import TRACED_SIZES, listed
@@ -105,7 +105,8 @@ class DataUse:
 # settings key -> what its note is about, in the order reports give them
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
                   ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
-                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"), ("cache_note", "cache"))
+                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"), ("cache_note", "cache"),
+                  ("threads_note", "threads"))
 
 
 @dataclass(frozen=True)
@@ -214,8 +215,7 @@ def replay(
     if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
         raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                               exit_code=2)
-    if threads is not None:
-        check_threads(threads)
+    threads, threads_note = usable_threads(threads)
     loaded = load_for_runtime(model)
     readings = read_outputs(loaded.model, output_kinds)  # a name or kind given wrong: before anything runs
     graph = build_graph(loaded.model)
@@ -223,7 +223,8 @@ def replay(
     settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
                                    "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
                                    "conditions": list(conditions), "provider": provider,
-                                   "threads": threads, "flush_denormals": flush_denormals, "rewrite": rewrite}
+                                   "threads": threads, "flush_denormals": flush_denormals, "rewrite": rewrite,
+                                   **({"threads_note": threads_note} if threads_note else {})}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
     positional = [n for n in ("token_shuffle", "static_position") if n in conditions]

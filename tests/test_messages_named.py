@@ -116,7 +116,8 @@ def test_a_header_that_is_no_literal_is_quoted_not_shown_as_a_syntax_node(files,
         archive.writestr("input_ids.npy", _npy(header))
     err = refused(capfd, [a.format(m=files / "ids.onnx", d=data) for a in command], [files / "ids.onnx", data])
     assert "<ast." not in err and "object at 0x" not in err
-    assert f"'input_ids' with the header {header!r}, which is not a plain literal" in err
+    assert "a readable .npy header for 'input_ids'" in err
+    assert f"found: the header {header!r}, which is not a plain literal" in err
 
 
 # -- sequences with no next token ----------------------------------------------------------

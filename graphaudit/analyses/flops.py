@@ -19,8 +19,12 @@ import operator
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+from onnx import helper
+
 from graphaudit.errors import UsageError
 from graphaudit.graph import ModelGraph, TensorRef
+from graphaudit.sizes import check_shape
 
 Shape = tuple[int, ...]
 
@@ -314,7 +318,7 @@ def bind_dims(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> dict[str, 
                 f"expected --shape to name a graph input ({', '.join(inputs) or 'none'}), found {name!r}"
             )
         declared = inputs[name]
-        given = tuple(int(d) for d in given)
+        given = check_shape(given, f"--shape {name}", itemsize=_itemsize(mg, name), exit_code=2)
         if declared is None:
             continue
         if len(declared) != len(given):
@@ -330,6 +334,15 @@ def bind_dims(mg: ModelGraph, shapes: Mapping[str, Sequence[int]]) -> dict[str, 
                     apart.add(want)
                 dims[want] = size
     return {d: size for d, size in dims.items() if d not in apart}
+
+
+def _itemsize(mg: ModelGraph, name: str) -> int:
+    """Bytes per element of the graph input `name` (1 where its type has no fixed size)."""
+    info = next((mg.tensors[r] for r in mg.inputs if r.name == name and r in mg.tensors), None)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type)).itemsize if info and info.elem_type else 1
+    except (KeyError, TypeError, ValueError):
+        return 1
 
 
 def _show(shape) -> str:

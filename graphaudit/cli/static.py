@@ -15,6 +15,7 @@ from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_
 from graphaudit.load import load_for_audit
 from graphaudit.repair import repair_note
 from graphaudit.runtime import custom_operators
+from graphaudit.sizes import check_shape
 from graphaudit.wording import counted, flops_cell, total_bound
 
 
@@ -74,7 +75,7 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
         values = ()
     if not sep or not name or not values or any(v <= 0 for v in values):
         raise UsageError(f"expected --shape NAME=DIMS with positive integer dims (e.g. input_ids=1,128), found {text!r}")
-    return name, values
+    return name, check_shape(values, f"--shape {name}", least=1, exit_code=2)
 
 
 def _flops(n: int | None) -> str:

@@ -32,11 +32,11 @@ from graphaudit.profile.execution import read_execution
 from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_ms, time_rounds
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
-from graphaudit.profile.rounds import DEFAULT_BUDGET_S, check_budget, choose_rounds, round_seconds
+from graphaudit.profile.rounds import DEFAULT_BUDGET_S, check_budget, check_rounds, choose_rounds, round_seconds
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
-from graphaudit.runtime import resolve_providers, running
+from graphaudit.runtime import resolve_providers, running, usable_threads
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
 OPTIMISED_COPY_LIMIT = 2**30
@@ -77,12 +77,15 @@ def profile_model(
     _check_counts(**{k: v for k, v in given.items() if v is not None},
                   **({"warmup": (warmup, 0)} if warmup is not None else {}))
     check_budget(budget)
+    check_rounds(1, runs, warmup, profile_runs)  # before the model is read; the runs it times, once batched
     session_options(opt_level)  # an unknown level is refused before anything runs
+    threads, capped = usable_threads(threads)
     loaded, inputs, base = _load(model, data, baseline, limit, feeding)
     specs = input_specs(loaded.model, feeding=inputs.feeding)
     batch_size = check_batch_size(specs, batch_size) or 1
     inputs, cut = whole_batches(inputs, fixed_batch(specs))
     providers = resolve_providers(provider)
+    check_rounds(-(-inputs.count // batch_size), runs, warmup)
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
     rows = [(s.start, s.stop) for s, _ in batches]
@@ -148,7 +151,7 @@ def profile_model(
     if opt_level != "disable" and optimised is None:
         no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
                         "external weights with it" if optimised_path is None else "ORT saved no optimised model")
-    notes = _notes(blocks, execution, runnable.renamed, no_optimised) + ((cut,) if cut else ())
+    notes = _notes(blocks, execution, runnable.renamed, no_optimised) + tuple(n for n in (cut, capped) if n)
     return ProfileReport(
         model=_label(loaded),
         data=inputs.source,

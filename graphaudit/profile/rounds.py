@@ -28,6 +28,11 @@ FEWEST_RUNS = 3  # a median and a spread
 FEWEST_WARMUP = 2
 ROUNDS_DEFAULT = "20, or as many as fit the budget at the first round's time, at least 3"
 FIX_THEM = "--runs, --warmup and --profile-runs fix them"
+# Rounds of each kind a profile takes at most: 10,000 timed rounds put a median within a
+# fraction of a percent already; more only take time (--runs 1000000000 asked for 238 GiB of timings)
+MOST_ROUNDS = 10_000
+# Runs of the model whose times a profile holds at most (8 bytes each, per model timed)
+MOST_TIMED_RUNS = 10**7
 
 
 @dataclass(frozen=True)
@@ -117,3 +122,17 @@ def check_budget(budget_s: float) -> None:
 
 def _seconds(value: float) -> str:
     return f"{value:.3g} s"
+
+
+def check_rounds(batches: int, runs: int | None = None, warmup: int | None = None,
+                 profile_runs: int | None = None) -> None:
+    """Refuse rounds past MOST_ROUNDS, or timed rounds of `batches` batches past MOST_TIMED_RUNS runs
+    (rounds not given counted at their most, 20 timed after 3 warm-up)."""
+    for name, value in (("runs", runs), ("warmup", warmup), ("profile-runs", profile_runs)):
+        if value is not None and value > MOST_ROUNDS:
+            raise UsageError(f"expected --{name} of at most {MOST_ROUNDS} (more rounds only take time), found {value}")
+    rounds = (MOST_RUNS if runs is None else runs) + (MOST_WARMUP if warmup is None else warmup)
+    if rounds * batches > MOST_TIMED_RUNS:
+        raise UsageError(f"expected at most {MOST_TIMED_RUNS} timed runs of the model, found {rounds} rounds "
+                         f"(warm-up and timed) of {batches} batches: {rounds * batches}; give fewer --runs, a "
+                         "--limit or a larger --batch-size")
