@@ -92,18 +92,15 @@ def target_kind(path: str | os.PathLike, what: str, stream: bool = True) -> str:
     raise GraphAuditError(f"expected a file graphaudit can write {what} to at {shown(path)}, found {found}")
 
 
-def check_target(path: str | os.PathLike, option: str, inputs, what: str = "its output") -> None:
+def check_target(path: str | os.PathLike, option: str, inputs) -> None:
     """Refuse, before any work, an output `path` that is one of `inputs` (by any link), cannot be
     written (see `target_kind`), or has no folder to go in."""
     if input_named(path, inputs) is not None:
         raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
                          "an input; graphaudit never overwrites the files it audits")
-    try:
-        kind = target_kind(path, what)
-    except GraphAuditError as err:
-        if os.path.isdir(path):
-            raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}") from None
-        raise GraphAuditError(f"{err} ({option})") from None
+    if os.path.isdir(path):
+        raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
+    kind = target_kind(path, f"the {option} output")
     parent = Path(path).resolve().parent
     if kind == NEW and not parent.is_dir():
         raise GraphAuditError(f"expected {option} to name a file in an existing folder, found no folder {parent}")
