@@ -88,13 +88,14 @@ def remove(path: str | os.PathLike) -> None:
 def session() -> Iterator[Path | None]:
     """graphaudit's own temporary folder (None where none can be made), TMPDIR pointing into it and
     the signals handled (in the main thread), for the length of the block; removed after."""
-    root = _make_root()
-    saved = os.environ.get("TMPDIR"), tempfile.tempdir
-    if root is not None:
-        track(root)
-        os.environ["TMPDIR"] = tempfile.tempdir = str(root)
     guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    root = None
     try:
+        root = _make_root()
+        if root is not None:
+            track(root)
+            os.environ["TMPDIR"] = tempfile.tempdir = str(root)
         yield root
     finally:
         try:  # the signals stay handled until the folder is gone
