@@ -71,15 +71,15 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
                                   f"({err.strerror})") from None
         with scratch.tracked(stage):
             placed = _stage_weights(copies, loaded.weights_folder, out_dir, stage, link)
-            graphs = [(_stage_graph(proto, path.name, stage, loaded.weights_folder is None), path)
+            graphs = [_stage_graph(proto, path.name, stage, loaded.weights_folder is None)
                       for path, proto in zip(paths, (surgery.trace, surgery.frozen))]
-            for (staged, side), _ in graphs:
+            for staged, _ in graphs:
                 _read_back(staged, None)
             for location in placed:
                 _move_new(stage / location, out_dir / location)
-            for (staged, side), path in graphs:
+            for staged, side in graphs:  # their weights now where they will be read from
                 _read_back(staged, stage if side else out_dir)
-            for (staged, side), path in graphs:
+            for staged, side in graphs:
                 for name in (side, staged.name) if side else (staged.name,):
                     target_kind(out_dir / name, _WHAT, stream=False)  # still a file or a link, replaced
                     os.replace(stage / name, out_dir / name)
@@ -89,7 +89,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     except BaseException:
         _remove_empty(created)
         raise
-    return WrittenGraphs(paths[0], paths[1], surgery, tuple(location for location in copies))
+    return WrittenGraphs(paths[0], paths[1], surgery, tuple(copies))
 
 
 _FICLONE = 0x40049409  # Linux ioctl: make `target` share `original`'s blocks (btrfs, XFS)
