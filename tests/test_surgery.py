@@ -115,7 +115,8 @@ def test_freeze_command_on_a_model_without_a_controller(tmp_path):
     model = gated_lm(layers=0)
     onnx.save(model, tmp_path / "plain.onnx")
     result = CliRunner().invoke(cli, ["freeze", str(tmp_path / "plain.onnx"), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0 and "no controller" in result.output
+    assert isinstance(result.exception, GraphAuditError)  # main() prints it as one line, exit 1
+    assert "expected a model with a controller to freeze, found none" in str(result.exception)
     assert not (tmp_path / "out").exists()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -61,30 +60,55 @@ def cli():
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI, turning GraphAuditError into one line and its exit status."""
+    """Run the CLI, turning GraphAuditError into one line and its exit status. The command runs
+    inside graphaudit.scratch.session: its temporary files, and ONNX Runtime's, go into one folder
+    that is removed however the command ends (SIGTERM and SIGHUP unwind like Ctrl-C)."""
+    from graphaudit import scratch
+
+    try:
+        with scratch.session():
+            status = _run(argv)
+    except KeyboardInterrupt as err:  # a second signal while the temporary folder was being removed
+        status = scratch.exit_status(err)
+    sys.exit(status)
+
+
+def _run(argv: list[str] | None) -> int:
+    """The exit status of the command line `argv`, its errors shown as one line."""
+    from graphaudit.scratch import exit_status
+
     try:
         # Commands return None, or call ctx.exit(code) (e.g. 3 when a claim is refuted).
         status = cli.main(args=argv, prog_name="graphaudit", standalone_mode=False)
     except GraphAuditError as err:
         click.echo(f"graphaudit: error: {err}", err=True)
-        sys.exit(err.exit_code)
+        return err.exit_code
     except click.exceptions.NoArgsIsHelpError as err:
         err.show()  # `graphaudit` alone: the help text, not an error line
-        sys.exit(err.exit_code)
+        return err.exit_code
     except click.UsageError as err:
         click.echo(f"graphaudit: error: {usage_line(err)}", err=True)
-        sys.exit(err.exit_code)
-    except click.exceptions.Abort:
-        click.echo("graphaudit: aborted", err=True)
-        sys.exit(130)
+        return err.exit_code
+    except click.exceptions.Abort as err:  # click's wrapping of a KeyboardInterrupt (scratch.Terminated too)
+        return _stopped(exit_status(err.__cause__))
+    except KeyboardInterrupt as err:  # one raised outside click's own handling
+        return _stopped(exit_status(err))
     except click.ClickException as err:
         err.show()
-        sys.exit(err.exit_code)
+        return err.exit_code
     except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
+        return err.exit_code
     except BrokenPipeError:
-        sys.exit(1)
-    sys.exit(status if isinstance(status, int) else 0)
+        return 1
+    return status if isinstance(status, int) else 0
+
+
+def _stopped(status: int) -> int:
+    import signal
+
+    name = "Ctrl-C" if status == 128 + signal.SIGINT else signal.Signals(status - 128).name
+    click.echo(f"graphaudit: aborted ({name}); temporary files removed", err=True)
+    return status
 
 
 def usage_line(err: click.UsageError) -> str:
@@ -162,21 +186,12 @@ graph_only_option = click.option(
 
 
 def check_output(path: str | os.PathLike, option: str, inputs) -> None:
-    """Refuse to write `path` when it is one of the command's input files or has no folder to go in.
+    """Refuse to write `path` when it is one of the command's input files, cannot be written
+    (a directory, a block device, a name too long) or has no folder to go in.
 
     "One of the inputs" means the same file by any name (a hard or symbolic link too); write
     the output with graphaudit.files.replace_file, which never writes through a link.
     """
-    from graphaudit.files import input_named  # here, not at the top: `graphaudit --version` stays fast
+    from graphaudit.files import check_target  # here, not at the top: `graphaudit --version` stays fast
 
-    target = Path(path).resolve()
-    if input_named(path, inputs) is not None:
-        raise UsageError(f"expected {option} to name a file that is not one of the inputs, found {path}, "
-                         "an input; graphaudit never overwrites the files it audits")
-    if target.is_dir():
-        raise GraphAuditError(f"expected {option} to name a file, found a directory at {path}")
-    if not target.parent.is_dir():
-        from graphaudit.path_kinds import not_a_folder
-
-        raise GraphAuditError(
-            f"expected {option} to name a file in an existing folder, found {not_a_folder(target.parent)}")
+    check_target(path, option, inputs)

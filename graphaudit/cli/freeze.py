@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from graphaudit.cli import axes_option, with_axes
-
+from graphaudit.errors import GraphAuditError
 from graphaudit.frozen_files import write_graphs
 from graphaudit.load import load_for_runtime
 from graphaudit.replay import resolve
@@ -31,10 +31,10 @@ def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[st
     into the output folder unread (cloned where the file system can; --link hard-links them)."""
     loaded = load_for_runtime(model)
     coefficients = resolve(loaded, with_axes(_split(names), axes))
-    if not coefficients:
-        click.echo(f"{loaded.name}: no controller — the model declares no coefficient tensors, none were given "
-                   "(--coefficients) and none were detected; nothing to freeze")
-        return
+    if not coefficients:  # nothing written: a folder without the graphs asked for must not look like success
+        raise GraphAuditError(f"expected a model with a controller to freeze, found none in {loaded.name}: it "
+                              "declares no coefficient tensors, none were given (--coefficients) and none were "
+                              "detected; nothing was written")
     written = write_graphs(loaded, coefficients, out_dir, Path(model).name.removesuffix(".onnx"), link=link)
     click.echo(f"{len(coefficients)} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})")
     click.echo(f"trace graph:  {written.trace}  (+{len(coefficients)} outputs)")

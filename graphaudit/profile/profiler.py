@@ -5,17 +5,15 @@ baseline's, when there is one), a profiled one at the same optimisation level fo
 and per-block shares (its rounds interleaved with un-profiled ones, for the overhead), and,
 unless that level is already ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL, run once
 per input, for the execution evidence (every event one node).
-Profiler files and ORT's optimised model go to a temporary folder that is removed after,
-unless `keep_profiles` names a folder to keep them in.
+Profiler files and ORT's optimised model go to a fresh folder (`workdir`): a temporary one,
+removed after, or one inside `keep_profiles` whose files are moved into it, none onto an input.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +34,7 @@ from graphaudit.profile.rounds import DEFAULT_BUDGET_S, check_budget, check_roun
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
+from graphaudit.profile.workdir import OPTIMISED, input_files, workdir
 from graphaudit.runtime import resolve_providers, running, usable_threads
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
@@ -96,7 +95,8 @@ def profile_model(
     flop_counter = _flop_counter()
     n = len(feeds)
 
-    with _workdir(keep_profiles) as work:
+    data_file = [Path(data)] if isinstance(data, (str, os.PathLike)) else []
+    with workdir(keep_profiles, [*input_files(loaded, base), *data_file]) as work:
         # latency: un-profiled, interleaved with the baseline's
         timed = [make_runner(open_session(runnable, providers, session_options(opt_level, threads)), feeds)]
         if base is not None:
@@ -116,7 +116,7 @@ def profile_model(
         # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
         # saving that graph would have ORT copy gigabytes of external weights with it
         weights = _external_bytes(loaded)
-        optimised_path = work / "optimised.onnx" if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
+        optimised_path = work / OPTIMISED if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
         # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
         plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup)
@@ -212,17 +212,6 @@ def _load(model, data, baseline, limit, feeding=None) -> tuple[LoadedModel, Inpu
         check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
         from_arrays(inputs.arrays, input_specs(base.model, feeding=inputs.feeding), inputs.source, inputs.feeding)
     return loaded, inputs, base
-
-
-@contextlib.contextmanager
-def _workdir(keep: str | os.PathLike | None) -> Iterator[Path]:
-    if keep is not None:
-        path = Path(keep)
-        path.mkdir(parents=True, exist_ok=True)
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as tmp:
-        yield Path(tmp)
 
 
 def _evidence_runs(runnable: RunnableModel, providers, feeds, threads, prefix: Path) -> tuple[Run, ...]:

@@ -1,0 +1,70 @@
+"""The folder ONNX Runtime writes a profile's files into: its profiler's JSON and its optimised model.
+
+A fresh folder each time, so that ONNX Runtime, which writes to the names it is given without
+asking, never writes over anything: a temporary folder, removed after; or, with
+`--keep-profiles DIR`, one inside DIR whose files are moved into DIR when the profile is done,
+none onto one of the inputs (the model, its weights, the data, the baseline) or onto anything
+but a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from graphaudit import scratch
+from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.files import input_named, shown, target_kind
+from graphaudit.load import LoadedModel
+
+OPTIMISED = "optimised.onnx"  # ORT's optimised model; its weights go beside it, as OPTIMISED + ".data"
+_WHAT = "the profiles"
+
+
+@contextlib.contextmanager
+def workdir(keep: str | os.PathLike | None, inputs: Sequence[Path]) -> Iterator[Path]:
+    """A fresh folder for ONNX Runtime's files, removed after; with `keep`, inside `keep` (created
+    if missing), its files moved into `keep` at the end. A name ONNX Runtime will write that is one
+    of `inputs` in `keep` is refused before anything runs; one it chose (the profiler's, dated) at the end."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as folder:
+            yield Path(folder)
+        return
+    keep = Path(keep)
+    try:
+        keep.mkdir(parents=True, exist_ok=True)
+        for name in (OPTIMISED, OPTIMISED + ".data"):
+            _check(keep / name, inputs)
+        stage = tempfile.mkdtemp(prefix=".graphaudit-profile-", dir=keep)
+    except OSError as err:
+        raise GraphAuditError(f"expected --keep-profiles to name a folder graphaudit can write into, found "
+                              f"{shown(keep)} ({err.strerror})") from None
+    with scratch.tracked(stage) as folder:
+        yield folder
+        written = sorted(folder.iterdir())
+        for entry in written:
+            _check(keep / entry.name, inputs)
+        for entry in written:
+            os.replace(entry, keep / entry.name)
+
+
+def input_files(*models: LoadedModel | None) -> list[Path]:
+    """The files `models` were read from: each model and its external weights."""
+    files = []
+    for loaded in (m for m in models if m is not None):
+        files += [loaded.path] if loaded.path is not None else []
+        if loaded.weights_folder is not None:
+            files += [loaded.weights_folder / location for location in loaded.external_files]
+    return files
+
+
+def _check(target: Path, inputs: Sequence[Path]) -> None:
+    given = input_named(target, inputs)
+    if given is not None:
+        raise UsageError(f"expected --keep-profiles to name a folder where {target.name} (which ONNX Runtime "
+                         f"writes) is not one of the inputs, found {target}, the same file as the input {given}; "
+                         "graphaudit never overwrites the files it audits")
+    target_kind(target, _WHAT, stream=False)

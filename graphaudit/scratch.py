@@ -1,0 +1,182 @@
+"""Temporary files and folders, removed on every way out of a command: an error, Ctrl-C, SIGTERM, a hang.
+
+`session` (the CLI's `main` runs every command inside it) makes one folder of graphaudit's own,
+`graphaudit-*` in the system's temporary folder, and points TMPDIR and `tempfile` at it, so that
+whatever the command or ONNX Runtime puts there (the profiler's folders, a spilled replay cache,
+the `.ses` file ONNX Runtime 1.32 writes when imported) goes inside it; the folder goes when the
+command ends. SIGTERM and SIGHUP unwind like Ctrl-C (a KeyboardInterrupt: every `finally` runs).
+
+A signal cannot unwind Python's main thread while it waits in native code that never returns
+(an ONNX Runtime run of a `Loop` with 2^62 trips), so a watcher thread, woken through Python's
+signal wakeup descriptor, removes every path `track` names and ends the process itself (status
+128 + the signal) when the main thread has not ended GRACE_S after the signal, or at a second one.
+Only SIGKILL, which no process can catch, leaves the folder behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import stat
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+GRACE_S = 2.0  # how long the main thread may take to unwind after a signal before the watcher ends it
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+ROOT_PREFIX = "graphaudit-"
+
+_lock = threading.Lock()
+_tracked: dict[str, None] = {}  # paths to remove if the process must end without unwinding, oldest first
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so that it unwinds as from Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_status(interrupt: BaseException | None) -> int:
+    """The exit status for a command stopped by `interrupt`: 128 + its signal (130 for Ctrl-C)."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+def track(path: str | os.PathLike) -> None:
+    """Name `path` (a file or folder graphaudit made) for removal should the process be ended."""
+    with _lock:
+        _tracked[os.fspath(path)] = None
+
+
+def untrack(path: str | os.PathLike) -> None:
+    """Forget `path` (removed, or moved into place as an output)."""
+    with _lock:
+        _tracked.pop(os.fspath(path), None)
+
+
+@contextlib.contextmanager
+def tracked(path: str | os.PathLike) -> Iterator[Path]:
+    """`path`, tracked while the block runs and removed (file or folder) when it ends."""
+    track(path)
+    try:
+        yield Path(path)
+    finally:
+        remove(path)
+        untrack(path)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Remove the entry `path`: a folder with what it holds, else the file or link itself (never its target)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # gone already
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+@contextlib.contextmanager
+def session() -> Iterator[Path | None]:
+    """graphaudit's own temporary folder (None where none can be made), TMPDIR pointing into it and
+    the signals handled (in the main thread), for the length of the block; removed after."""
+    guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    root = None
+    try:
+        root = _make_root()
+        if root is not None:
+            track(root)
+            os.environ["TMPDIR"] = tempfile.tempdir = str(root)
+        yield root
+    finally:
+        try:  # the signals stay handled until the folder is gone
+            environ, tempfile.tempdir = saved
+            if environ is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = environ
+            if root is not None:
+                remove(root)
+                untrack(root)
+        finally:
+            if guard is not None:
+                guard.close()
+
+
+def _make_root() -> Path | None:
+    try:
+        return Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
+    except OSError:  # no writable temporary folder: what needs one says so itself
+        return None
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+class _SignalGuard:
+    """SIGTERM and SIGHUP raising Terminated, and the watcher thread that ends a process that
+    cannot unwind. A signal the parent process ignored (a background job's SIGINT, nohup's
+    SIGHUP) stays ignored."""
+
+    def __init__(self):
+        self._previous = {}
+        for signum in SIGNALS:
+            current = signal.getsignal(signum)
+            if current is signal.SIG_IGN or current is None:
+                continue
+            if signum != signal.SIGINT:  # SIGINT keeps Python's own handler (KeyboardInterrupt)
+                self._previous[signum] = current
+                signal.signal(signum, _raise_terminated)
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)  # set_wakeup_fd's requirement
+        self._previous_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        self._watcher = threading.Thread(target=self._watch, name="graphaudit-signals", daemon=True)
+        self._watcher.start()
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._previous_fd)
+        self._write.close()  # the watcher reads the end of the stream and returns
+        self._watcher.join()
+        self._read.close()
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _watch(self) -> None:
+        first, since = None, 0.0  # the first signal received, and when
+        while True:
+            self._read.settimeout(None if first is None else max(0.0, since + GRACE_S - time.monotonic()))
+            try:
+                received = self._read.recv(64)
+            except TimeoutError:  # the main thread did not unwind in time: it waits in native code
+                _abandon(first)
+            except OSError:
+                return
+            if not received:  # closed: the command ended
+                return
+            for signum in (s for s in received if s in SIGNALS):
+                if first is not None:
+                    _abandon(signum)
+                first, since = signum, time.monotonic()
+
+
+def _abandon(signum: int) -> None:
+    """Remove every tracked path and end the process, whose main thread cannot unwind."""
+    with _lock:
+        paths = list(reversed(_tracked))
+    for path in paths:
+        with contextlib.suppress(OSError):
+            remove(path)
+    name = signal.Signals(signum).name
+    os.write(2, f"\ngraphaudit: stopped by {name} while native code was running (it does not return to "
+                "Python); its temporary files were removed\n".encode())
+    os._exit(128 + signum)

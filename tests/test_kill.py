@@ -1,0 +1,124 @@
+"""Killed at any point, graphaudit leaves nothing behind: no temporary folder, no `.ses`, no partial output.
+
+Each test starts `python -m graphaudit` as a process with a TMPDIR of its own, waits until the
+command has made its temporary folder (`graphaudit-*`), then sends SIGINT or SIGTERM after a
+delay, and checks what a user would find: a non-zero exit (128 + the signal), no traceback, an
+empty TMPDIR (ONNX Runtime's `.ses` included) and no file at `-o`, nor a temporary one beside it.
+A model whose ONNX Runtime run never returns (a `Loop` of 2^62 trips) cannot unwind Python's
+main thread: graphaudit's watcher thread removes the files and ends the process itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from test_bad_contract import zoo_subset
+
+ROOT = Path(__file__).resolve().parents[1]
+STARTED_S = 60  # how long a process may take to import and make its temporary folder (a busy machine)
+
+SPIN = """
+<ir_version: 8, opset_import: ["" : 17]>
+spin (float[N] x) => (float[N] y) {
+  trips = Constant <value = int64 {4611686018427387904}> ()
+  cond = Constant <value = bool {1}> ()
+  y = Loop (trips, cond, x) <body = step (int64 i, bool c_in, float[N] v) => (bool c_out, float[N] w) {
+      c_out = Identity (c_in)
+      w = Neg (v)
+  }>
+}
+"""
+
+
+def _start(args, tmpdir: Path) -> subprocess.Popen:
+    tmpdir.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "graphaudit", *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(process: subprocess.Popen, tmpdir: Path, pattern: str) -> None:
+    """Wait until `pattern` matches something under `tmpdir` (the command has got that far)."""
+    deadline = time.monotonic() + STARTED_S
+    while not list(tmpdir.glob(pattern)):
+        if process.poll() is not None:
+            pytest.fail(f"the command ended (exit {process.returncode}) before {pattern} appeared: "
+                        f"{process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"no {pattern} in {tmpdir} after {STARTED_S} s")
+        time.sleep(0.02)
+
+
+def _stopped(process: subprocess.Popen, signum: int, timeout: float = 60) -> str:
+    """Send `signum`; return stderr once the process has ended of it, checked to end as 128 + signum."""
+    process.send_signal(signum)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        pytest.fail(f"still running {timeout} s after {signal.Signals(signum).name}: {err}")
+    assert process.returncode == 128 + signum, (process.returncode, err)
+    assert "Traceback" not in err, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    return zoo_subset(tmp_path_factory.mktemp("zoo"), rows=4, tokens=16)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", [0.0, 0.5, 1.5, 3.0])
+def test_a_run_stopped_at_any_point_leaves_nothing(zoo, tmp_path, signum, delay):
+    """Stopped while importing, loading, capturing, replaying or profiling (many rounds: it never ends by itself)."""
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    process = _start(["run", zoo["model"], "--calib", zoo["calib"], "--data", zoo["eval"], "--runs", "10000",
+                      "--warmup", "0", "--profile-runs", "1", "--resamples", "5", "--provider", "cpu", "-q",
+                      "-o", report], tmp_path / "tmp")
+    _wait_for(process, tmp_path / "tmp", "graphaudit-*")
+    time.sleep(delay)
+    err = _stopped(process, signum)
+    assert "aborted" in err or "stopped by" in err, err
+    assert os.listdir(tmp_path / "tmp") == []  # no graphaudit-* folder, no .ses
+    assert os.listdir(report.parent) == []  # no report, no temporary beside it
+
+
+@pytest.fixture(scope="module")
+def spin(tmp_path_factory) -> dict:
+    """A model whose ONNX Runtime run does not return, and data for it."""
+    folder = tmp_path_factory.mktemp("spin")
+    model = onnx.parser.parse_model(SPIN)
+    onnx.checker.check_model(model)
+    onnx.save(model, folder / "spin.onnx")
+    np.savez(folder / "x.npz", x=np.ones(2, np.float32))
+    return {"model": folder / "spin.onnx", "data": folder / "x.npz"}
+
+
+@pytest.mark.parametrize("twice", [False, True], ids=["once", "twice"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_run_that_never_returns_is_stopped_and_leaves_nothing(spin, tmp_path, signum, twice):
+    kept = tmp_path / "kept"
+    process = _start(["profile", spin["model"], "--data", spin["data"], "--runs", "1", "--warmup", "0",
+                      "--profile-runs", "1", "--opt-level", "disable", "--keep-profiles", kept,
+                      "--trace", tmp_path / "trace.json"], tmp_path / "tmp")
+    _wait_for(process, tmp_path / "tmp", "graphaudit-*/.ses")  # ONNX Runtime imported: the run is about to start
+    time.sleep(1.0)
+    if twice:
+        process.send_signal(signum)
+        time.sleep(0.2)
+    err = _stopped(process, signum)
+    assert f"stopped by {signal.Signals(signum).name} while native code was running" in err, err
+    assert os.listdir(tmp_path / "tmp") == []
+    assert sorted(os.listdir(tmp_path)) == ["kept", "tmp"] and os.listdir(kept) == []  # no trace, no staging folder
