@@ -122,3 +122,22 @@ def test_a_run_that_never_returns_is_stopped_and_leaves_nothing(spin, tmp_path, 
     assert f"stopped by {signal.Signals(signum).name} while native code was running" in err, err
     assert os.listdir(tmp_path / "tmp") == []
     assert sorted(os.listdir(tmp_path)) == ["kept", "tmp"] and os.listdir(kept) == []  # no trace, no staging folder
+
+
+def test_an_import_a_signal_cut_short_is_a_stop_not_a_traceback(monkeypatch, capsys):
+    """A signal during `import onnxruntime` surfaces as "ImportError: initialization failed",
+    raised while handling the KeyboardInterrupt: still a stop (130), in one line."""
+    import graphaudit.cli as cli_module
+
+    def interrupted_import(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")
+
+    monkeypatch.setattr(cli_module.cli, "main", interrupted_import)
+    assert cli_module._run(["inspect", "x.onnx"]) == 130
+    assert capsys.readouterr().err == "graphaudit: aborted (Ctrl-C); temporary files removed\n"
+    monkeypatch.setattr(cli_module.cli, "main", lambda *a, **k: (_ for _ in ()).throw(ImportError("no module")))
+    with pytest.raises(ImportError, match="no module"):  # any other failure is a bug, and shows itself
+        cli_module._run(["inspect", "x.onnx"])

@@ -70,6 +70,13 @@ def main(argv: list[str] | None = None) -> None:
             status = _run(argv)
     except KeyboardInterrupt as err:  # a second signal while the temporary folder was being removed
         status = scratch.exit_status(err)
+    if status >= 128:  # stopped by a signal: the temporary folder is gone, nothing is left to finalise
+        # A KeyboardInterrupt that passed through an extension's own call into Python (ONNX
+        # Runtime's bindings) leaves CPython set to re-raise SIGINT at exit, whatever was caught:
+        # the status would read "killed by SIGINT" instead of 128 + the signal.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
     sys.exit(status)
 
 
@@ -100,7 +107,24 @@ def _run(argv: list[str] | None) -> int:
         return err.exit_code
     except BrokenPipeError:
         return 1
+    except Exception as err:
+        interrupt = _interrupt_behind(err)
+        if interrupt is None:
+            raise
+        return _stopped(exit_status(interrupt))  # e.g. an import a signal cut short (ImportError)
     return status if isinstance(status, int) else 0
+
+
+def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (a signal) that `err` was raised in handling, if any: an extension
+    module's import that a signal cut short fails as "ImportError: initialization failed"."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyboardInterrupt):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _stopped(status: int) -> int:
