@@ -60,7 +60,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     paths = [out_dir / f"{stem}.{kind}.onnx" for kind in ("trace", "frozen")]
     copies = (loaded.external_files if loaded.weights_folder is not None
               and out_dir.resolve() != loaded.weights_folder else ())
-    _refuse_targets(paths, _input_files(loaded), copies, out_dir)
+    _refuse_targets(paths, loaded.source_files, copies, out_dir)
     surgery = freeze(loaded.model, coefficients)
     created = _make_folders(out_dir)
     try:
@@ -139,14 +139,6 @@ def _read_back(path: Path, weights: Path | None) -> None:
         check_model(external_data.as_inputs(written) if tensors else written, path, found if nested else ())
     else:
         external_data.check_extents(tensors, weights, path)
-
-
-def _input_files(loaded: LoadedModel) -> list[Path]:
-    """The files `loaded` was read from: the model and its external weights."""
-    files = [loaded.path] if loaded.path is not None else []
-    if loaded.weights_folder is not None:
-        files += [loaded.weights_folder / location for location in loaded.external_files]
-    return files
 
 
 def _refuse_targets(paths: Sequence[Path], inputs: Sequence[Path], copies: Sequence[str], out_dir: Path) -> None:

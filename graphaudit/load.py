@@ -81,6 +81,15 @@ class LoadedModel:
             return None
         return self.path.resolve().parent
 
+    @property
+    def source_files(self) -> list[Path]:
+        """The files this model is read from: the model and its external weights left on disk (what
+        graphaudit's outputs must never land on)."""
+        files = [self.path] if self.path is not None else []
+        if self.weights_folder is not None:
+            files += [self.weights_folder / location for location in self.external_files]
+        return files
+
 
 def load_model(
     source: str | os.PathLike | onnx.ModelProto,

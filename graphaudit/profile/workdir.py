@@ -53,12 +53,7 @@ def workdir(keep: str | os.PathLike | None, inputs: Sequence[Path]) -> Iterator[
 
 def input_files(*models: LoadedModel | None) -> list[Path]:
     """The files `models` were read from: each model and its external weights."""
-    files = []
-    for loaded in (m for m in models if m is not None):
-        files += [loaded.path] if loaded.path is not None else []
-        if loaded.weights_folder is not None:
-            files += [loaded.weights_folder / location for location in loaded.external_files]
-    return files
+    return [path for loaded in models if loaded is not None for path in loaded.source_files]
 
 
 def _check(target: Path, inputs: Sequence[Path]) -> None:
