@@ -113,8 +113,9 @@ def test_a_run_that_never_returns_is_stopped_and_leaves_nothing(spin, tmp_path, 
     process = _start(["profile", spin["model"], "--data", spin["data"], "--runs", "1", "--warmup", "0",
                       "--profile-runs", "1", "--opt-level", "disable", "--keep-profiles", kept,
                       "--trace", tmp_path / "trace.json"], tmp_path / "tmp")
-    _wait_for(process, tmp_path / "tmp", "graphaudit-*/.ses")  # ONNX Runtime imported: the run is about to start
-    time.sleep(1.0)
+    # the profile's own folder for ONNX Runtime's files: its sessions open next, then the run that never returns
+    _wait_for(process, kept, ".graphaudit-profile-*")
+    time.sleep(2.0)
     if twice:
         process.send_signal(signum)
         time.sleep(0.2)
