@@ -102,3 +102,13 @@ def test_the_static_note_bounds_the_total_as_the_static_command_does():
     assert note().startswith("1,000 FLOPs")
     # every row counted, and the least run is the most (experts taking every routed row): one count
     assert note(every_row_selected_nodes=["a"], unknown_shape_nodes=["a"], skippable=0).startswith("1,000 FLOPs")
+
+
+def test_the_profile_table_says_no_executed_share_for_the_nodes_of_no_block():
+    from graphaudit.report.tables import profile_table
+
+    doc = {"profile": {"provider": "CPUExecutionProvider", "latency_ms": {"median": 1.0, "p10": 1.0, "p90": 1.0},
+                       "blocks": [{"name": "layers.0", "median_ms": 0.6, "share": 0.6, "executed_fraction": 1.0},
+                                  {"name": "(other)", "median_ms": 0.4, "share": 0.4, "executed_fraction": 0.0}]}}
+    rows = profile_table(doc).rows
+    assert [row[3] for row in rows] == ["100.0%", "—"]  # (other) took 40% of the time: "ran on 0%" would be false

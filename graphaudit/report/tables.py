@@ -191,7 +191,10 @@ def profile_table(doc: dict) -> Table | None:
     if profile is None:
         return None
     lat = profile.get("latency_ms") or {}
-    rows = [(b.get("name", ""), fmt(b.get("median_ms"), 3), pct(b.get("share")), pct(b.get("executed_fraction")))
+    # a catch-all entry (`(other)`: the nodes of no block) is no block that runs or not
+    blocks = {id(b) for b in profiled_blocks(profile)}
+    rows = [(b.get("name", ""), fmt(b.get("median_ms"), 3), pct(b.get("share")),
+             pct(b.get("executed_fraction")) if id(b) in blocks else "—")
             for b in profile.get("blocks") or []]
     note = (f"{profile.get('provider', '?')}: median {fmt(lat.get('median'), 3)} ms "
             f"(p10 {fmt(lat.get('p10'), 3)}, p90 {fmt(lat.get('p90'), 3)})")
