@@ -71,7 +71,8 @@ def resolve_providers(provider: str) -> list[str]:
         )
     name = PROVIDERS[provider]
     if name not in available:
-        hint = " (install graphaudit[gpu] in an environment without the CPU onnxruntime)" if provider == "cuda" else ""
+        hint = (" (install graphaudit[gpu], not [cpu]: an environment holds one ONNX Runtime)"
+                if provider == "cuda" else "")
         raise GraphAuditError(
             f"expected ONNX Runtime with the {name}{hint}, found only {', '.join(available)}"
         )

@@ -107,12 +107,21 @@ def _run(argv: list[str] | None) -> int:
         return err.exit_code
     except BrokenPipeError:
         return 1
+    except ModuleNotFoundError as err:
+        if err.name != "onnxruntime":
+            raise
+        click.echo(f"graphaudit: error: {NO_RUNTIME}", err=True)
+        return 1
     except Exception as err:
         interrupt = _interrupt_behind(err)
         if interrupt is None:
             raise
         return _stopped(exit_status(interrupt))  # e.g. an import a signal cut short (ImportError)
     return status if isinstance(status, int) else 0
+
+
+NO_RUNTIME = ("expected ONNX Runtime, found none installed: install graphaudit with one of its extras, "
+              "pip install 'graphaudit[cpu]', or 'graphaudit[gpu]' for its CUDA build")
 
 
 def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
