@@ -114,6 +114,14 @@ def shown(path: str | os.PathLike) -> str:
     return os.sep.join(parts)
 
 
+def refuse_input(path: str | os.PathLike, inputs, expected: str) -> None:
+    """Refuse an output `path` that is one of `inputs` (by any link): "expected {expected}, found ..."."""
+    given = input_named(path, inputs)
+    if given is not None:
+        raise UsageError(f"expected {expected}, found {path}, the same file as the input {given}; graphaudit never "
+                         "overwrites the files it audits")
+
+
 def input_named(path: str | os.PathLike, inputs) -> Path | None:
     """The one of `inputs` (paths, None skipped) that `path` names by any link, else None."""
     return next((Path(given) for given in inputs if given is not None and same_file(given, path)), None)

@@ -33,8 +33,8 @@ import onnx
 from graphaudit import external_data, scratch
 from graphaudit.checker import check_model
 from graphaudit.coefficients import Coefficient
-from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.files import input_named, same_file, target_kind
+from graphaudit.errors import GraphAuditError
+from graphaudit.files import refuse_input, same_file, target_kind
 from graphaudit.load import LoadedModel
 from graphaudit.surgery import Surgery, freeze
 
@@ -146,11 +146,7 @@ def _refuse_targets(paths: Sequence[Path], inputs: Sequence[Path], copies: Seque
     not a file or a link (a directory, a device, a pipe), weights named like a graph, and a folder
     on the way to a weights file that is a link or a file."""
     for path in [*paths, *(p.with_name(p.name + ".data") for p in paths)]:
-        given = input_named(path, inputs)
-        if given is not None:
-            raise UsageError(f"expected an output folder where {path.name} is not one of the inputs, found "
-                             f"{path}, the same file as the input {given}; graphaudit never overwrites the "
-                             "files it audits")
+        refuse_input(path, inputs, f"an output folder where {path.name} is not one of the inputs")
         target_kind(path, _WHAT, stream=False)
     names = {p.name for p in paths} | {p.name + ".data" for p in paths}
     for location in copies:

@@ -21,24 +21,16 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
-from test_bad_contract import FAST_PROFILE, FAST_RUN, accepted, float_data, float_gated, refused, sha
+from test_bad_outputs import files  # noqa: F401 (the fixture: gated.onnx and calib.npz in a folder)
+from test_bad_contract import FAST_PROFILE, FAST_RUN, accepted, float_gated, refused, sha
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "x" * 300  # past every common file system's 255-byte name limit
 
 
-@pytest.fixture
-def files(tmp_path) -> Path:
-    """A folder holding gated.onnx (a tiny model with one declared gate) and calib.npz."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    onnx.save(float_gated(), folder / "gated.onnx")
-    np.savez(folder / "calib.npz", x=float_data())
-    return folder
 
 
 def _run(files, *extra):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from graphaudit import scratch
-from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.files import input_named, shown, target_kind
+from graphaudit.errors import GraphAuditError
+from graphaudit.files import refuse_input, shown, target_kind
 from graphaudit.load import LoadedModel
 
 OPTIMISED = "optimised.onnx"  # ORT's optimised model; its weights go beside it, as OPTIMISED + ".data"
@@ -57,9 +57,6 @@ def input_files(*models: LoadedModel | None) -> list[Path]:
 
 
 def _check(target: Path, inputs: Sequence[Path]) -> None:
-    given = input_named(target, inputs)
-    if given is not None:
-        raise UsageError(f"expected --keep-profiles to name a folder where {target.name} (which ONNX Runtime "
-                         f"writes) is not one of the inputs, found {target}, the same file as the input {given}; "
-                         "graphaudit never overwrites the files it audits")
+    refuse_input(target, inputs, f"--keep-profiles to name a folder where {target.name} (which ONNX Runtime "
+                                 "writes) is not one of the inputs")
     target_kind(target, _WHAT, stream=False)
