@@ -87,26 +87,30 @@ def remove(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def session() -> Iterator[Path | None]:
     """graphaudit's own temporary folder (None where none can be made), TMPDIR pointing into it and
-    the signals handled (in the main thread), for the length of the block; removed after."""
+    the signals handled (in the main thread), for the length of the block; removed after. A signal
+    that lands while the folder is being made or removed takes effect once that is done, so the
+    folder is never made without being tracked, nor left half removed."""
     guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     root = None
     try:
-        root = _make_root()
-        if root is not None:
-            track(root)
-            os.environ["TMPDIR"] = tempfile.tempdir = str(root)
+        with _held():
+            root = _make_root()
+            if root is not None:
+                track(root)
+                os.environ["TMPDIR"] = tempfile.tempdir = str(root)
         yield root
     finally:
         try:  # the signals stay handled until the folder is gone
-            environ, tempfile.tempdir = saved
-            if environ is None:
-                os.environ.pop("TMPDIR", None)
-            else:
-                os.environ["TMPDIR"] = environ
-            if root is not None:
-                remove(root)
-                untrack(root)
+            with _held():
+                environ, tempfile.tempdir = saved
+                if environ is None:
+                    os.environ.pop("TMPDIR", None)
+                else:
+                    os.environ["TMPDIR"] = environ
+                if root is not None:
+                    remove(root)
+                    untrack(root)
         finally:
             if guard is not None:
                 guard.close()
@@ -119,12 +123,38 @@ def _make_root() -> Path | None:
         return None
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated(signum)
+_holding = 0  # how many _held blocks the main thread is in
+_pending: list[int] = []  # the signal that arrived inside one, raised when the outermost ends
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _on_signal(signum, frame) -> None:
+    if _holding:
+        _pending[:] = _pending or [signum]
+        return
+    raise _interrupt(signum)
+
+
+@contextlib.contextmanager
+def _held() -> Iterator[None]:
+    """The block runs to its end before a signal (SIGINT, SIGTERM, SIGHUP) raises: Python runs a
+    handler between any two bytecodes, e.g. after `mkdtemp` made its folder and before it returned."""
+    global _holding
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+        if not _holding and _pending:
+            raise _interrupt(_pending.pop())
 
 
 class _SignalGuard:
-    """SIGTERM and SIGHUP raising Terminated, and the watcher thread that ends a process that
+    """SIGINT raising KeyboardInterrupt (as Python's own handler does), SIGTERM and SIGHUP raising
+    Terminated, all three held back inside `_held`; and the watcher thread that ends a process that
     cannot unwind. A signal the parent process ignored (a background job's SIGINT, nohup's
     SIGHUP) stays ignored."""
 
@@ -134,9 +164,8 @@ class _SignalGuard:
             current = signal.getsignal(signum)
             if current is signal.SIG_IGN or current is None:
                 continue
-            if signum != signal.SIGINT:  # SIGINT keeps Python's own handler (KeyboardInterrupt)
-                self._previous[signum] = current
-                signal.signal(signum, _raise_terminated)
+            self._previous[signum] = current
+            signal.signal(signum, _on_signal)
         self._read, self._write = socket.socketpair()
         self._write.setblocking(False)  # set_wakeup_fd's requirement
         self._previous_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)

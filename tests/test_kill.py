@@ -42,8 +42,10 @@ spin (float[N] x) => (float[N] y) {
 def _start(args, tmpdir: Path) -> subprocess.Popen:
     tmpdir.mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    # SIGINT as a terminal gives it: a shell runs a background job (and all it starts) with SIGINT ignored
     return subprocess.Popen([sys.executable, "-m", "graphaudit", *map(str, args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(process: subprocess.Popen, tmpdir: Path, pattern: str) -> None:
@@ -142,3 +144,24 @@ def test_an_import_a_signal_cut_short_is_a_stop_not_a_traceback(monkeypatch, cap
     monkeypatch.setattr(cli_module.cli, "main", lambda *a, **k: (_ for _ in ()).throw(ImportError("no module")))
     with pytest.raises(ImportError, match="no module"):  # any other failure is a bug, and shows itself
         cli_module._run(["inspect", "x.onnx"])
+
+
+@pytest.mark.parametrize("where", ["_make_root", "remove"])
+def test_a_signal_while_the_temporary_folder_is_made_or_removed_is_a_stop_in_one_line(tmp_path, where):
+    """SIGTERM landing inside `scratch.session` itself, outside the command (the folder just made, or
+    being removed), ends as 143 with the same one line as anywhere else, not silently."""
+    script = (f"import os, graphaudit.scratch as s, graphaudit.cli as c\n"
+              f"real = s.{where}\n"
+              f"def cut(*a):\n"
+              f"    made = real(*a)\n"
+              f"    os.kill(os.getpid(), 15)  # Python runs the handler at the next bytecode\n"
+              f"    return made\n"
+              f"s.{where} = cut\n"
+              f"c.main(['--version'])\n")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmpdir),
+                          "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr == "graphaudit: aborted (SIGTERM); temporary files removed\n", done.stderr
+    assert os.listdir(tmpdir) == []

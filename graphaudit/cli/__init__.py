@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with scratch.session():
             status = _run(argv)
-    except KeyboardInterrupt as err:  # a second signal while the temporary folder was being removed
-        status = scratch.exit_status(err)
+    except KeyboardInterrupt as err:  # a signal while the temporary folder was being made or removed
+        status = _stopped(scratch.exit_status(err))
     if status >= 128:  # stopped by a signal: the temporary folder is gone, nothing is left to finalise
         # A KeyboardInterrupt that passed through an extension's own call into Python (ONNX
         # Runtime's bindings) leaves CPython set to re-raise SIGINT at exit, whatever was caught:
