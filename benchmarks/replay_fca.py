@@ -9,8 +9,8 @@
    every target against the live log-probabilities the capture kept; each run scored while
    the next runs in a worker thread when the session leaves a core free, as at --threads 1
    on a machine of 2 cores or more; what no coefficient reaches run once per batch, as
-   `replay()` does: graphaudit.prefix, off with --no-cut; masked fills and Einsums rewritten
-   as `replay()` does: graphaudit.rewrite, off with --no-rewrite) against the sum of bare
+   `replay()` does: graphaudit.replay.prefix, off with --no-cut; masked fills and Einsums rewritten
+   as `replay()` does: graphaudit.replay.rewrite, off with --no-rewrite) against the sum of bare
    `session.run` calls of the whole frozen graph alone, as exported, on the same, precomputed
    feeds, and against bare runs of the same graph cut and rewritten as the replay's is (the
    harness's own overhead), in the same process, alternating,
@@ -57,18 +57,18 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.capture import capture, native  # noqa: E402
-from graphaudit.coefficients import declared_coefficients  # noqa: E402
-from graphaudit.conditions import CONDITIONS, conditions  # noqa: E402
-from graphaudit.data import input_specs, load_data  # noqa: E402
-from graphaudit.load import load_model  # noqa: E402
+from graphaudit.replay.capture import capture, native  # noqa: E402
+from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
+from graphaudit.replay.conditions import CONDITIONS, conditions  # noqa: E402
+from graphaudit.load.data import input_specs, load_data  # noqa: E402
+from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
-from graphaudit.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
-from graphaudit.replay_loop import run_conditions  # noqa: E402
-from graphaudit.rewrite import rewritten  # noqa: E402
-from graphaudit.prefix import PrefixSession, open_frozen  # noqa: E402
-from graphaudit.runtime import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
-from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
+from graphaudit.replay.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
+from graphaudit.replay.loop import run_conditions  # noqa: E402
+from graphaudit.replay.rewrite import rewritten  # noqa: E402
+from graphaudit.replay.prefix import PrefixSession, open_frozen  # noqa: E402
+from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
+from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 # coefficient family -> the controller module whose output a forward hook replaces
@@ -97,10 +97,10 @@ class Setup:
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
         exported = frozen = frozen_graph(loaded.model, self.coefs)
         # as in replay(): the sessions leave out the same fusions and flush denormals alike, and the
-        # replay's runs what no coefficient reaches once per batch (graphaudit.prefix) unless `cut` is off
+        # replay's runs what no coefficient reaches once per batch (graphaudit.replay.prefix) unless `cut` is off
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
         cpu = [PROVIDERS["cpu"]]
-        if rewrite:  # as replay() does on the CPU: its operators rewritten into faster ones (graphaudit.rewrite)
+        if rewrite:  # as replay() does on the CPU: its operators rewritten into faster ones (graphaudit.replay.rewrite)
             frozen, _ = rewritten(frozen)
         replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
         self.session = (open_frozen(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
@@ -182,7 +182,7 @@ def spread(values: list[float]) -> str:
 
 def overhead(setup: Setup, repeats: int) -> list[dict]:
     """The replay loop against the bare runs of the whole frozen graph and, where the replay cuts
-    it (graphaudit.prefix), against bare runs of the same cut graph; where the session leaves a
+    it (graphaudit.replay.prefix), against bare runs of the same cut graph; where the session leaves a
     core free (the loop overlaps runs and scoring), also the loop made to run without the
     overlap, in the same rounds."""
     prepared = setup.prepared_feeds()
@@ -303,9 +303,9 @@ MEMORY_CHILD = r"""
 import json, resource, sys, tracemalloc
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from graphaudit.data import from_arrays, input_specs
-from graphaudit.load import load_model
-from graphaudit.replay import replay
+from graphaudit.load.data import from_arrays, input_specs
+from graphaudit.load.model import load_model
+from graphaudit.replay.pipeline import replay
 model, count, limit = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 loaded = load_model(model)
 specs = input_specs(loaded.model)
@@ -359,13 +359,13 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=0, help="vocabulary of those copies (default 16 x the width)")
     parser.add_argument("--keep-denormals", action="store_true",
                         help="run every ONNX Runtime session with its default floating-point mode instead of "
-                             "flushing denormals to zero as replay() does (graphaudit.denormals)")
+                             "flushing denormals to zero as replay() does (graphaudit.runtime.denormals)")
     parser.add_argument("--no-cut", action="store_true",
                         help="replay the whole frozen graph in every run instead of its prefix once per batch "
-                             "(graphaudit.prefix), as replay() did before it cut")
+                             "(graphaudit.replay.prefix), as replay() did before it cut")
     parser.add_argument("--no-rewrite", action="store_true",
                         help="replay the frozen graph's operators as exported, not rewritten as replay() does on the "
-                             "CPU (graphaudit.rewrite)")
+                             "CPU (graphaudit.replay.rewrite)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -373,7 +373,7 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, "
           f"threads {args.threads}, batch {args.batch_size}, repeats {args.repeats}, denormals "
           f"{'kept' if args.keep_denormals else 'flushed to zero'}, {'whole graph' if args.no_cut else 'prefix cut'}, "
-          f"{'operators as exported' if args.no_rewrite else 'rewritten (graphaudit.rewrite)'}")
+          f"{'operators as exported' if args.no_rewrite else 'rewritten (graphaudit.replay.rewrite)'}")
     results: dict[str, list] = {"overhead": [], "torch": [], "memory": []}
     widths = [int(w) for w in args.widths.split(",") if w]
     flush = not args.keep_denormals

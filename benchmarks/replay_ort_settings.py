@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from exporters.zoo import load_trained  # noqa: E402
-from graphaudit.load import load_model  # noqa: E402
-from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
-from graphaudit.surgery import frozen_graph  # noqa: E402
+from graphaudit.load.model import load_model  # noqa: E402
+from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
+from graphaudit.replay.surgery import frozen_graph  # noqa: E402
 from replay_fca import FIXTURES, HOOKED_MODULES, Setup  # noqa: E402  (benchmarks/ is the script's own directory)
 
 TOLERANCE = 1e-4

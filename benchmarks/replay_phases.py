@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.replay import replay  # noqa: E402
+from graphaudit.replay.pipeline import replay  # noqa: E402
 
 FIXTURES = ROOT / "fixtures" / "featuregate"
 PHASES = ("capture_s", "parity_s", "replay_s", "variance_s")

@@ -3,7 +3,7 @@
     python benchmarks/replay_zoo.py [--models featuregate,mudd,moe,earlyexit,earlyexit@1] [--batch-size 16]
                                     [--seed 0] [--resamples 1000] [--json out.json]
 
-Runs `graphaudit.replay.replay` on fixtures/<model>/model.onnx with calib.npz (profiles)
+Runs `graphaudit.replay.pipeline.replay` on fixtures/<model>/model.onnx with calib.npz (profiles)
 and eval.npz (replayed), every condition, and prints two Markdown tables: ΔNLL per
 condition with 95% bootstrap intervals, and retained gap, KL and the variance split.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.replay import replay  # noqa: E402
+from graphaudit.replay.pipeline import replay  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 # NAME@B replays NAME at batch size B: EarlyExit's If decides once per batch (every input

@@ -1,4 +1,4 @@
-"""The replay's rewrites (graphaudit.rewrite): the frozen graph's runs with and without each.
+"""The replay's rewrites (graphaudit.replay.rewrite): the frozen graph's runs with and without each.
 
     python benchmarks/rewrites.py [--models featuregate,mudd] [--batch-size 16] [--rounds 21] [--threads 1]
 
@@ -27,13 +27,13 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.capture import capture, native  # noqa: E402
-from graphaudit.coefficients import declared_coefficients  # noqa: E402
-from graphaudit.data import input_specs, load_data  # noqa: E402
-from graphaudit.load import load_model  # noqa: E402
-from graphaudit.rewrite import KINDS, rewritten  # noqa: E402
-from graphaudit.runtime import create_session, slow_fusions  # noqa: E402
-from graphaudit.surgery import frozen_graph, trace_graph  # noqa: E402
+from graphaudit.replay.capture import capture, native  # noqa: E402
+from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
+from graphaudit.load.data import input_specs, load_data  # noqa: E402
+from graphaudit.load.model import load_model  # noqa: E402
+from graphaudit.replay.rewrite import KINDS, rewritten  # noqa: E402
+from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
+from graphaudit.replay.surgery import frozen_graph, trace_graph  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 

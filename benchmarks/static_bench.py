@@ -21,7 +21,7 @@ share of each step (checker, shape inference, graph model, each analysis) can be
 `--inline` adds Pythia-shaped graphs whose weights lie inline in the file (hidden 512, 8
 heads, vocabulary 8192, 1, 4 and 12 layers; zeros), floor and audit as above: the floor's
 shape inference encodes and parses every weight, the loader's does not (it gives inference
-the large initializers as typed inputs, `graphaudit.load.INFER_WEIGHTS_OVER`).
+the large initializers as typed inputs, `graphaudit.load.model.INFER_WEIGHTS_OVER`).
 
 `--bound` adds, timed side by side with the floor, the least any static audit in Python
 does that keeps the loader's two main checks and looks at every node once: the ONNX checker
@@ -49,16 +49,18 @@ from onnx import shape_inference
 from onnx.onnx_cpp2py_export import checker as cpp_checker
 from onnx.onnx_cpp2py_export import shape_inference as cpp_inference
 
-from graphaudit import external_data, load
+from graphaudit.load import external_data
+
+from graphaudit.load import model as load
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
-from graphaudit.analyses.verdicts import execution_verdicts
-from graphaudit.checker import check_model
-from graphaudit.graph import build_graph
-from graphaudit.graph_build import paused_gc
-from graphaudit.load import load_model
+from graphaudit.analyses.block_verdicts import execution_verdicts
+from graphaudit.load.checker import check_model
+from graphaudit.graph.build import build_graph
+from graphaudit.graph.build import paused_gc
+from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
 
 DEPTHS = (1, 2, 4, 8, 16, 24)

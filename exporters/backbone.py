@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphaudit.coefficients import Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
 
 
 @dataclass(frozen=True)

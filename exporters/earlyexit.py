@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from exporters.backbone import Block, Config, LanguageModel, next_token_nll
-from graphaudit.coefficients import Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
 
 
 class ExitTest(nn.Module):

@@ -26,8 +26,8 @@ import torch
 from torch.export import Dim
 
 from exporters.backbone import LanguageModel
-from graphaudit.coefficients import metadata_entry
-from graphaudit.protos import graphs
+from graphaudit.analyses.declared_coefficients import metadata_entry
+from graphaudit.load.protos import graphs
 
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from exporters.backbone import MLP, Attention, Config, LanguageModel, Linear, rms_norm_noscale
-from graphaudit.coefficients import Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
 
 
 class Gate(nn.Module):

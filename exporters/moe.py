@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from exporters.backbone import MLP, Attention, Block, Config, LanguageModel, Linear, next_token_nll
-from graphaudit.coefficients import Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
 
 N_EXPERTS = 4
 TOP_K = 2

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from exporters.backbone import MLP, Attention, Config, LanguageModel, Linear, rms_norm_noscale
-from graphaudit.coefficients import Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
 
 WAYS = 4  # q, k, v, residual
 

@@ -8,7 +8,7 @@ It runs, in the order of the data flow, what applies to the model:
 3. the runtime profile on the evaluation inputs (the calibration inputs when none are
    given), timed in alternation with the baseline when one is given;
 
-then the verdict (graphaudit.verdict), a pure function of the three parts' JSON. The
+then the verdict (graphaudit.verdict.decide), a pure function of the three parts' JSON. The
 AuditReport keeps the parts' own report objects; `to_json()` is the versioned document
 every renderer reads (see graphaudit/report/schema.json).
 """
@@ -26,13 +26,13 @@ from graphaudit._version import __version__
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.progress import Progress, silent
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
-from graphaudit.verdict import CLAIMS, ClaimCheck, Verdict, check_claim, decide
+from graphaudit.verdict.decide import CLAIMS, ClaimCheck, Verdict, check_claim, decide
 from graphaudit.wording import counted
 
 if TYPE_CHECKING:
-    from graphaudit.data import InputData
-    from graphaudit.feeding import Feeding
-    from graphaudit.load import LoadedModel
+    from graphaudit.load.data import InputData
+    from graphaudit.load.feeding import Feeding
+    from graphaudit.load.model import LoadedModel
 
 # Importing this module stays light (no numpy, onnx or runtime): `graphaudit/__init__.py`
 # re-exports `audit` from it. Everything heavy is imported where the audit runs.
@@ -47,7 +47,7 @@ class AuditReport:
     model: str
     inputs: dict
     static: Any | None  # graphaudit.analyses.static.StaticReport
-    replay: Any | None  # graphaudit.replay.ReplayReport
+    replay: Any | None  # graphaudit.replay.pipeline.ReplayReport
     profile: Any | None  # graphaudit.profile.ProfileReport
     verdict: Verdict
     notes: tuple[str, ...] = ()
@@ -123,17 +123,17 @@ def audit(
     `rewrite`: the replay's (see `replay`); the profile runs the model's operators as exported.
     `output_kinds`: the replay's (see `replay`): what an output holds, over what the graph says.
     `feeding`: values fed whole to every batch and inputs batched on an axis of their own, for
-    every part (graphaudit.feeding).
+    every part (graphaudit.load.feeding).
     """
     for claim in claims:
         if claim not in CLAIMS:
             raise UsageError(f"expected a claim among {', '.join(CLAIMS)}, found {claim!r}")
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
-    from graphaudit.load import load_for_runtime
+    from graphaudit.load.model import load_for_runtime
     from graphaudit.profile.rounds import check_rounds
-    from graphaudit.runtime import FrozenRunError, usable_threads
-    from graphaudit.surgery import UnfreezableError
+    from graphaudit.runtime.sessions import FrozenRunError, usable_threads
+    from graphaudit.replay.surgery import UnfreezableError
 
     threads, capped = usable_threads(threads)  # before anything runs
     check_rounds(1, runs, warmup, profile_runs)
@@ -172,7 +172,7 @@ def audit(
 
     why = None
     if batch_size is None:
-        from graphaudit.batching import default_batch_size
+        from graphaudit.replay.batching import default_batch_size
 
         batch_size, why = default_batch_size(loaded, static.model_decides, shapes, feeding)
     failure = None
@@ -244,7 +244,7 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
 
 def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
             rewrite, output_kinds, feeding, progress):
-    from graphaudit.replay import replay
+    from graphaudit.replay.pipeline import replay
 
     result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
                     batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
@@ -262,7 +262,7 @@ def _profile(loaded, data, baseline, provider, rounds, limit, block_pattern, sta
 def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:
     """The shape of one run's inputs of `data` (batch 1, or the model's own fixed batch, on each
     input's example axis), per graph input, for the static FLOP count."""
-    from graphaudit.data import InputData, fixed_batch, input_specs, load_data
+    from graphaudit.load.data import InputData, fixed_batch, input_specs, load_data
 
     specs = input_specs(loaded.model, feeding=feeding)
     inputs = data if isinstance(data, InputData) else load_data(data, specs, feeding)
@@ -271,7 +271,7 @@ def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...
 
 def _check_baseline_inputs(loaded: LoadedModel, base: LoadedModel) -> None:
     """Refuse a baseline whose inputs differ from the model's before anything is counted or run."""
-    from graphaudit.data import input_specs
+    from graphaudit.load.data import input_specs
     from graphaudit.profile.baseline import check_same_inputs
 
     check_same_inputs(input_specs(loaded.model), input_specs(base.model), _source(base))

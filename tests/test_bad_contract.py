@@ -24,7 +24,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.cli import main
-from graphaudit.coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"

@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphaudit.coefficients import METADATA_KEY, declared_coefficients
+from graphaudit.analyses.declared_coefficients import METADATA_KEY, declared_coefficients
 from graphaudit.errors import GraphAuditError
 from test_bad_contract import FAST_PROFILE, FAST_REPLAY, accepted, float_data, float_gated, refused
 

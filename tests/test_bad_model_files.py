@@ -19,7 +19,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import graphaudit.load
+import graphaudit.load.model
 
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused
@@ -181,7 +181,7 @@ def test_weights_are_checked_on_disk_but_never_read(tmp_path, capfd, monkeypatch
     def refuse(*args, **kwargs):
         raise AssertionError("external weights were read")
 
-    monkeypatch.setattr(graphaudit.load, "_load_external", refuse)
+    monkeypatch.setattr(graphaudit.load.model, "_load_external", refuse)
     assert "weights in their files, sizes checked, not read" in accepted(capfd, ["inspect", path], files)
     assert json.loads(accepted(capfd, ["inspect", path, "--format", "json"], files))["weights"] == "checked"
     assert "blocks" in accepted(capfd, ["static", path], files)

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper
 
 from graphaudit.cli import main
 from graphaudit.errors import GraphAuditError
-from graphaudit.load import load_model
-from graphaudit.runtime import create_session, custom_operators, resolve_providers
+from graphaudit.load.model import load_model
+from graphaudit.runtime.sessions import create_session, custom_operators, resolve_providers
 from graphaudit.testing.synthetic import transformer_graph
 
 

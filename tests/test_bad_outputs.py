@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.files import replace_file
+from graphaudit.files.write import replace_file
 from test_bad_contract import FAST_RUN, accepted, float_data, float_gated, refused, sha
 
 

@@ -17,7 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphaudit.coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.metrics.outputs import log_probs_at, log_softmax
 from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
 from test_replay_models import VOCAB, gated_lm, run_ort, token_ids
@@ -173,7 +173,7 @@ def test_counts_past_their_range_are_bad_usage(files, capfd, command, option, va
 def test_library_counts_past_their_range_are_refused(files):
     from graphaudit.errors import GraphAuditError
     from graphaudit.profile.session import session_options
-    from graphaudit.replay import replay
+    from graphaudit.replay.pipeline import replay
 
     with pytest.raises(GraphAuditError, match=r"expected resamples in 1\.\.100000, found 1000000000000"):
         replay(files / "gated.onnx", files / "calib.npz", resamples=10**12)

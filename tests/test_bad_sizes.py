@@ -200,7 +200,7 @@ def test_a_shape_past_the_bounds_is_bad_usage(files, capfd, shape, message):
 def test_the_flop_count_takes_shapes_from_python_through_the_same_check(files):
     from graphaudit.analyses.static import audit_static
     from graphaudit.errors import GraphAuditError
-    from graphaudit.load import load_for_audit
+    from graphaudit.load.model import load_for_audit
 
     loaded = load_for_audit(files / "gated.onnx")
     for bad in ((1, -4), (1, 2**63), (2**31 - 1, 2**31 - 1)):
@@ -226,7 +226,7 @@ def test_timed_runs_past_their_bound_are_bad_usage(files, tmp_path, capfd):
 
 
 def test_threads_past_the_cores_are_capped_with_a_note(files, capfd):
-    from graphaudit.runtime import usable_cores
+    from graphaudit.runtime.sessions import usable_cores
 
     model, calib = files / "gated.onnx", files / "calib.npz"
     out = accepted(capfd, ["profile", model, "--data", calib, *FAST_PROFILE, "--threads", "1024", "--format", "json"],
@@ -245,8 +245,8 @@ def test_threads_within_the_cores_are_kept_without_a_note(files, capfd):
 
 
 def test_replay_caps_threads_too(files):
-    from graphaudit.replay import replay
-    from graphaudit.runtime import usable_cores
+    from graphaudit.replay.pipeline import replay
+    from graphaudit.runtime.sessions import usable_cores
 
     report = replay(files / "gated.onnx", files / "calib.npz", resamples=5, threads=1024)
     assert report.settings["threads"] == usable_cores()

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.errors import UsageError
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
 
 EYE = "{1.0, 0.0, 0.0, 1.0}"

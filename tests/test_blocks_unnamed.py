@@ -6,8 +6,8 @@ import onnx
 import onnx.parser
 
 from graphaudit.analyses.blocks import find_blocks
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 
 W = "{1.0, 0.0, 0.0, 1.0}"
 

@@ -28,10 +28,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import graphaudit.capture as capture_module
-from graphaudit.cache_files import LIVE_FILE, MANIFEST
-from graphaudit.capture import _CHECK, _CHECK_FILE, LiveCheck, capture
-from graphaudit.capture import _file as file_of
+import graphaudit.replay.capture as capture_module
+from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST
+from graphaudit.replay.capture import _CHECK, _CHECK_FILE, LiveCheck, capture
+from graphaudit.replay.capture import _file as file_of
 from graphaudit.errors import GraphAuditError
 from test_bad_contract import FAST_REPLAY, accepted, refused
 from test_capture import _setup

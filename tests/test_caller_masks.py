@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx.parser
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 WEIGHTS = ", ".join(["0.1"] * 16)

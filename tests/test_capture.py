@@ -5,13 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import graphaudit.capture as capture_module
-from graphaudit.capture import _file as cache_module_file
-from graphaudit.capture import batch_first, capture, native
-from graphaudit.coefficients import declared_coefficients
-from graphaudit.data import from_arrays, input_specs
+import graphaudit.replay.capture as capture_module
+from graphaudit.replay.capture import _file as cache_module_file
+from graphaudit.replay.capture import batch_first, capture, native
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.errors import GraphAuditError
-from graphaudit.surgery import trace_graph
+from graphaudit.replay.surgery import trace_graph
 from test_replay_models import gated_lm, mixing_lm, run_ort, token_ids
 
 

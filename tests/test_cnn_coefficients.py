@@ -5,7 +5,7 @@ weights, not activations). Nothing here is declared in metadata."""
 import numpy as np
 import onnx
 
-from graphaudit.replay import replay
+from graphaudit.replay.pipeline import replay
 from test_replay_models import blockdrop_cnn, dynamic_conv, se_cnn
 
 
@@ -48,8 +48,8 @@ def test_a_policy_gate_viewed_per_block_is_detected_when_inference_loses_the_bat
     # (-1, 1, 1, 1) to scale the block's feature map. ONNX's inference calls that first axis
     # `unk__N`, where the feature map keeps `batch`: the probe tells both are the batch
     from graphaudit.analyses.static import audit_static
-    from graphaudit.graph import build_graph
-    from graphaudit.load import load_model
+    from graphaudit.graph.build import build_graph
+    from graphaudit.load.model import load_model
 
     text = """
     <ir_version: 8, opset_import: ["" : 18]>
@@ -79,7 +79,7 @@ def test_a_vision_transformers_per_patch_gate_has_a_token_axis():
     # over, (batch, 4 patches, 8 channels), so a per-patch gate (batch, 4, 1) has a token axis,
     # and the replay can shuffle it over the patches (A-ViT's halting scores, a token pruner's)
     from graphaudit.analyses.static import audit_static
-    from graphaudit.load import load_model
+    from graphaudit.load.model import load_model
 
     text = """
     <ir_version: 8, opset_import: ["" : 18]>
@@ -134,8 +134,8 @@ def test_a_selective_kernels_attention_is_detected_where_inference_cannot_size_i
     import onnx.parser
 
     from graphaudit.analyses.static import audit_static
-    from graphaudit.graph import build_graph
-    from graphaudit.load import load_model
+    from graphaudit.graph.build import build_graph
+    from graphaudit.load.model import load_model
 
     text = """
     <ir_version: 8, opset_import: ["" : 18]>

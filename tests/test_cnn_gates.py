@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 
 C, E, S = 4, 8, 2  # channels, expanded channels, the gate's squeezed channels
 

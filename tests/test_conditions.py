@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from graphaudit.capture import CoefficientCache
-from graphaudit.coefficients import Coefficient
-from graphaudit.conditions import CONDITIONS, conditions, derangement, position_orders, profiles
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.replay.conditions import CONDITIONS, conditions, derangement, position_orders, profiles
 from graphaudit.errors import GraphAuditError, UsageError
 
 GATE = [Coefficient(f"gate.{i}", "gate", i, ("batch", "token", "feature")) for i in range(2)]

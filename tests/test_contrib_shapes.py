@@ -1,4 +1,4 @@
-"""Shapes through ONNX Runtime's fused operators (graphaudit.contrib_shapes): a model that ONNX
+"""Shapes through ONNX Runtime's fused operators (graphaudit.load.contrib_shapes): a model that ONNX
 Runtime's transformer optimizer fused keeps its shapes, and so its FLOPs, past the first
 com.microsoft node; the shapes agree with what ONNX Runtime computes; the loaded model keeps
 its own nodes; outputs whose shape cannot be told stay unknown."""
@@ -10,9 +10,9 @@ import onnxruntime as ort
 import pytest
 
 from graphaudit.analyses.flops import count_flops
-from graphaudit.graph import build_graph
+from graphaudit.graph.build import build_graph
 from graphaudit.errors import GraphAuditError
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 
 FUSED = """
     <ir_version: 8, opset_import: ["" : 18, "com.microsoft" : 1]>
@@ -224,8 +224,8 @@ def test_onnx_runtime_operators_in_the_default_domain_pass_the_check():
 def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fused, monkeypatch):
     # should ONNX's inference ever refuse a shape function (an onnx release stricter about
     # function bodies), the model loads with the shapes inference finds without them, as before
-    import graphaudit.load as load
-    from graphaudit.contrib_shapes import DOMAIN
+    import graphaudit.load.model as load
+    from graphaudit.load.contrib_shapes import DOMAIN
 
     real = load.shape_inference.infer_shapes
 

@@ -4,7 +4,7 @@ import numpy as np
 import onnx.parser
 import pytest
 
-from graphaudit.data import input_specs, load_data
+from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError
 
 MODEL = onnx.parser.parse_model("""

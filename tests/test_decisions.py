@@ -10,8 +10,8 @@ from graphaudit.analyses.decisions import decisions
 from graphaudit.analyses.static import audit_static
 from graphaudit.analyses.switches import same_compute, switches
 from graphaudit.cli import main
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 
 W = ", ".join(["0.1"] * 16)
 W2 = ", ".join(["0.2"] * 16)

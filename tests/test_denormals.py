@@ -1,4 +1,4 @@
-"""Denormals flushed to zero in graphaudit's own ONNX Runtime runs (graphaudit.denormals):
+"""Denormals flushed to zero in graphaudit's own ONNX Runtime runs (graphaudit.runtime.denormals):
 only during a run, only where asked, and the caller's thread left as it was."""
 
 import threading
@@ -9,10 +9,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from graphaudit import denormals
-from graphaudit.denormals import FlushingSession
-from graphaudit.replay import replay
-from graphaudit.runtime import create_session
+from graphaudit.runtime import denormals
+from graphaudit.runtime.denormals import FlushingSession
+from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import create_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 needs_mxcsr = pytest.mark.skipif(not denormals.supported(), reason="FTZ/DAZ are set through glibc on x86-64 only")

@@ -5,8 +5,8 @@ import onnx.parser
 import pytest
 
 from graphaudit.analyses.dependence import CONST, SHAPE, VALUE, Dependence, analyse_dependence, data_dependence
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 
 
 def graph_of(text: str):

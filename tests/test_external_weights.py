@@ -16,15 +16,15 @@ import numpy as np
 import onnx
 import pytest
 
-import graphaudit.load
-from graphaudit.capture import capture
+import graphaudit.load.model
+from graphaudit.replay.capture import capture
 from graphaudit.cli import main
-from graphaudit.coefficients import declared_coefficients
-from graphaudit.data import input_specs, load_data
-from graphaudit.load import load_for_runtime, load_model
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.load.data import input_specs, load_data
+from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.profiler import profile_model
-from graphaudit.replay import replay
-from graphaudit.surgery import trace_graph
+from graphaudit.replay.pipeline import replay
+from graphaudit.replay.surgery import trace_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "fixtures" / "featuregate"
@@ -51,7 +51,7 @@ def weights_never_read(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("external weights were read into the proto")
 
-    monkeypatch.setattr(graphaudit.load, "_load_external", refuse)
+    monkeypatch.setattr(graphaudit.load.model, "_load_external", refuse)
 
 
 def test_loaded_for_runtime_with_weights_left_on_disk(external, weights_never_read):
@@ -124,7 +124,7 @@ def test_a_rewritten_weights_file_is_not_served_from_the_cache(external, tmp_pat
 
 
 def _frozen_logits(path, weights_folder, feeds):
-    from graphaudit.runtime import create_session
+    from graphaudit.runtime.sessions import create_session
 
     session = create_session(onnx.load(str(path), load_external_data=False), weights_folder=weights_folder)
     return session.run(["logits"], feeds)[0]
@@ -196,7 +196,7 @@ def test_freeze_into_the_model_folder_shares_its_weights_file(external, tmp_path
 
 def test_a_model_proto_with_external_weights_is_refused_for_running(external):
     proto = onnx.load(str(external / "model.onnx"), load_external_data=False)
-    with pytest.raises(graphaudit.load.GraphAuditError, match="expected a model with its weights inline when given "
+    with pytest.raises(graphaudit.load.model.GraphAuditError, match="expected a model with its weights inline when given "
                                                               "a ModelProto, found external-data references"):
         load_for_runtime(proto)
 

@@ -8,9 +8,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from graphaudit.replay import replay
-from graphaudit.runtime import FrozenRunError
-from graphaudit.verdict import functional_dependence
+from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import FrozenRunError
+from graphaudit.verdict.decide import functional_dependence
 from test_replay_models import gated_lm, token_ids
 
 

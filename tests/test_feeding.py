@@ -14,11 +14,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.data import input_specs, load_data
+from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.feeding import Feeding
-from graphaudit.load import load_model
-from graphaudit.replay import replay
+from graphaudit.load.feeding import Feeding
+from graphaudit.load.model import load_model
+from graphaudit.replay.pipeline import replay
 from test_bad_contract import FAST_PROFILE, FAST_REPLAY, invoke, refused
 from test_replay_models import se_cnn
 

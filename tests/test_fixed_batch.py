@@ -12,11 +12,11 @@ from click.testing import CliRunner
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import cli, main
-from graphaudit.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
+from graphaudit.load.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.load import infer_at, load_model
-from graphaudit.batching import default_batch_size
-from graphaudit.replay import replay
+from graphaudit.load.model import infer_at, load_model
+from graphaudit.replay.batching import default_batch_size
+from graphaudit.replay.pipeline import replay
 from test_replay_models import gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "static_layer")
@@ -208,7 +208,7 @@ def test_fixed_sizes_mark_only_the_leading_axes():
         t = Transpose <perm = [0, 2, 1]> (x)
     }""")
     from graphaudit.analyses.axes import axes_of
-    from graphaudit.graph import build_graph
+    from graphaudit.graph.build import build_graph
 
     mg = build_graph(load_model(model).model)
     axes = {name: axes_of(mg, mg.find_tensor(name)) for name in ("x", "y", "z", "t")}

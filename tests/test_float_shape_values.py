@@ -14,8 +14,8 @@ import pytest
 
 from graphaudit.analyses.flops import count_flops
 from graphaudit.cli.static import render_text
-from graphaudit.graph import build_graph
-from graphaudit.load import infer_at, load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import infer_at, load_model
 from test_static import audit, graph
 
 

@@ -7,8 +7,8 @@ from onnx import helper
 
 from graphaudit.analyses.flops import count_flops, is_counted, node_flops
 from graphaudit.errors import UsageError
-from graphaudit.graph import build_graph
-from graphaudit.load import infer_at, load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import infer_at, load_model
 
 
 def node(op, n_inputs=2, domain="", **attrs):
@@ -198,7 +198,7 @@ def test_each_call_of_a_function_is_typed_at_its_own_arguments_and_attributes():
 def test_a_function_body_inference_refuses_keeps_its_declared_types(monkeypatch):
     """Where ONNX's inference raises on a body, the body's values stay as the function
     declared them (unknown here): its products are listed as of unknown size, not guessed."""
-    import graphaudit.function_types as function_types
+    import graphaudit.graph.function_types as function_types
 
     model = onnx.parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17, "local" : 1]>

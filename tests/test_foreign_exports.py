@@ -17,8 +17,8 @@ from exporters.export import export_live, quiet_export  # noqa: E402
 from exporters.featuregate import GatedBlock  # noqa: E402
 from exporters.zoo import build_model  # noqa: E402
 from graphaudit.analyses.static import audit_static  # noqa: E402
-from graphaudit.load import load_model  # noqa: E402
-from graphaudit.replay import replay, resolve  # noqa: E402
+from graphaudit.load.model import load_model  # noqa: E402
+from graphaudit.replay.pipeline import replay, resolve  # noqa: E402
 
 TINY = dict(d_model=16, n_layers=2, n_heads=2, d_ff=32, context=16)
 LENGTH = 12
@@ -92,7 +92,7 @@ def test_replay_equals_the_replay_of_the_declared_export(exports, name):
 def test_flops_at_concrete_shapes_are_counted_in_full_as_in_the_declared_export(exports):
     # the TorchScript exporter computes attention's shapes through ops ONNX's data propagation
     # does not follow (Slice ends from a Div of a Shape): at concrete input shapes they are
-    # computed and written in as constants (graphaudit.shape_values), so no MatMul is left out
+    # computed and written in as constants (graphaudit.load.shape_values), so no MatMul is left out
     for name in FOREIGN:
         shapes = {"input_ids": (4 if name.endswith("dynamic") else 1, LENGTH)}  # the others fix batch 1
         ours = audit_static(load_model(exports / "ours.onnx"), shapes=shapes).flops

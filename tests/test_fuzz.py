@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphaudit.cli import main
-from graphaudit.data import input_specs, load_data
+from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.testing.synthetic import transformer_graph
 

@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphaudit.data import data_shapes, input_specs, load_data
+from graphaudit.load.data import data_shapes, input_specs, load_data
 from graphaudit.errors import GraphAuditError
-from graphaudit.sizes import MAX_ARRAY_BYTES, MAX_DIM
+from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM
 from test_bad_contract import invoke, snapshot
 from test_bad_sizes import patch_member
 from test_replay_models import gated_lm, token_ids

@@ -6,8 +6,8 @@ frozen. Helpers and block templates are test_static.py's."""
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from test_static import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, model_of, verdicts
 
 

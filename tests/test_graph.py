@@ -6,8 +6,10 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 import numpy as np
 
-from graphaudit.graph import TensorRef, build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.model import TensorRef
+
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 
 NESTED_IF = """
 <ir_version: 8, opset_import: ["" : 17]>

@@ -9,8 +9,8 @@ import onnxruntime as ort
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.inline import inline_functions
-from graphaudit.load import load_model
+from graphaudit.load.inline import inline_functions
+from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 
 WIDTH = 8

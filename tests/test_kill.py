@@ -150,7 +150,7 @@ def test_an_import_a_signal_cut_short_is_a_stop_not_a_traceback(monkeypatch, cap
 def test_a_signal_while_the_temporary_folder_is_made_or_removed_is_a_stop_in_one_line(tmp_path, where):
     """SIGTERM landing inside `scratch.session` itself, outside the command (the folder just made, or
     being removed), ends as 143 with the same one line as anywhere else, not silently."""
-    script = (f"import os, graphaudit.scratch as s, graphaudit.cli as c\n"
+    script = (f"import os, graphaudit.files.scratch as s, graphaudit.cli as c\n"
               f"real = s.{where}\n"
               f"def cut(*a):\n"
               f"    made = real(*a)\n"

@@ -7,8 +7,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from graphaudit.coefficients import Coefficient
-from graphaudit.replay import live_decisions, replay
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.replay.pipeline import live_decisions, replay
 from test_replay_models import gated_lm, token_ids
 
 FED = [Coefficient("c", "exit", 0, ("batch", "token"))]

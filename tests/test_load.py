@@ -8,8 +8,8 @@ import onnxruntime as ort
 import pytest
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 
 
@@ -175,7 +175,7 @@ def test_weights_kept_from_shape_inference_change_nothing_it_infers(tmp_path, ir
     back: the loaded model is byte for byte what ONNX's inference of the whole model gives, the
     Reshape typed from its small shape initializer, the If's branch values and the refined
     output included."""
-    import graphaudit.load as load_module
+    import graphaudit.load.model as load_module
     from onnx import shape_inference
 
     model = _weighty_model(ir3)
@@ -247,7 +247,7 @@ def test_inference_keeps_each_bodys_values_apart_where_a_name_repeats_across_bod
     import onnx.parser
     from onnx import shape_inference
 
-    from graphaudit.protos import names_repeat_across_graphs, rename_body_values, restore_names
+    from graphaudit.load.protos import names_repeat_across_graphs, rename_body_values, restore_names
 
     assert names_repeat_across_graphs(_branches("m").graph)
     assert not names_repeat_across_graphs(_branches("n").graph)

@@ -3,10 +3,11 @@
 import numpy as np
 import pytest
 
-from graphaudit.coefficients import Coefficient
-from graphaudit.metrics import (ConditionStats, FamilyVariance, PoissonBootstrap, Reference, Task, difference,
-                                interval, retained_gap, score, task_for)
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.metrics import (ConditionStats, PoissonBootstrap, Reference, Task, difference, interval, retained_gap,
+                                score, task_for)
 from graphaudit.metrics.outputs import column, log_softmax
+from graphaudit.replay.variance import FamilyVariance
 
 
 def _log_softmax(x):

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.data import from_arrays, input_specs
+from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.errors import GraphAuditError
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 
 

@@ -4,13 +4,13 @@ import numpy as np
 import onnx
 import pytest
 
-from graphaudit.capture import CoefficientCache
-from graphaudit.data import InputData
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.load.data import InputData
 from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
+from graphaudit.replay.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
                                every_input_summary, kept_positions)
-from graphaudit.replay import replay
+from graphaudit.replay.pipeline import replay
 from test_replay_models import gated_lm, token_ids
 
 
@@ -116,7 +116,7 @@ def test_a_class_ruled_out_on_both_sides_is_no_difference():
 
 
 def test_difference_of_every_kind_of_value():
-    from graphaudit.parity import _difference
+    from graphaudit.replay.parity import _difference
 
     inf, nan = np.inf, np.nan
     frozen = np.array([1.0, 2.0, inf, -inf, inf, nan, nan, 3.0, 1e30], dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The frozen graph's shared prefix (graphaudit.prefix): what no coefficient reaches is cut off,
+"""The frozen graph's shared prefix (graphaudit.replay.prefix): what no coefficient reaches is cut off,
 run once per batch, and the two parts together give what the frozen graph gives."""
 
 from pathlib import Path
@@ -8,14 +8,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import graphaudit.prefix as prefix_module
-from graphaudit.coefficients import declared_coefficients
-from graphaudit.load import load_for_runtime
-from graphaudit.prefix import PrefixSession, split_frozen
-from graphaudit.replay import replay
-from graphaudit.runtime import create_session
-from graphaudit.surgery import frozen_graph
-from graphaudit.coefficients import Coefficient, metadata_entry
+import graphaudit.replay.prefix as prefix_module
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.load.model import load_for_runtime
+from graphaudit.replay.prefix import PrefixSession, split_frozen
+from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import create_session
+from graphaudit.replay.surgery import frozen_graph
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from test_replay_models import WIDTH, gated_lm, token_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

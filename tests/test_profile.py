@@ -13,7 +13,7 @@ import pytest
 
 from graphaudit.cli import main
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph import build_graph
+from graphaudit.graph.build import build_graph
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.baseline import compare
 from graphaudit.profile.latency import spread, time_rounds

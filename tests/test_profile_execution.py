@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from graphaudit.graph import build_graph
+from graphaudit.graph.build import build_graph
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import NodeEvent, Run, parse_profile

@@ -6,8 +6,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.profile.events import parse_profile
 from graphaudit.profile.mapping import OTHER, UNMAPPED, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.session import runnable_model

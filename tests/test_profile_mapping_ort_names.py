@@ -13,8 +13,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import NodeEvent, group_runs, parse_profile, qualified_name
 from graphaudit.profile.mapping import assign_blocks, through_optimised

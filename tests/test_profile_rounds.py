@@ -16,7 +16,7 @@ import pytest
 
 import graphaudit.profile.latency as latency
 import graphaudit.profile.profiler as profiler
-from graphaudit.capture import capture
+from graphaudit.replay.capture import capture
 from graphaudit.cli import main
 from graphaudit.errors import GraphAuditError
 from graphaudit.profile import profile_model

@@ -16,9 +16,9 @@ import onnx.parser
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
-from graphaudit.verdict import YES, conditional_execution
+from graphaudit.verdict.decide import YES, conditional_execution
 
 # Block 1 picks the 2 best-scored of T tokens (TopK, then the indices in order: torch.sort of the
 # indices exports as a second TopK), runs its MatMul on them and adds the weighted result back.

@@ -11,8 +11,8 @@ import pytest
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.flops import count_flops
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -12,8 +12,8 @@ import onnx
 import pytest
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.replay import replay
-from graphaudit.runtime import quantized_pairs
+from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import quantized_pairs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"
 
@@ -59,7 +59,7 @@ def test_the_replay_of_a_qdq_model_runs_its_pairs_as_written_and_parity_holds(qu
 def test_with_the_integer_kernels_the_cut_graphs_round_apart(quantized, monkeypatch):
     # what the pairs as written avoid: fused, the live and frozen graphs differ by far more
     # than the parity tolerance
-    import graphaudit.replay as replay_module
+    import graphaudit.replay.pipeline as replay_module
 
     monkeypatch.setattr(replay_module, "quantized_pairs", lambda model: 0)
     with pytest.raises(GraphAuditError, match="refusing to replay"):
@@ -92,8 +92,8 @@ def test_an_operator_form_models_integer_coefficients_replay(tmp_path, found):
 
 
 def test_an_integer_coefficients_profile_is_rounded_to_the_nearest_code():
-    from graphaudit.coefficients import Coefficient
-    from graphaudit.conditions import Profiles
+    from graphaudit.analyses.declared_coefficients import Coefficient
+    from graphaudit.replay.conditions import Profiles
 
     c = Coefficient("g", "gate", 0, ("batch", "slot"))
     profiles = Profiles({}, {}, {}, 1, {"g": np.dtype(np.uint8)})

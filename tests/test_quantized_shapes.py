@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.flops import count_flops
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from test_quantized_replay import quantized_featuregate
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"

@@ -19,9 +19,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphaudit.load import load_for_runtime, load_model
+from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.session import runnable_model
-from graphaudit.runtime import create_session
+from graphaudit.runtime.sessions import create_session
 from test_bad_contract import FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused, sha
 
 

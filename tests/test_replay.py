@@ -8,21 +8,21 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from graphaudit.capture import LiveCheck, capture, native
+from graphaudit.replay.capture import LiveCheck, capture, native
 from graphaudit.cli import cli, main
-from graphaudit.conditions import CONDITIONS, conditions
-from graphaudit.data import from_arrays, input_specs, load_data
+from graphaudit.replay.conditions import CONDITIONS, conditions
+from graphaudit.load.data import from_arrays, input_specs, load_data
 from graphaudit.errors import GraphAuditError
-from graphaudit.coefficients import declared_coefficients
-from graphaudit.load import load_model
-from graphaudit.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.load.model import load_model
+from graphaudit.replay.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.metrics import PoissonBootstrap, task_for
-from graphaudit.batching import default_batch_size
-from graphaudit.replay import replay
-from graphaudit.replay_loop import run_conditions
-from graphaudit.runtime import create_session, spare_core
-from graphaudit.surgery import frozen_graph, trace_graph, with_log_softmax
+from graphaudit.replay.batching import default_batch_size
+from graphaudit.replay.pipeline import replay
+from graphaudit.replay.loop import run_conditions
+from graphaudit.runtime.sessions import create_session, spare_core
+from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax
 from test_replay_models import gated_lm, mixing_lm, token_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -303,7 +303,7 @@ def test_evaluation_inputs_that_are_calibration_inputs_are_named(files, tmp_path
 def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch, threads):
     """Fault injection: the kept live log-probability of input 9's third target (batch 3 of 3) is
     moved by 0.01, as a frozen graph that departs from the live model on that input alone would be."""
-    import graphaudit.replay as module
+    import graphaudit.replay.pipeline as module
 
     original = module.every_input_summary
 
@@ -430,12 +430,12 @@ def test_replay_threads_reach_the_report_and_bad_counts_are_usage_errors(files, 
 def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cache_dir(files, monkeypatch):
     """A model's weights are serialised for every session made and every cache key digested:
     the replay makes one session of the trace graph and one of each part of the frozen graph
-    (what no coefficient reaches, run once per batch, and the rest: graphaudit.prefix), and
+    (what no coefficient reaches, run once per batch, and the rest: graphaudit.replay.prefix), and
     digests nothing unless it keeps the cache for reuse."""
-    import graphaudit.capture as capture_module
-    import graphaudit.replay as replay_module
+    import graphaudit.replay.capture as capture_module
+    import graphaudit.replay.pipeline as replay_module
 
-    import graphaudit.prefix as prefix_module
+    import graphaudit.replay.prefix as prefix_module
 
     made = []
     real = replay_module.create_session

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 
 VOCAB, WIDTH = 11, 4
 

@@ -4,7 +4,7 @@ import dataclasses
 
 from graphaudit.cli.replay import render_text
 from graphaudit.metrics.stats import Estimate
-from graphaudit.replay import replay
+from graphaudit.replay.pipeline import replay
 from test_replay import files  # noqa: F401 - the fixture: a gated model and its data
 
 

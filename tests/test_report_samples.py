@@ -4,7 +4,7 @@ They stand for the zoo's models (numbers in the spirit of the paper) so that the
 the renderers are tested without running anything. Other test modules import them.
 """
 
-from graphaudit.verdict import decide
+from graphaudit.verdict.decide import decide
 
 
 def static_doc(verdicts, conditional=None):

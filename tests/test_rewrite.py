@@ -1,4 +1,4 @@
-"""The replay's rewrites (graphaudit.rewrite): masked fills and plain Einsums become operators
+"""The replay's rewrites (graphaudit.replay.rewrite): masked fills and plain Einsums become operators
 ONNX Runtime's CPU runs faster, and give the same outputs; anything else is left as it is."""
 
 import json
@@ -12,13 +12,13 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli import cli
-from graphaudit.coefficients import declared_coefficients
-from graphaudit.load import load_for_runtime
-from graphaudit.prefix import split_frozen
-from graphaudit.replay import replay
-from graphaudit.rewrite import GEMM_EXACT_DEPTH, rewritten
-from graphaudit.runtime import create_session
-from graphaudit.surgery import frozen_graph
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.load.model import load_for_runtime
+from graphaudit.replay.prefix import split_frozen
+from graphaudit.replay.pipeline import replay
+from graphaudit.replay.rewrite import GEMM_EXACT_DEPTH, rewritten
+from graphaudit.runtime.sessions import create_session
+from graphaudit.replay.surgery import frozen_graph
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -248,7 +248,7 @@ def test_other_matmuls_keep_their_add(case):
 @pytest.mark.parametrize("name", ["featuregate", "mudd", "moe", "earlyexit"])
 def test_the_rewritten_frozen_graph_is_cut_where_the_exported_one_is(name):
     # the shapes the Gemms go back to are read off the input ids, not off a value of the prefix,
-    # so the rewrites add nothing to what the prefix hands the rest (graphaudit.prefix)
+    # so the rewrites add nothing to what the prefix hands the rest (graphaudit.replay.prefix)
     loaded = load_for_runtime(FIXTURES / name / "model.onnx")
     coefs = declared_coefficients(loaded.model)
     frozen = frozen_graph(loaded.model, coefs)
@@ -372,7 +372,7 @@ def test_the_models_functions_are_declared_at_opset_23_with_it():
 
 
 def test_an_onnx_runtime_without_attention_keeps_the_attention_spelled_out(monkeypatch):
-    import graphaudit.rewrite_attention as module
+    import graphaudit.replay.rewrite_attention as module
 
     assert module.runtime_has_attention(), "this environment's ONNX Runtime runs Attention (opset 23)"
     monkeypatch.setattr(module, "runtime_has_attention", lambda: False)
@@ -408,7 +408,7 @@ def _unknown_operator(node):  # an operator ONNX Runtime has no kernel for: the 
 @pytest.mark.skipif(not (FIXTURES / "featuregate" / "model.onnx").is_file(), reason="no zoo fixtures")
 @pytest.mark.parametrize("spoil", [_wrong_scale, _unknown_operator])
 def test_a_rewrite_that_fails_the_parity_check_is_dropped_and_said(monkeypatch, spoil):
-    import graphaudit.replay as replay_module
+    import graphaudit.replay.pipeline as replay_module
 
     def broken(model, **kwargs):
         new, made = rewritten(model, **kwargs)

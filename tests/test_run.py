@@ -283,7 +283,7 @@ def _two_path_router(tmp_path, join: str):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from graphaudit.coefficients import Coefficient, metadata_entry
+    from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 
     width = 4
     rng = np.random.default_rng(0)

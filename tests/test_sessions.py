@@ -7,10 +7,10 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-import graphaudit.prefix as prefix
-import graphaudit.runtime as runtime
-from graphaudit.runtime import create_session, weights_apart
-from graphaudit.replay import replay
+import graphaudit.replay.prefix as prefix
+import graphaudit.runtime.sessions as runtime
+from graphaudit.runtime.sessions import create_session, weights_apart
+from graphaudit.replay.pipeline import replay
 from test_replay_models import gated_lm, token_ids
 
 BIG = 2**20 // 4 + 1  # float32 values in a weight just past HANDED_OVER

@@ -11,9 +11,9 @@ import pytest
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import main
-from graphaudit.coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 
 EYE = "{1.0, 0.0, 0.0, 1.0}"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FILES = ("model.onnx", "model.frozen.onnx")

@@ -9,11 +9,11 @@ from click.testing import CliRunner
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli import cli
-from graphaudit.coefficients import Coefficient, declared_coefficients
+from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients
 from graphaudit.errors import GraphAuditError
-from graphaudit.load import load_model
+from graphaudit.load.model import load_model
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
+from graphaudit.replay.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
 from test_replay_models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -166,7 +166,7 @@ def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their
     import numpy as np
     from onnx import helper
 
-    from graphaudit.replay import replay
+    from graphaudit.replay.pipeline import replay
     from test_replay_models import gated_lm, token_ids
 
     model = gated_lm(layers=2)

@@ -13,8 +13,8 @@ import pytest
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.analyses.switches import SWITCH, switched_nodes, switches
-from graphaudit.graph import build_graph
-from graphaudit.load import load_model
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 
 WEIGHTS = ", ".join(["0.1"] * 16)
@@ -123,7 +123,7 @@ def test_inputs_that_choose_other_modes_are_not_read_as_shrinking(tmp_path):
     """T5's merged decoder fed a mix of `use_cache_branch` values: the cached branch runs fewer
     nodes and FLOPs (its cross-attention keys are read). Inputs are compared with those whose
     switches took the same branch, so no block reads as skipped or shrunk."""
-    from graphaudit.executed import shrunk
+    from graphaudit.profile.what_ran import shrunk
 
     onnx.save(merged(cached=True), tmp_path / "model.onnx")
     np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(4, 3, 4)).astype(np.float32),
@@ -140,7 +140,7 @@ def test_inputs_that_choose_other_modes_are_not_read_as_shrinking(tmp_path):
 def test_a_block_only_one_mode_runs_is_the_callers_choice_at_run_time(tmp_path):
     """A mode without the second layer (`use_cache_branch` False), fed a mix of modes: that layer
     runs on half the inputs, all of those in the mode that has it; not a skip the model decides."""
-    from graphaudit.executed import reduction
+    from graphaudit.profile.what_ran import reduction
 
     onnx.save(merged(else_layers=1), tmp_path / "model.onnx")
     np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(4, 3, 4)).astype(np.float32),
@@ -168,7 +168,7 @@ def test_a_flag_compared_with_a_constant_node_is_the_callers_choice():
 def test_a_block_no_input_ran_says_why_and_the_rest_are_not_said_to_run_in_full(tmp_path):
     """Every input chose the mode without the second layer: that layer ran on none of them. The
     verdict says so, with the caller's switch that left it out, and does not say every block ran."""
-    from graphaudit.verdict import check_claim, conditional_execution
+    from graphaudit.verdict.decide import check_claim, conditional_execution
 
     onnx.save(merged(else_layers=1), tmp_path / "model.onnx")
     np.savez(tmp_path / "data.npz", x=np.random.default_rng(0).normal(size=(2, 3, 4)).astype(np.float32),

@@ -6,11 +6,11 @@ import numpy as np
 import onnx
 import pytest
 
-from graphaudit.findings import NO, NOT_MEASURED, YES
+from graphaudit.verdict.findings import NO, NOT_MEASURED, YES
 from graphaudit.metrics import task_for
-from graphaudit.replay import replay
+from graphaudit.replay.pipeline import replay
 from graphaudit.report.tables import condition_table
-from graphaudit.verdict import functional_dependence
+from graphaudit.verdict.decide import functional_dependence
 from test_replay_models import se_cnn
 
 

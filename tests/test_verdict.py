@@ -2,7 +2,7 @@
 
 import pytest
 
-from graphaudit.verdict import FINDINGS, NO, NOT_MEASURED, YES, check_claim, decide
+from graphaudit.verdict.decide import FINDINGS, NO, NOT_MEASURED, YES, check_claim, decide
 
 from test_report_samples import dense, earlyexit, featuregate, mudd, profile_doc, replay_doc, static_doc
 
@@ -294,7 +294,7 @@ def test_decisions_left_live_by_the_freezing_qualify_a_no():
     # decisions, and a "No" says it speaks of the fed coefficients only
     doc = replay_doc(cross=(0.001, -0.004, 0.006), shuffle=(0.0, -0.003, 0.003))
     doc["settings"] = {"live_decisions": ["/If", "/If_2", "/If_3", "/If_4"]}
-    from graphaudit.verdict import functional_dependence
+    from graphaudit.verdict.decide import functional_dependence
 
     finding = functional_dependence(doc)
     assert finding.answer == NO
@@ -309,7 +309,7 @@ def test_decisions_left_live_by_the_freezing_qualify_a_no():
 def test_a_reassignment_that_lowers_the_nll_measurably_is_said_with_the_no():
     # a frozen model that does better on other inputs' coefficients (an untrained controller):
     # not "worse", so still No by the definition, but its outputs do change, and the answer says so
-    from graphaudit.verdict import functional_dependence
+    from graphaudit.verdict.decide import functional_dependence
 
     finding = functional_dependence(replay_doc(cross=(-0.1908, -0.384, -0.042), shuffle=(0.0, -0.003, 0.003)))
     assert finding.answer == NO
@@ -321,7 +321,7 @@ def test_a_reassignment_that_lowers_the_nll_measurably_is_said_with_the_no():
 def test_blocks_at_a_fixed_capacity_the_profile_saw_no_change_in_are_not_said_to_run_in_full():
     # a capacity-factor MoE's blocks run at C slots per expert on every input: the profile sees
     # one size on every input (no selection it can measure), which is not "ran in full"
-    from graphaudit.verdict import conditional_execution
+    from graphaudit.verdict.decide import conditional_execution
 
     static = static_doc(["always", "subset", "always", "subset"])
     static["flops"] = {"total": 8e6, "skippable_share": 0.0,
@@ -340,7 +340,7 @@ def test_blocks_at_a_fixed_capacity_the_profile_saw_no_change_in_are_not_said_to
 
 def test_shares_of_two_families_that_print_alike_are_not_a_range():
     # Soft MoE's two families at random init: η² 0 in both printed "0%–0%"
-    from graphaudit.verdict import coefficient_variation
+    from graphaudit.verdict.decide import coefficient_variation
 
     doc = replay_doc(eta2=0.0, input_share=0.05, token_share=0.9)
     doc["variance"]["token-mix"] = dict(doc["variance"]["gate"], eta2_layer=1e-12)
@@ -359,7 +359,7 @@ def test_shares_of_two_families_that_print_alike_are_not_a_range():
 def test_the_retained_gap_is_worded_by_what_its_interval_shows(gap, ci, words):
     # the MoE zoo model's static profile keeps -8.5% (95% CI -27.1% to 6.6%): "keeps -8.5%" read as
     # a share kept; it is no measurable share at all
-    from graphaudit.verdict import functional_dependence
+    from graphaudit.verdict.decide import functional_dependence
 
     doc = replay_doc(cross=(1.0, 0.9, 1.1), gap_layer=gap)
     doc["retained_gap_ci"] = {"static_layer": ci}
@@ -370,7 +370,7 @@ def test_the_retained_gap_is_worded_by_what_its_interval_shows(gap, ci, words):
 def test_a_no_says_when_the_output_distribution_moves_without_costing_nll():
     # reassigned coefficients that change what the model predicts, token by token, but not how
     # well on the whole: no measurable ΔNLL, a KL from correct wholly above the threshold
-    from graphaudit.verdict import functional_dependence
+    from graphaudit.verdict.decide import functional_dependence
 
     doc = replay_doc(cross=(0.002, -0.004, 0.008), shuffle=(0.0, -0.003, 0.003))
     doc["conditions"]["cross_input"].update(kl=0.052, kl_ci=[0.041, 0.063])
@@ -388,7 +388,7 @@ def test_a_no_says_when_the_output_distribution_moves_without_costing_nll():
 def test_coefficients_without_any_variance_are_said_to_be_constant():
     # timm's ECA and CBAM gates at random init (zero_init_last): every gate exactly 0.5, so no
     # share is defined; they were reported with "?" shares and "less than 0.1%" of the variance
-    from graphaudit.verdict import coefficient_variation
+    from graphaudit.verdict.decide import coefficient_variation
 
     doc = replay_doc()
     doc["variance"]["gate"] = {k: None for k in ("eta2_layer", "layer_slot_share", "input_share", "token_share")}

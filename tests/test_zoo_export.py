@@ -16,7 +16,7 @@ pytest.importorskip("onnxscript")
 
 from exporters.export import export_frozen, export_live  # noqa: E402
 from exporters.zoo import MODELS, build_model  # noqa: E402
-from graphaudit.coefficients import declared_coefficients  # noqa: E402
+from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
 
 TINY = dict(d_model=16, n_layers=2, n_heads=2, d_ff=32, context=16)
 ATOL = 1e-5  # float32, a tiny model: PyTorch and ORT differ by ~1e-7

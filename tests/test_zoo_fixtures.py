@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from graphaudit.coefficients import declared_coefficients
+from graphaudit.analyses.declared_coefficients import declared_coefficients
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 MODELS = ["dense", "featuregate", "mudd", "moe", "earlyexit"]

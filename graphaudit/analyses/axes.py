@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphaudit.coefficients import BATCH, MERGED, TOKEN
-from graphaudit.feeding import example_axes
-from graphaudit.graph import ModelGraph, TensorRef
+from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
+from graphaudit.load.feeding import example_axes
+from graphaudit.graph.model import ModelGraph, TensorRef
 
 # batch, token, any other symbolic input dimension (see InputAxes). The last, an image's height
 # and width, divides by a CNN's strides (17 · 32: a detector's neck adds each stage to the next
@@ -64,7 +64,7 @@ class InputAxes:
     def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "InputAxes":
         named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
         shapes = [s for _, s in named]
-        # the batch is each input's example axis (its first, or a state's own: graphaudit.feeding)
+        # the batch is each input's example axis (its first, or a state's own: graphaudit.load.feeding)
         where = example_axes(dict(named))
         batch = {s[where[n]] for n, s in named if where[n] is not None and isinstance(s[where[n]], str)}
         token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
@@ -87,7 +87,7 @@ class InputAxes:
         if self._probed is None:
             self._probed = {}
         if key not in self._probed:
-            from graphaudit.load import infer_at
+            from graphaudit.load.model import infer_at
 
             shapes = dict(self.probe_shapes)
             if longer:

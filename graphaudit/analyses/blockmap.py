@@ -3,12 +3,47 @@ found (in words, with its count of blocks)."""
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 from graphaudit.wording import counted
+
+# How blocks were found, in words (BlockMap.method), by finder.
+SOURCES = {
+    "pattern": "--block-pattern",
+    "metadata": "torch name-scope metadata",
+    "fx_params": "parameters named in torch fx metadata",
+    "node_names": "node names",
+    "initializers": "initializer names",
+    "owner": "the enclosing control-flow node or function call",
+    "neighbours": "neighbouring nodes",
+    "structure": "the residual chain",
+    "bodies": "the control-flow bodies that hold compute",
+}
+
+# The node metadata torch writes with the module path of each operation.
+NAMESPACE = "namespace"
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+
+
+def module_paths(node) -> list[str] | None:
+    """The module paths torch recorded for `node`, outermost first; None when it recorded none."""
+    namespace = node.meta(NAMESPACE)
+    if namespace is not None:
+        segments = namespace.split("/")[:-1]  # the last one names the operation itself
+        return [s.split(": ")[0].strip() for s in segments if s.split(": ")[0].strip()]
+    scopes = node.meta(NAME_SCOPES)
+    if scopes is not None:
+        try:
+            parsed = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            return None
+        if isinstance(parsed, (list, tuple)):
+            return [str(p) for p in parsed[:-1] if p]
+    return None
 
 
 @dataclass(frozen=True)
@@ -36,7 +71,7 @@ class BlockMap:
 
     def placed_by(self, node_id: str) -> str | None:
         """The source that put node `node_id` in its block ("metadata", "initializers",
-        "neighbours", ...: the keys of blocks.SOURCES), or None where none was recorded (outside
+        "neighbours", ...: the keys of SOURCES), or None where none was recorded (outside
         every block, or blocks cut from structure, which places every node alike)."""
         return self.placed.get(node_id)
 

@@ -26,20 +26,18 @@ along the residual chain (graphaudit.analyses.structure).
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import Counter
 from itertools import chain
 from typing import Iterator
 
-from graphaudit.analyses.blockmap import BlockMap, block_map, blocks_text, make_blocks, recount
+from graphaudit.analyses.blockmap import (NAME_SCOPES, NAMESPACE, SOURCES, BlockMap, block_map, blocks_text, make_blocks,
+                                          module_paths, recount)
 from graphaudit.errors import UsageError
-from graphaudit.graph import ModelGraph, Node
+from graphaudit.graph.model import ModelGraph, Node
 from graphaudit.analyses.flops import is_counted
-from graphaudit.analyses.order import execution_order
+from graphaudit.graph.visit_order import execution_order
 
-NAMESPACE = "namespace"
-NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 FX_NODE = "pkg.torch.onnx.fx_node"
 _TRACE_KEYS = frozenset({NAMESPACE, NAME_SCOPES, FX_NODE})
 _FX_PARAM = re.compile(r"%[pb]_([A-Za-z0-9_]+)")
@@ -50,19 +48,6 @@ _FX_NUMBER = re.compile(r"(?<=_)(\d+)(?=_|$)")
 # After a module's index, a parameter's name (`layers.3.mlp.weight`); after an exporter's count
 # of values, none (`p2o.helper.constant.12`, `p2o.pd_op.full.9.0`: an op and an output number).
 _NAMED = re.compile(r"[A-Za-z]")
-
-SOURCES = {
-    "pattern": "--block-pattern",
-    "metadata": "torch name-scope metadata",
-    "fx_params": "parameters named in torch fx metadata",
-    "node_names": "node names",
-    "initializers": "initializer names",
-    "owner": "the enclosing control-flow node or function call",
-    "neighbours": "neighbouring nodes",
-    "structure": "the residual chain",
-    "bodies": "the control-flow bodies that hold compute",
-}
-
 
 def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     """Return the BlockMap of `mg`, from `pattern` when given, else from names or structure."""
@@ -111,23 +96,6 @@ def _key(container: str) -> str:
     return _SEPARATORS.sub(".", container).strip(".").lower()
 
 
-def _module_paths(node: Node) -> list[str] | None:
-    """The module paths torch recorded for `node`, outermost first; None when it recorded none."""
-    namespace = node.meta(NAMESPACE)
-    if namespace is not None:
-        segments = namespace.split("/")[:-1]  # the last one names the operation itself
-        return [s.split(": ")[0].strip() for s in segments if s.split(": ")[0].strip()]
-    scopes = node.meta(NAME_SCOPES)
-    if scopes is not None:
-        try:
-            parsed = ast.literal_eval(scopes)
-        except (ValueError, SyntaxError):
-            return None
-        if isinstance(parsed, (list, tuple)):
-            return [str(p) for p in parsed[:-1] if p]
-    return None
-
-
 class _Finder:
     def __init__(self, mg: ModelGraph, regex: re.Pattern | None):
         self.mg = mg
@@ -154,7 +122,7 @@ class _Finder:
     def texts(self, node: Node) -> Iterator[tuple[str, list[str]]]:
         """(source, texts) for `node`, most trusted source first (lazily: most nodes need one)."""
         if node.metadata:
-            paths = _module_paths(node)
+            paths = module_paths(node)
             if paths:
                 yield "metadata", paths[-1:]
             fx = node.meta(FX_NODE)

@@ -22,16 +22,16 @@ from typing import Sequence
 
 import onnx
 
-from graphaudit.coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
+from graphaudit.analyses.declared_coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph import ModelGraph, Node, TensorRef
-from graphaudit.load import LoadedModel
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
+from graphaudit.load.model import LoadedModel
 from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
-from graphaudit.analyses.reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.depth import by_depth, named_layers
-from graphaudit.analyses.named import user_coefficients
+from graphaudit.analyses.named_coefficients import user_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from graphaudit.coefficients import BATCH, MERGED, TOKEN
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.dependence import CONST, DependenceMap
-from graphaudit.analyses.reach import weighted_block
+from graphaudit.analyses.coefficient_reach import weighted_block
 
 _PER_INPUT = (BATCH, TOKEN, MERGED)
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.dependence import CONTRIB_LOOPS
-from graphaudit.analyses.trips import Value, constant_values
+from graphaudit.analyses.loop_trips import Value, constant_values
 
 CONSTANT, SHAPE, CALLER, MODEL = "constant", "shape", "caller", "model"
 DECIDERS = (CONSTANT, SHAPE, CALLER, MODEL)  # weakest to strongest
@@ -73,7 +73,7 @@ class Decision:
 
 def decisions(mg: ModelGraph, value: Value | None = None) -> dict[str, Decision]:
     """Node id -> the Decision of every If, Loop and ONNX Runtime search operator of `mg`
-    (`conditional` left False: `analyses.verdicts` reads what the bodies hold). `value`: the
+    (`conditional` left False: `analyses.block_verdicts` reads what the bodies hold). `value`: the
     value of a constant tensor (`trips.constant_values`; Constant nodes only when not given)."""
     value = value or constant_values(mg, {})
     found = {}

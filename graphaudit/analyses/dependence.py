@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from graphaudit.graph import ModelGraph, Node, TensorRef
-from graphaudit.analyses.order import nodes_by_scope
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
+from graphaudit.graph.visit_order import nodes_by_scope
+from graphaudit.load.shape_values import SHAPE_ARGUMENTS
 
 
 class Dependence(IntEnum):
@@ -41,16 +42,6 @@ class Dependence(IntEnum):
 
 CONST, SHAPE, VALUE = Dependence.CONST, Dependence.SHAPE, Dependence.VALUE
 
-# Inputs whose *values* set the output's extent.
-SHAPE_ARGUMENTS: dict[str, tuple[int, ...]] = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Range": (0, 1, 2), "Slice": (1, 2, 3, 4),
-    "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "TopK": (1,), "OneHot": (1,),
-    "Unsqueeze": (1,), "Squeeze": (1,), "Split": (1,), "ConstantOfShape": (0,),
-    "CenterCropPad": (1,), "ReduceSum": (1,), "ReduceMean": (1,), "ReduceMax": (1,),
-    "ReduceMin": (1,), "ReduceProd": (1,), "ReduceL1": (1,), "ReduceL2": (1,),
-    "ReduceLogSum": (1,), "ReduceLogSumExp": (1,), "ReduceSumSquare": (1,), "Col2Im": (1, 2),
-    "DFT": (1,), "STFT": (1, 3),
-}
 # Ops whose output has the shape of some inputs only (a scatter keeps its data's shape).
 SHAPE_FROM: dict[str, tuple[int, ...]] = {
     "ScatterND": (0,), "ScatterElements": (0,), "Scatter": (0,), "TensorScatter": (0,),

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from graphaudit.coefficients import Coefficient
-from graphaudit.graph import ModelGraph
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.graph.model import ModelGraph
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.reach import DECIDING, GATING, reached_consumers, routes
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, reached_consumers, routes
 
 # The operators that apply a layer of learned weights: each adds one to the depth of what follows it.
 LAYER_OPS = frozenset({

@@ -13,7 +13,7 @@ tokens: neither is an indicator, and an Einsum by either selects nothing.
 
 from __future__ import annotations
 
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 _BOOL = 9  # TensorProto.BOOL
 # Ops whose result holds only 0s and 1s where their inputs do: the first input's layout, a cast,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping
 
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.dependence import VALUE, DependenceMap
-from graphaudit.analyses.trips import Value
+from graphaudit.analyses.loop_trips import Value
 
 # Ops that keep every element of the indices (their count of each value), reordered or reshaped.
 _KEEPS_ELEMENTS = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"})

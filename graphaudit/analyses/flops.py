@@ -23,8 +23,8 @@ import numpy as np
 from onnx import helper
 
 from graphaudit.errors import UsageError
-from graphaudit.graph import ModelGraph, TensorRef
-from graphaudit.sizes import check_shape
+from graphaudit.graph.model import ModelGraph, TensorRef
+from graphaudit.limits import check_shape
 
 Shape = tuple[int, ...]
 
@@ -258,7 +258,7 @@ def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
     `known`: concrete shapes of main-graph values by name (`load.infer_at`), for the values
     whose inferred shapes stay unknown once the input dimensions are bound; with
     `prefer_known`, for every value they name (shapes inferred on a variant of the graph,
-    `analyses.widest`, stand over the graph's own)."""
+    `analyses.concrete_shapes`, stand over the graph's own)."""
     dims = bind_dims(mg, shapes)
     resolve = resolver(mg, dims, known, prefer_known=prefer_known)
     per_node: dict[str, int] = {}

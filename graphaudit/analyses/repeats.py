@@ -18,10 +18,10 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 
 from graphaudit.analyses.blockmap import Block, BlockMap, block_map, recount
-from graphaudit.analyses.blocks import _module_paths
+from graphaudit.analyses.blockmap import module_paths
 from graphaudit.analyses.flops import is_counted
-from graphaudit.analyses.order import execution_order
-from graphaudit.graph import ModelGraph
+from graphaudit.graph.visit_order import execution_order
+from graphaudit.graph.model import ModelGraph
 
 
 def split_repeats(mg: ModelGraph, bm: BlockMap) -> BlockMap:
@@ -76,7 +76,7 @@ def _passes(mg: ModelGraph, block: Block, order: dict[str, int], copies: dict) -
         node = mg.nodes[nid]
         if node.scopes or not is_counted(node):
             continue
-        paths = _module_paths(node)
+        paths = module_paths(node)
         if paths:
             by_module[paths[-1], node.op_type].append(nid)
         for ref in node.inputs:

@@ -4,7 +4,7 @@
 tensor depends on, gives each block a verdict with its evidence and, for concrete input
 shapes, counts FLOPs per block and the share that sits where compute can be skipped or
 shrunk (the upper bound on what dynamic execution could save): the most expensive run of
-the graph against the cheapest one that input values can choose (`analyses.paths`).
+the graph against the cheapest one that input values can choose (`analyses.flop_paths`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Mapping, Sequence
 
 import onnx
 
-from graphaudit.coefficients import Coefficient
-from graphaudit.graph import ModelGraph, build_graph
-from graphaudit.graph_build import paused_gc
-from graphaudit.load import LoadedModel, load_model
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.graph.model import ModelGraph
+from graphaudit.graph.build import build_graph
+from graphaudit.graph.build import paused_gc
+from graphaudit.load.model import LoadedModel, load_model
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.decisions import MODEL, Decision
@@ -25,9 +26,9 @@ from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.flops import FlopCount
 from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
 from graphaudit.analyses.output_kinds import OutputKind, read_outputs
-from graphaudit.analyses.trips import constant_values
+from graphaudit.analyses.loop_trips import constant_values
 from graphaudit.analyses.switches import SWITCH
-from graphaudit.analyses.verdicts import Evidence, execution_verdicts
+from graphaudit.analyses.block_verdicts import Evidence, execution_verdicts
 
 CLAIMS = ("dynamic", "static")
 
@@ -124,8 +125,8 @@ class StaticReport:
     controls: tuple[Evidence, ...]
     outside_blocks: tuple[Evidence, ...]
     flops: FlopSummary | None
-    inlined_calls: int = 0  # calls of local functions inlined at load (graphaudit.inline)
-    repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.repair), in words
+    inlined_calls: int = 0  # calls of local functions inlined at load (graphaudit.load.inline)
+    repairs: tuple[str, ...] = ()  # what the loader repaired in memory (graphaudit.load.repair), in words
     decisions: tuple[Decision, ...] = ()  # who decides each If and Loop
     model_decides: bool = False  # some conditional execution is the model's own decision
     outputs: tuple[OutputKind, ...] = ()  # what each graph output holds, read from the graph

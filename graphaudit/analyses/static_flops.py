@@ -1,10 +1,10 @@
 """The static audit's FLOPs: per node at the input shapes, then per block and in total.
 
 `static_flops` counts every node once at the given input shapes, with the shapes ONNX's
-inference leaves unknown found on a variant of the graph (`analyses.widest`: loop results
-shaped, trip counts computed), and finds each loop's trip count (`analyses.trips`). Compute
+inference leaves unknown found on a variant of the graph (`analyses.concrete_shapes`: loop results
+shaped, trip counts computed), and finds each loop's trip count (`analyses.loop_trips`). Compute
 behind a value-dependent selection has no size of its own: it is counted with every row
-selected, an upper bound. Then, along the scopes (`analyses.paths`):
+selected, an upper bound. Then, along the scopes (`analyses.flop_paths`):
 
 - the **total** is the most expensive run: the larger branch of each If, each Loop body
   times its largest trip count, every row selected, but experts that a TopK of constant k
@@ -27,15 +27,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphaudit.graph import ModelGraph
+from graphaudit.graph.model import ModelGraph
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.experts import ExpertRows, expert_bounds
 from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolver
-from graphaudit.analyses.paths import Span, span
+from graphaudit.analyses.flop_paths import Span, span
 from graphaudit.analyses.switches import SWITCH
-from graphaudit.analyses.trips import Trips, constant_values, trip_counts
-from graphaudit.analyses.verdicts import SUBSET, ExecutionVerdicts
-from graphaudit.analyses.widest import infer_variant, variant, widest_shapes
+from graphaudit.analyses.loop_trips import Trips, constant_values, trip_counts
+from graphaudit.analyses.block_verdicts import SUBSET, ExecutionVerdicts
+from graphaudit.analyses.concrete_shapes import infer_variant, variant, widest_shapes
 
 CAPACITY = "fixed (capacity)"  # Evidence.size of a selection of fixed size
 

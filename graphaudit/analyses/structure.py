@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from graphaudit.analyses.blockmap import BlockMap, block_map, blocks_text, make_blocks
-from graphaudit.analyses.blocks import SOURCES
-from graphaudit.graph import ModelGraph, TensorRef
+from graphaudit.analyses.blockmap import SOURCES, BlockMap, block_map, blocks_text, make_blocks
+from graphaudit.graph.model import ModelGraph, TensorRef
 
 # Operators that only move or reshape data: left out of the pattern that blocks repeat.
 _PLUMBING = frozenset({

@@ -27,7 +27,7 @@ from typing import Mapping
 
 from graphaudit.analyses.decisions import CALLER, Decision, decisions
 from graphaudit.analyses.flops import is_counted
-from graphaudit.graph import ModelGraph, Node, TensorRef
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 SWITCH = "switch"  # Evidence.kind of such an If
 _DEPTH = 8

@@ -61,9 +61,9 @@ def cli():
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI, turning GraphAuditError into one line and its exit status. The command runs
-    inside graphaudit.scratch.session: its temporary files, and ONNX Runtime's, go into one folder
+    inside graphaudit.files.scratch.session: its temporary files, and ONNX Runtime's, go into one folder
     that is removed however the command ends (SIGTERM and SIGHUP unwind like Ctrl-C)."""
-    from graphaudit import scratch
+    from graphaudit.files import scratch
 
     try:
         with scratch.session():
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(argv: list[str] | None) -> int:
     """The exit status of the command line `argv`, its errors shown as one line."""
-    from graphaudit.scratch import exit_status
+    from graphaudit.files.scratch import exit_status
 
     try:
         # Commands return None, or call ctx.exit(code) (e.g. 3 when a claim is refuted).
@@ -205,13 +205,13 @@ def feeding_options(command):
 
 def feeding_of(set_values, input_axes):
     """The Feeding that --set and --input-axes give (None when neither is given)."""
-    from graphaudit.feeding import Feeding, parse_axes, parse_set
+    from graphaudit.load.feeding import Feeding, parse_axes, parse_set
 
     values, axes = parse_set(set_values), parse_axes(input_axes)
     return Feeding(values, axes) if values or axes else None
 
 
-# `static` and `inspect` read a model's graph only (graphaudit.load.load_for_audit)
+# `static` and `inspect` read a model's graph only (graphaudit.load.model.load_for_audit)
 graph_only_option = click.option(
     "--graph-only", is_flag=True,
     help="Do not look at external weight files at all (by default their sizes are checked; their bytes are "
@@ -223,8 +223,8 @@ def check_output(path: str | os.PathLike, option: str, inputs) -> None:
     (a directory, a block device, a name too long) or has no folder to go in.
 
     "One of the inputs" means the same file by any name (a hard or symbolic link too); write
-    the output with graphaudit.files.replace_file, which never writes through a link.
+    the output with graphaudit.files.write.replace_file, which never writes through a link.
     """
-    from graphaudit.files import check_target  # here, not at the top: `graphaudit --version` stays fast
+    from graphaudit.files.write import check_target  # here, not at the top: `graphaudit --version` stays fast
 
     check_target(path, option, inputs)

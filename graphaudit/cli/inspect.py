@@ -8,9 +8,9 @@ import click
 from tabulate import tabulate
 
 from graphaudit.cli import graph_only_option
-from graphaudit.load import load_for_audit
-from graphaudit.repair import repair_note
-from graphaudit.summary import GraphSummary, summarize
+from graphaudit.load.model import load_for_audit
+from graphaudit.load.repair import repair_note
+from graphaudit.analyses.summary import GraphSummary, summarize
 from graphaudit.wording import counted
 
 

@@ -9,12 +9,12 @@ from tabulate import tabulate
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import check_output, feeding_of, feeding_options
-from graphaudit.load import load_for_runtime
+from graphaudit.load.model import load_for_runtime
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.report import NODE_TIME_KINDS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.session import OPT_LEVELS
-from graphaudit.runtime import MAX_THREADS
+from graphaudit.runtime.sessions import MAX_THREADS
 
 _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})

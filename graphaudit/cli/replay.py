@@ -11,13 +11,13 @@ from tabulate import tabulate
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
-from graphaudit.conditions import CONDITIONS
+from graphaudit.replay.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
-from graphaudit.parity import DEFAULT_TOLERANCE
-from graphaudit.replay import MAX_RESAMPLES, ReplayReport, replay
-from graphaudit.runtime import MAX_THREADS
-from graphaudit.verdict import MATERIAL_NATS
+from graphaudit.replay.parity import DEFAULT_TOLERANCE
+from graphaudit.replay.pipeline import MAX_RESAMPLES, ReplayReport, replay
+from graphaudit.runtime.sessions import MAX_THREADS
+from graphaudit.verdict.decide import MATERIAL_NATS
 
 
 @click.command("replay")

@@ -9,13 +9,13 @@ import click
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.audit import audit
 from graphaudit.cli import REWRITE_HELP, axes_option, check_output, feeding_of, feeding_options, output_kind_option, with_axes
-from graphaudit.files import replace_file
+from graphaudit.files.write import replace_file
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.progress import ProgressBar
-from graphaudit.replay import MAX_RESAMPLES
+from graphaudit.replay.pipeline import MAX_RESAMPLES
 from graphaudit.report import FORMATS
-from graphaudit.runtime import MAX_THREADS
-from graphaudit.verdict import CLAIMS, claims_status
+from graphaudit.runtime.sessions import MAX_THREADS
+from graphaudit.verdict.decide import CLAIMS, claims_status
 
 EPILOG = """\b
 Exit status: 0 when the audit ran (and every --claim is supported), 1 for a problem with

@@ -34,7 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from graphaudit.analyses.output_kinds import LOGITS, LOGPROBS, PROBS, REGRESSION, OutputKind, confirmed
-from graphaudit.data import MASK_INPUT, tokens_of
+from graphaudit.load.data import MASK_INPUT, tokens_of
 from graphaudit.errors import GraphAuditError
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")

@@ -15,22 +15,22 @@ The pieces, in the order the data flows:
 - report.py    — the ProfileReport
 """
 
-from graphaudit.profile.baseline import BaselineComparison
-from graphaudit.profile.events import NodeEvent, Profile, Run, parse_profile
-from graphaudit.profile.latency import Spread
-from graphaudit.profile.profiler import profile_model
-from graphaudit.profile.report import ProfileReport
-from graphaudit.profile.rounds import Rounds, choose_rounds
+import importlib
 
-__all__ = [
-    "BaselineComparison",
-    "NodeEvent",
-    "Profile",
-    "ProfileReport",
-    "Rounds",
-    "Run",
-    "Spread",
-    "choose_rounds",
-    "parse_profile",
-    "profile_model",
-]
+# Each name is imported from its module on first use: the verdict and the reports read
+# graphaudit.profile.what_ran without loading ONNX Runtime and the profiler.
+_HOMES = {
+    "BaselineComparison": "baseline", "NodeEvent": "events", "Profile": "events", "Run": "events",
+    "parse_profile": "events", "Spread": "latency", "profile_model": "profiler", "ProfileReport": "report",
+    "Rounds": "rounds", "choose_rounds": "rounds",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from graphaudit.executed import rows_kept_text
+from graphaudit.profile.what_ran import rows_kept_text
 from graphaudit.profile.execution import BlockExecution
 
 SAVES_COMPUTE = frozenset({"branch", "subset"})

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphaudit.data import InputSpec
+from graphaudit.load.data import InputSpec
 from graphaudit.errors import GraphAuditError
 from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph_build import made_frozen, paused_gc
+from graphaudit.graph.build import made_frozen, paused_gc
 
 KERNEL_SUFFIX = "_kernel_time"
 FENCE_SUFFIXES = ("_fence_before", "_fence_after")

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from graphaudit.analyses.switches import switched_nodes
-from graphaudit.graph import ModelGraph, Node
+from graphaudit.graph.model import ModelGraph, Node
 from graphaudit.profile.events import CONTROL_FLOW_OPS, NodeEvent, Run
 from graphaudit.profile.mapping import BlockAssignment, NodeMap
 

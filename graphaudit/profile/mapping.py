@@ -28,9 +28,9 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import onnx
 
-from graphaudit.graph import ModelGraph
+from graphaudit.graph.model import ModelGraph
 from graphaudit.profile.events import OWNER_SEPARATOR, qualified_name
-from graphaudit.protos import BODY_OPS
+from graphaudit.load.protos import BODY_OPS
 
 OTHER = "(other)"
 UNMAPPED = "(unmapped)"

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from graphaudit.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
+from graphaudit.load.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
 from graphaudit.errors import UsageError
-from graphaudit.feeding import Feeding
-from graphaudit.graph import build_graph
-from graphaudit.load import LoadedModel, load_for_runtime
+from graphaudit.load.feeding import Feeding
+from graphaudit.graph.build import build_graph
+from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
@@ -35,7 +35,7 @@ from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_opt
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.profile.workdir import OPTIMISED, input_files, workdir
-from graphaudit.runtime import resolve_providers, running, usable_threads
+from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
 OPTIMISED_COPY_LIMIT = 2**30
@@ -69,7 +69,7 @@ def profile_model(
     against what ran. `batch_size` None: 1, or the model's own batch when its inputs fix their
     first dimension (another size is then a UsageError; inputs past the last whole batch are
     left out, with a note). `feeding`: values fed whole to every run and inputs batched on an axis
-    of their own (graphaudit.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
+    of their own (graphaudit.load.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
     round's time to fit `budget` seconds (`rounds.choose_rounds`; the report says which and why).
     """
     given = {"runs": runs, "profile_runs": profile_runs, "batch_size": batch_size}

@@ -17,10 +17,10 @@ import onnx
 import onnxruntime as ort
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph_build import unique_ids
-from graphaudit.load import LoadedModel
-from graphaudit.protos import all_nodes
-from graphaudit.runtime import check_threads, create_session
+from graphaudit.load.node_ids import unique_ids
+from graphaudit.load.model import LoadedModel
+from graphaudit.load.protos import all_nodes
+from graphaudit.runtime.sessions import check_threads, create_session
 
 OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

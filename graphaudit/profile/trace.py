@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from graphaudit.files import replace_file
+from graphaudit.files.write import replace_file
 from graphaudit.profile.events import Run
 from graphaudit.profile.mapping import BlockAssignment, NodeMap
 

@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from graphaudit import scratch
+from graphaudit.files import scratch
 from graphaudit.errors import GraphAuditError
-from graphaudit.files import refuse_input, shown, target_kind
-from graphaudit.load import LoadedModel
+from graphaudit.files.write import refuse_input, shown, target_kind
+from graphaudit.load.model import LoadedModel
 
 OPTIMISED = "optimised.onnx"  # ORT's optimised model; its weights go beside it, as OPTIMISED + ".data"
 _WHAT = "the profiles"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 
 from graphaudit.report import svg
-from graphaudit.executed import per_input, profiled_blocks
+from graphaudit.profile.what_ran import per_input, profiled_blocks
 from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines, interval,
                                       median, num, summary_phrase, verdict_table)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphaudit.executed import profiled_blocks, reduction
-from graphaudit.verdict import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.profile.what_ran import profiled_blocks, reduction
+from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
 from graphaudit.wording import flops_cell, interval, median, moved_key, num, total_bound
 
 LABELS = {

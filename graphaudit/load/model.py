@@ -1,0 +1,445 @@
+"""Load an ONNX model safely, with or without its external weights.
+
+`load_model` gives back a LoadedModel: the ModelProto after the ONNX checker and shape
+inference (symbolic dimensions kept; free ones written as -1, "?", "" or no size each given a
+symbol of its own: graphaudit.load.free_dims), where it came from, and whether its weights were
+read. A graph-only load (`weights=False`) never opens an external-data file, so a
+multi-GB model can be audited from its graph alone. External-data locations that escape
+the model's folder (absolute paths, `..`, links pointing outside) are refused before any
+of them is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, shape_inference
+
+from graphaudit.load import external_data
+from graphaudit.load import repair
+from graphaudit.load.checker import Unsorted, check_model, in_order, order_problem, sort_nodes
+from graphaudit.load.contrib_shapes import with_shape_functions
+from graphaudit.errors import GraphAuditError, brief
+from graphaudit.load.free_dims import name_free_dims
+from graphaudit.load.node_ids import node_ids
+from graphaudit.load.inline import inline_functions
+from graphaudit.load.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
+from graphaudit.load.shape_values import fold_shape_arguments
+from graphaudit.limits import MAX_MODEL_BYTES, in_words
+
+# Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
+INFER_WEIGHTS_OVER = 64 * 2**10
+# Rounds of inference at most, each after writing in the shape arguments the last one left
+# unknown; they end sooner where a round finds none to write (a TorchScript export of token
+# pruning needed 7: each pruning step's sizes are computed from the shape the last one made)
+_FOLD_ROUNDS = 32
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A checked ONNX model and the facts about how it was loaded."""
+
+    model: onnx.ModelProto = field(repr=False)
+    path: Path | None
+    weights_loaded: bool
+    external_files: tuple[str, ...]
+    shape_inference_ok: bool
+    shape_inference_error: str | None = None
+    weights_checked: bool = False  # external weights found whole on disk (sizes only, bytes not read)
+    inlined_calls: int = 0  # calls of local functions replaced by their bodies (graphaudit.load.inline)
+    inlined_functions: tuple[str, ...] = ()  # the functions they called, as `domain.name`
+    repairs: tuple[str, ...] = ()  # what was repaired in memory for the ONNX checker (graphaudit.load.repair), in words
+
+    @property
+    def repair_note(self) -> str | None:
+        """The one note saying what was repaired at load; None when nothing was."""
+        return repair.repair_note(self.repairs)
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else (self.model.graph.name or "<model>")
+
+    @property
+    def weights(self) -> str:
+        """What became of the weights: inline, read (from their files), checked (found whole, unread) or unread."""
+        if not self.external_files:
+            return "inline"
+        if self.weights_loaded:
+            return "read"
+        return "checked" if self.weights_checked else "unread"
+
+    @property
+    def weights_folder(self) -> Path | None:
+        """The folder ONNX Runtime reads the external weights from, when they were left on disk."""
+        if self.weights_loaded or self.path is None:
+            return None
+        return self.path.resolve().parent
+
+    @property
+    def source_files(self) -> list[Path]:
+        """The files this model is read from: the model and its external weights left on disk (what
+        graphaudit's outputs must never land on)."""
+        files = [self.path] if self.path is not None else []
+        if self.weights_folder is not None:
+            files += [self.weights_folder / location for location in self.external_files]
+        return files
+
+
+def load_model(
+    source: str | os.PathLike | onnx.ModelProto,
+    *,
+    weights: bool = True,
+    check: bool = True,
+    infer_shapes: bool = True,
+    inline: bool = True,
+) -> LoadedModel:
+    """Return the model at `source`, checked and shape-inferred, as a LoadedModel.
+
+    `weights=False` leaves external initializers as references and never opens their
+    files. `inline` replaces each call of a local function by its body (graphaudit.load.inline);
+    without it, the analyses read through the calls, but a coefficient inside a body can be
+    neither exposed nor fed. The argument (a path or a ModelProto) is never modified.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        path = None
+        base = None
+        data = None
+    else:
+        path = Path(source)
+        model, data = _parse_file(path)
+        base = path.resolve().parent
+    _require_graph(model, path)
+    _check_versions(model, path)
+    _check_text(model, path)
+    imports, dropped = repair.add_runtime_imports(model), repair.drop_untyped_value_info(model)
+    moved, typed = 0, ()
+    if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
+        if not in_order(model.graph) and not order_problem(model):
+            moved = sort_nodes(model.graph)
+        model, typed = _typed_outputs(model)
+    if imports or dropped or moved or typed:
+        data = None  # the file's bytes are no longer the model's encoding
+    tensors, nested = external_data.scan(model)
+    external = external_data.locations(tensors, path)
+    if external and base is not None:
+        for location in external:
+            external_data.check_location(location, base, path)
+    if weights and external:
+        external_data.require_files(external, base, path)
+    # The checker and shape inference see the graph with its external weights still on disk:
+    # they need only the weights' types and shapes, and the proto stays far below protobuf's
+    # 2 GiB limit however large the weights are.
+    if check:  # the file's own bytes are the model's encoding: the checker takes them as they are
+        try:
+            check_model(external_data.as_inputs(model) if external else model, path,
+                        external if nested else (), payload=None if external else data)
+        except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
+            moved = sort_nodes(model.graph)
+            check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
+    del data  # what follows works on the parsed model
+    name_free_dims(model)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
+    inlined_calls, inlined_functions = 0, ()
+    if inline and model.functions:  # before inference, which then types the inlined bodies' values too
+        found = inline_functions(model)
+        if found is not None:
+            inlined_functions = tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions)
+            model, inlined_calls = found
+    inferred_ok, inferred_error = True, None
+    if infer_shapes:
+        model, inferred_ok, inferred_error = _infer_shapes(model)
+    if weights and external:
+        _load_external(model, base, path)
+    return LoadedModel(
+        model=model,
+        path=path,
+        weights_loaded=weights or not external,
+        external_files=tuple(external),
+        shape_inference_ok=inferred_ok,
+        shape_inference_error=inferred_error,
+        inlined_calls=inlined_calls,
+        inlined_functions=inlined_functions,
+        repairs=tuple(repair.describe(imports, moved, dropped, typed)),
+    )
+
+
+def load_for_runtime(source: str | os.PathLike | onnx.ModelProto | LoadedModel) -> LoadedModel:
+    """The model as ONNX Runtime sessions take it: external weights left on disk for ORT to map.
+
+    Their files must exist, but are never read into the proto, so a model whose weights pass
+    protobuf's 2 GiB limit still runs (`LoadedModel.weights_folder` tells ORT where they are).
+    """
+    return check_external_weights(source if isinstance(source, LoadedModel) else load_model(source, weights=False))
+
+
+def load_for_audit(source: str | os.PathLike, *, graph_only: bool = False) -> LoadedModel:
+    """The model as the commands that read only its graph take it (`static`, `inspect`): weights
+    never read; their files checked on disk (`check_external_weights`) unless `graph_only`."""
+    loaded = load_model(source, weights=False)
+    return loaded if graph_only else check_external_weights(loaded)
+
+
+def check_external_weights(loaded: LoadedModel) -> LoadedModel:
+    """`loaded`, once each external tensor's bytes are found in its file; no byte is read.
+
+    A graph-only load says nothing of the weight files. This checks, from the files' sizes
+    alone, that every external tensor lies inside its file and that a declared length is what
+    its type and shape take, so a missing or truncated weight file is reported before anything
+    runs, at the cost of one `stat` per file, however large the weights are.
+    """
+    if loaded.weights_loaded or loaded.weights_checked:
+        return loaded
+    external_data.require_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
+    external_data.check_extents(external_data.external_tensors(loaded.model), loaded.weights_folder, loaded.path)
+    return replace(loaded, weights_checked=True)
+
+
+def _parse_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
+    """The model in the file at `path`, and the file's bytes."""
+    if not path.exists():
+        raise GraphAuditError(f"expected an ONNX model file, found no file at {path}")
+    if path.is_dir():
+        raise GraphAuditError(f"expected an ONNX model file, found a directory at {path}")
+    try:
+        found = path.stat()
+        if not stat.S_ISREG(found.st_mode):
+            # Reading a device or a pipe may never end (/dev/zero) or never start (a FIFO).
+            raise GraphAuditError(f"expected an ONNX model file, found {_file_kind(found.st_mode)} at {path}")
+        if found.st_size > MAX_MODEL_BYTES:  # refused before a byte is read: it could never parse
+            raise GraphAuditError(
+                f"expected an ONNX model file of at most 2 GiB (protobuf's limit; a larger model keeps its weights "
+                f"in external-data files beside it), found {in_words(found.st_size)} at {path}")
+        data = path.read_bytes()
+    except OSError as err:
+        raise GraphAuditError(f"expected a readable ONNX model file at {path}, found {brief(err)}") from None
+    if not data:
+        raise GraphAuditError(f"expected an ONNX model in {path}, found an empty file")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as err:
+        raise GraphAuditError(
+            f"expected an ONNX model (protobuf ModelProto) in {path}, found {len(data)} bytes "
+            f"that do not parse ({brief(err)}); the file may be truncated or not ONNX"
+        ) from None
+    return model, data
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words."""
+    kinds = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "something that is not a regular file")
+
+
+def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
+    where = f" in {path}" if path else ""
+    if not model.HasField("graph") or (
+        not model.graph.node and not model.graph.output and not model.graph.input
+    ):
+        raise GraphAuditError(
+            f"expected an ONNX model with a graph{where}, found a protobuf message with no "
+            "graph (ir_version {}, {} opset imports); it may be another kind of file".format(
+                model.ir_version, len(model.opset_import)
+            )
+        )
+    if model.ir_version <= 0:
+        raise GraphAuditError(
+            f"expected an ONNX model with an IR version{where}, found ir_version "
+            f"{model.ir_version}; the file is not a valid ONNX model"
+        )
+
+
+def _check_text(model: onnx.ModelProto, path: Path | None) -> None:
+    """Refuse names and metadata that are not UTF-8: protobuf hands them back as bytes, not text."""
+    where = f" in {path}" if path else ""
+    try:
+        # `+` and str.join raise TypeError on bytes: one pass over the nodes (about 0.6 s per million).
+        for nodes in node_lists(model):
+            "".join([n.name + n.op_type + n.domain for n in nodes])
+        for graph in graphs(model.graph):
+            "".join([v.name for field in (graph.input, graph.output, graph.initializer, graph.value_info)
+                     for v in field])
+        "".join([p.key for p in model.metadata_props] + [o.domain for o in model.opset_import])
+    except TypeError:
+        raise GraphAuditError(
+            f"expected node and value names that are UTF-8 text{where}, found names that are not "
+            "(the file is damaged or not ONNX)"
+        ) from None
+    try:  # the nodes' metadata is checked where the graph model reads it (graph.build._metadata)
+        "".join([p.value for p in model.metadata_props])
+    except TypeError:
+        raise GraphAuditError(
+            f"expected model metadata that is UTF-8 text{where}, found values that are not "
+            "(the file is damaged or not ONNX)"
+        ) from None
+
+
+def _check_versions(model: onnx.ModelProto, path: Path | None) -> None:
+    """Refuse IR versions and default-domain opsets newer than the installed onnx knows."""
+    where = f" in {path}" if path else ""
+    if model.ir_version > onnx.IR_VERSION:
+        raise GraphAuditError(
+            f"expected an ONNX IR version up to {onnx.IR_VERSION} (onnx {onnx.__version__}){where}, "
+            f"found {model.ir_version}; upgrade onnx to read this model"
+        )
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            raise GraphAuditError(
+                f"expected an ai.onnx opset up to {newest} (onnx {onnx.__version__}){where}, "
+                f"found opset {opset.version}; upgrade onnx or re-export at an older opset"
+            )
+
+
+def _typed_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    """`model` with each main-graph output that declares no type typed as shape inference finds
+    it, and the outputs so typed; an output inference cannot type stays as it was."""
+    untyped = repair.untyped_outputs(model.graph)
+    inferred, _, _ = _infer_shapes(model)  # inference writes the outputs' types it finds
+    still = set(repair.untyped_outputs(inferred.graph))
+    return inferred, tuple(name for name in untyped if name not in still)
+
+
+def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
+    try:
+        external_data_helper.load_external_data_for_model(model, str(base))
+    except (OSError, ValueError, onnx.checker.ValidationError) as err:
+        raise GraphAuditError(
+            f"expected readable external data for {path}, found an error: {brief(err)}"
+        ) from None
+
+
+def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
+    (`_inferred`); where a value name repeats across bodies, inferred with each body's values
+    under names of their own (`protos.rename_body_values`), given back after."""
+    back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph) else {}
+    result = _inferred(model)
+    if back:
+        for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
+            restore_names(graph, back)
+    return result
+
+
+def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
+
+    Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
+    their types and shapes only (a value that sets a shape is a handful of integers, and
+    those stay), so it runs on a copy that declares them as graph inputs, and what it adds
+    (the value types and output shapes of every graph and body) is written into `model`
+    itself, which the caller owns. Encoding, parsing and copying the weights was most of
+    inference's time on a model that holds them.
+    """
+    plain = _without_weights(model)
+    skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
+    try:
+        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
+        if skeleton is plain:
+            return model, False, brief(err)
+        try:  # a shape function ONNX would not take: inference as before, without them
+            skeleton, inferred = plain, shape_inference.infer_shapes(plain, check_type=False, strict_mode=False,
+                                                                     data_prop=True)
+        except Exception as err:  # noqa: BLE001
+            return model, False, brief(err)
+    if skeleton is model:
+        return inferred, True, None
+    for mine, found in zip(graphs(model.graph), graphs(inferred.graph)):  # the same bodies, in the same order
+        del mine.value_info[:]
+        mine.value_info.extend(found.value_info)
+        for output, typed in zip(mine.output, found.output):
+            output.CopyFrom(typed)
+    return model, True, None
+
+
+def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """The concrete shape of every main-graph value ONNX's shape inference finds with the graph
+    inputs at `shapes`, by name; {} when inference fails. With every input size a number, data
+    propagation turns shapes computed from input shapes (Shape, Gather, Concat into a Reshape,
+    as exporters without symbolic shapes write them) into numbers too, where inference on the
+    symbolic graph leaves them unknown; shape arguments that data propagation cannot compute
+    are computed and written in as constants, and inference runs again (`shape_values`, up to
+    _FOLD_ROUNDS rounds). `model` is not changed."""
+    skeleton = _without_weights(model)
+    if skeleton is model:
+        skeleton = onnx.ModelProto()
+        skeleton.CopyFrom(model)
+    skeleton = with_shape_functions(skeleton, copy=False)
+    for value in skeleton.graph.input:
+        if value.name in shapes and value.type.HasField("tensor_type"):
+            dims = value.type.tensor_type.shape.dim
+            del dims[:]
+            for size in shapes[value.name]:
+                dims.add().dim_value = int(size)
+    found: dict[str, tuple[int, ...]] = {}
+    bodies = has_bodies(skeleton.graph)  # (folding adds constants, never bodies)
+    back = rename_body_values(skeleton.graph) if bodies and names_repeat_across_graphs(skeleton.graph) else {}
+    inferred = None
+    for _ in range(_FOLD_ROUNDS):
+        del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
+        for output in skeleton.graph.output:
+            if output.type.HasField("tensor_type"):
+                output.type.tensor_type.ClearField("shape")
+        try:
+            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
+            break
+        found = _concrete_shapes(inferred.graph)
+        # a shape argument inference could not compute (a Slice's ends from a Div of a Shape):
+        # computed here, written in as a constant, and inferred again
+        if not fold_shape_arguments(inferred, {**found, **{k: tuple(v) for k, v in shapes.items()}}):
+            break
+        skeleton = inferred
+    found = {name: shape for name, shape in found.items() if not name.endswith("__folded")}
+    if inferred is not None and bodies:
+        occurrences = node_ids(inferred)  # held, so that each node's wrapper (and its id()) lives on
+        ids = {id(proto): node_id for proto, node_id, _ in occurrences}  # the graph model's ids, by node
+        found.update(_body_shapes(inferred.graph, "", ids, back))
+        del occurrences
+    return found
+
+
+def _body_shapes(graph: onnx.GraphProto, scope: str, ids: Mapping[int, str], back: Mapping[str, str]) -> dict:
+    """The concrete shapes of the values of the bodies nested in `graph`, keyed as the graph
+    model writes their TensorRef (`<owner id>/<attribute>::<name>`, nested owners joined by
+    `/`; `ids`: each node's id, by the node); `back`: the names `protos.rename_body_values` gave
+    their values, to give back."""
+    found: dict[str, tuple[int, ...]] = {}
+    for node in graph.node:
+        owner = ids.get(id(node))
+        for attr in node.attribute if owner is not None else ():
+            bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
+            for body in bodies:
+                key = f"{scope}/{owner}/{attr.name}" if scope else f"{owner}/{attr.name}"
+                found.update((f"{key}::{back.get(name, name)}", shape) for name, shape in _concrete_shapes(body).items())
+                found.update(_body_shapes(body, key, ids, back))
+    return found
+
+
+def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+    found = {}
+    for value in (*graph.value_info, *graph.output):
+        tensor = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
+                all(d.HasField("dim_value") for d in tensor.shape.dim):
+            found[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
+    return found
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
+    inputs (none copied); `model` itself when it has none."""
+    heavy = {t.name for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+             and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
+    return external_data.as_inputs(model, lambda t: t.name in heavy) if heavy else model
+
+

@@ -1,0 +1,458 @@
+"""Frozen-Controller Auditing: capture, freeze, check parity, replay under each condition.
+
+`replay` gives back a ReplayReport. It captures the coefficients of the calibration and
+evaluation inputs with the trace graph, builds the frozen graph, checks that the frozen
+graph fed each input's own coefficients reproduces the live outputs (parity; on failure it
+raises ParityError, naming the largest difference), then runs `run_conditions`
+(graphaudit.replay.loop): one loop
+over evaluation batches and conditions that feeds each condition's coefficients and adds
+the outputs' per-input sums to streaming statistics. The controller never runs there.
+
+Parity (graphaudit.replay.parity) is checked twice: on the whole output of the first batch, and on
+every evaluation input (each target's log-probability for logits, the whole output when it
+is small: the capture keeps the live ones, the `correct` condition of the loop gives the
+frozen ones), so a difference confined to later inputs stops the audit too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import math
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
+from graphaudit.analyses.blocks import find_blocks
+from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.named_coefficients import split_entry
+from graphaudit.analyses.output_kinds import OutputKind, read_outputs
+from graphaudit.replay.batching import batches_for
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.replay.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
+from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
+from graphaudit.load.feeding import Feeding
+from graphaudit.errors import GraphAuditError
+from graphaudit.graph.model import ModelGraph
+from graphaudit.graph.build import build_graph
+from graphaudit.graph.build import shape_of
+from graphaudit.load.model import LoadedModel, load_for_runtime
+from graphaudit.replay.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, default_tolerance,
+                               every_input_summary)
+from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task, difference,
+                                retained_gap, task_for)
+from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
+from graphaudit.metrics.stats import estimate
+from graphaudit.replay.variance import cache_variance
+from graphaudit.replay.prefix import open_frozen
+from graphaudit.progress import Progress
+from graphaudit.replay.loop import run_conditions
+from graphaudit.replay.rewrite import rewritten
+from graphaudit.runtime.sessions import (PROVIDERS, FrozenRunError, create_session, quantized_pairs, usable_threads,
+                                resolve_providers, slow_fusions)
+from graphaudit.replay.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_probs
+from graphaudit.wording import TRACED_SIZES, listed
+
+# Most bootstrap resamples: each holds a float per input and quantity of every condition
+MAX_RESAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class ConditionResult:
+    """The figures of one condition, each with its bootstrap interval."""
+
+    name: str
+    nll: Estimate
+    delta_nll: Estimate
+    divergence: Estimate  # KL from `correct` (or squared difference for non-logit outputs)
+    accuracy: Estimate
+    mse: Estimate  # against the data's targets
+    delta_mse: Estimate = Estimate(None, None)  # mse − mse(correct), paired
+
+    def to_json(self, divergence: str = "kl") -> dict:
+        out = {"nll": self.nll.value, "delta_nll": self.delta_nll.value, "ci": _ci(self.delta_nll),
+               "nll_ci": _ci(self.nll), divergence: self.divergence.value, f"{divergence}_ci": _ci(self.divergence)}
+        for key, e in (("accuracy", self.accuracy), ("mse", self.mse), ("delta_mse", self.delta_mse)):
+            if e.value is not None:
+                out[key], out[f"{key}_ci"] = e.value, _ci(e)
+        return out
+
+
+@dataclass(frozen=True)
+class DataUse:
+    """Which inputs calibrated the profiles and which were replayed."""
+
+    calibration: str
+    calibration_inputs: int
+    evaluation: str
+    evaluation_inputs: int
+    split: bool  # True: no evaluation data was given, the calibration inputs were halved
+    shared_inputs: int = 0  # evaluation inputs identical to some calibration input (given data only)
+
+    def to_json(self) -> dict:
+        return {"calibration": self.calibration, "calibration_inputs": self.calibration_inputs,
+                "evaluation": self.evaluation, "evaluation_inputs": self.evaluation_inputs, "split": self.split,
+                "method": "seeded random disjoint halves of the calibration inputs" if self.split else "given",
+                "shared_inputs": self.shared_inputs}
+
+
+# settings key -> what its note is about, in the order reports give them
+_SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
+                  ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
+                  ("rewrite_note", "rewrites"), ("quantized_note", "quantization"), ("cache_note", "cache"),
+                  ("threads_note", "threads"))
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """Everything `graphaudit replay` found; `to_json()` is its JSON form."""
+
+    model: str
+    coefficients: tuple[Coefficient, ...]
+    seed: int
+    data: DataUse | None = None
+    task: Task | None = None
+    parity: Parity | None = None
+    conditions: tuple[ConditionResult, ...] = ()
+    retained_gap: tuple[tuple[str, Estimate], ...] = ()
+    variance: tuple[tuple[str, Mapping[str, Estimate]], ...] = ()
+    # per family: the layers, and for each tensor its mean over inputs and slots at each position
+    coefficient_means: tuple[tuple[str, tuple[int, ...], tuple[np.ndarray, ...]], ...] = field(default=(), repr=False)
+    settings: Mapping[str, object] = field(default_factory=dict)
+    timing: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def controller(self) -> bool:
+        return bool(self.coefficients)
+
+    def setting_notes(self) -> list[tuple[str, str]]:
+        """(what it is about, the note) for each note the settings hold on how the replay ran:
+        padding left out, the parity tolerance chosen, a condition left out."""
+        return [(about, str(self.settings[key])) for key, about in _SETTING_NOTES if self.settings.get(key)]
+
+    def condition(self, name: str) -> ConditionResult:
+        return next(c for c in self.conditions if c.name == name)
+
+    def to_json(self) -> dict:
+        divergence = self.task.divergence if self.task else "kl"
+        return {
+            "model": self.model,
+            "controller": self.controller,
+            "coefficients": [c.to_json() for c in self.coefficients],
+            "seed": self.seed,
+            "data": self.data.to_json() if self.data else None,
+            "task": self.task.to_json() if self.task else None,
+            "parity": self.parity.to_json() if self.parity else None,
+            "conditions": {c.name: c.to_json(divergence) for c in self.conditions},
+            "retained_gap": {name: e.value for name, e in self.retained_gap},
+            "retained_gap_ci": {name: _ci(e) for name, e in self.retained_gap},
+            "variance": {family: {**{k: e.value for k, e in shares.items()},
+                                  "ci": {k: _ci(e) for k, e in shares.items()}}
+                         for family, shares in self.variance},
+            "coefficient_means": {family: {"layers": list(layers), "values": [np.round(v, 6).tolist() for v in values]}
+                                  for family, layers, values in self.coefficient_means},
+            "settings": dict(self.settings),
+            "timing": dict(self.timing),
+        }
+
+
+def replay(
+    model: str | os.PathLike | LoadedModel,
+    calib: str | os.PathLike | InputData,
+    data: str | os.PathLike | InputData | None = None,
+    *,
+    coefficients: Sequence[str] = (),
+    conditions: Sequence[str] = CONDITIONS,
+    batch_size: int | None = None,
+    seed: int = 0,
+    cache_dir: str | os.PathLike | None = None,
+    tolerance: float | None = None,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
+    resamples: int = 1000,
+    confidence: float = 0.95,
+    provider: str = "cpu",
+    threads: int | None = None,
+    flush_denormals: bool = True,
+    rewrite: bool = True,
+    output_kinds: Mapping[str, str] | None = None,
+    feeding: Feeding | None = None,
+    progress: Progress | None = None,
+) -> ReplayReport:
+    """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
+
+    `feeding`: values fed whole to every batch (`--set`) and inputs batched on an axis of their
+    own (`--input-axes`), for both files (graphaudit.load.feeding). Only the inputs change: the
+    coefficients are captured, cached and fed batch-first as before.
+
+    `threads`: ONNX Runtime's intra-op threads for the capture and the replay (None: its
+    choice, one per physical core). Fewer than the cores leaves one to score each run while
+    the next runs (`run_conditions`).
+
+    `flush_denormals`: ONNX Runtime's CPU threads flush denormal floats to zero in the capture
+    and the replay alike (`graphaudit.runtime.denormals`: much faster where masked attention scores
+    underflow; values below 1.2e-38 only); False runs both with ONNX Runtime's defaults.
+
+    `rewrite`: on the CPU the frozen graph's masked fills and plain Einsums run as the same
+    computation in operators ONNX Runtime does faster (`graphaudit.replay.rewrite`; the counts are in
+    `settings["rewrites"]`); False runs its operators as exported.
+
+    `output_kinds`: output name -> logits, probs, logprobs or regression, what the output holds,
+    over what the graph says (`analyses.output_kinds.read_outputs`; the report says which and why).
+
+    `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
+    value-dependent control flow or one batch's output would be large), and the reason noted.
+    A model whose inputs fix their first dimension runs that many inputs at a time (another
+    `batch_size` is a UsageError), and inputs past the last whole batch are left out, with a note.
+    """
+    if not 1 <= resamples <= MAX_RESAMPLES:
+        raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
+    if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
+        raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
+                              exit_code=2)
+    threads, threads_note = usable_threads(threads)
+    loaded = load_for_runtime(model)
+    readings = read_outputs(loaded.model, output_kinds)  # a name or kind given wrong: before anything runs
+    graph = build_graph(loaded.model)
+    coefs = resolve(loaded, coefficients, graph)
+    settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
+                                   "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
+                                   "conditions": list(conditions), "provider": provider,
+                                   "threads": threads, "flush_denormals": flush_denormals, "rewrite": rewrite,
+                                   **({"threads_note": threads_note} if threads_note else {})}
+    if not coefs:
+        return ReplayReport(loaded.name, (), seed, settings=settings)
+    positional = [n for n in ("token_shuffle", "static_position") if n in conditions]
+    if positional and all(token_axis(c) is None for c in coefs):
+        conditions = [n for n in conditions if n not in positional]
+        settings["conditions"] = list(conditions)
+        would = {"token_shuffle": "token_shuffle would feed the correct ones",
+                 "static_position": "static_position the static_layer profile"}
+        settings["token_shuffle_note"] = (
+            f"{' and '.join(positional)} left out: no coefficient has a token axis (one value per input and slot, as "
+            f"a CNN's channel gates), so {' and '.join(would[n] for n in positional)}")
+    check_scored_output(loaded.model, coefs)
+    batch_size = check_batch_size(input_specs(loaded.model, feeding=feeding), batch_size)  # before any data is read
+    calibration, evaluation, use = _inputs(loaded, calib, data, seed, feeding)
+    batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation,
+                                                            coefficients)
+    if (calibration.count, evaluation.count) != (use.calibration_inputs, use.evaluation_inputs):
+        use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
+    settings["batch_size"] = batch_size
+    if note:
+        settings["batch_size_note"] = note
+    tokens = (padding(evaluation), padding(calibration))
+    if tokens[0] is not None or tokens[1] is not None:
+        padded = sum(int((~t).sum()) for t in tokens if t is not None)
+        total = sum(t.size for t in tokens if t is not None)
+        settings["padding"] = (f"{padded} of {total} positions padded ({MASK_INPUT} 0): left out of the scores, "
+                               "the token shuffle, the profiles and the variance decomposition")
+    providers = resolve_providers(provider)
+    qdq = quantized_pairs(loaded.model)
+    if qdq:
+        settings["quantized_note"] = (
+            f"a quantized model ({qdq} DequantizeLinear nodes): the capture and the replay ran its QuantizeLinear / "
+            "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
+            "once the graph is cut where the coefficients are exposed and fed")
+    timing, clock = {}, time.perf_counter()
+    trace = trace_graph(loaded.model, coefs)
+    # one session of the trace graph for both captures, opened when the first of them runs
+    trace_session = functools.cache(lambda: create_session(
+        trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
+        threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
+    with ExitStack() as stack:
+        caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
+                                              memory_limit=memory_limit, label=label, providers=providers,
+                                              weights_folder=loaded.weights_folder, check=check,
+                                              validate=scored_output, threads=threads, open_session=trace_session))
+                  for label, d, check in (("calibration", calibration, None),
+                                          ("evaluation", evaluation, every_input_summary(evaluation, readings)))]
+        trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
+        timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        notes: dict[str, str] = {}
+        feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
+        if "cross_input" in notes:
+            settings["padding"] += f"; {notes['cross_input']}"
+        task = _task(caches[1], evaluation, batch_size, readings)
+        frozen = frozen_graph(loaded.model, coefs)
+        live = live_decisions(frozen, coefs)
+        if live:
+            settings["live_decisions"] = list(live)
+            settings["live_decisions_note"] = live_note(live)
+        rewrite = rewrite and providers[0] == PROVIDERS["cpu"]
+        frozen, settings["rewrites"] = _replayed(frozen, task, rewrite)
+        if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
+            tolerance, why = default_tolerance(caches[1])
+            settings["tolerance"] = tolerance
+            if why:
+                settings["tolerance_note"] = why
+        try:
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
+            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
+            if not settings["rewrites"]:
+                raise
+            # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
+            # fault, not the model's: the graph as exported is checked instead, and decides
+            settings["rewrite_note"] = f"the rewritten frozen graph did not run as the live model does, so its " \
+                                       f"operators ran as exported ({' '.join(str(err).split())[:300]})"
+            frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
+            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
+            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+        timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        boot = PoissonBootstrap(seed, resamples)
+        every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
+        failed: dict[str, str] = {}
+        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every,
+                               failures=failed)
+        if failed:
+            if set(stats) <= {"correct"}:  # nothing left to compare with
+                name, where = next(iter(failed.items()))
+                raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
+                                     f"besides correct, found that it runs on none: {name} on {where}; {TRACED_SIZES}")
+            settings["conditions"] = list(stats)
+            settings["failed_conditions"] = dict(failed)
+            settings["failed_conditions_note"] = _failed_note(failed)
+        if stats["correct"].figure("nll")[0] is None and task.logits:  # say why, for the reports
+            settings["no_nll"] = no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None)
+        if every is not None:
+            parity = replace(parity, every_input=every.result())
+        timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
+        variance, means = cache_variance(caches[1], boot, confidence, tokens=tokens[0])
+        timing["variance_s"] = time.perf_counter() - clock
+        where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
+            caches[1].location)
+        settings["cache"] = {"location": where,
+                             "reused": caches[1].reused, "bytes": caches[0].nbytes + caches[1].nbytes}
+        if any(c.rebuilt for c in caches):  # the reasons, for the note
+            settings["cache_note"] = "the kept coefficient cache was damaged and captured again: " + "; ".join(
+                c.rebuilt for c in caches if c.rebuilt)
+    results = tuple(_result(name, s, stats["correct"], task, confidence) for name, s in stats.items())
+    gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
+                 for p in PROFILES if p in stats and "global_mean" in stats)
+    return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
+
+
+def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """`frozen` (changed: the copy is the replay's) as the replay runs it: with the log-probabilities
+    of a distribution as an output (unless it holds them), and its operators `rewritten` when
+    `rewrite`; and the rewrites made."""
+    if task.fetch != task.output:
+        frozen = with_log_probs(frozen, task.output, task.fetch, task.scale, in_place=True)
+    return rewritten(frozen, in_place=True) if rewrite else (frozen, {})
+
+
+def _failed_note(failed: Mapping[str, str]) -> str:
+    where = "; ".join(f"{name} on {at}" for name, at in failed.items())
+    return (f"{listed(list(failed))} left out: ONNX Runtime would not run the frozen graph on "
+            f"{'its' if len(failed) == 1 else 'their'} coefficients ({where}); {TRACED_SIZES}. The other "
+            "conditions ran on every input")
+
+
+def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:
+    """Refuse, before any capture, a model without an output the replay can score: none besides
+    the coefficients, or a scored output (chosen as `task_for` chooses) declared as no tensor,
+    a scalar or empty. Symbolic shapes are checked on the first batch (`scored_output`)."""
+    tensors = {c.tensor for c in coefficients}
+    outputs = {o.name: o for o in model.graph.output if o.name not in tensors}
+    name = scored_name(list(outputs))
+    if name is None:
+        found = (f"only the coefficients {sorted(o.name for o in model.graph.output)}" if model.graph.output
+                 else "no graph outputs")
+        raise GraphAuditError(f"expected the model to have an output besides its coefficients for the replay to "
+                              f"score, found {found}")
+    kind = outputs[name].type.WhichOneof("value")
+    if kind != "tensor_type":
+        raise GraphAuditError(f"expected the scored output {name!r} to be a tensor, found a "
+                              f"{(kind or 'untyped value').removesuffix('_type')}")
+    _, dims = shape_of(outputs[name].type)
+    if dims is not None and not dims:
+        raise GraphAuditError(f"expected the scored output {name!r} to have the batch on its first axis, "
+                              "found a scalar")
+    if dims is not None and 0 in dims:
+        shown = tuple("?" if d is None else d for d in dims)
+        raise GraphAuditError(f"expected the scored output {name!r} to hold values, found shape {shown}")
+
+
+def _task(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind]) -> Task:
+    """What the outputs mean, read from the graph (`readings`) and the live outputs of the first batch."""
+    rows, inputs = next(data.batches(batch_size))
+    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()}, readings)
+
+
+def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, level: float) -> ConditionResult:
+    scored = task.labels == "labels" and (task.logits or task.bernoulli)  # accuracy only against given labels
+    return ConditionResult(name, estimate(*s.figure("nll"), level), difference(s, correct, "nll", level),
+                           estimate(*s.figure("divergence"), level),
+                           estimate(*s.figure("accuracy"), level) if scored else Estimate(None, None),
+                           estimate(*s.figure("mse"), level), difference(s, correct, "mse", level))
+
+
+def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
+    """The coefficients to freeze: those matching `names` (names or globs, each maybe with its axes:
+    `analyses.named_coefficients.split_entry`), else all the model has.
+    `graph`: the graph model of `loaded`, when the caller has built it."""
+    graph = graph or build_graph(loaded.model)
+    # layers from the blocks, as the static audit gives them
+    found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))
+    if not names:
+        return found
+    patterns = [split_entry(n, [c.tensor for c in found])[0] for n in names]
+    return tuple(c for c in found if any(c.tensor == p or fnmatch.fnmatchcase(c.tensor, p) for p in patterns))
+
+
+def _inputs(loaded: LoadedModel, calib, data, seed: int,
+            feeding: Feeding | None = None) -> tuple[InputData, InputData, DataUse]:
+    """Calibration and evaluation inputs: as given, or the calibration inputs split in halves."""
+    specs = input_specs(loaded.model, feeding=feeding)
+    load = lambda d: d if isinstance(d, InputData) else load_data(d, specs, feeding)  # noqa: E731
+    calibration = load(calib)
+    if data is not None:
+        evaluation = load(data)
+        shared = shared_inputs(calibration, evaluation)
+        if shared and shared == evaluation.count:
+            raise GraphAuditError(
+                f"expected evaluation inputs ({evaluation.source}) apart from the calibration inputs "
+                f"({calibration.source}), found all {shared} of them among the calibration inputs: the profiles "
+                "would be made from the inputs they are scored on (leave --data out to split the calibration "
+                "inputs into disjoint halves)"
+            )
+        return calibration, evaluation, DataUse(calibration.source, calibration.count, evaluation.source,
+                                                evaluation.count, False, shared)
+    if calibration.count < 4:
+        raise GraphAuditError(
+            f"expected at least 4 calibration inputs to split into disjoint calibration and evaluation halves "
+            f"(no --data given), found {calibration.count}"
+        )
+    order = np.random.default_rng([seed, 1]).permutation(calibration.count)
+    half = calibration.count // 2
+    first, second = np.sort(order[:half]), np.sort(order[half:])
+    source = calibration.source
+    return (calibration.subset(first, f"{source} (half)"), calibration.subset(second, f"{source} (other half)"),
+            DataUse(source, len(first), source, len(second), True))
+
+
+def shared_inputs(calibration: InputData, evaluation: InputData) -> int:
+    """How many evaluation inputs equal some calibration input (every graph input's row alike),
+    found by hashing each row's bytes once: profiles must come from other inputs (DESIGN.md)."""
+    names = sorted(set(calibration.arrays) & set(evaluation.arrays))
+    if not names:
+        return 0
+
+    def digests(data: InputData) -> list[bytes]:
+        rows = [np.ascontiguousarray(data.examples_first(n)).reshape(data.count, -1) for n in names]
+        return [hashlib.blake2b(b"".join(r[i].tobytes() for r in rows), digest_size=16).digest()
+                for i in range(data.count)]
+
+    seen = set(digests(calibration))
+    return sum(d in seen for d in digests(evaluation))
+
+
+def _ci(e: Estimate) -> list[float] | None:
+    return list(e.ci) if e.ci is not None else None

@@ -1,0 +1,265 @@
+"""Graph surgery for Frozen-Controller Auditing: the trace graph and the frozen graph.
+
+`trace_graph` gives back a copy of the live model whose coefficient tensors are extra
+graph outputs, so one run yields the model's outputs and the coefficients that produced
+them. `frozen_graph` gives back a copy in which every coefficient tensor is a graph input
+instead and the controller nodes that no longer feed any output are gone, so the
+coefficients can be fed from anywhere and the controller never runs. Both are new
+ModelProtos that pass the ONNX checker; the argument is never modified.
+
+A coefficient must be a value computed in the main graph. One that lives inside an If /
+Loop / Scan body or a function body cannot be exposed or fed without rewriting control
+flow, so it is refused with an error that says where it was found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, shape_inference
+
+from graphaudit.analyses.dependence import VALUE, analyse_dependence
+from graphaudit.analyses.declared_coefficients import BATCH, TOKEN, Coefficient
+from graphaudit.errors import GraphAuditError
+from graphaudit.graph.build import build_graph
+from graphaudit.load.protos import names_repeat_across_graphs, node_reads
+from graphaudit.wording import counted, listed
+
+# Suffix given to a controller output that the frozen graph replaces with a graph input.
+_DETACHED = "__graphaudit_controller"
+
+
+@dataclass(frozen=True)
+class Surgery:
+    """The trace and frozen graphs of one model, and the controller nodes freezing removed."""
+
+    trace: onnx.ModelProto = field(repr=False)
+    frozen: onnx.ModelProto = field(repr=False)
+    coefficients: tuple[Coefficient, ...]
+    removed: tuple[str, ...]
+
+
+def freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> Surgery:
+    """Return both graphs of `model` for `coefficients` (the argument is not modified)."""
+    frozen, removed = _freeze(model, coefficients)
+    return Surgery(trace_graph(model, coefficients), frozen, tuple(coefficients), removed)
+
+
+def trace_graph(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:
+    """Return a copy of `model` with each coefficient tensor added as a graph output."""
+    typed = _typed_copy(model, coefficients)
+    graph = typed.graph
+    types = _value_types(graph)
+    for c in coefficients:
+        if c.tensor not in {o.name for o in graph.output}:
+            graph.output.append(_value_info(c, types, graph))
+    return typed
+
+
+def frozen_graph(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:
+    """Return a copy of `model` with the coefficients as graph inputs and dead controller nodes removed."""
+    return _freeze(model, coefficients)[0]
+
+
+def controller_nodes(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
+    """Names of the nodes the frozen graph drops: those that only fed the coefficients."""
+    return _freeze(model, coefficients)[1]
+
+
+def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[onnx.ModelProto, tuple[str, ...]]:
+    frozen = _typed_copy(model, coefficients)
+    graph = frozen.graph
+    types = _value_types(graph)
+    names = {c.tensor for c in coefficients}
+    inputs = [_value_info(c, types, graph) for c in coefficients]
+    for node in graph.node:
+        for i, out in enumerate(node.output):
+            if out in names:
+                node.output[i] = out + _DETACHED  # the value now comes from the graph input
+    removed = remove_dead(graph)
+    graph.input.extend(inputs)
+    produced = {o for n in graph.node for o in n.output}
+    kept_info = [v for v in graph.value_info if v.name not in names and v.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_info)
+    return frozen, removed
+
+
+def with_log_softmax(model: onnx.ModelProto, output: str, name: str, *, in_place: bool = False) -> onnx.ModelProto:
+    """Return `model` with the log-softmax (last axis) of graph output `output` as output `name`
+    (`with_log_probs` of logits)."""
+    return with_log_probs(model, output, name, "logits", in_place=in_place)
+
+
+def with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, *,
+                   in_place: bool = False) -> onnx.ModelProto:
+    """Return a copy of `model` with the log-probabilities of graph output `output` as output
+    `name`: the log-softmax (last axis) of logits (`scale` "logits"), or the log of
+    probabilities ("probs") clipped at float32's smallest normal number, as `metrics.outputs`
+    clips them. `in_place`: `model` itself so changed, for a caller that owns it (the copy of a
+    large model's weights is most of the call's time)."""
+    copy = model if in_place else onnx.ModelProto()
+    if not in_place:
+        copy.CopyFrom(model)
+    found = next((o for o in copy.graph.output if o.name == output), None)
+    if found is None:
+        raise GraphAuditError(f"expected a graph output named {output!r}, found {[o.name for o in copy.graph.output]}")
+    elem = found.type.tensor_type.elem_type
+    if scale == "logits":
+        copy.graph.node.append(helper.make_node("LogSoftmax", [output], [name], name=name, axis=-1))
+    else:
+        value = output
+        if elem not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):  # float16's smallest is 6e-5
+            value = f"{name}/float"
+            copy.graph.node.append(helper.make_node("Cast", [output], [value], name=value, to=onnx.TensorProto.FLOAT))
+            elem = onnx.TensorProto.FLOAT
+        tiny = helper.make_tensor(f"{name}/tiny", elem, [], [float(np.finfo(np.float32).tiny)])
+        copy.graph.node.extend([
+            helper.make_node("Constant", [], [f"{name}/tiny"], name=f"{name}/tiny", value=tiny),
+            helper.make_node("Max", [value, f"{name}/tiny"], [f"{name}/clipped"], name=f"{name}/clipped"),
+            helper.make_node("Log", [f"{name}/clipped"], [name], name=name)])
+    out = copy.graph.output.add()
+    out.CopyFrom(found)
+    out.name = name
+    out.type.tensor_type.elem_type = elem
+    return copy
+
+
+class UnfreezableError(GraphAuditError):
+    """A coefficient the graph computes inside control flow or a function: a fact about the
+    model (it cannot be exposed or fed from the main graph), not bad input."""
+
+
+def check_coefficients(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> None:
+    """Raise GraphAuditError unless every coefficient is a value computed in the main graph."""
+    if not coefficients:
+        raise GraphAuditError("expected at least one coefficient tensor to expose or freeze, found none")
+    mg = build_graph(model)
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = {i.name for i in model.graph.input} - initializers
+    for c in coefficients:
+        ref = mg.find_tensor(c.tensor)
+        if c.tensor in inputs:
+            raise GraphAuditError(
+                f"expected coefficient {c.tensor!r} to be computed by a controller in the live model, "
+                "found it as a graph input: the model is already frozen; give the live model instead"
+            )
+        if c.tensor in initializers:
+            raise GraphAuditError(
+                f"expected coefficient {c.tensor!r} to be computed from the input, found a constant initializer"
+            )
+        if ref is None:
+            raise GraphAuditError(
+                f"expected a tensor named {c.tensor!r} in the model, found none "
+                f"({len(mg.tensors)} values, e.g. {', '.join(sorted(r.name for r in mg.tensors)[:4])})"
+            )
+        if ref.scope:
+            producer = mg.producer(ref)
+            where = producer.describe_scope() if producer is not None else ref.scope
+            raise UnfreezableError(
+                f"expected coefficient {c.tensor!r} in the main graph, found it inside the {where}; "
+                "a coefficient inside control flow or a function cannot be exposed or frozen"
+            )
+        if mg.producer(ref) is None:
+            raise GraphAuditError(f"expected coefficient {c.tensor!r} to be a node's output, found none producing it")
+
+
+def _typed_copy(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:
+    """A copy of `model`, checked for `coefficients`, with inferred value types."""
+    check_coefficients(model, coefficients)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    known = {v.name for v in copy.graph.value_info} | {o.name for o in copy.graph.output}
+    if any(c.tensor not in known for c in coefficients):
+        try:
+            copy = shape_inference.infer_shapes(copy, check_type=False, strict_mode=False,
+                                                data_prop=not names_repeat_across_graphs(copy.graph))
+        except Exception:  # noqa: BLE001 - types may still be found below, else a clear error
+            pass
+    return copy
+
+
+def _value_types(graph: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    return {v.name: v.type for v in [*graph.value_info, *graph.output, *graph.input]}
+
+
+def _value_info(c: Coefficient, types: dict[str, onnx.TypeProto], graph: onnx.GraphProto) -> onnx.ValueInfoProto:
+    """The value info of coefficient `c`, its batch and token axes named like the data's."""
+    found = types.get(c.tensor)
+    if found is None or not found.tensor_type.elem_type:
+        raise GraphAuditError(
+            f"expected shape inference to give the element type of coefficient {c.tensor!r}, found none; "
+            "the model may use operators the installed onnx cannot infer"
+        )
+    value = helper.make_tensor_value_info(c.tensor, found.tensor_type.elem_type, None)
+    batch, seq = _data_dims(graph)
+    dims = list(found.tensor_type.shape.dim) if found.tensor_type.HasField("shape") else None
+    rank = len(dims) if dims is not None else len(c.axes)
+    shape = value.type.tensor_type.shape
+    for i in range(rank):
+        dim = shape.dim.add()
+        axis = c.axes[i] if i < len(c.axes) else None
+        if dims is not None and dims[i].HasField("dim_value"):
+            dim.dim_value = dims[i].dim_value
+        elif axis in (BATCH, TOKEN):
+            dim.dim_param = batch if axis == BATCH else seq
+        elif dims is not None and dims[i].dim_param:
+            dim.dim_param = dims[i].dim_param
+    return value
+
+
+def _data_dims(graph: onnx.GraphProto) -> tuple[str, str]:
+    """The symbolic names of the first data input's batch and sequence axes."""
+    initializers = {t.name for t in graph.initializer}
+    for vi in graph.input:
+        if vi.name in initializers:
+            continue
+        dims = [d.dim_param for d in vi.type.tensor_type.shape.dim]
+        if len(dims) >= 2 and dims[0] and dims[1]:
+            return dims[0], dims[1]
+    return BATCH, "seq"
+
+
+def remove_dead(graph: onnx.GraphProto) -> tuple[str, ...]:
+    """Drop nodes (and initializers) that feed no graph output, in place; return what went."""
+    needed = {o.name for o in graph.output}
+    kept: list[onnx.NodeProto] = []
+    removed: list[str] = []
+    for index in range(len(graph.node) - 1, -1, -1):
+        node = graph.node[index]
+        if any(o in needed for o in node.output if o):
+            kept.append(node)
+            needed.update(node_reads(node))
+        else:
+            removed.append(node.name or f"{node.op_type}#{index}")
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    weights = {t.name for t in graph.initializer}
+    inits = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    # the user's inputs stay, read or not; a weight an older IR lists among them goes with the weight
+    inputs = [i for i in graph.input if i.name in needed or i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    return tuple(reversed(removed))
+
+
+def live_decisions(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
+    """The If / Loop nodes of the frozen graph whose decision still depends on the input's values
+    once the coefficients it is fed count as given: made by controllers the freezing could not
+    reach (an early exit's confidence computed inside an earlier exit's branch, a halting score
+    inside a Loop body), or from the input itself. They run live in every condition."""
+    mg = build_graph(frozen)
+    dm = analyse_dependence(mg, frozenset(c.tensor for c in coefficients))
+    return tuple(c.node for c in dm.controls.values() if c.dependence == VALUE)
+
+
+def live_note(live: Sequence[str]) -> str:
+    return (f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) still "
+            f"depend{'s' if len(live) == 1 else ''} on the input's values, not on the fed coefficients alone: "
+            "what makes them ran live in every condition, so the replay measures the dependence on the "
+            "coefficients it feeds only")

@@ -1,0 +1,118 @@
+"""The verdict's fourth question: is the model faster than the dense baseline, and does it
+execute fewer FLOPs? (`compute_savings`, from the profile against the baseline)
+
+The answer rests on timing, so it is decided on the interval of the workload ratio over the
+timed rounds (profile/baseline.py), not on its median: "yes" where the whole interval is at
+or below SAVINGS_RATIO_MAX, "no" where it is wholly above, "inconclusive" where it straddles
+it (or there is none), so that another run of the same inputs does not turn a yes into a no.
+"""
+
+from __future__ import annotations
+
+from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
+from graphaudit.wording import fmt, median, num
+
+# Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
+SAVINGS_RATIO_MAX = 0.95
+SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
+
+
+def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
+    """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
+    if profile is None:
+        return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
+    latency = median(profile.get("latency_ms"))
+    baseline = profile.get("baseline") or {}
+    ratio = num(baseline.get("ratio"))
+    if ratio is None:
+        return Finding(NOT_MEASURED, (
+            "Not measured: no baseline was given to compare against"
+            + (f" (median latency {fmt(latency)} ms)." if latency is not None else ".")))
+    name = baseline.get("model") or "the baseline"
+    batch = num(profile.get("batch_size")) or 1  # a profiled run: one input, or a model's fixed batch
+    per = "per input" if batch == 1 else f"per batch of {batch:.0f}"
+    spread = baseline.get("ratio_spread") or {}
+    spread_text = (f", p10–p90 {_ratio(spread['p10'])}–{_ratio(spread['p90'])}× over inputs and rounds"
+                   if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
+    evidence = [Evidence("profile", (
+        f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
+        f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
+        f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
+    rounds = num((baseline.get("ratio_interval") or {}).get("rounds"))
+    if rounds is not None:
+        evidence.append(Evidence("profile", (
+            f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds (a bootstrap that "
+            "keeps every input), not on its median, so that another run of the same inputs does not turn it")))
+    flops_words = ""
+    executed = num(profile.get("flops_executed"))
+    full = num(((static or {}).get("flops") or {}).get("total"))
+    if executed is not None and baseline_flops:
+        flops_words = f"; it executes {executed / baseline_flops:.2f}× the baseline's FLOPs"
+        evidence.append(Evidence("profile", (
+            f"executed FLOPs {per}: {executed:,.0f} (measured) against the baseline's {baseline_flops:,.0f} "
+            f"(its graph at the same input shape): {executed / baseline_flops:.2f}×")))
+    elif executed is not None:
+        evidence.append(Evidence("profile", f"executed FLOPs {per}: {executed:,.0f}"
+                                 + (f", {executed / full:.0%} of the graph's full count" if full else "")))
+    elif full is not None:
+        evidence.append(Evidence("static", f"FLOPs {per} in the graph: {full:,.0f}; executed FLOPs not counted"))
+    low, high, level = decision_interval(baseline)
+    words = _latency_words(ratio, low, high, level)
+    answer = savings_answer(low, high)
+    if answer == YES:
+        if executed is not None and baseline_flops and executed >= SAME_WORK * baseline_flops:
+            flops_words += (", so the time is saved in how the work runs (kernels, fusion, layout), "
+                            "not by skipping any of it")
+        return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
+    needs = f"a saving needs the workload ratio's interval at or below {SAVINGS_RATIO_MAX:.2f}×"
+    if answer == NO:
+        return Finding(NO, f"No: {words}{flops_words}; {needs}.", tuple(evidence))
+    why = ("a single timed round gives no interval" if low is None else
+           f"the interval straddles the {SAVINGS_RATIO_MAX:.2f}× a saving needs")
+    return Finding(INCONCLUSIVE, (
+        f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "
+        "fewer threads competing for the cores, --threads, or a quieter machine may)."), tuple(evidence))
+
+
+def savings_answer(low: float | None, high: float | None, threshold: float = SAVINGS_RATIO_MAX) -> str:
+    """YES when the ratio's interval [low, high] lies at or below `threshold`, NO when it lies
+    wholly above it, INCONCLUSIVE when it straddles it or is missing (None ends)."""
+    if low is None or high is None:
+        return INCONCLUSIVE
+    if high <= threshold:
+        return YES
+    return NO if low > threshold else INCONCLUSIVE
+
+
+def decision_interval(baseline: dict) -> tuple[float | None, float | None, float | None]:
+    """The (low, high, level) interval of the ratio the answer is decided on: the document's
+    `ratio_interval`; where a document has none (written before it was), its p10–p90 spread,
+    and failing that the ratio itself."""
+    interval = baseline.get("ratio_interval")
+    if isinstance(interval, dict):
+        return num(interval.get("low")), num(interval.get("high")), num(interval.get("level"))
+    spread = baseline.get("ratio_spread") or {}
+    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None:
+        return num(spread["p10"]), num(spread["p90"]), 0.8
+    ratio = num(baseline.get("ratio"))
+    return ratio, ratio, None
+
+
+def _latency_words(ratio: float, low: float | None, high: float | None, level: float | None) -> str:
+    """The latency ratio in words with its interval, calling it slower or faster only when the
+    interval lies on that side of 1×."""
+    change = abs(ratio - 1) * 100
+    within = "" if level is None or low is None or high is None else (
+        f", {level:.0%} interval {_ratio(low)}–{_ratio(high)}×")
+    clear = low is not None and high is not None and (low > 1.0 if ratio > 1 else high < 1.0)
+    if change < 0.05 or not clear:
+        return f"no clear difference from the baseline (workload time {_ratio(ratio)}× the baseline's{within})"
+    return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
+            f"(workload time {_ratio(ratio)}× the baseline's{within})")
+
+
+def _ratio(ratio: float) -> str:
+    """Two decimals, three where two would round onto an edge the verdict tests (the saving
+    threshold, 1×) from the other side."""
+    near = any(f"{ratio:.2f}" == f"{edge:.2f}" and ratio != edge for edge in (SAVINGS_RATIO_MAX, 1.0))
+    return f"{ratio:.3f}" if near else f"{ratio:.2f}"
