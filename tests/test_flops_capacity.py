@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli.static import render_text
 from graphaudit.load import load_model
-from test_static import EYE
+from support.text_graphs import EYE
 
 B, T, D = 2, 8, 2
 SHAPES = {"x0": (B, T, D)}
