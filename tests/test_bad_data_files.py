@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import pytest
 
-from test_bad_contract import (FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused,
-                               zoo_subset)
-from test_replay_models import gated_lm, token_ids
+from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
+from support.models import float_data, float_gated, gated_lm, token_ids
+from support.zoo import zoo_subset
 
 
 @pytest.fixture(scope="module")

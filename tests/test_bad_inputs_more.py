@@ -1,4 +1,4 @@
-"""More bad inputs from a fuzzing run, held to the one-line contract of test_bad_contract.
+"""More bad inputs from a fuzzing run, held to the one-line contract of tests/support/cli.py.
 
 Metadata whose bytes are not UTF-8 (on a node, in a function, in the model's coefficient
 declaration), a coefficient declaration nested too deeply to parse, a `--block-pattern`
@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, declared_coefficients
 from graphaudit.errors import GraphAuditError
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, accepted, float_data, float_gated, refused
+from support.cli import FAST_PROFILE, FAST_REPLAY, accepted, refused
+from support.models import float_data, float_gated
 
 PLACEHOLDER = "@@not-utf8@@"
 NOT_UTF8 = b"\xff\xfe" + b"x" * (len(PLACEHOLDER) - 2)

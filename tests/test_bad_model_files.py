@@ -22,7 +22,8 @@ from onnx import TensorProto, helper
 import graphaudit.load.model
 
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused
+from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
+from support.models import float_data, float_gated
 
 
 def tiny(nodes, opset=17, inputs=("x",), outputs=("y",), initializers=()) -> onnx.ModelProto:

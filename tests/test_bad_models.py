@@ -13,6 +13,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.runtime.sessions import create_session, custom_operators, resolve_providers
 from graphaudit.testing.synthetic import transformer_graph
+from support.cli import sha
 
 
 def tiny(nodes, opset=17, domains=(), outputs=("y",)):
@@ -36,10 +37,6 @@ BAD_MODELS = {
                       "expected an ai.onnx opset up to"),
     "unknown-standard-op": (tiny([helper.make_node("Frobnicate", ["x"], ["y"])]), "No Op registered for Frobnicate"),
 }
-
-
-def sha(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.mark.parametrize("case", sorted(BAD_MODELS))

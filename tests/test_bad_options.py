@@ -14,8 +14,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, float_data, float_gated, refused
-from test_replay_models import gated_lm, token_ids
+from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, refused
+from support.models import float_data, float_gated, gated_lm, token_ids
 
 
 @pytest.fixture(scope="module")

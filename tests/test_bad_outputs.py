@@ -11,23 +11,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.files.write import replace_file
-from test_bad_contract import FAST_RUN, accepted, float_data, float_gated, refused, sha
+from support.cli import FAST_RUN, accepted, refused, sha
+from support.models import float_gated
 
 
 @pytest.fixture
-def files(tmp_path) -> Path:
+def files(float_gated_files) -> Path:
     """A folder holding gated.onnx (a tiny model with one declared gate) and calib.npz."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    onnx.save(float_gated(), folder / "gated.onnx")
-    np.savez(folder / "calib.npz", x=float_data())
-    return folder
+    return float_gated_files
 
 
 def test_run_report_onto_a_hard_link_of_the_model_is_refused(files, capfd):

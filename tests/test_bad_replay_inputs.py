@@ -19,8 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.metrics.outputs import log_probs_at, log_softmax
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
-from test_replay_models import VOCAB, gated_lm, run_ort, token_ids
+from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
+from support.models import VOCAB, gated_lm, run_ort, token_ids
 
 LOGITS = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", VOCAB])
 

@@ -23,8 +23,10 @@ import numpy as np
 import onnx
 import pytest
 
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, FAST_RUN, ROOT, accepted, invoke, refused
-from test_replay_models import gated_lm, token_ids
+from support.archives import patch_member
+from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, invoke, refused
+from support.models import gated_lm, token_ids
+from support.zoo import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -109,19 +111,6 @@ def _member(path: Path, content: bytes, name: str = "input_ids.npy", method: int
     with zipfile.ZipFile(path, "w", compression=method) as archive:
         archive.writestr(name, content)
     return path
-
-
-def patch_member(path: Path, *, flags: int | None = None, method: int | None = None,
-                 file_size: int | None = None, compress_size: int | None = None) -> None:
-    """Rewrite the first member's flag bits, method or sizes in both its local and its central header."""
-    data = bytearray(path.read_bytes())
-    central = data.index(b"PK\x01\x02")
-    for start, at in ((0, (6, 8, 18, 22)), (central, (8, 10, 20, 24))):
-        for value, offset, fmt in ((flags, at[0], "<H"), (method, at[1], "<H"), (compress_size, at[2], "<I"),
-                                   (file_size, at[3], "<I")):
-            if value is not None:
-                struct.pack_into(fmt, data, start + offset, value)
-    path.write_bytes(bytes(data))
 
 
 def _all_commands(files, data):

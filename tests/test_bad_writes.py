@@ -24,13 +24,17 @@ from pathlib import Path
 import onnx
 import pytest
 
-from test_bad_outputs import files  # noqa: F401 (the fixture: gated.onnx and calib.npz in a folder)
-from test_bad_contract import FAST_PROFILE, FAST_RUN, accepted, float_gated, refused, sha
+from support.cli import FAST_PROFILE, FAST_RUN, accepted, refused, sha
+from support.models import float_gated
+from support.zoo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 LONG = "x" * 300  # past every common file system's 255-byte name limit
 
 
+@pytest.fixture
+def files(float_gated_files) -> Path:
+    """A folder holding gated.onnx (a tiny model with one declared gate) and calib.npz."""
+    return float_gated_files
 
 
 def _run(files, *extra):

@@ -3,7 +3,7 @@ stacks, one layer run several times with the same weights (one block per pass), 
 "layer" that only holds the final norm."""
 
 from graphaudit.analyses.blocks import find_blocks
-from test_blocks import EYE, LEGACY, LEGACY_W, graph_of, layered, members
+from support.text_graphs import EYE, LEGACY, LEGACY_W, graph_of, layered, members
 
 
 SUBLAYERED = """

@@ -14,40 +14,7 @@ from graphaudit.errors import UsageError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
-
-EYE = "{1.0, 0.0, 0.0, 1.0}"
-
-
-def graph_of(model: onnx.ModelProto | str):
-    if isinstance(model, str):
-        model = onnx.parser.parse_model(model)
-    onnx.checker.check_model(model)
-    return build_graph(load_model(model).model)
-
-
-def layered(layer: str, n: int, inits: str = "", header: str = "(float[B, T, 2] x0) => (float[B, T, 2] y)") -> str:
-    """A graph of `n` copies of `layer`, whose `@` is the layer number, x@ → x(@+1)."""
-    weights = ", ".join(inits.replace("@", str(i)) for i in range(n) if inits)
-    body = "\n".join(layer.replace("@+1", str(i + 1)).replace("@", str(i)) for i in range(n))
-    return f"""
-    <ir_version: 8, opset_import: ["" : 17]>
-    g {header} {"<" + weights + ">" if weights else ""} {{
-        {body}
-        y = Identity (x{n})
-    }}"""
-
-
-def members(bm, mg, op=None):
-    return [sorted(mg.nodes[n].op_type for n in b.node_ids if op is None or mg.nodes[n].op_type == op)
-            for b in bm.blocks]
-
-
-LEGACY = """
-        ["/model/layers.@/mlp/MatMul"] h@ = MatMul (x@, "model.layers.@.mlp.weight")
-        ["/model/layers.@/mlp/Relu"] r@ = Relu (h@)
-        ["/model/layers.@/Add"] x@+1 = Add (x@, r@)
-"""
-LEGACY_W = 'float[2, 2] "model.layers.@.mlp.weight" = ' + EYE
+from support.text_graphs import EYE, LEGACY, LEGACY_W, graph_of, layered, members
 
 
 def test_legacy_node_names():

@@ -33,9 +33,8 @@ from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST
 from graphaudit.replay.capture import _CHECK, _CHECK_FILE, LiveCheck, capture
 from graphaudit.replay.capture import _file as file_of
 from graphaudit.errors import GraphAuditError
-from test_bad_contract import FAST_REPLAY, accepted, refused
-from test_capture import _setup
-from test_replay_models import gated_lm, token_ids
+from support.cli import FAST_REPLAY, accepted, refused
+from support.models import gated_lm, token_ids, traced
 
 CHECK = LiveCheck("logit sums", lambda outputs, feeds, rows: outputs["logits"].sum(axis=(1, 2)).astype(np.float32))
 
@@ -43,7 +42,7 @@ CHECK = LiveCheck("logit sums", lambda outputs, feeds, rows: outputs["logits"].s
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     """The trace, coefficients and data, and the files and values of their clean cache."""
-    trace, coefs, data = _setup(gated_lm, count=6)
+    trace, coefs, data = traced(gated_lm, count=6)
     root = tmp_path_factory.mktemp("clean")
     with capture(trace, coefs, data, batch_size=4, cache_dir=root, check=CHECK) as cache:
         values = {k: np.array(v) for k, v in cache.arrays.items()}

@@ -12,15 +12,7 @@ from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.errors import GraphAuditError
 from graphaudit.replay.surgery import trace_graph
-from test_replay_models import gated_lm, mixing_lm, run_ort, token_ids
-
-
-def _setup(build, count=10, seed=0):
-    model = build()
-    coefs = declared_coefficients(model)
-    trace = trace_graph(model, coefs)
-    data = from_arrays({"input_ids": token_ids(count, seed=seed)}, input_specs(model))
-    return trace, coefs, data
+from support.models import float_data, float_gated, gated_lm, mixing_lm, run_ort, traced
 
 
 def _expected(trace, coefs, data):
@@ -31,7 +23,7 @@ def _expected(trace, coefs, data):
 
 @pytest.mark.parametrize("build", [gated_lm, mixing_lm])
 def test_capture_in_memory_holds_every_input_batch_first(build):
-    trace, coefs, data = _setup(build)
+    trace, coefs, data = traced(build)
     expected, outputs = _expected(trace, coefs, data)
     with capture(trace, coefs, data, batch_size=4) as cache:
         assert cache.location is None and cache.count == 10
@@ -46,7 +38,7 @@ def test_capture_in_memory_holds_every_input_batch_first(build):
 
 
 def test_capture_past_the_memory_limit_is_memory_mapped_and_removed_on_close():
-    trace, coefs, data = _setup(gated_lm)
+    trace, coefs, data = traced(gated_lm)
     expected, _ = _expected(trace, coefs, data)
     cache = capture(trace, coefs, data, batch_size=3, memory_limit=100)
     folder = cache.location
@@ -62,7 +54,7 @@ def test_capture_past_the_memory_limit_is_memory_mapped_and_removed_on_close():
 
 
 def test_cache_dir_is_kept_and_reused_without_running_the_model(tmp_path, monkeypatch):
-    trace, coefs, data = _setup(gated_lm)
+    trace, coefs, data = traced(gated_lm)
     first = capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path, label="eval")
     values = {k: np.array(v) for k, v in first.arrays.items()}
     first.close()
@@ -80,8 +72,8 @@ def test_cache_dir_is_kept_and_reused_without_running_the_model(tmp_path, monkey
 
 
 def test_cache_is_not_reused_for_other_data_or_batches(tmp_path):
-    trace, coefs, data = _setup(gated_lm)
-    _, _, other = _setup(gated_lm, seed=1)
+    trace, coefs, data = traced(gated_lm)
+    _, _, other = traced(gated_lm, seed=1)
     a = capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path)
     b = capture(trace, coefs, other, batch_size=4, cache_dir=tmp_path)
     c = capture(trace, coefs, data, batch_size=5, cache_dir=tmp_path)
@@ -90,7 +82,7 @@ def test_cache_is_not_reused_for_other_data_or_batches(tmp_path):
 
 
 def test_cache_streams_in_chunks():
-    trace, coefs, data = _setup(gated_lm, count=9)
+    trace, coefs, data = traced(gated_lm, count=9)
     with capture(trace, coefs, data, batch_size=4) as cache:
         seen = [rows for rows, _ in cache.chunks(4)]
         assert [list(r) for r in seen] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
@@ -101,8 +93,6 @@ def test_cache_streams_in_chunks():
 def _failing_later():
     """A model whose controller gives NaN for input 5 only (a Log of a negative entry), and its
     data: a capture in batches of 2 has written batches 0..1 when batch 2 stops it."""
-    from test_bad_contract import float_data, float_gated
-
     model = float_gated(log_in_controller=True)
     coefs = declared_coefficients(model)
     x = float_data(8)
@@ -139,7 +129,7 @@ def test_a_failed_capture_removes_its_temporary_folder(monkeypatch):
 
 
 def test_a_rewrite_that_fails_leaves_no_manifest_over_half_written_files(tmp_path, monkeypatch):
-    trace, coefs, data = _setup(gated_lm)
+    trace, coefs, data = traced(gated_lm)
     first = capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path)
     folder = first.location
     first.close()

@@ -7,7 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 import graphaudit
-from graphaudit.cli import COMMANDS, cli, main
+from graphaudit.cli import COMMANDS, cli
+from support.cli import run_main
 
 
 def test_version():
@@ -32,13 +33,6 @@ def test_every_command_has_help_text(name):
     for param in command.params:
         if param.param_type_name == "option" and not param.hidden:
             assert param.help, f"{name} {param.opts} has no help text"
-
-
-def run_main(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 def test_user_error_is_one_line_and_status_1(tmp_path, capsys):

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 from graphaudit.replay.pipeline import replay
-from test_replay_models import blockdrop_cnn, dynamic_conv, se_cnn
+from support.models import blockdrop_cnn, dynamic_conv, se_cnn
 
 
 def _replay_images(tmp_path, model: onnx.ModelProto, seed: int):

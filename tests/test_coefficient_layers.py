@@ -5,7 +5,7 @@ neighbours); and A-ViT's halting scores, summed on from block to block."""
 
 import pytest
 
-from test_static import EYE, audit, graph
+from support.text_graphs import EYE, audit, graph
 
 # One float scalar, one int64 index, the bounds of a slice and the axis of an unsqueeze.
 CONSTANTS = ('float half = {0.5}, int64 zero = {0}, int64[1] one1 = {1}, int64[1] two1 = {2}, '

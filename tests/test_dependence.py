@@ -1,18 +1,9 @@
 """Data dependence on tiny graphs in ONNX text syntax: the CONST < SHAPE < VALUE lattice."""
 
-import onnx
-import onnx.parser
 import pytest
 
 from graphaudit.analyses.dependence import CONST, SHAPE, VALUE, Dependence, analyse_dependence, data_dependence
-from graphaudit.graph.build import build_graph
-from graphaudit.load.model import load_model
-
-
-def graph_of(text: str):
-    model = onnx.parser.parse_model(text)
-    onnx.checker.check_model(model)
-    return build_graph(load_model(model).model)
+from support.text_graphs import graph_of
 
 
 def dep(mg, name: str) -> Dependence:

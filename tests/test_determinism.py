@@ -13,7 +13,8 @@ import json
 
 import pytest
 
-from test_bad_contract import accepted, zoo_subset
+from support.cli import accepted
+from support.zoo import zoo_subset
 
 # Fields that hold measured time, or are ordered or worded by it.
 REPLAY_TIMING = [("timing",)]

@@ -19,8 +19,8 @@ from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import load_model
 from graphaudit.replay.pipeline import replay
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, invoke, refused
-from test_replay_models import se_cnn
+from support.cli import FAST_PROFILE, FAST_REPLAY, invoke, refused
+from support.models import se_cnn
 
 FREE = {  # how exporters write "any size" (Paddle2ONNX: [-1, 3, '?', '?'])
     "minus-one-and-question-marks": lambda d, axis: setattr(d, "dim_value", -1) if axis == 0

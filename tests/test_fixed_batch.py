@@ -17,7 +17,7 @@ from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.model import infer_at, load_model
 from graphaudit.replay.batching import default_batch_size
 from graphaudit.replay.pipeline import replay
-from test_replay_models import gated_lm, token_ids
+from support.models import gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "static_layer")
 
@@ -219,7 +219,7 @@ def test_fixed_sizes_mark_only_the_leading_axes():
 def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
     """mix.0 has its batch on axis 1: with every size fixed, nothing in the graph says so, and
     --axes does; the replay then equals the replay of the export that declares the axes."""
-    from test_replay_models import mixing_lm
+    from support.models import mixing_lm
 
     declared = mixing_lm()
     bare = with_batch(declared, 1, 6)
@@ -253,7 +253,7 @@ def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
     ("mixx.0=way,batch,token,source", r"expected --axes 'mixx.0' to name a tensor of the model, found none; closest"),
 ])
 def test_axes_that_cannot_be_right_are_refused(tmp_path, capsys, entry, message):
-    from test_replay_models import mixing_lm
+    from support.models import mixing_lm
 
     bare = with_batch(mixing_lm(), 1, 6)
     del bare.metadata_props[:]

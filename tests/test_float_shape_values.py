@@ -16,7 +16,7 @@ from graphaudit.analyses.flops import count_flops
 from graphaudit.cli.static import render_text
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import infer_at, load_model
-from test_static import audit, graph
+from support.text_graphs import audit, graph
 
 
 def positions(limit: str, start: str = "0.0", delta: str = "1.0", to: int = onnx.TensorProto.FLOAT) -> str:

@@ -1,7 +1,7 @@
 """The full size of a selection of fixed capacity where the exporter writes k more than once.
 
 A capacity's full size is counted on a variant of the graph whose selections keep every row
-(`analyses.concrete_shapes`). The exporters do not hand k to the selection alone: TorchScript casts and
+(`analyses.widest`). The exporters do not hand k to the selection alone: TorchScript casts and
 reshapes the k it computed once, and gives the un-reshaped k to the reshape after a flattened
 gather (a Mixture-of-Depths written with index_select on batch × token rows); dynamo computes
 every symbolic size at the top of the graph, the slice end of a full argsort and the reshape's
@@ -17,7 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli.static import render_text
 from graphaudit.load.model import load_model
-from test_static import EYE
+from support.text_graphs import EYE
 
 B, T, D = 2, 8, 2
 SHAPES = {"x0": (B, T, D)}

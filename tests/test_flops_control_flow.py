@@ -2,7 +2,7 @@
 
 The total is the most expensive run (the larger branch of each If, each loop at its largest
 trip count); skippable is what the cheapest run that input values can choose saves against
-it. Graphs in ONNX text syntax, on the helpers of test_static.
+it. Graphs in ONNX text syntax, on the helpers of tests/support/text_graphs.py.
 """
 
 import json
@@ -13,7 +13,8 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli.static import render_text
-from test_static import CONDITIONS, DENSE, DENSE_W, TRIPS, audit, graph, model_of, run_main
+from support.cli import run_main
+from support.text_graphs import CONDITIONS, DENSE, DENSE_W, TRIPS, audit, graph, model_of
 
 PER_MATMUL = 2 * 8 * 2 * 2  # one [8, 2] x [2, 2] MatMul, x0 at (8, 2)
 SHAPES = {"x0": (8, 2)}

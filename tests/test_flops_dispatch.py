@@ -6,15 +6,15 @@ that mask fills each expert's buffer of C rows. With every row selected each exp
 take every token, C = N: the widest variant gives that Range the length of the token axis
 the dispatch contracts, and the experts' compute is counted there. Where the mask's slots do
 not come from a Range counted from 0, its full size is not found. The Switch graphs of
-test_static_capacity_dispatch, in ONNX text syntax.
+tests/support/switch_moe.py, in ONNX text syntax.
 """
 
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli.static import render_text
-from test_static import model_of, verdicts
-from test_static_capacity_dispatch import audit, reference, switch
+from support.switch_moe import reference, switch
+from support.text_graphs import audit, model_of, verdicts
 
 N, E, D = 8, 2, 2
 C = 5  # ⌊1.25·8/2⌋

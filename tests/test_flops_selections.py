@@ -4,7 +4,7 @@ A data-dependent selection (NonZero, Compress) leaves the compute after it witho
 it is counted with every row selected, an upper bound shown as one ("≤"). A selection of
 fixed capacity (top-k rows, k a share of the rows) runs at that size on every input: it is
 not skippable, and its saving against the same compute on every row is reported apart.
-Graphs in ONNX text syntax, on the helpers of test_static and test_static_routing.
+Graphs in ONNX text syntax, on the helpers of tests/support/text_graphs.py.
 """
 
 import json
@@ -17,8 +17,9 @@ from onnx.reference import ReferenceEvaluator
 
 from graphaudit.cli.static import render_text
 from graphaudit.report.tables import static_table
-from test_static import DENSE, DENSE_W, EYE, audit, graph, model_of, run_main
-from test_static_routing import DISPATCH, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE
+from support.cli import run_main
+from support.text_graphs import (DENSE, DENSE_W, DISPATCH, EYE, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE, audit, graph,
+                                 model_of)
 
 T = 8
 SHAPES = {"x0": (T, 2)}

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_bad_contract import FAST_PROFILE, FAST_REPLAY, invoke, snapshot, zoo_subset
+from support.cli import FAST_PROFILE, FAST_REPLAY, invoke, snapshot
+from support.zoo import zoo_subset
 
 # The mutations themselves cast NaN and complex values; graphaudit's own warnings are checked by `invoke`.
 pytestmark = pytest.mark.filterwarnings("ignore::numpy.exceptions.ComplexWarning",

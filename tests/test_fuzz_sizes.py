@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from graphaudit.load.data import data_shapes, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM
-from test_bad_contract import invoke, snapshot
-from test_bad_sizes import patch_member
-from test_replay_models import gated_lm, token_ids
+from support.archives import patch_member
+from support.cli import invoke, snapshot
+from support.models import gated_lm, token_ids
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

@@ -8,7 +8,7 @@ import pytest
 from graphaudit.analyses.static import audit_static
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
-from test_static import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, model_of, verdicts
+from support.text_graphs import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, model_of, verdicts
 
 
 def test_a_gate_applied_between_the_blocks_belongs_to_the_block_it_weights():
@@ -243,7 +243,7 @@ def test_a_per_token_exit_computed_densely_has_its_confidence_detected():
 def test_an_exit_confidence_deciding_an_if_is_detected_through_a_not(decide):
     # "skip the rest if confident" (then: skip) or TorchScript's "run the rest unless confident"
     # (a Not of the comparison): the same confidence, the most probable class's probability per token
-    from test_static import SKIPPABLE
+    from support.text_graphs import SKIPPABLE
 
     exit_head = f"""
         ["/exit/MatMul"] e = MatMul (x1, "exit.weight")

@@ -13,7 +13,7 @@ import pytest
 
 from graphaudit.report import render
 
-from test_report_samples import dense, document, earlyexit, featuregate, mudd
+from support.report_samples import dense, document, earlyexit, featuregate, mudd
 
 FIGURES = ("coefficient-means", "variance-shares", "delta-nll", "latency", "executed")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import pytest
 
-from test_bad_contract import zoo_subset
+from support.zoo import zoo_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED_S = 60  # how long a process may take to import and make its temporary folder (a busy machine)

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.replay.pipeline import live_decisions, replay
-from test_replay_models import gated_lm, token_ids
+from support.models import gated_lm, token_ids
 
 FED = [Coefficient("c", "exit", 0, ("batch", "token"))]
 

@@ -1,6 +1,5 @@
 """Model loading: graph-only loads, the checker, and errors for bad files."""
 
-import hashlib
 
 import numpy as np
 import onnx
@@ -11,10 +10,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
-
-
-def sha(path):
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+from support.cli import sha
 
 
 def test_graph_only_load_of_a_24_layer_model_reads_no_weights(tmp_path, monkeypatch):

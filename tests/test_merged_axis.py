@@ -16,7 +16,7 @@ from graphaudit.analyses.declared_coefficients import MERGED, Coefficient, metad
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.model import load_model
 from graphaudit.replay.pipeline import replay
-from test_replay_models import WIDTH, gated_lm, token_ids
+from support.models import WIDTH, gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")
 

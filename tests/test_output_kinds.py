@@ -22,7 +22,7 @@ from graphaudit.metrics import Reference, score, task_for
 from graphaudit.metrics.outputs import column
 from graphaudit.replay.pipeline import replay
 from graphaudit.verdict.decide import functional_dependence
-from test_replay_models import se_cnn
+from support.models import se_cnn
 
 CLASSES = 3
 

@@ -13,7 +13,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import column, log_softmax, score
 from graphaudit.replay.pipeline import replay
-from test_replay_models import VOCAB, gated_lm, token_ids
+from support.models import VOCAB, gated_lm, token_ids
 
 CONDITIONS = ("correct", "token_shuffle", "static_layer", "static_position", "global_mean")  # cross_input: below
 

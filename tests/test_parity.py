@@ -11,7 +11,7 @@ from graphaudit.metrics.outputs import log_softmax
 from graphaudit.replay.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
                                every_input_summary, kept_positions)
 from graphaudit.replay.pipeline import replay
-from test_replay_models import gated_lm, token_ids
+from support.models import gated_lm, token_ids
 
 
 def _first_batch_parity():

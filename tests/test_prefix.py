@@ -1,8 +1,6 @@
 """The frozen graph's shared prefix (graphaudit.replay.prefix): what no coefficient reaches is cut off,
 run once per batch, and the two parts together give what the frozen graph gives."""
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -16,10 +14,8 @@ from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import create_session
 from graphaudit.replay.surgery import frozen_graph
 from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
-from test_replay_models import WIDTH, gated_lm, token_ids
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-ZOO = [n for n in ("featuregate", "mudd", "moe", "earlyexit") if (FIXTURES / n / "model.onnx").is_file()]
+from support.models import WIDTH, gated_lm, token_ids
+from support.zoo import FIXTURES, ZOO
 
 
 def _frozen(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:

@@ -17,7 +17,7 @@ from graphaudit.graph.build import build_graph
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.baseline import compare
 from graphaudit.profile.latency import spread, time_rounds
-from test_profile_models import dense_model, dynamic_model, feeds_for, prefix_blocks, transformer_model
+from support.profile_models import dense_model, dynamic_model, feeds_for, prefix_blocks, transformer_model
 
 FAST = {"runs": 2, "warmup": 1, "profile_runs": 1, "threads": 1}
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()

@@ -16,7 +16,7 @@ from graphaudit.profile.events import NodeEvent, Run, parse_profile
 from graphaudit.profile.execution import aligned_inputs, block_work, read_execution
 from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.trace import block_segments, trace_events
-from test_profile_models import dynamic_model, prefix_blocks
+from support.profile_models import dynamic_model, prefix_blocks
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
 SHAPES = [(("x", (1, 6, 8)),)] * 4

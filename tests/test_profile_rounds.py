@@ -22,9 +22,8 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.profile import profile_model
 from graphaudit.profile.rounds import (DEFAULT_BUDGET_S, FEWEST_RUNS, check_budget, choose_rounds, round_seconds,
                                        rounds_cost)
-from test_capture import _setup
-from test_profile_models import dense_model, dynamic_model, feeds_for
-from test_replay_models import gated_lm
+from support.models import gated_lm, traced
+from support.profile_models import dense_model, dynamic_model, feeds_for
 
 SECOND = 10**9
 
@@ -149,7 +148,7 @@ def test_run_reports_the_profiles_rounds(files, second_per_run, capsys):
 
 
 def test_the_captures_live_outputs_hold_no_memory_of_the_session():
-    trace, coefs, data = _setup(gated_lm)
+    trace, coefs, data = traced(gated_lm)
     with capture(trace, coefs, data, batch_size=4) as cache:
         # a view of ONNX Runtime's output would keep the session's whole arena alive
         assert all(v.base is None and v.flags.owndata for v in cache.live.values())

@@ -4,9 +4,6 @@ kernels only where a group's values stay inside it, so the trace graph (coeffici
 exposed) and the frozen graph (coefficients fed, the prefix cut) would round apart. The
 replay runs the pairs as written in both, and parity holds exactly."""
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -14,27 +11,9 @@ import pytest
 from graphaudit.errors import GraphAuditError
 from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import quantized_pairs
+from support.zoo import FIXTURES, quantized_featuregate
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"
-
-
-def quantized_featuregate(target: Path, form: str) -> None:
-    """The FeatureGate fixture quantized statically by ONNX Runtime's quantizer, in `form`
-    ("QDQ" or "QOperator"), calibrated on 4 inputs, saved at `target` (other modules use it)."""
-    quantization = pytest.importorskip("onnxruntime.quantization")
-    ids = np.load(FIXTURE / "calib.npz")["input_ids"]
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"input_ids": ids[i:i + 1]} for i in range(4)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantization.quantize_static(str(FIXTURE / "model.onnx"), str(target), Reader(),
-                                     quant_format=getattr(quantization.QuantFormat, form))
+FIXTURE = FIXTURES / "featuregate"
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from onnx import TensorProto, helper, numpy_helper
 from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.session import runnable_model
 from graphaudit.runtime.sessions import create_session
-from test_bad_contract import FAST_REPLAY, FAST_RUN, accepted, float_data, float_gated, refused, sha
+from support.cli import FAST_REPLAY, FAST_RUN, accepted, refused, sha
+from support.models import float_data, float_gated
 
 
 def _with_microsoft_act(model: onnx.ModelProto) -> onnx.ModelProto:

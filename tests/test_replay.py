@@ -1,7 +1,6 @@
 """The frozen replay end to end: parity first, every condition, the report, the command."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,19 +22,16 @@ from graphaudit.replay.pipeline import replay
 from graphaudit.replay.loop import run_conditions
 from graphaudit.runtime.sessions import create_session, spare_core
 from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax
-from test_replay_models import gated_lm, mixing_lm, token_ids
+from support.models import gated_lm, mixing_lm, token_ids
+from support.zoo import FIXTURES, ZOO
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-ZOO = [n for n in ("featuregate", "mudd", "moe", "earlyexit") if (FIXTURES / n / "model.onnx").is_file()]
 NO_ZOO = "no trained zoo models in fixtures/ (python -m exporters.build writes them)"
 
 
 @pytest.fixture()
-def files(tmp_path):
-    onnx.save(gated_lm(), tmp_path / "gated.onnx")
-    np.savez(tmp_path / "calib.npz", input_ids=token_ids(12, seed=1))
-    np.savez(tmp_path / "eval.npz", input_ids=token_ids(10, seed=2))
-    return tmp_path
+def files(gated_lm_files):
+    """A folder holding gated.onnx (`gated_lm`), calib.npz and eval.npz."""
+    return gated_lm_files
 
 
 def _without_timing(doc):

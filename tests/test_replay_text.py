@@ -2,10 +2,17 @@
 
 import dataclasses
 
+import pytest
+
 from graphaudit.cli.replay import render_text
 from graphaudit.metrics.stats import Estimate
 from graphaudit.replay.pipeline import replay
-from test_replay import files  # noqa: F401 - the fixture: a gated model and its data
+
+
+@pytest.fixture()
+def files(gated_lm_files):
+    """A folder holding gated.onnx (`gated_lm`), calib.npz and eval.npz."""
+    return gated_lm_files
 
 
 def test_text_says_when_there_is_no_gap_for_the_retained_shares(files):

@@ -2,7 +2,7 @@
 
 from graphaudit.report import FORMATS, render
 
-from test_report_samples import dense, document, earlyexit, featuregate, mudd
+from support.report_samples import dense, document, earlyexit, featuregate, mudd
 
 import pytest
 

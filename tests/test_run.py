@@ -14,7 +14,7 @@ import pytest
 import graphaudit
 from graphaudit.cli import main
 
-from test_report_json import validate
+from support.json_schema import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -379,7 +379,7 @@ def test_a_coefficient_inside_control_flow_stops_the_replay_not_the_audit(tmp_pa
     import numpy as np
     import onnx
 
-    from test_replay_models import gate_in_branch, token_ids
+    from support.models import gate_in_branch, token_ids
 
     model = gate_in_branch()
     onnx.save(model, tmp_path / "model.onnx")

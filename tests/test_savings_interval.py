@@ -18,8 +18,8 @@ from graphaudit.report.jsondoc import schema
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, savings_answer
 from graphaudit.verdict.decide import ClaimCheck, check_claim, claims_status, decide
 
-from test_report_json import errors
-from test_report_samples import document, earlyexit
+from support.json_schema import errors
+from support.report_samples import document, earlyexit
 
 
 @pytest.mark.parametrize("low, high, answer", [

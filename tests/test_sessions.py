@@ -11,7 +11,7 @@ import graphaudit.replay.prefix as prefix
 import graphaudit.runtime.sessions as runtime
 from graphaudit.runtime.sessions import create_session, weights_apart
 from graphaudit.replay.pipeline import replay
-from test_replay_models import gated_lm, token_ids
+from support.models import gated_lm, token_ids
 
 BIG = 2**20 // 4 + 1  # float32 values in a weight just past HANDED_OVER
 

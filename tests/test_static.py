@@ -1,6 +1,6 @@
 """Execution verdicts on tiny graphs in ONNX text syntax: one graph per kind of control flow,
 coefficients from each source, FLOPs, the `graphaudit static` command. Routing verdicts
-(subset, masked) are in test_static_routing.py, on the helpers defined here."""
+(subset, masked) are in test_static_routing.py, on the same helpers (tests/support/text_graphs.py)."""
 
 import json
 
@@ -9,57 +9,13 @@ import onnx
 import onnx.parser
 import pytest
 
-from graphaudit.analyses.static import audit_static
-from graphaudit.cli import main
-from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.load.model import load_model
-
-EYE = "{1.0, 0.0, 0.0, 1.0}"
-
-
-def model_of(text: str, declared=()) -> onnx.ModelProto:
-    model = onnx.parser.parse_model(text)
-    if declared:
-        model.metadata_props.append(metadata_entry(declared))
-    onnx.checker.check_model(model)
-    return model
+from support.cli import run_main
+from support.text_graphs import (CONDITIONS, DENSE, DENSE_W, EYE, GATED, GATED_W, SKIPPABLE, TRIPS, audit, graph,
+                                 model_of, verdicts)
 
 
-def audit(text: str, declared=(), **options):
-    return audit_static(load_model(model_of(text, declared)), **options)
-
-
-def verdicts(report) -> list[str]:
-    return [b.verdict for b in report.blocks]
-
-
-def graph(blocks: list[str], weights: list[str], inputs="float[T, 2] x0", opsets='"" : 17') -> str:
-    """Blocks in order, block i reading x{i} and writing x{i+1}; `@` stands for the number."""
-    body = "\n".join(b.replace("@+1", str(i + 1)).replace("@", str(i)) for i, b in enumerate(blocks))
-    inits = ", ".join(w.replace("@", str(i)) for i, ws in enumerate(weights) for w in [ws] if w)
-    return f"""
-    <ir_version: 8, opset_import: [{opsets}]>
-    g ({inputs}) => (float[T, 2] y) <{inits}> {{
-        {body}
-        ["/model/head/Identity"] y = Identity (x{len(blocks)})
-    }}"""
-
-
-DENSE = """
-        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
-        ["/model/layers.@/Add"] x@+1 = Add (x@, h@)
-"""
-DENSE_W = f'float[2, 2] "model.layers.@.fc.weight" = {EYE}'
-
-GATED = """
-        ["/model/layers.@/fc/MatMul"] h@ = MatMul (x@, "model.layers.@.fc.weight")
-        ["/model/layers.@/gate/MatMul"] gl@ = MatMul (x@, "model.layers.@.gate.weight")
-        ["/model/layers.@/gate/Sigmoid"] "gate.@" = Sigmoid (gl@)
-        ["/model/layers.@/Mul"] m@ = Mul ("gate.@", h@)
-        ["/model/layers.@/Add"] x@+1 = Add (x@, m@)
-"""
-GATED_W = DENSE_W + f', float[2, 2] "model.layers.@.gate.weight" = {EYE}'
 GATE_META = [Coefficient(f"gate.{i}", "gate", i, ("token", "feature")) for i in range(2)]
 
 
@@ -168,30 +124,6 @@ def test_metadata_naming_a_missing_tensor_is_an_error():
 
 
 # -- control flow ----------------------------------------------------------------------------
-CONDITIONS = {
-    "value": """
-        total = ReduceSum <keepdims = 0> (x1)
-        zero = Constant <value = float {0.0}> ()
-        go = Greater (total, zero)""",
-    "const": """
-        go = Constant <value = bool {1}> ()""",
-    "shape": """
-        s = Shape (x1)
-        four = Constant <value = int64[1] {4}> ()
-        big = Greater (s, four)
-        first = Constant <value = int64[1] {0}> ()
-        bigs = Gather (big, first)
-        go = Squeeze (bigs)""",
-}
-SKIPPABLE = """
-        ["/model/exit/If"] x2 = If (go) <
-            then_branch = t () => (float[T, 2] same) { same = Identity (x1) },
-            else_branch = e () => (float[T, 2] x2b) {
-                ["/model/layers.1/fc/MatMul"] h1 = MatMul (x1, "model.layers.1.fc.weight")
-                ["/model/layers.1/Add"] x2b = Add (x1, h1)
-            }
-        >
-"""
 
 
 @pytest.mark.parametrize("condition, verdict", [("value", "branch"), ("const", "always"), ("shape", "always")])
@@ -262,16 +194,6 @@ LOOPED = """
             }
         >
 """
-TRIPS = {
-    "value": """
-        total = ReduceSum <keepdims = 0> (x1)
-        n = Cast <to = 7> (total)""",
-    "shape": """
-        s = Shape (x1)
-        first = Constant <value = int64[1] {0}> ()
-        t = Gather (s, first)
-        n = Squeeze (t)""",
-}
 
 
 @pytest.mark.parametrize("trip, verdict", [("value", "branch"), ("shape", "always")])
@@ -341,13 +263,6 @@ def test_json_has_the_documented_fields():
     assert set(doc["coefficients"][0]) == {"tensor", "family", "layer", "axes", "source"}
     assert set(doc["blocks"][0]["evidence"][0]) >= {"kind", "node", "op", "tensor", "dependence", "text"}
     assert doc["flops"]["skippable_share"] == 0.0
-
-
-def run_main(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 @pytest.fixture

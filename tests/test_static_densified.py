@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from test_static import model_of, audit, verdicts, graph, EYE, DENSE, DENSE_W
+from support.text_graphs import DENSE, DENSE_W, EYE, audit, graph, model_of, verdicts
 
 # scores = σ(router(x)); idx = topk(scores + bias, 2); w = scores.gather(1, idx); w /= w.sum(1);
 # comb = zeros_like(scores).scatter(1, idx, w); out = Σₑ comb[:, e:e+1] · expertₑ(x)

@@ -6,34 +6,11 @@ import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from test_static import model_of, audit, verdicts, graph, EYE, DENSE, DENSE_W, CONDITIONS
+from support.text_graphs import (CONDITIONS, DENSE, DENSE_W, DISPATCH, EYE, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE,
+                                 audit, graph, model_of, verdicts)
 
 
 # -- routing -----------------------------------------------------------------------------------
-ROUTE = """
-        ["/model/layers.@/router/MatMul"] s2 = MatMul (x@, "model.layers.@.router.weight")
-        axis1 = Constant <value = int64[1] {1}> ()
-        ["/model/layers.@/router/Squeeze"] score = Squeeze (s2, axis1)
-"""
-PICK_CAPACITY = """
-        k = Constant <value = int64[1] {2}> ()
-        ["/model/layers.@/TopK"] top, idx = TopK <axis = 0> (score, k)
-"""
-PICK_NONZERO = """
-        zero = Constant <value = float {0.0}> ()
-        positive = Greater (score, zero)
-        ["/model/layers.@/NonZero"] nz = NonZero (positive)
-        flat = Constant <value = int64[1] {-1}> ()
-        ["/model/layers.@/Reshape"] idx = Reshape (nz, flat)
-"""
-DISPATCH = """
-        ["/model/layers.@/Gather"] sel = Gather <axis = 0> (x@, idx)
-        ["/model/layers.@/expert/MatMul"] out = MatMul (sel, "model.layers.@.expert.weight")
-        ["/model/layers.@/Unsqueeze"] idx2 = Unsqueeze (idx, axis1)
-        ["/model/layers.@/ScatterND"] x@+1 = ScatterND (x@, idx2, out)
-"""
-MOE_W = (f'float[2, 1] "model.layers.@.router.weight" = {{1.0, 1.0}}, '
-         f'float[2, 2] "model.layers.@.expert.weight" = {EYE}')
 
 
 @pytest.mark.parametrize("pick, size", [(PICK_CAPACITY, "fixed (capacity)"), (PICK_NONZERO, "data-dependent")])

@@ -1,7 +1,5 @@
 """Graph surgery: the trace graph exposes coefficients, the frozen graph takes them as inputs."""
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
@@ -14,9 +12,8 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.replay.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
-from test_replay_models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from support.models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
+from support.zoo import FIXTURES, ZOO
 
 
 def _traced(model):
@@ -120,9 +117,6 @@ def test_freeze_command_on_a_model_without_a_controller(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-ZOO = [n for n in ("featuregate", "mudd", "moe", "earlyexit") if (FIXTURES / n / "model.onnx").is_file()]
-
-
 @pytest.mark.skipif(not ZOO, reason="no trained zoo models in fixtures/ (python -m exporters.build writes them)")
 @pytest.mark.parametrize("name", ZOO)
 def test_zoo_frozen_graph_matches_the_exported_frozen_graph(name):
@@ -167,7 +161,7 @@ def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their
     from onnx import helper
 
     from graphaudit.replay.pipeline import replay
-    from test_replay_models import gated_lm, token_ids
+    from support.models import gated_lm, token_ids
 
     model = gated_lm(layers=2)
     model.ir_version = 3

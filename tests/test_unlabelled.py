@@ -11,7 +11,7 @@ from graphaudit.metrics import task_for
 from graphaudit.replay.pipeline import replay
 from graphaudit.report.tables import condition_table
 from graphaudit.verdict.decide import functional_dependence
-from test_replay_models import se_cnn
+from support.models import se_cnn
 
 
 @pytest.mark.parametrize("name, shape, labels, kind", [
@@ -116,7 +116,7 @@ def test_the_run_of_a_classifier_without_labels_answers_from_the_kl(tmp_path):
     from click.testing import CliRunner
 
     from graphaudit.cli import cli
-    from test_report_json import validate
+    from support.json_schema import validate
 
     _images(tmp_path, labels=False)
     result = CliRunner().invoke(cli, ["run", str(tmp_path / "model.onnx"), "--calib", str(tmp_path / "calib.npz"),

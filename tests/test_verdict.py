@@ -4,7 +4,7 @@ import pytest
 
 from graphaudit.verdict.decide import FINDINGS, NO, NOT_MEASURED, YES, check_claim, decide
 
-from test_report_samples import dense, earlyexit, featuregate, mudd, profile_doc, replay_doc, static_doc
+from support.report_samples import dense, earlyexit, featuregate, mudd, profile_doc, replay_doc, static_doc
 
 
 def answers(parts):

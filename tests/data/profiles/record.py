@@ -1,6 +1,6 @@
 """Re-record the profiler files in this folder: `python tests/data/profiles/record.py`.
 
-- `dynamic_disable_all.json`: tests/test_profile_models.dynamic_model at ORT_DISABLE_ALL, one
+- `dynamic_disable_all.json`: tests/support/profile_models.dynamic_model at ORT_DISABLE_ALL, one
   run per input of feeds_for(4) (inputs 0 and 2 exit early, 1 and 3 run block1).
 - `dynamic_enable_all.json` and `transformer_enable_all.json`: the same model and the
   two-layer synthetic transformer at ORT_ENABLE_ALL, each with the optimised graph ORT
@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1])]
 
 from graphaudit.profile.session import session_options  # noqa: E402
-from test_profile_models import dynamic_model, feeds_for, transformer_model  # noqa: E402
+from support.profile_models import dynamic_model, feeds_for, transformer_model
 
 import numpy as np  # noqa: E402
 
