@@ -52,6 +52,7 @@ def test_demo_without_a_zoo_says_where_it_looked(tmp_path, capsys):
 def test_readme_shows_the_demo_and_the_python_api():
     text = (ROOT / "README.md").read_text()
     excerpt = text.split("graphaudit demo:", 1)[1].split("```", 1)[0]
+    assert excerpt.startswith(" 5 models from fixtures ")  # the demo's own first line, once
     for label in ("coefficients vary with input", "dynamic inference", "verdict"):
         assert label in excerpt
     for name in ("dense", "featuregate", "mudd", "moe", "earlyexit"):
