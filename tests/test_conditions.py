@@ -1,4 +1,4 @@
-"""Replay conditions: each maps cached coefficients to the values fed, as DESIGN.md defines."""
+"""Replay conditions: each maps cached coefficients to the values fed, as docs/design.md defines."""
 
 import numpy as np
 import pytest

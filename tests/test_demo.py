@@ -1,4 +1,4 @@
-"""`graphaudit demo`: the zoo side by side, and the README's excerpt of it."""
+"""`graphaudit demo`: the zoo side by side, the README's excerpt of it, and the Python example of docs/reference.md."""
 
 import os
 from pathlib import Path
@@ -52,12 +52,15 @@ def test_demo_without_a_zoo_says_where_it_looked(tmp_path, capsys):
 def test_readme_shows_the_demo_and_the_python_api():
     text = (ROOT / "README.md").read_text()
     excerpt = text.split("graphaudit demo:", 1)[1].split("```", 1)[0]
+    assert excerpt.startswith(" 5 models from fixtures ")  # the demo's own first line, once
     for label in ("coefficients vary with input", "dynamic inference", "verdict"):
         assert label in excerpt
     for name in ("dense", "featuregate", "mudd", "moe", "earlyexit"):
         assert name in excerpt
     assert "graphaudit.audit(" in text and "graphaudit run " in text
-    assert "apt-get install" in text and "chromium" in text.lower()
+    reference = (ROOT / "docs" / "reference.md").read_text()  # the Python API and the browser test moved there
+    assert "graphaudit.audit(" in reference
+    assert "apt-get install" in reference and "chromium" in reference.lower()
 
 
 def test_readme_python_example_runs(monkeypatch):
@@ -65,13 +68,13 @@ def test_readme_python_example_runs(monkeypatch):
 
     if not (built("dense") and built("mudd")):
         pytest.skip("zoo fixtures dense and mudd are not built")
-    text = (ROOT / "README.md").read_text()
-    code = text.split("### From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    text = (ROOT / "docs" / "reference.md").read_text()
+    code = text.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     real = graphaudit.audit
     fast = dict(provider="cpu", runs=2, warmup=1, profile_runs=1, profile_limit=4, resamples=50)
     monkeypatch.setattr(graphaudit, "audit", lambda *a, **k: real(*a, **{**fast, **k}))
     monkeypatch.chdir(ROOT)
     namespace = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/reference.md", "exec"), namespace)
     assert namespace["report"].check("dynamic-inference").supported is False
     assert namespace["document"]["version"] and namespace["page"].startswith("<!DOCTYPE html>")

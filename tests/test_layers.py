@@ -137,3 +137,16 @@ def test_the_command_line_loads_no_runtime_before_a_command_needs_one():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=PACKAGE.parent)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_readme_draws_the_layers_in_their_order():
+    """The README's Layout section lists every package and root module, bottom layer first."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    drawn = []
+    for line in section.splitlines():
+        if line.startswith("- "):
+            head = line[2:].split(":", 1)[0]
+            drawn += [name.strip("`/").removesuffix(".py") for name in head.split(", ")]
+    expected = [name for layer in LAYERS for name in layer if name not in {"_version", "__init__", "__main__"}]
+    assert drawn == expected + list(APART)

@@ -44,3 +44,10 @@ def test_readme_command_table_lists_every_command():
     table = text[text.index("## Commands"):].split("\n\n")[1]
     listed = re.findall(r"^\| `graphaudit (\w+)", table, re.M)
     assert sorted(listed) == sorted(COMMANDS)
+
+
+def test_readme_stays_short_and_points_to_the_docs():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 160  # issue 22: about 150 lines; reference material lives in docs/
+    for doc in ("docs/reference.md", "docs/models.md", "docs/design.md", "BENCHMARKS.md"):
+        assert f"]({doc})" in text and (ROOT / doc).is_file()

@@ -1,5 +1,5 @@
 """A classifier replayed on data without labels: its class logits are scored by KL from the
-`correct` output (DESIGN.md: KL needs no labels), every input's parity compares their
+`correct` output (docs/design.md: KL needs no labels), every input's parity compares their
 log-probabilities, and the verdict answers from the KL instead of saying nothing was measured."""
 
 import numpy as np

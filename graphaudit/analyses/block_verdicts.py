@@ -1,6 +1,6 @@
 """Can a block be skipped or shrunk for some inputs? One verdict per block, with evidence.
 
-Verdicts (DESIGN.md, "Execution verdicts"), strongest first:
+Verdicts (docs/design.md, "Execution verdicts"), strongest first:
 
 - `branch`: the block's compute sits in an If branch or Loop body whose condition or trip
   count depends on input values (or in an ONNX Runtime search operator's decoder);

@@ -1,6 +1,6 @@
 """Which tensors are the controller's coefficients: declared, named by the user, or detected.
 
-In order (DESIGN.md, "Coefficients and their axes"): the `graphaudit.coefficients` metadata
+In order (docs/design.md, "Coefficients and their axes"): the `graphaudit.coefficients` metadata
 our exporters write; then names or glob patterns the user gives; and only when neither gives
 any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, with a fixed
 width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
@@ -78,7 +78,7 @@ def detect_coefficients(
     mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
     axes: "InputAxes | None" = None,
 ) -> tuple[Coefficient, ...]:
-    """Return the tensors that look like a controller's output (DESIGN.md), marked detected:
+    """Return the tensors that look like a controller's output (docs/design.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
     the block they serve where `blocks` name the layers, else their place along the depth
     (`analyses.depth`)."""

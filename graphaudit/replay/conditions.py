@@ -1,7 +1,7 @@
 """Replay conditions: each maps the cached coefficients of some inputs to the array fed in.
 
 Every condition is one small function `(c, rows) -> values`: for coefficient `c` and the
-evaluation inputs at `rows`, the values to feed, batch axis first (see DESIGN.md):
+evaluation inputs at `rows`, the values to feed, batch axis first (see docs/design.md):
 
 - `correct`: the inputs' own cached coefficients (must reproduce the live outputs);
 - `cross_input`: those of input π(b), π a seeded derangement of the evaluation inputs (with
@@ -206,7 +206,7 @@ def derangement(count: int, rng: np.random.Generator) -> np.ndarray:
 def cross_partners(drawn: np.ndarray, tokens: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str | None]:
     """cross_input's partner of every input when inputs are padded: the derangement `drawn`,
     except where the drawn partner has padding at one of the input's tokens (it is shorter, as
-    DESIGN.md's "equal lengths" rules out): there, an input drawn at random among those with
+    docs/design.md's "equal lengths" rules out): there, an input drawn at random among those with
     tokens wherever this one has them, else among those that share most of its tokens. Returns
     the partners and a note of what was changed (None: nothing). Partners may then repeat."""
     masks, group = np.unique(tokens, axis=0, return_inverse=True)

@@ -37,7 +37,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     this thread scores the run before and builds the next run's feeds. None: when the
     session leaves a CPU core free (`spare_core`), where it cut the zoo's replay overhead over
     the bare runs by 0-13 points (six runs); with every core given to ONNX Runtime's threads
-    it gained nothing (BENCHMARKS.md, replay). Either way one run is scored at a time, in the order of
+    it gained nothing (benchmarks/NOTES.md, replay). Either way one run is scored at a time, in the order of
     the loop: a batch's `correct` output, the reference for KL, before its other conditions.
     `every`: checks each batch's `correct` output against the live one (ParityError past tolerance).
     `failures`: when given, a condition other than `correct` whose coefficients ONNX Runtime will

@@ -440,7 +440,7 @@ def _inputs(loaded: LoadedModel, calib, data, seed: int,
 
 def shared_inputs(calibration: InputData, evaluation: InputData) -> int:
     """How many evaluation inputs equal some calibration input (every graph input's row alike),
-    found by hashing each row's bytes once: profiles must come from other inputs (DESIGN.md)."""
+    found by hashing each row's bytes once: profiles must come from other inputs (docs/design.md)."""
     names = sorted(set(calibration.arrays) & set(evaluation.arrays))
     if not names:
         return 0

@@ -10,7 +10,7 @@ part that reads it, not cut: cut, it became a graph input ONNX Runtime could no 
 and a tiny model's replay (an HF Mixtral classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for a batch's inputs and
 the suffix once per condition, and answers `run` as the frozen graph's session would. Both
 graphs are the frozen graph's own nodes, unchanged, so their outputs are the frozen graph's
-up to what ONNX Runtime fuses across the cut (BENCHMARKS.md, replay).
+up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], pr
     """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
     reaches holds compute worth running once per batch (`split_frozen`), else one session of the
     whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
-    runs more than the cut saved (BENCHMARKS.md, replay). On an accelerator the cut would move
+    runs more than the cut saved (benchmarks/NOTES.md, replay). On an accelerator the cut would move
     its values to the host and back for every condition, so the whole graph runs there.
 
     Large inline weights are taken out once (`weights_apart`) and handed to both parts' sessions

@@ -2,7 +2,7 @@
 
 The replay runs the frozen graph once per condition and batch, so its slowest operators are
 paid six times over. Four patterns that exporters write and ONNX Runtime 1.32's CPU handles
-slowly (BENCHMARKS.md, replay: the rewrites) are replaced by the same computation:
+slowly (benchmarks/NOTES.md, replay: the rewrites) are replaced by the same computation:
 
 - *masked fill*: `Where(mask, -inf, scores)` feeding only a Softmax (a causal or padding
   mask) becomes `Add(scores, Where(mask, -inf, 0))`. ONNX Runtime's three-way broadcast in

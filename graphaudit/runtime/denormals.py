@@ -5,7 +5,7 @@ magnitude) takes a slow microcode path unless the thread's SSE control register 
 sets flush-to-zero (FTZ) and denormals-are-zero (DAZ). ONNX Runtime's CPU `Exp` and
 `Softmax` kernels meet such values at every masked position of a causal attention (its
 score is -inf or the float minimum, so its exponential underflows). On an Intel Xeon here
-(`benchmarks/denormals.py`, BENCHMARKS.md) a (16, 4, 64, 64) causally masked softmax took
+(`benchmarks/denormals.py`, benchmarks/NOTES.md) a (16, 4, 64, 64) causally masked softmax took
 1.0 ms, 0.2 ms with FTZ/DAZ set, and the zoo's frozen graphs 1.46x (FeatureGate) and
 1.35x (MUDD) as long per batch of 16; setting and restoring the bits costs about 15 us a
 run. What flushing changes are values below 1.2e-38, which a float32 sum of anything

@@ -40,7 +40,7 @@ EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 # Fusions graphaudit's own CPU sessions leave out, each measured slower than what it fuses:
 # ONNX Runtime 1.32's CPU SkipLayerNormalization ran Add + LayerNormalization 3-7x slower than
 # the two unfused kernels (hidden 64-2048, 1 and 2 threads), and FeatureGate's frozen graph
-# 17% faster without it (BENCHMARKS.md, replay). Outputs differ by rounding only.
+# 17% faster without it (benchmarks/NOTES.md, replay). Outputs differ by rounding only.
 SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
 # Session option: whether intra-op threads spin between runs ("0": they sleep)
 NO_SPINNING = "session.intra_op.allow_spinning"
@@ -252,7 +252,7 @@ def detached(value: np.ndarray) -> np.ndarray:
 
     ONNX Runtime's `run` hands back views of the memory its arena allocated: one kept view
     holds the whole arena, after the session is gone too (a detector's trace session, 1.7 GB
-    at 12 images of 736 x 736 pixels, stayed while the frozen graph's sessions ran; BENCHMARKS.md)."""
+    at 12 images of 736 x 736 pixels, stayed while the frozen graph's sessions ran; benchmarks/NOTES.md)."""
     return np.array(value, copy=True)
 
 
