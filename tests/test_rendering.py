@@ -24,6 +24,17 @@ def _module_functions(path: Path) -> set[str]:
     return {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
 
 
+def _text_echoed(path: Path) -> list[int]:
+    """The lines where `path` writes text it composes itself (an f-string) to stdout."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "echo"
+                and not any(k.arg == "err" for k in node.keywords)
+                and any(isinstance(a, ast.JoinedStr) for arg in node.args for a in ast.walk(arg))):
+            found.append(node.lineno)
+    return found
+
+
 def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -39,6 +50,7 @@ def test_a_command_module_renders_nothing_itself(path):
     # tables and text are report/'s: a command hands its report object to a renderer there
     assert "tabulate" not in _imports(path)
     assert not {f for f in _module_functions(path) if f.startswith(("render", "_render"))}
+    assert _text_echoed(path) == []  # messages to stderr aside
 
 
 def test_each_number_formatter_is_defined_once():
