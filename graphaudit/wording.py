@@ -34,39 +34,88 @@ def interval(ci) -> tuple[float | None, float | None]:
     return None, None
 
 
-def fmt(value) -> str:
+DASH = "—"  # a table cell's missing number
+
+
+def fmt(value, digits: int | None = None, *, missing: str = "?") -> str:
+    """`value` in fixed point: `digits` decimals, or (None) four under 10 and one from 10 on."""
     x = num(value)
     if x is None:
-        return "?"
-    return f"{x:.4f}" if abs(x) < 10 else f"{x:.1f}"
+        return missing
+    if digits is None:
+        digits = 4 if abs(x) < 10 else 1
+    return f"{x:.{digits}f}"
+
+
+def signed(value, digits: int = 4, *, missing: str = "?") -> str:
+    """`value` in fixed point with its sign, "+0.0123"."""
+    x = num(value)
+    return missing if x is None else f"{x:+.{digits}f}"
+
+
+def sig(value, digits: int = 4, *, missing: str = "?") -> str:
+    """`value` to `digits` significant digits, "0.01234"."""
+    x = num(value)
+    return missing if x is None else f"{x:.{digits}g}"
 
 
 def num_text(value) -> str:
+    """`value` in scientific notation, "1.23e-05"."""
     x = num(value)
     return "?" if x is None else f"{x:.2e}"
 
 
-def signed(value) -> str:
-    x = num(value)
-    return "?" if x is None else f"{x:+.4f}"
+def si(value, *, units: str = "TGMk", sep: str = " ", missing: str = "-") -> str:
+    """A count with the largest of `units` (T, G, M, k) it reaches: "1.25 G"; under 1000, whole."""
+    if value is None:
+        return missing
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if unit in units and abs(value) >= scale:
+            return f"{value / scale:.2f}{sep}{unit}"
+    return f"{value:.0f}"
 
 
-def ci_text(lo, hi) -> str:
-    return "" if lo is None or hi is None else f" (95% CI {lo:+.4f} to {hi:+.4f})"
-
-
+# The confidence level of every interval the replay reports (its bootstrap's percentile interval)
+CONFIDENCE = 0.95
 NOISE = 1e-9  # a share smaller than this is float64 rounding, not a measurement
 
 
-def pct(value) -> str:
+def pct(value, digits: int | None = 1, *, missing: str = "?", small: bool = True, whole: bool = False) -> str:
+    """A share as a percentage with `digits` decimals ("12.3%"; None: as few as it needs, "97.5%").
+
+    `small`: a share under 0.1% keeps two significant digits ("0.0052%") and one under NOISE
+    reads "0%" (the verdict's sentences); else it rounds like any other ("0.0%", the tables).
+    `whole`: exactly 0 and 1 read "0%" and "100%" (the profile's fractions of inputs and nodes).
+    """
     x = num(value)
     if x is None:
-        return "?"
+        return missing
+    if whole and x in (0, 1):
+        return f"{x + 0.0:.0%}"
+    if digits is None:
+        return f"{x * 100:g}%"
     # + 0.0: a share that rounds to zero is "0%", whatever its sign ("-0%" read as a loss); below
     # NOISE, a share is the rounding of a sum that is zero (4.3e-14% of a variance)
-    if abs(x) < NOISE:
+    if small and abs(x) < NOISE:
         return "0%"
-    return f"{round(x * 100, 1) + 0.0:.1f}%" if abs(x) >= 0.001 else f"{x * 100 + 0.0:.2g}%"
+    if small and abs(x) < 0.001:
+        return f"{x * 100 + 0.0:.2g}%"
+    return f"{round(x * 100, digits) + 0.0:.{digits}f}%"
+
+
+def ci_text(lo, hi) -> str:
+    """" (95% CI +0.0100 to +0.0200)" after a figure, or "" without an interval."""
+    return "" if lo is None or hi is None else f" ({pct(CONFIDENCE, None)} CI {lo:+.4f} to {hi:+.4f})"
+
+
+def bracketed(ci, digits: int = 4, *, percent: bool = False, missing: str = DASH) -> str:
+    """An interval [lo, hi] as "[+0.0100, +0.0200]" (signed, or as percentages), or `missing`."""
+    lo, hi = interval(ci)
+    if lo is None or hi is None:
+        return missing
+    if percent:
+        return f"[{pct(lo, digits, small=False)}, {pct(hi, digits, small=False)}]"
+    return f"[{signed(lo, digits)}, {signed(hi, digits)}]"
 
 
 def counted(n: int, noun: str) -> str:

@@ -15,7 +15,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.cli.static import render_text
+from graphaudit.report.static_text import render_text
 from graphaudit.load.model import load_model
 from support.text_graphs import EYE
 

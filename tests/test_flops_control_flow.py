@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli.static import render_text
+from graphaudit.report.static_text import render_text
 from support.cli import run_main
 from support.text_graphs import CONDITIONS, DENSE, DENSE_W, TRIPS, audit, graph, model_of
 

@@ -12,7 +12,7 @@ tests/support/switch_moe.py, in ONNX text syntax.
 import numpy as np
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli.static import render_text
+from graphaudit.report.static_text import render_text
 from support.switch_moe import reference, switch
 from support.text_graphs import audit, model_of, verdicts
 

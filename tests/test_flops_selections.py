@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli.static import render_text
+from graphaudit.report.static_text import render_text
 from graphaudit.report.tables import static_table
 from support.cli import run_main
 from support.text_graphs import (DENSE, DENSE_W, DISPATCH, EYE, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE, audit, graph,

@@ -132,7 +132,7 @@ def test_a_varying_number_of_iterations_is_no_change_of_shape(pondered):
 
 
 def test_the_profile_table_gives_rows_kept_and_loop_iterations(profiled, pondered):
-    from graphaudit.cli.profile import render_text
+    from graphaudit.report.profile_text import render_text
 
     capacity = render_text(profiled[1]).splitlines()
     header = next(line for line in capacity if line.startswith("block "))

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from graphaudit.cli.replay import render_text
+from graphaudit.report.replay_text import render_text
 from graphaudit.metrics.stats import Estimate
 from graphaudit.replay.pipeline import replay
 

@@ -63,7 +63,7 @@ def test_moe_routed_layers_run_on_a_subset(file):
     assert [b.uncounted > 0 for b in report.blocks] == [b.index in routed for b in report.blocks]
     assert sum(b.uncounted for b in report.blocks) == len(report.flops.count.unknown_shape)
     assert [b["flops_uncounted_nodes"] for b in report.to_json()["blocks"]] == [b.uncounted for b in report.blocks]
-    from graphaudit.cli.static import render_text
+    from graphaudit.report.static_text import render_text
 
     table = render_text(report).splitlines()
     # live, each token goes to exactly k = 2 of the 4 experts (every index of the TopK is an

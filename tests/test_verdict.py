@@ -280,13 +280,13 @@ def test_a_slot_that_explains_most_of_the_variance_is_named_beside_layer_identit
 def test_a_share_that_rounds_to_zero_has_no_sign():
     # a retained share of exactly -0.0 (a profile no different from one global mean, over a
     # negative gap) printed "-0%" in the evidence, as if something were lost
-    from graphaudit.report.tables import pct as table_pct
     from graphaudit.wording import pct
 
     assert [pct(x) for x in (-0.0, 0.0, -1e-7, -0.25, 0.5)] == ["0%", "0%", "-1e-05%", "-25.0%", "50.0%"]
     # float64 rounding of a variance share that is zero (4.3e-14%) is no measurement either
     assert [pct(x) for x in (4.3e-16, -6.5e-16, 5.2e-5)] == ["0%", "0%", "0.0052%"]
-    assert [table_pct(x) for x in (-0.0, -0.0004, 0.0004, -0.25)] == ["0.0%", "0.0%", "0.0%", "-25.0%"]
+    # a table cell rounds a small share like any other (report.tables: small=False)
+    assert [pct(x, missing="—", small=False) for x in (-0.0, -0.0004, 0.0004, -0.25)] == ["0.0%", "0.0%", "0.0%", "-25.0%"]
 
 
 def test_decisions_left_live_by_the_freezing_qualify_a_no():

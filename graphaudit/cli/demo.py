@@ -8,7 +8,7 @@ import click
 
 from graphaudit.audit import ZOO, audit_zoo
 from graphaudit.progress import ProgressBar
-from graphaudit.report.text import render_comparison
+from graphaudit.report.text import render_demo
 
 # Small enough to finish in about a minute on two cores; `graphaudit run` takes full settings.
 DEMO_SETTINGS = {"runs": 10, "warmup": 2, "profile_runs": 1, "profile_limit": 12, "resamples": 300}
@@ -45,16 +45,6 @@ def demo(fixtures: Path | None, provider: str, fmt: str, quiet: bool) -> None:
     folder = _display(fixtures or default_fixtures())
     with ProgressBar(quiet=quiet) as bar:
         results = audit_zoo(folder, baseline="dense", provider=provider, progress=bar, **DEMO_SETTINGS)
-    names = ", ".join(name for name, _ in results)
     missing = [n for n in ZOO if n not in {name for name, _ in results}]
-    click.echo(f"graphaudit demo: {len(results)} models from {folder} ({names}), "
-               f"audited against dense on {results[0][1].to_json()['profile']['provider']}")
-    if missing:
-        click.echo(f"not found, left out: {', '.join(missing)}")
-    click.echo("")
-    click.echo(render_comparison([(name, report.to_json()) for name, report in results], "dense",
-                                 "github" if fmt == "markdown" else "simple"), nl=False)
-    example = results[-1][0]
-    click.echo(f"\nThe full report of one model: graphaudit run {folder / example / 'model.onnx'} "
-               f"--calib {folder / example / 'calib.npz'} --data {folder / example / 'eval.npz'} "
-               f"--baseline {folder / 'dense' / 'model.onnx'}")
+    click.echo(render_demo([(name, report.to_json()) for name, report in results], folder, missing, "dense",
+                           "github" if fmt == "markdown" else "simple"), nl=False)

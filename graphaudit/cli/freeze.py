@@ -11,6 +11,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.replay.frozen_files import write_graphs
 from graphaudit.load.model import load_for_runtime
 from graphaudit.replay.pipeline import resolve
+from graphaudit.report.freeze_text import render_text
 
 
 @click.command("freeze")
@@ -36,13 +37,7 @@ def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[st
                               "declares no coefficient tensors, none were given (--coefficients) and none were "
                               "detected; nothing was written")
     written = write_graphs(loaded, coefficients, out_dir, Path(model).name.removesuffix(".onnx"), link=link)
-    click.echo(f"{len(coefficients)} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})")
-    click.echo(f"trace graph:  {written.trace}  (+{len(coefficients)} outputs)")
-    click.echo(f"frozen graph: {written.frozen}  (+{len(coefficients)} inputs, {len(written.surgery.removed)} "
-               "controller nodes removed)")
-    if written.placed:
-        how = "hard-linked, or copied where a link cannot be made" if link else "copied"
-        click.echo(f"weights: {', '.join(written.placed)} beside them ({how})")
+    click.echo(render_text(written, coefficients, link))
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import click
-from tabulate import tabulate
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
@@ -15,9 +13,9 @@ from graphaudit.replay.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
-from graphaudit.replay.pipeline import MAX_RESAMPLES, ReplayReport, replay
+from graphaudit.replay.pipeline import MAX_RESAMPLES, replay
+from graphaudit.report.replay_text import render_text
 from graphaudit.runtime.sessions import MAX_THREADS
-from graphaudit.verdict.decide import MATERIAL_NATS
 
 
 @click.command("replay")
@@ -82,92 +80,3 @@ def replay_cmd(model, calib, data, set_values, input_axes, names, axes, conditio
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(v.strip() for value in values for v in value.split(",") if v.strip())
-
-
-def render_text(r: ReplayReport) -> str:
-    """The report as terminal text."""
-    if not r.controller:
-        return (f"{r.model}: no controller — the model declares no coefficient tensors, none were given "
-                "(--coefficients) and none were detected; there is nothing to freeze or replay")
-    families = sorted({c.family for c in r.coefficients})
-    lines = [f"model: {r.model} — {len(r.coefficients)} coefficient tensor{'s' if len(r.coefficients) != 1 else ''} ({', '.join(families)})"]
-    d = r.data
-    if d.split:
-        lines.append(f"data: no --data given: {d.calibration} split into disjoint halves (seed {r.seed}): "
-                     f"{d.calibration_inputs} calibration, {d.evaluation_inputs} evaluation inputs")
-    else:
-        lines.append(f"data: calibration {d.calibration} ({d.calibration_inputs} inputs), "
-                     f"evaluation {d.evaluation} ({d.evaluation_inputs} inputs)")
-        if d.shared_inputs:
-            lines.append(f"warning: {d.shared_inputs} of the {d.evaluation_inputs} evaluation inputs are also "
-                         "calibration inputs: the profiles saw them")
-    if r.settings.get("batch_size_note"):
-        lines.append(f"batch size {r.settings['batch_size']}: {r.settings['batch_size_note']}")
-    lines += [f"{about}: {note}" for about, note in r.setting_notes()]
-    p = r.parity
-    lines.append(f"parity: {p.describe()} over the first {p.inputs} input{'s' if p.inputs != 1 else ''} — ok "
-                 f"(tolerance {p.tolerance:g})")
-    if p.every_input is not None:
-        e = p.every_input
-        lines.append(f"parity of every input: {e.kind} ({e.values} values) over all {e.inputs} inputs, "
-                     f"max |Δ| {e.max_abs_diff:.3g} — ok (tolerance {e.tolerance:g})")
-    div = r.task.divergence.upper() if r.task.divergence == "kl" else r.task.divergence
-    if r.task.read is not None:
-        lines.append(f"scored output: {r.task.read.describe()}")
-    rows = [(c.name, _num(c.nll.value), _signed(c.delta_nll.value), _ci(c.delta_nll.ci), _sig(c.divergence.value),
-             *((_num(c.accuracy.value),) if c.accuracy.value is not None else ()),
-             *((_sig(c.mse.value), _ci(c.delta_mse.ci)) if c.mse.value is not None else ()))
-            for c in r.conditions]
-    headers = ["condition", "NLL", "ΔNLL", f"{_level(r)} CI of ΔNLL", div]
-    if any(c.accuracy.value is not None for c in r.conditions):
-        headers.append("accuracy")
-    if any(c.mse.value is not None for c in r.conditions):
-        headers += ["MSE (targets)", f"{_level(r)} CI of ΔMSE"]
-    lines += ["", tabulate(rows, headers=headers, disable_numparse=True)]
-    if all(c.nll.value is None for c in r.conditions):
-        why = r.settings.get("no_nll") or f"the data has no labels or targets to score {r.task.output!r} against"
-        lines.append(f"no NLL ({r.task.kind}): {why}, so no ΔNLL or retained gap either; the "
-                     f"{'KL' if r.task.divergence == 'kl' else 'mean squared difference'} from the correct output "
-                     "needs none")
-    if r.retained_gap and any(e.value is not None for _, e in r.retained_gap):
-        lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
-            f"{name} {_pct(e.value)} {_ci(e.ci, pct=True)}" for name, e in r.retained_gap)]
-        gap = r.condition("global_mean").delta_nll if any(c.name == "global_mean" for c in r.conditions) else None
-        if gap is not None and gap.value is not None and (gap.value < MATERIAL_NATS or (
-                gap.ci is not None and gap.ci[0] is not None and gap.ci[0] <= MATERIAL_NATS)):
-            lines.append(f"  (global_mean is not measurably worse than correct, ΔNLL {_signed(gap.value)}: "
-                         "there is no gap to share out, and these shares mean nothing)")
-    if r.variance:
-        rows = [(f, *(f"{_pct(s[k].value)} {_ci(s[k].ci, pct=True)}" for k in
-                      ("eta2_layer", "layer_slot_share", "input_share", "token_share"))) for f, s in r.variance]
-        lines += ["", tabulate(rows, headers=["family", "η² layer", "(layer, slot)", "input", "token"],
-                               disable_numparse=True)]
-    lines += ["", f"seed {r.seed}; {r.settings.get('resamples')} bootstrap resamples over inputs; "
-                  f"NLL in nats ({r.task.kind}, output {r.task.output!r})"]
-    return "\n".join(lines)
-
-
-def _level(r: ReplayReport) -> str:
-    return f"{100 * float(r.settings.get('confidence', 0.95)):g}%"
-
-
-def _num(x, digits: int = 4) -> str:
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def _sig(x) -> str:
-    return "—" if x is None or math.isnan(x) else f"{x:.4g}"
-
-
-def _signed(x, digits: int = 4) -> str:
-    return "—" if x is None or math.isnan(x) else f"{x:+.{digits}f}"
-
-
-def _pct(x) -> str:
-    return "—" if x is None or math.isnan(x) else f"{round(100 * x, 2) + 0.0:.2f}%"  # no "-0.00%"
-
-
-def _ci(ci, pct: bool = False) -> str:
-    if ci is None or any(v is None or math.isnan(v) for v in ci):
-        return "—"
-    return f"[{_pct(ci[0])}, {_pct(ci[1])}]" if pct else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"

@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from graphaudit.wording import CONFIDENCE
+
 DEFAULT_RESAMPLES = 1000
 # P(W <= k) for W ~ Poisson(1), k = 0 … 19 (the remaining mass is below 1e-18)
 _POISSON_CDF = np.cumsum([math.exp(-1) / math.factorial(k) for k in range(20)])
@@ -73,7 +75,7 @@ def mix64(x: np.ndarray, inplace: bool = False) -> np.ndarray:
     return x
 
 
-def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+def interval(samples: np.ndarray, level: float = CONFIDENCE) -> tuple[float, float]:
     """The percentile interval of bootstrap `samples` at confidence `level` (NaNs ignored)."""
     samples = np.asarray(samples, dtype=np.float64)
     finite = samples[np.isfinite(samples)]

@@ -20,6 +20,7 @@ from typing import Any
 
 from graphaudit.profile.what_ran import rows_kept_text
 from graphaudit.profile.execution import BlockExecution
+from graphaudit.wording import pct
 
 SAVES_COMPUTE = frozenset({"branch", "subset"})
 
@@ -64,7 +65,7 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
         facts.append(f"ran on {ex.inputs_executed} of {ex.inputs} inputs")
     elif ex.node_fraction.min < 1.0:
         where = "on some input" if varies else "on every input"
-        facts.append(f"as little as {ex.node_fraction.min:.0%} of its nodes ran {where}")
+        facts.append(f"as little as {pct(ex.node_fraction.min, 0, small=False)} of its nodes ran {where}")
     if ex.calls_vary and ex.iterations is not None:
         facts.append(f"its loop ran {ex.iterations.min:.0f} to {ex.iterations.max:.0f} iterations, as the input decides")
     elif ex.calls_vary and ex.calls is not None:

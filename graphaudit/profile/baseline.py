@@ -21,6 +21,7 @@ import numpy as np
 from graphaudit.load.data import InputSpec
 from graphaudit.errors import GraphAuditError
 from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
+from graphaudit.wording import pct
 
 RESAMPLES = 500
 RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline; spread from a "
@@ -63,7 +64,7 @@ class BaselineComparison:
 
     def describe(self) -> str:
         word = "slower" if self.slower_pct >= 0 else "faster"
-        return f"{abs(self.slower_pct):.1f}% {word} than {self.model}"
+        return f"{pct(abs(self.ratio - 1.0), small=False)} {word} than {self.model}"
 
     def to_json(self) -> dict:
         return {"model": self.model, "latency_ms": self.latency_ms.median,

@@ -50,6 +50,7 @@ from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
 from graphaudit.metrics.stats import estimate
+from graphaudit.wording import CONFIDENCE
 from graphaudit.replay.variance import cache_variance
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.progress import Progress
@@ -176,7 +177,7 @@ def replay(
     tolerance: float | None = None,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     resamples: int = 1000,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     provider: str = "cpu",
     threads: int | None = None,
     flush_denormals: bool = True,

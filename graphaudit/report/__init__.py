@@ -1,7 +1,9 @@
-"""Reports of an audit: terminal text, JSON, Markdown and a self-contained HTML page.
+"""Reports: every command's text, and the audit's as text, JSON, Markdown and a self-contained HTML page.
 
-Every renderer takes the audit's JSON document (`AuditReport.to_json()`, or a saved JSON
-report loaded back) and gives back a string; none prints or writes files.
+The audit's renderers take its JSON document (`AuditReport.to_json()`, or a saved JSON report
+loaded back); `static_text`, `replay_text`, `profile_text` and `inspect_text` take the report
+object of their command. Each gives back a string; none prints or writes files. Numbers are
+written by graphaudit.wording's formatters.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ from html import escape
 
 from graphaudit.report import svg
 from graphaudit.profile.what_ran import per_input, profiled_blocks
-from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines, interval,
-                                      median, num, summary_phrase, verdict_table)
+from graphaudit.report.tables import (Table, claim_lines, confidence, detail_tables, evidence_lines, header_lines,
+                                      interval, median, num, summary_phrase, verdict_table)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#1d2430;padding:0 1em}
@@ -72,7 +72,7 @@ def _figures(doc: dict) -> str:
     figures = [
         ("coefficient-means", "Coefficient means per layer and token", coefficient_means_figure(doc)),
         ("variance-shares", "Variance shares", variance_figure(doc)),
-        ("delta-nll", "ΔNLL per replay condition, with 95% intervals", delta_nll_figure(doc)),
+        ("delta-nll", f"ΔNLL per replay condition, with {confidence(doc)} intervals", delta_nll_figure(doc)),
         ("latency", "Latency per block, against the baseline", latency_figure(doc)),
         ("executed", "Blocks executed per input", executed_figure(doc)),
     ]

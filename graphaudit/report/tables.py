@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from graphaudit.profile.what_ran import profiled_blocks, reduction
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
-from graphaudit.wording import flops_cell, interval, median, moved_key, num, total_bound
+from graphaudit.wording import (CONFIDENCE, DASH, bracketed, flops_cell, fmt, interval, median, moved_key, num, pct,
+                                signed, total_bound)
 
 LABELS = {
     "coefficient_variation": "coefficient variation",
@@ -29,26 +30,6 @@ class Table:
     headers: tuple[str, ...]
     rows: list[tuple]
     note: str = ""
-
-
-def fmt(value, digits: int = 4) -> str:
-    x = num(value)
-    return "—" if x is None else f"{x:.{digits}f}"
-
-
-def signed(value, digits: int = 4) -> str:
-    x = num(value)
-    return "—" if x is None else f"{x:+.{digits}f}"
-
-
-def pct(value) -> str:
-    x = num(value)
-    return "—" if x is None else f"{round(x * 100, 1) + 0.0:.1f}%"  # no "-0.0%"
-
-
-def ci_text(ci, digits: int = 4) -> str:
-    lo, hi = interval(ci)
-    return "—" if lo is None or hi is None else f"[{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
 def header_lines(doc: dict) -> list[str]:
@@ -114,7 +95,7 @@ def static_table(doc: dict) -> Table | None:
         share = "at least " if uncounted else "at most " if bound == "at most " else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
-                 f"{counted_as}, {share}{pct(flops.get('skippable_share'))} where input "
+                 f"{counted_as}, {share}{pct(flops.get('skippable_share'), missing=DASH, small=False)} where input "
                  "values can skip or shrink them" + (f" ({uncounted} skippable compute nodes of a value-dependent size "
                                                     "not counted)" if uncounted else ""))
         capacity = flops.get("fixed_capacity") or {}
@@ -134,6 +115,11 @@ def _block_flops(b: dict) -> str:
                       lambda n: f"{n:,.0f}")
 
 
+def confidence(doc: dict) -> str:
+    """The level of the replay's intervals as a percentage, "95%": the one its settings name."""
+    return pct(((doc.get("replay") or {}).get("settings") or {}).get("confidence", CONFIDENCE), None)
+
+
 def condition_table(doc: dict) -> Table | None:
     replay = doc.get("replay")
     if replay is None:
@@ -147,9 +133,9 @@ def condition_table(doc: dict) -> Table | None:
         moved = num(c.get(key))
         lo, hi = (num(v) for v in (c.get(f"{key}_ci") or (None, None)))
         spread = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None and name != "correct" else ""
-        rows.append((name, fmt(c.get("nll")), signed(c.get("delta_nll")), ci_text(c.get("ci")),
+        rows.append((name, fmt(c.get("nll"), 4, missing=DASH), signed(c.get("delta_nll"), missing=DASH), bracketed(c.get("ci")),
                      "—" if moved is None else f"{moved:.4g}{spread}",
-                     *((fmt(c.get("mse")), ci_text(c.get("delta_mse_ci"))) if targets else ())))
+                     *((fmt(c.get("mse"), 4, missing=DASH), bracketed(c.get("delta_mse_ci"))) if targets else ())))
     parity = replay.get("parity") or {}
     note = ""
     if parity:
@@ -164,8 +150,9 @@ def condition_table(doc: dict) -> Table | None:
             {"logits": "logits", "probs": "probabilities", "logprobs": "log-probabilities"}.get(read.get("kind"), "values")
         note += f"{'; ' if note else ''}output {replay['task'].get('output')!r} read as {what}: {read['reason']}"
     moved = "KL from correct (nats)" if key == "kl" else "mean squared difference from correct"
-    extra = ("MSE (targets)", "95% CI of ΔMSE") if targets else ()
-    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", "95% CI of ΔNLL", moved,
+    level = confidence(doc)
+    extra = ("MSE (targets)", f"{level} CI of ΔMSE") if targets else ()
+    return Table("Frozen-controller replay (NLL in nats)", ("condition", "NLL", "ΔNLL", f"{level} CI of ΔNLL", moved,
                                                            *extra), rows, note)
 
 
@@ -174,15 +161,16 @@ def gap_table(doc: dict) -> Table | None:
     if not gap:
         return None
     return Table("Retained gap (share of global-mean → correct kept by the profile)",
-                 ("profile", "retained gap"), [(k, pct(v)) for k, v in gap.items()])
+                 ("profile", "retained gap"), [(k, pct(v, missing=DASH, small=False)) for k, v in gap.items()])
 
 
 def variance_table(doc: dict) -> Table | None:
     variance = (doc.get("replay") or {}).get("variance") or {}
     if not variance:
         return None
-    rows = [(family, pct(v.get("eta2_layer")), pct(v.get("layer_slot_share")), pct(v.get("input_share")),
-             pct(v.get("token_share"))) for family, v in variance.items()]
+    rows = [(family, *(pct(v.get(k), missing=DASH, small=False)
+                       for k in ("eta2_layer", "layer_slot_share", "input_share", "token_share")))
+            for family, v in variance.items()]
     return Table("Coefficient variance", ("family", "η² layer", "(layer, slot)", "input", "token"), rows)
 
 
@@ -193,19 +181,19 @@ def profile_table(doc: dict) -> Table | None:
     lat = profile.get("latency_ms") or {}
     # a catch-all entry (`(other)`: the nodes of no block) is no block that runs or not
     blocks = {id(b) for b in profiled_blocks(profile)}
-    rows = [(b.get("name", ""), fmt(b.get("median_ms"), 3), pct(b.get("share")),
-             pct(b.get("executed_fraction")) if id(b) in blocks else "—")
+    rows = [(b.get("name", ""), fmt(b.get("median_ms"), 3, missing=DASH), pct(b.get("share"), missing=DASH, small=False),
+             pct(b.get("executed_fraction"), missing=DASH, small=False) if id(b) in blocks else DASH)
             for b in profile.get("blocks") or []]
-    note = (f"{profile.get('provider', '?')}: median {fmt(lat.get('median'), 3)} ms "
-            f"(p10 {fmt(lat.get('p10'), 3)}, p90 {fmt(lat.get('p90'), 3)})")
+    note = (f"{profile.get('provider', '?')}: median {fmt(lat.get('median'), 3, missing=DASH)} ms "
+            f"(p10 {fmt(lat.get('p10'), 3, missing=DASH)}, p90 {fmt(lat.get('p90'), 3, missing=DASH)})")
     base = profile.get("baseline") or {}
     if num(base.get("ratio")) is not None:
-        note += (f"; baseline {base.get('model') or ''} {fmt(median(base.get('latency_ms')), 3)} ms, "
-                 f"ratio {fmt(base.get('ratio'), 2)}×")
+        note += (f"; baseline {base.get('model') or ''} {fmt(median(base.get('latency_ms')), 3, missing=DASH)} ms, "
+                 f"ratio {fmt(base.get('ratio'), 2, missing=DASH)}×")
     if num(profile.get("coverage")) is not None:
-        note += f"; node events cover {pct(profile.get('coverage'))} of the profiled runs' time"
+        note += f"; node events cover {pct(profile.get('coverage'), missing=DASH, small=False)} of the profiled runs' time"
     if num(profile.get("profiling_overhead")) is not None:
-        note += (f"; block times were taken under the profiler, whose runs took {fmt(profile['profiling_overhead'], 2)}× "
+        note += (f"; block times were taken under the profiler, whose runs took {fmt(profile['profiling_overhead'], 2, missing=DASH)}× "
                  "the plain runs")
     rounds = profile.get("rounds") or {}
     if rounds.get("chosen"):
@@ -248,7 +236,8 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
     no_replay = "—" if doc.get("replay") is None else "?"
     etas = [num(v.get("eta2_layer")) for v in (replay.get("variance") or {}).values()]
     etas = [e for e in etas if e is not None]
-    eta = no_replay if not etas else pct(etas[0]) if len(etas) == 1 else f"{pct(min(etas))}–{pct(max(etas))}"
+    share = lambda x: pct(x, missing=DASH, small=False)  # noqa: E731
+    eta = no_replay if not etas else share(etas[0]) if len(etas) == 1 else f"{share(min(etas))}–{share(max(etas))}"
     conditions = replay.get("conditions") or {}
 
     def delta(name: str) -> str:
@@ -256,7 +245,7 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         if num(c.get("delta_nll")) is None:
             return no_replay
         lo, hi = interval(c.get("ci"))
-        value = signed(c.get("delta_nll"), 3)
+        value = signed(c.get("delta_nll"), 3, missing=DASH)
         return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
 
     blocks = (doc.get("static") or {}).get("blocks") or []
@@ -276,7 +265,7 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         "—" if ratio is None else f"{ratio:.2f}×")
     gap = (replay.get("retained_gap") or {}).get("static_layer")
     global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
-    gap_text = no_replay if num(gap) is None else pct(gap)
+    gap_text = no_replay if num(gap) is None else share(gap)
     if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
         gap_text = "no gap"  # one global mean is as good as the correct coefficients: 0/0
     return (answer("coefficient_variation") if doc.get("replay") is not None else "— (none)", eta,

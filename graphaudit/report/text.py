@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from pathlib import Path
+
 from tabulate import tabulate
 
 from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines,
@@ -67,3 +69,18 @@ def render_comparison(named: list[tuple[str, dict]], baseline: str = "baseline",
     body = tabulate(table.rows, headers=table.headers, tablefmt=tablefmt, disable_numparse=True)
     legend = COMPARISON_LEGEND if tablefmt != "github" else " ".join(COMPARISON_LEGEND.split())
     return f"{body}\n\n{legend}\n"
+
+
+def render_demo(named: list[tuple[str, dict]], folder: Path, missing: list[str], baseline: str = "dense",
+                tablefmt: str = "simple") -> str:
+    """`graphaudit demo`'s report: the zoo found in `folder` side by side, then the command that
+    gives one model's full report; `missing`: the zoo's models not found there."""
+    lines = [f"graphaudit demo: {len(named)} models from {folder} ({', '.join(name for name, _ in named)}), "
+             f"audited against {baseline} on {named[0][1]['profile']['provider']}"]
+    if missing:
+        lines.append(f"not found, left out: {', '.join(missing)}")
+    example = folder / named[-1][0]
+    return ("\n".join(lines) + "\n\n" + render_comparison(named, baseline, tablefmt)
+            + f"\nThe full report of one model: graphaudit run {example / 'model.onnx'} "
+              f"--calib {example / 'calib.npz'} --data {example / 'eval.npz'} "
+              f"--baseline {folder / baseline / 'model.onnx'}\n")

@@ -10,7 +10,7 @@ it (or there is none), so that another run of the same inputs does not turn a ye
 from __future__ import annotations
 
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
-from graphaudit.wording import fmt, median, num
+from graphaudit.wording import fmt, median, num, pct
 
 # Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
 SAVINGS_RATIO_MAX = 0.95
@@ -53,7 +53,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
             f"(its graph at the same input shape): {executed / baseline_flops:.2f}×")))
     elif executed is not None:
         evidence.append(Evidence("profile", f"executed FLOPs {per}: {executed:,.0f}"
-                                 + (f", {executed / full:.0%} of the graph's full count" if full else "")))
+                                 + (f", {pct(executed / full, 0, small=False)} of the graph's full count" if full else "")))
     elif full is not None:
         evidence.append(Evidence("static", f"FLOPs {per} in the graph: {full:,.0f}; executed FLOPs not counted"))
     low, high, level = decision_interval(baseline)
@@ -101,13 +101,13 @@ def decision_interval(baseline: dict) -> tuple[float | None, float | None, float
 def _latency_words(ratio: float, low: float | None, high: float | None, level: float | None) -> str:
     """The latency ratio in words with its interval, calling it slower or faster only when the
     interval lies on that side of 1×."""
-    change = abs(ratio - 1) * 100
+    change = abs(ratio - 1) * 100  # in percent
     within = "" if level is None or low is None or high is None else (
-        f", {level:.0%} interval {_ratio(low)}–{_ratio(high)}×")
+        f", {pct(level, 0, small=False)} interval {_ratio(low)}–{_ratio(high)}×")
     clear = low is not None and high is not None and (low > 1.0 if ratio > 1 else high < 1.0)
     if change < 0.05 or not clear:
         return f"no clear difference from the baseline (workload time {_ratio(ratio)}× the baseline's{within})"
-    return (f"{change:.1f}% {'slower' if ratio > 1 else 'faster'} than the baseline "
+    return (f"{pct(abs(ratio - 1), small=False)} {'slower' if ratio > 1 else 'faster'} than the baseline "
             f"(workload time {_ratio(ratio)}× the baseline's{within})")
 
 

@@ -26,8 +26,8 @@ from typing import Sequence
 from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
 from graphaudit.verdict.conditional_execution import CALLER, conditional_execution  # noqa: F401 (the findings' one home)
-from graphaudit.wording import (TRACED_SIZES, ci_text, counted, fmt, interval, listed, moved_key, num, num_text,
-                                pct, signed)
+from graphaudit.wording import (CONFIDENCE, TRACED_SIZES, ci_text, counted, fmt, interval, listed, moved_key, num,
+                                num_text, pct, sig, signed)
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
@@ -235,7 +235,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
     for name in PROFILES:
         if num(gap.get(name)) is not None:
             lo, hi = interval(gap_ci.get(name))
-            ci = f" (95% CI {pct(lo)} to {pct(hi)})" if lo is not None and hi is not None else ""
+            ci = f" ({pct(CONFIDENCE, None)} CI {pct(lo)} to {pct(hi)})" if lo is not None and hi is not None else ""
             of = (f"of a gap of {signed(global_gap)} nats between global-mean and correct coefficients, too small "
                   "to share out" if no_gap else "of the gap between global-mean and correct coefficients")
             evidence.append(Evidence("replay", f"a {name.replace('_', ' ')} profile retains {pct(gap[name])}{ci} {of}"))
@@ -266,7 +266,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
                          "what the coefficients contribute over it)")
         elif lo is not None and lo <= 0:
             gap_words = (f"; a static per-layer profile keeps no measurable part of what the coefficients "
-                         f"contribute over one global mean ({pct(share)}, 95% CI {pct(lo)} to {pct(hi)})")
+                         f"contribute over one global mean ({pct(share)}, {pct(CONFIDENCE, None)} CI {pct(lo)} to {pct(hi)})")
         else:
             gap_words = (f"; a static per-layer profile keeps {pct(share)} of what the coefficients contribute "
                          "over one global mean")
@@ -307,7 +307,7 @@ def _moved_kl(conditions: dict, names: list[str], evidence: list) -> str:
 def _moved(key: str, name: str, value: float, lo: float | None, hi: float | None) -> Evidence:
     """How far condition `name` moved the output from the correct one: its KL (`key` "kl") or
     mean squared difference, with its interval."""
-    ci = f" (95% CI {lo:.3g} to {hi:.3g})" if lo is not None and hi is not None else ""
+    ci = f" ({pct(CONFIDENCE, None)} CI {sig(lo, 3)} to {sig(hi, 3)})" if lo is not None and hi is not None else ""
     what = "KL from correct" if key == "kl" else "mean squared difference from the correct output"
     return Evidence("replay", f"{what}, {name} = {value:.3g}{' nats' if key == 'kl' else ''}{ci}")
 
