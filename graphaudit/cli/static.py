@@ -8,7 +8,7 @@ import click
 from tabulate import tabulate
 
 from graphaudit.analyses.decisions import VALUE_DECIDERS, describe
-from graphaudit.analyses.static import CLAIMS, BlockReport, FlopSummary, StaticReport, audit_static
+from graphaudit.analyses.static import EXPECTED_EXECUTION, BlockReport, FlopSummary, StaticReport, audit_static
 from graphaudit.load.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_option, with_axes
@@ -36,7 +36,7 @@ from graphaudit.wording import counted, flops_cell, total_bound
 @graph_only_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
-@click.option("--expect", type=click.Choice(CLAIMS),
+@click.option("--expect", type=click.Choice(EXPECTED_EXECUTION),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
 def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_values, input_axes, graph_only, fmt,

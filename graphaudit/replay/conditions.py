@@ -25,7 +25,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from graphaudit.replay.capture import CoefficientCache
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN, Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.errors import GraphAuditError, UsageError
 
 CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from graphaudit.profile.what_ran import profiled_blocks, reduction
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import flops_cell, interval, median, moved_key, num, total_bound
 
 LABELS = {
@@ -260,7 +261,7 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
 
     blocks = (doc.get("static") or {}).get("blocks") or []
-    skippable = [b for b in blocks if b.get("verdict") in ("branch", "subset")]
+    skippable = [b for b in blocks if b.get("verdict") in SAVES_COMPUTE]
     kinds = ", ".join(sorted({b["verdict"] for b in skippable}))
     graph = "—" if doc.get("static") is None else f"{len(skippable)}/{len(blocks)}" + (f" {kinds}" if kinds else "")
     profile = doc.get("profile")

@@ -30,7 +30,8 @@ from graphaudit.wording import (TRACED_SIZES, ci_text, counted, fmt, interval, l
                                 pct, signed)
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
-CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
+# a claim `run --claim` checks -> the finding that answers it
+CLAIM_FINDINGS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
 
 # Coefficients "vary with the input" when the input and token levels together explain at
 # least this share of their variance (the rest is what a static per-layer profile keeps).
@@ -98,10 +99,10 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
     A claim is supported only by a "yes" that was measured; "no" refutes it, and "not
     measured" and "inconclusive" leave it unsupported, so a gate built on it fails closed.
     """
-    if claim not in CLAIMS:
-        raise ValueError(f"expected a claim in {sorted(CLAIMS)}, found {claim!r}")
+    if claim not in CLAIM_FINDINGS:
+        raise ValueError(f"expected a claim in {sorted(CLAIM_FINDINGS)}, found {claim!r}")
     findings = verdict.to_json() if isinstance(verdict, Verdict) else verdict
-    finding = findings[CLAIMS[claim]]
+    finding = findings[CLAIM_FINDINGS[claim]]
     answer, statement = finding["answer"], finding["statement"]
     if answer == YES and finding.get("decided_by") == CALLER:  # the caller's switch is no inference of the model's
         return ClaimCheck(claim, False, f"refuted: only the caller decides what runs, not the model: {statement}")
