@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 
 from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
-from graphaudit.replay.conditions import CONDITIONS, conditions  # noqa: E402
+from graphaudit.replay.conditions import conditions, names as condition_names  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
@@ -93,7 +93,7 @@ class Setup:
         # as in replay(): the evaluation capture keeps what the parity check of every input needs
         self.caches = [capture(trace, self.coefs, d, batch_size=batch_size, check=check)
                        for d, check in ((self.calib, None), (self.eval, every_input_summary(self.eval)))]
-        self.feeds = conditions(CONDITIONS, self.caches[1], self.caches[0], seed)
+        self.feeds = conditions(condition_names(), self.caches[1], self.caches[0], seed)
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
         exported = frozen = frozen_graph(loaded.model, self.coefs)
         # as in replay(): the sessions leave out the same fusions and flush denormals alike, and the

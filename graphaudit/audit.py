@@ -26,7 +26,7 @@ from graphaudit._version import __version__
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.progress import Progress, silent
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
-from graphaudit.verdict.decide import CLAIMS, ClaimCheck, Verdict, check_claim, decide
+from graphaudit.verdict.decide import CLAIM_FINDINGS, ClaimCheck, Verdict, check_claim, decide
 from graphaudit.wording import counted
 
 if TYPE_CHECKING:
@@ -126,8 +126,8 @@ def audit(
     every part (graphaudit.load.feeding).
     """
     for claim in claims:
-        if claim not in CLAIMS:
-            raise UsageError(f"expected a claim among {', '.join(CLAIMS)}, found {claim!r}")
+        if claim not in CLAIM_FINDINGS:
+            raise UsageError(f"expected a claim among {', '.join(CLAIM_FINDINGS)}, found {claim!r}")
     if "compute-savings" in claims and baseline is None:
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load.model import load_for_runtime

@@ -5,8 +5,10 @@ import pytest
 
 from graphaudit.replay.capture import CoefficientCache
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import CONDITIONS, conditions, derangement, position_orders, profiles
+from graphaudit.replay.conditions import conditions, derangement, names, position_orders, profiles
 from graphaudit.errors import GraphAuditError, UsageError
+
+CONDITIONS = names()  # every registered condition, the replay's default
 
 GATE = [Coefficient(f"gate.{i}", "gate", i, ("batch", "token", "feature")) for i in range(2)]
 MIX = Coefficient("mix.0", "mix", 0, ("way", "batch", "token", "source"))  # cached batch first: (b, way, t, s)

@@ -12,7 +12,8 @@ from onnx import helper, numpy_helper
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.static import audit_static
 from graphaudit.replay.capture import batch_first, native
-from graphaudit.analyses.declared_coefficients import MERGED, Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
+from graphaudit.vocabulary import MERGED
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.model import load_model
 from graphaudit.replay.pipeline import replay

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from graphaudit.replay.capture import LiveCheck, capture, native
 from graphaudit.cli import cli, main
-from graphaudit.replay.conditions import CONDITIONS, conditions
+from graphaudit.replay.conditions import conditions, names
 from graphaudit.load.data import from_arrays, input_specs, load_data
 from graphaudit.errors import GraphAuditError
 from graphaudit.analyses.declared_coefficients import declared_coefficients
@@ -24,6 +24,8 @@ from graphaudit.runtime.sessions import create_session, spare_core
 from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax
 from support.models import gated_lm, mixing_lm, token_ids
 from support.zoo import FIXTURES, ZOO
+
+CONDITIONS = names()  # every registered condition, the replay's default
 
 NO_ZOO = "no trained zoo models in fixtures/ (python -m exporters.build writes them)"
 

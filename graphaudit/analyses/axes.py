@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.load.feeding import example_axes
 from graphaudit.graph.model import ModelGraph, TensorRef
 

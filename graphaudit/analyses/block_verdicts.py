@@ -39,10 +39,7 @@ from graphaudit.analyses.flops import is_counted
 from graphaudit.graph.visit_order import execution_order
 from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.loop_trips import Value
-
-ALWAYS, GATED, MASKED, SUBSET, BRANCH = "always", "gated", "masked", "subset", "branch"
-VERDICTS = (ALWAYS, GATED, MASKED, SUBSET, BRANCH)  # weakest to strongest
-SAVES_COMPUTE = frozenset({SUBSET, BRANCH})
+from graphaudit.vocabulary import ALWAYS, BRANCH, GATED, MASKED, SAVES_COMPUTE, SUBSET, VERDICTS
 
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero", "Unique"})
 SELECTING = frozenset({"Gather", "GatherElements", "GatherND", "Slice", "Compress"})

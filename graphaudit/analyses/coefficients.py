@@ -22,7 +22,8 @@ from typing import Sequence
 
 import onnx
 
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, METADATA_KEY, TOKEN, Coefficient, declared_coefficients
+from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient, declared_coefficients
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load.model import LoadedModel

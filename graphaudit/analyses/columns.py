@@ -11,13 +11,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
+from graphaudit.vocabulary import PER_INPUT
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.dependence import CONST, DependenceMap
 from graphaudit.analyses.coefficient_reach import weighted_block
-
-_PER_INPUT = (BATCH, TOKEN, MERGED)
 
 
 def block_columns(mg: ModelGraph, ref: TensorRef, axes: Sequence[str], blocks: BlockMap | None,
@@ -31,7 +29,7 @@ def block_columns(mg: ModelGraph, ref: TensorRef, axes: Sequence[str], blocks: B
     found: list[tuple[TensorRef, tuple[str, ...], int]] = []
     for reader in readers:
         axis = _column_axis(mg, reader, ref, len(axes), dm)
-        if axis is None or axes[axis] in _PER_INPUT or reader.outputs[0] is None:
+        if axis is None or axes[axis] in PER_INPUT or reader.outputs[0] is None:
             return None
         column = reader.outputs[0]
         block = weighted_block(mg, column, blocks)

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import onnx
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.vocabulary import PER_INPUT
 
 METADATA_KEY = "graphaudit.coefficients"
-BATCH, TOKEN = "batch", "token"
-MERGED = f"{BATCH}*{TOKEN}"  # one axis for both, batch-major
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Coefficient:
     @property
     def slot_axes(self) -> tuple[int, ...]:
         """Positions of the axes that are neither batch nor token."""
-        return tuple(i for i, a in enumerate(self.axes) if a not in (BATCH, TOKEN, MERGED))
+        return tuple(i for i, a in enumerate(self.axes) if a not in PER_INPUT)
 
     def axis(self, name: str) -> int | None:
         """Position of the axis called `name`, or None."""

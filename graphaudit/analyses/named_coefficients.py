@@ -13,7 +13,8 @@ import re
 from collections import Counter
 from typing import Mapping, Sequence
 
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN, Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph
 from graphaudit.analyses.axes import InputAxes, axes_of

@@ -29,8 +29,9 @@ from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.analyses.loop_trips import constant_values
 from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.block_verdicts import Evidence, execution_verdicts
+from graphaudit.vocabulary import SAVES_COMPUTE
 
-CLAIMS = ("dynamic", "static")
+EXPECTED_EXECUTION = ("dynamic", "static")  # what `static --expect` may claim of the graph (`contradiction`)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ class StaticReport:
         if claim == "static" and self.dynamic:
             found = [e for e in self.controls if e.dependence == "value" and e.kind != SWITCH
                      and self.deciders.get(e.node, MODEL) == MODEL] + [
-                e for b in self.blocks if b.verdict in ("branch", "subset") for e in b.evidence[:1]
+                e for b in self.blocks if b.verdict in SAVES_COMPUTE for e in b.evidence[:1]
             ] + list(self.outside_blocks)
             where = "; ".join(dict.fromkeys(f"{e.op} `{e.node}`" for e in found))
             where = "; ".join(where.split("; ")[:3])

@@ -34,7 +34,8 @@ from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolve
 from graphaudit.analyses.flop_paths import Span, span
 from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.loop_trips import Trips, constant_values, trip_counts
-from graphaudit.analyses.block_verdicts import SUBSET, ExecutionVerdicts
+from graphaudit.analyses.block_verdicts import ExecutionVerdicts
+from graphaudit.vocabulary import SUBSET
 from graphaudit.analyses.concrete_shapes import infer_variant, variant, widest_shapes
 
 CAPACITY = "fixed (capacity)"  # Evidence.size of a selection of fixed size

@@ -9,8 +9,7 @@ import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
-from graphaudit.replay.conditions import CONDITIONS
-from graphaudit.errors import UsageError
+from graphaudit.replay.conditions import CORRECT, FLOOR, check_names, names as condition_names
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
 from graphaudit.replay.pipeline import MAX_RESAMPLES, replay
@@ -28,8 +27,8 @@ from graphaudit.runtime.sessions import MAX_THREADS
 @click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
               help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
 @axes_option
-@click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
-              help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
+@click.option("--conditions", "conditions_given", multiple=True, metavar="NAME",
+              help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(condition_names())}).")
 @click.option("--batch-size", type=click.IntRange(min=1),
               help="Inputs per ONNX Runtime run (capture and replay use the same batches); default 16, or 1 "
                    "when the graph has value-dependent control flow (it decides once per batch), or fewer "
@@ -60,15 +59,13 @@ from graphaudit.runtime.sessions import MAX_THREADS
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def replay_cmd(model, calib, data, set_values, input_axes, names, axes, condition_names, batch_size, seed, cache_dir,
+def replay_cmd(model, calib, data, set_values, input_axes, names, axes, conditions_given, batch_size, seed, cache_dir,
                tolerance, resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
-    conditions = _split(condition_names) or CONDITIONS
-    unknown = [c for c in conditions if c not in CONDITIONS]
-    if unknown:
-        raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
+    conditions = _split(conditions_given) or condition_names()
+    check_names(conditions, "--conditions")
     report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
                     batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                     provider=provider, threads=threads, flush_denormals=not keep_denormals,

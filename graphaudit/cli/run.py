@@ -15,7 +15,7 @@ from graphaudit.progress import ProgressBar
 from graphaudit.replay.pipeline import MAX_RESAMPLES
 from graphaudit.report import FORMATS
 from graphaudit.runtime.sessions import MAX_THREADS
-from graphaudit.verdict.decide import CLAIMS, claims_status
+from graphaudit.verdict.decide import CLAIM_FINDINGS, claims_status
 
 EPILOG = """\b
 Exit status: 0 when the audit ran (and every --claim is supported), 1 for a problem with
@@ -46,7 +46,7 @@ decide it).
               help="Report format.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the report to this file instead of standard output.")
-@click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIMS)),
+@click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIM_FINDINGS)),
               help="Exit with status 3 unless the audit supports this claim, 4 where it is inconclusive (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the replay's permutations and bootstrap.")

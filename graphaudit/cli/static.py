@@ -6,7 +6,7 @@ import json
 
 import click
 
-from graphaudit.analyses.static import CLAIMS, audit_static
+from graphaudit.analyses.static import EXPECTED_EXECUTION, audit_static
 from graphaudit.load.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_option, with_axes
@@ -33,7 +33,7 @@ from graphaudit.report.static_text import render_text
 @graph_only_option
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
-@click.option("--expect", type=click.Choice(CLAIMS),
+@click.option("--expect", type=click.Choice(EXPECTED_EXECUTION),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
 def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_values, input_axes, graph_only, fmt,

@@ -24,8 +24,7 @@ import numpy as np
 
 from graphaudit.errors import UsageError
 from graphaudit.load.free_dims import is_free_symbol
-
-BATCH = "batch"  # the name of the example axis in an --input-axes layout
+from graphaudit.vocabulary import BATCH  # the name of the example axis in an --input-axes layout
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from typing import Any
 
 from graphaudit.profile.what_ran import rows_kept_text
 from graphaudit.profile.execution import BlockExecution
+from graphaudit.vocabulary import BRANCH, SUBSET
 from graphaudit.wording import pct
-
-SAVES_COMPUTE = frozenset({"branch", "subset"})
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,9 @@ def _judge(name: str, verdict: str, ex: BlockExecution) -> Agreement:
     if picked:
         facts.append(rows_kept_text(kept))
     seen = "; ".join(facts) or f"every node ran on every one of {ex.inputs} inputs at shape-set sizes"
-    if verdict == "branch":
+    if verdict == BRANCH:
         outcome = "confirmed" if varies or always_less else "not_observed"
-    elif verdict == "subset":
+    elif verdict == SUBSET:
         outcome = "confirmed" if resized or varies or always_less or picked else "not_observed"
     else:
         outcome = "contradicted" if varies or resized else "confirmed"

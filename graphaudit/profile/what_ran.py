@@ -3,9 +3,8 @@ skipped or shrunk as its input decides (the run-time half of conditional executi
 
 from __future__ import annotations
 
+from graphaudit.vocabulary import SAVES_COMPUTE, SUBSET
 from graphaudit.wording import num, pct
-
-SKIPPABLE = ("branch", "subset")  # static verdicts under which values decide what runs
 
 
 def profiled_blocks(profile: dict) -> list[dict]:
@@ -43,10 +42,10 @@ def reduction(block: dict, verdict: str | None = None) -> str | None:
     if fraction is not None and 0.0 < fraction < 1.0 and not block.get("ran_by_mode"):
         return f"ran on {pct(fraction)} of inputs"
     varying = shrunk(block)
-    rows = picked(block) if verdict == "subset" else None
+    rows = picked(block) if verdict == SUBSET else None
     if varying and rows and any(num(k.get("min"), 1.0) < num(k.get("max"), 1.0) for k in _kept(block)):
         return rows  # what its selections kept, rather than how many nodes changed shape for it
-    if varying or verdict not in SKIPPABLE:
+    if varying or verdict not in SAVES_COMPUTE:
         return varying
     # the same on every input: a fixed capacity (which rows, the input decides), else a part left out
     return rows or left_out(block)

@@ -32,7 +32,8 @@ import onnxruntime as ort
 
 from graphaudit.replay.cache_files import (FORMAT, CacheDamage, cache_folder, clear, kept_cache, new_npy,
                                     partial_name, release, seal)
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.vocabulary import BATCH, MERGED
 from graphaudit.load.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.external_data import external_locations

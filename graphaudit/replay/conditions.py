@@ -14,24 +14,35 @@ evaluation inputs at `rows`, the values to feed, batch axis first (see docs/desi
 
 Profiles come from the calibration cache only (padded positions left out); the evaluation
 cache only supplies the coefficients that `correct`, `cross_input` and `token_shuffle` rearrange.
+
+REGISTRY holds one `Condition` per name, in the order reports give them: its function and what
+the rest of graphaudit needs to know of it (what it reads, whether it reassigns the inputs' own
+coefficients, whether a retained gap is reported for it, what it feeds in words). The CLI's
+choices, the replay, the verdict and the reports read it, so a new condition is one function
+and one entry here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from graphaudit.replay.capture import CoefficientCache
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN, Coefficient
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.errors import GraphAuditError, UsageError
 
-CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")
-PROFILES = ("static_layer", "static_position")
+if TYPE_CHECKING:  # only named here: the verdict and the reports read this module without ONNX Runtime
+    from graphaudit.analyses.declared_coefficients import Coefficient
+    from graphaudit.replay.capture import CoefficientCache
 
-Feed = Callable[[Coefficient, np.ndarray], np.ndarray]
+# the conditions REGISTRY (at the end) holds, by name
+CORRECT = "correct"  # the reference: reproduces the live outputs; always replayed, first
+CROSS_INPUT, TOKEN_SHUFFLE = "cross_input", "token_shuffle"
+STATIC_LAYER, STATIC_POSITION, FLOOR = "static_layer", "static_position", "global_mean"  # FLOOR: the gap's far end
+
+Feed = Callable[["Coefficient", np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Profiles:
         return self._filled[key]
 
 
-PROFILE_NAMES = {"layer": "static_layer", "position": "static_position", "global": "global_mean"}
+PROFILE_NAMES = {"layer": STATIC_LAYER, "position": STATIC_POSITION, "global": FLOOR}
 
 
 def _check_fits(kind: str, c: Coefficient, profile: tuple[int, ...], shape: tuple[int, ...]) -> None:
@@ -150,21 +161,32 @@ def profiles(calib: CoefficientCache, chunk: int = 64, tokens: np.ndarray | None
     return Profiles(layer, position, family, calib.count, dtypes)
 
 
-def correct(cache: CoefficientCache, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return cache.rows(c, rows)
+@dataclass(frozen=True)
+class Drawn:
+    """What the conditions' values are made from, drawn once per replay from its seed."""
+
+    evaluation: CoefficientCache  # the evaluation inputs' own coefficients
+    partner: np.ndarray | None = None  # cross_input's partner of each input
+    orders: dict[int, np.ndarray] | None = None  # token_shuffle's order of each input's positions, by length
+    profiles: Profiles | None = None  # the calibration means
 
 
-def cross_input(cache: CoefficientCache, partner: np.ndarray, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return cache.rows(c, partner[rows])
+def correct(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """The inputs' own cached coefficients."""
+    return d.evaluation.rows(c, rows)
 
 
-def token_shuffle(cache: CoefficientCache, orders: dict[int, np.ndarray], c: Coefficient,
-                  rows: np.ndarray) -> np.ndarray:
-    """`c`'s values with each input's positions in its order σ_b (`orders`: by token length)."""
-    values, t = cache.rows(c, rows), token_axis(c)
+def cross_input(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """The coefficients of each input's partner."""
+    return d.evaluation.rows(c, d.partner[rows])
+
+
+def token_shuffle(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """`c`'s values with each input's positions in its order σ_b (`d.orders`: by token length)."""
+    values, t = d.evaluation.rows(c, rows), token_axis(c)
     if t is None:
         return values
-    order = orders[values.shape[t]]
+    order = d.orders[values.shape[t]]
     # as lines: (input, axes before t, position) → the values after t; input b's lines in the order σ_b
     count, length = values.shape[0], values.shape[t]
     before = int(np.prod(values.shape[1:t], dtype=np.int64))
@@ -173,24 +195,80 @@ def token_shuffle(cache: CoefficientCache, orders: dict[int, np.ndarray], c: Coe
     return np.take(lines, (first + order[rows][:, None, :]).ravel(), axis=0).reshape(values.shape)
 
 
-def static_layer(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return prof.filled("layer", c, (len(rows), *cache.shape(c)[1:]), lambda: prof.layer[c.tensor])
+def static_layer(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """The calibration mean of `c` over inputs and tokens."""
+    prof = d.profiles
+    return prof.filled("layer", c, (len(rows), *d.evaluation.shape(c)[1:]), lambda: prof.layer[c.tensor])
 
 
-def static_position(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    t = token_axis(c)
-    mean = prof.position[c.tensor]
-    if t is not None and mean.shape[t] < cache.shape(c)[t]:
+def static_position(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """The calibration mean of `c` over inputs, at each position."""
+    prof, t = d.profiles, token_axis(c)
+    mean, size = prof.position[c.tensor], d.evaluation.shape(c)
+    if t is not None and mean.shape[t] < size[t]:
         raise GraphAuditError(
             f"expected calibration inputs at least as long as the evaluation inputs for static_position, "
-            f"found {mean.shape[t]} positions for {c.tensor!r} against {cache.shape(c)[t]}"
+            f"found {mean.shape[t]} positions for {c.tensor!r} against {size[t]}"
         )
-    shape = (len(rows), *cache.shape(c)[1:])
+    shape = (len(rows), *size[1:])
     return prof.filled("position", c, shape, lambda: mean if t is None else np.take(mean, range(shape[t]), axis=t))
 
 
-def global_mean(cache: CoefficientCache, prof: Profiles, c: Coefficient, rows: np.ndarray) -> np.ndarray:
-    return prof.filled("global", c, (len(rows), *cache.shape(c)[1:]), lambda: np.asarray(prof.family[c.family]))
+def global_mean(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
+    """The calibration mean of `c`'s family over every layer, slot, input and token."""
+    prof = d.profiles
+    return prof.filled("global", c, (len(rows), *d.evaluation.shape(c)[1:]), lambda: np.asarray(prof.family[c.family]))
+
+
+# What a condition's values are made from (Condition.reads): what `conditions` must draw for it.
+OWN, PARTNERS, ORDERS, CALIBRATION = "own", "partners", "orders", "calibration"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A replay condition: its name, the function that makes its values, and what it is."""
+
+    name: str
+    feed: Callable[[Drawn, Coefficient, np.ndarray], np.ndarray]  # (drawn, c, rows) -> the values, batch first
+    reads: str  # OWN (coefficients), PARTNERS, ORDERS or CALIBRATION (the calibration profiles)
+    words: str  # what it feeds the frozen model, in a few words
+    reassigns: bool = False  # the inputs' own coefficients rearranged: does the model depend on which it gets?
+    retained_gap: bool = False  # a static profile: the report gives the share of the floor's gap it keeps
+    without_tokens: str | None = None  # needs a token axis; without one it would feed this, and is left out
+
+
+REGISTRY: dict[str, Condition] = {c.name: c for c in (
+    Condition(CORRECT, correct, OWN, "its own coefficients"),
+    Condition(CROSS_INPUT, cross_input, PARTNERS, "another input's coefficients", reassigns=True),
+    Condition(TOKEN_SHUFFLE, token_shuffle, ORDERS, "its own shuffled over tokens", reassigns=True,
+              without_tokens="the correct ones"),
+    Condition(STATIC_LAYER, static_layer, CALIBRATION, "a calibration mean per layer and slot", retained_gap=True),
+    Condition(STATIC_POSITION, static_position, CALIBRATION, "a calibration mean per layer, slot and position",
+              retained_gap=True, without_tokens="the static_layer profile"),
+    Condition(FLOOR, global_mean, CALIBRATION, "one calibration mean per family"),
+)}
+
+
+def names() -> tuple[str, ...]:
+    """Every condition's name, in the registry's order (the default: all of them)."""
+    return tuple(REGISTRY)
+
+
+def reassignments() -> tuple[str, ...]:
+    """The conditions that feed the inputs' own coefficients rearranged, in the registry's order."""
+    return tuple(n for n, c in REGISTRY.items() if c.reassigns)
+
+
+def gap_profiles() -> tuple[str, ...]:
+    """The static profiles whose retained gap the replay reports, in the registry's order."""
+    return tuple(n for n, c in REGISTRY.items() if c.retained_gap)
+
+
+def check_names(given: Sequence[str], what: str = "conditions") -> None:
+    """Raise UsageError naming the conditions among `given` that the registry does not hold."""
+    unknown = [n for n in given if n not in REGISTRY]
+    if unknown:
+        raise UsageError(f"expected {what} among {', '.join(REGISTRY)}, found {', '.join(unknown)}")
 
 
 def derangement(count: int, rng: np.random.Generator) -> np.ndarray:
@@ -264,35 +342,26 @@ def conditions(
     cross_input's partners have tokens wherever their input has, token_shuffle permutes an
     input's tokens only, and the profiles leave padded positions out. What that changed is
     written in `notes`, by condition."""
-    unknown = [n for n in names if n not in CONDITIONS]
-    if unknown:
-        raise UsageError(f"expected conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
+    check_names(names)
+    reads = {REGISTRY[n].reads for n in names}
     rng = np.random.default_rng(seed)
     # drawn whether cross_input runs or not, so that a seed gives token_shuffle the same orders either way
-    drawn = derangement(evaluation.count, rng) if "cross_input" in names or evaluation.count >= 2 else None
-    partner = drawn if "cross_input" in names else None
+    drawn = derangement(evaluation.count, rng) if PARTNERS in reads or evaluation.count >= 2 else None
+    partner = drawn if PARTNERS in reads else None
     if partner is not None and tokens[0] is not None:
         partner, note = cross_partners(partner, tokens[0], np.random.default_rng([seed, 1]))  # apart from the orders
         if note and notes is not None:
-            notes["cross_input"] = note
+            notes[CROSS_INPUT] = note
     lengths = {evaluation.shape(c)[t] for c in evaluation.coefficients if (t := token_axis(c)) is not None}
     orders = None
-    if "token_shuffle" in names:
+    if ORDERS in reads:
         # the inputs' own positions: one order each, of their tokens only; coefficients with fewer
         # positions (those a pruning step kept) get orders of their own, from the same seed
         longest = max(lengths, default=1)
         orders = {longest: position_orders(evaluation.count, longest, rng, tokens[0])}
         orders.update({n: position_orders(evaluation.count, n, np.random.default_rng([seed, 2, n]))
                        for n in lengths if n != longest})
-    prof = profiles(calibration, tokens=tokens[1]) if set(names) & {"static_layer", "static_position", "global_mean"} \
-        else None
-    table = {
-        "correct": partial(correct, evaluation),
-        "cross_input": partial(cross_input, evaluation, partner),
-        "token_shuffle": partial(token_shuffle, evaluation, orders),
-        "static_layer": partial(static_layer, evaluation, prof),
-        "static_position": partial(static_position, evaluation, prof),
-        "global_mean": partial(global_mean, evaluation, prof),
-    }
-    ordered = ["correct", *(n for n in dict.fromkeys(names) if n != "correct")]
-    return {n: table[n] for n in ordered}
+    prof = profiles(calibration, tokens=tokens[1]) if CALIBRATION in reads else None
+    sources = Drawn(evaluation, partner, orders, prof)
+    ordered = [CORRECT, *(n for n in dict.fromkeys(names) if n != CORRECT)]
+    return {n: partial(REGISTRY[n].feed, sources) for n in ordered}

@@ -19,7 +19,7 @@ import onnxruntime as ort
 
 from graphaudit.replay.capture import native
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import Feed
+from graphaudit.replay.conditions import CORRECT, Feed
 from graphaudit.load.data import InputData
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Reference, Task, score
 from graphaudit.replay.parity import EveryInputCheck
@@ -56,7 +56,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
             with replaying(name, batch.rows):
                 out = run.result()[0]
         except FrozenRunError as err:
-            if failures is None or name == "correct" or batch.reference is None:
+            if failures is None or name == CORRECT or batch.reference is None:
                 raise
             failed.setdefault(name, f"evaluation inputs {batch.rows.start}..{batch.rows.stop - 1}: {err.cause}")
         else:

@@ -22,7 +22,7 @@ import onnxruntime as ort
 from graphaudit.analyses.output_kinds import OutputKind
 from graphaudit.replay.capture import CoefficientCache, LiveCheck, native
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import Feed
+from graphaudit.replay.conditions import CORRECT, Feed
 from graphaudit.load.data import InputData
 from graphaudit.errors import GraphAuditError
 from graphaudit.metrics import Reference, Task, task_for
@@ -267,7 +267,7 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
     index = np.arange(rows.start, rows.stop)
     names = [o.name for o in session.get_outputs() if o.name in cache.live]
     fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}
-    with replaying("correct", rows):
+    with replaying(CORRECT, rows):
         outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
     worst = None
     for name in names:

@@ -36,7 +36,8 @@ from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.replay.batching import batches_for
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import CONDITIONS, PROFILES, conditions as make_conditions, token_axis
+from graphaudit.replay.conditions import (CORRECT, FLOOR, REGISTRY, conditions as make_conditions, gap_profiles,
+                                          names as condition_names, token_axis)
 from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
 from graphaudit.load.feeding import Feeding
 from graphaudit.errors import GraphAuditError
@@ -170,7 +171,7 @@ def replay(
     data: str | os.PathLike | InputData | None = None,
     *,
     coefficients: Sequence[str] = (),
-    conditions: Sequence[str] = CONDITIONS,
+    conditions: Sequence[str] | None = None,
     batch_size: int | None = None,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
@@ -218,6 +219,7 @@ def replay(
         raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                               exit_code=2)
     threads, threads_note = usable_threads(threads)
+    conditions = condition_names() if conditions is None else conditions  # None: every registered condition
     loaded = load_for_runtime(model)
     readings = read_outputs(loaded.model, output_kinds)  # a name or kind given wrong: before anything runs
     graph = build_graph(loaded.model)
@@ -229,15 +231,14 @@ def replay(
                                    **({"threads_note": threads_note} if threads_note else {})}
     if not coefs:
         return ReplayReport(loaded.name, (), seed, settings=settings)
-    positional = [n for n in ("token_shuffle", "static_position") if n in conditions]
+    positional = [n for n, c in REGISTRY.items() if c.without_tokens and n in conditions]
     if positional and all(token_axis(c) is None for c in coefs):
         conditions = [n for n in conditions if n not in positional]
         settings["conditions"] = list(conditions)
-        would = {"token_shuffle": "token_shuffle would feed the correct ones",
-                 "static_position": "static_position the static_layer profile"}
+        would = [f"{n}{' would feed' if i == 0 else ''} {REGISTRY[n].without_tokens}" for i, n in enumerate(positional)]
         settings["token_shuffle_note"] = (
             f"{' and '.join(positional)} left out: no coefficient has a token axis (one value per input and slot, as "
-            f"a CNN's channel gates), so {' and '.join(would[n] for n in positional)}")
+            f"a CNN's channel gates), so {' and '.join(would)}")
     check_scored_output(loaded.model, coefs)
     batch_size = check_batch_size(input_specs(loaded.model, feeding=feeding), batch_size)  # before any data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed, feeding)
@@ -278,8 +279,8 @@ def replay(
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         notes: dict[str, str] = {}
         feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
-        if "cross_input" in notes:
-            settings["padding"] += f"; {notes['cross_input']}"
+        for note in notes.values():  # cross_input's partners, where inputs are padded
+            settings["padding"] += f"; {note}"
         task = _task(caches[1], evaluation, batch_size, readings)
         frozen = frozen_graph(loaded.model, coefs)
         live = live_decisions(frozen, coefs)
@@ -295,7 +296,7 @@ def replay(
                 settings["tolerance_note"] = why
         try:
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
-            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+            parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
             if not settings["rewrites"]:
                 raise
@@ -305,7 +306,7 @@ def replay(
                                        f"operators ran as exported ({' '.join(str(err).split())[:300]})"
             frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
-            parity = check_parity(session, feeds["correct"], coefs, caches[1], evaluation, batch_size, tolerance)
+            parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
@@ -313,14 +314,14 @@ def replay(
         stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every,
                                failures=failed)
         if failed:
-            if set(stats) <= {"correct"}:  # nothing left to compare with
+            if set(stats) <= {CORRECT}:  # nothing left to compare with
                 name, where = next(iter(failed.items()))
                 raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
                                      f"besides correct, found that it runs on none: {name} on {where}; {TRACED_SIZES}")
             settings["conditions"] = list(stats)
             settings["failed_conditions"] = dict(failed)
             settings["failed_conditions_note"] = _failed_note(failed)
-        if stats["correct"].figure("nll")[0] is None and task.logits:  # say why, for the reports
+        if stats[CORRECT].figure("nll")[0] is None and task.logits:  # say why, for the reports
             settings["no_nll"] = no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None)
         if every is not None:
             parity = replace(parity, every_input=every.result())
@@ -334,9 +335,9 @@ def replay(
         if any(c.rebuilt for c in caches):  # the reasons, for the note
             settings["cache_note"] = "the kept coefficient cache was damaged and captured again: " + "; ".join(
                 c.rebuilt for c in caches if c.rebuilt)
-    results = tuple(_result(name, s, stats["correct"], task, confidence) for name, s in stats.items())
-    gaps = tuple((p, retained_gap(stats[p], stats["correct"], stats["global_mean"], "nll", confidence))
-                 for p in PROFILES if p in stats and "global_mean" in stats)
+    results = tuple(_result(name, s, stats[CORRECT], task, confidence) for name, s in stats.items())
+    gaps = tuple((p, retained_gap(stats[p], stats[CORRECT], stats[FLOOR], "nll", confidence))
+                 for p in gap_profiles() if p in stats and FLOOR in stats)
     return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
 
 

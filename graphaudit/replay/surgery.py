@@ -22,7 +22,8 @@ import onnx
 from onnx import helper, shape_inference
 
 from graphaudit.analyses.dependence import VALUE, analyse_dependence
-from graphaudit.analyses.declared_coefficients import BATCH, TOKEN, Coefficient
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.vocabulary import BATCH, TOKEN
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.protos import names_repeat_across_graphs, node_reads

@@ -13,6 +13,7 @@ from html import escape
 
 from graphaudit.report import svg
 from graphaudit.profile.what_ran import per_input, profiled_blocks
+from graphaudit.replay.conditions import CORRECT
 from graphaudit.report.tables import (Table, claim_lines, confidence, detail_tables, evidence_lines, header_lines,
                                       interval, median, num, summary_phrase, verdict_table)
 
@@ -122,7 +123,7 @@ def delta_nll_figure(doc: dict) -> tuple[str, str]:
     # ΔNLL; without labels or token ids to score against, the KL from the correct output
     for key, ci, title in (("delta_nll", "ci", "ΔNLL against correct coefficients (nats)"),
                            ("kl", "kl_ci", "KL from the correct output (nats; the data has no labels for an NLL)")):
-        rows = [(name, c) for name, c in conditions.items() if name != "correct" and num(c.get(key)) is not None]
+        rows = [(name, c) for name, c in conditions.items() if name != CORRECT and num(c.get(key)) is not None]
         if rows:
             lows, highs = zip(*(interval(c.get(ci)) for _, c in rows))
             return svg.intervals([n for n, _ in rows], [num(c[key]) for _, c in rows], list(lows), list(highs),

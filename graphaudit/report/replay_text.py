@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from graphaudit.replay.conditions import CORRECT, FLOOR
 from graphaudit.replay.pipeline import ReplayReport
 from graphaudit.verdict.decide import MATERIAL_NATS
 from graphaudit.wording import CONFIDENCE, DASH, bracketed, fmt, pct, sig, signed
@@ -55,12 +56,12 @@ def render_text(r: ReplayReport) -> str:
                      f"{'KL' if r.task.divergence == 'kl' else 'mean squared difference'} from the correct output "
                      "needs none")
     if r.retained_gap and any(e.value is not None for _, e in r.retained_gap):
-        lines += ["", "retained gap (share of global_mean → correct kept): " + "; ".join(
+        lines += ["", f"retained gap (share of {FLOOR} → {CORRECT} kept): " + "; ".join(
             f"{name} {_share(e.value)} {bracketed(e.ci, 2, percent=True)}" for name, e in r.retained_gap)]
-        gap = r.condition("global_mean").delta_nll if any(c.name == "global_mean" for c in r.conditions) else None
+        gap = r.condition(FLOOR).delta_nll if any(c.name == FLOOR for c in r.conditions) else None
         if gap is not None and gap.value is not None and (gap.value < MATERIAL_NATS or (
                 gap.ci is not None and gap.ci[0] is not None and gap.ci[0] <= MATERIAL_NATS)):
-            lines.append(f"  (global_mean is not measurably worse than correct, ΔNLL {signed(gap.value, missing=DASH)}: "
+            lines.append(f"  ({FLOOR} is not measurably worse than {CORRECT}, ΔNLL {signed(gap.value, missing=DASH)}: "
                          "there is no gap to share out, and these shares mean nothing)")
     if r.variance:
         rows = [(f, *(f"{_share(s[k].value)} {bracketed(s[k].ci, 2, percent=True)}" for k in

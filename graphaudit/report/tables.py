@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphaudit.profile.what_ran import profiled_blocks, reduction
+from graphaudit.replay.conditions import CORRECT, CROSS_INPUT, FLOOR, STATIC_LAYER, TOKEN_SHUFFLE
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import (CONFIDENCE, DASH, bracketed, flops_cell, fmt, interval, median, moved_key, num, pct,
                                 signed, total_bound)
 
@@ -132,7 +134,7 @@ def condition_table(doc: dict) -> Table | None:
     for name, c in conditions.items():
         moved = num(c.get(key))
         lo, hi = (num(v) for v in (c.get(f"{key}_ci") or (None, None)))
-        spread = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None and name != "correct" else ""
+        spread = f" [{lo:.3g}, {hi:.3g}]" if lo is not None and hi is not None and name != CORRECT else ""
         rows.append((name, fmt(c.get("nll"), 4, missing=DASH), signed(c.get("delta_nll"), missing=DASH), bracketed(c.get("ci")),
                      "—" if moved is None else f"{moved:.4g}{spread}",
                      *((fmt(c.get("mse"), 4, missing=DASH), bracketed(c.get("delta_mse_ci"))) if targets else ())))
@@ -249,7 +251,7 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
         return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
 
     blocks = (doc.get("static") or {}).get("blocks") or []
-    skippable = [b for b in blocks if b.get("verdict") in ("branch", "subset")]
+    skippable = [b for b in blocks if b.get("verdict") in SAVES_COMPUTE]
     kinds = ", ".join(sorted({b["verdict"] for b in skippable}))
     graph = "—" if doc.get("static") is None else f"{len(skippable)}/{len(blocks)}" + (f" {kinds}" if kinds else "")
     profile = doc.get("profile")
@@ -263,13 +265,13 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
     ratio = num(((profile or {}).get("baseline") or {}).get("ratio"))
     latency = "(baseline)" if (doc.get("inputs") or {}).get("is_baseline") else (
         "—" if ratio is None else f"{ratio:.2f}×")
-    gap = (replay.get("retained_gap") or {}).get("static_layer")
-    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
+    gap = (replay.get("retained_gap") or {}).get(STATIC_LAYER)
+    global_gap = num((conditions.get(FLOOR) or {}).get("delta_nll"))
     gap_text = no_replay if num(gap) is None else share(gap)
     if global_gap is not None and abs(global_gap) < MATERIAL_NATS:
         gap_text = "no gap"  # one global mean is as good as the correct coefficients: 0/0
     return (answer("coefficient_variation") if doc.get("replay") is not None else "— (none)", eta,
-            delta("cross_input"), delta("token_shuffle"), gap_text, graph,
+            delta(CROSS_INPUT), delta(TOKEN_SHUFFLE), gap_text, graph,
             measured, latency, _model_decides(verdict), summary_phrase(doc))
 
 

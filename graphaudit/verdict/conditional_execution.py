@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphaudit.profile.what_ran import SKIPPABLE, left_out, profiled_blocks, profiled_inputs, reduction
+from graphaudit.profile.what_ran import left_out, profiled_blocks, profiled_inputs, reduction
 from graphaudit.verdict.findings import NO, NOT_MEASURED, YES, Evidence, Finding
+from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import counted, listed, num, pct
 
 MODEL, CALLER = "model", "caller"  # who decides conditional execution (`analyses.decisions`)
@@ -39,7 +40,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         counts: dict[str, int] = {}
         for b in blocks:
             counts[b.get("verdict", "?")] = counts.get(b.get("verdict", "?"), 0) + 1
-            if b.get("verdict") in SKIPPABLE:
+            if b.get("verdict") in SAVES_COMPUTE:
                 skippable.append(f"{b.get('name')} ({b.get('verdict')})")
         summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no blocks found"
         evidence.append(Evidence("static", f"{counted(len(blocks), 'block')}: {summary}"))
@@ -48,7 +49,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         flops = static.get("flops") or {}
         share = num(flops.get("skippable_share"))
         capacity = flops.get("fixed_capacity") or {}
-        at_capacity = [b.get("name") for b in blocks if b.get("verdict") in SKIPPABLE
+        at_capacity = [b.get("name") for b in blocks if b.get("verdict") in SAVES_COMPUTE
                        and b.get("name") in set(capacity.get("blocks") or [])]
         # A zero share beside skippable blocks means their sizes were unknown, or that they run at a
         # fixed capacity on every input (said below), not that input values could save nothing.

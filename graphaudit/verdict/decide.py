@@ -30,7 +30,8 @@ from graphaudit.wording import (CONFIDENCE, TRACED_SIZES, ci_text, counted, fmt,
                                 num_text, pct, sig, signed)
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
-CLAIMS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
+# a claim `run --claim` checks -> the finding that answers it
+CLAIM_FINDINGS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
 
 # Coefficients "vary with the input" when the input and token levels together explain at
 # least this share of their variance (the rest is what a static per-layer profile keeps).
@@ -43,9 +44,14 @@ SLOT_MORE = 0.10
 # A reassignment "hurts" a model scored by MSE against targets when its ΔMSE interval lies wholly
 # above this share of the correct coefficients' MSE.
 MATERIAL_MSE_SHARE = 0.01
-REASSIGNMENTS = ("cross_input", "token_shuffle")
-REASSIGNED_WORDS = {"cross_input": "another input's coefficients", "token_shuffle": "its own shuffled over tokens"}
-PROFILES = ("static_layer", "static_position")
+
+
+def conditions_registry():
+    """The replay's conditions (`graphaudit.replay.conditions`), imported when a finding first reads
+    them: that module loads numpy, which `import graphaudit` (and so `graphaudit --help`) must not."""
+    from graphaudit.replay import conditions
+
+    return conditions
 
 
 @dataclass(frozen=True)
@@ -98,10 +104,10 @@ def check_claim(verdict: Verdict | dict, claim: str) -> ClaimCheck:
     A claim is supported only by a "yes" that was measured; "no" refutes it, and "not
     measured" and "inconclusive" leave it unsupported, so a gate built on it fails closed.
     """
-    if claim not in CLAIMS:
-        raise ValueError(f"expected a claim in {sorted(CLAIMS)}, found {claim!r}")
+    if claim not in CLAIM_FINDINGS:
+        raise ValueError(f"expected a claim in {sorted(CLAIM_FINDINGS)}, found {claim!r}")
     findings = verdict.to_json() if isinstance(verdict, Verdict) else verdict
-    finding = findings[CLAIMS[claim]]
+    finding = findings[CLAIM_FINDINGS[claim]]
     answer, statement = finding["answer"], finding["statement"]
     if answer == YES and finding.get("decided_by") == CALLER:  # the caller's switch is no inference of the model's
         return ClaimCheck(claim, False, f"refuted: only the caller decides what runs, not the model: {statement}")
@@ -191,6 +197,7 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
 
 def functional_dependence(replay: dict | None, failure: str | None = None) -> Finding:
     """Does the frozen model depend on which input's coefficients it is given?"""
+    reg = conditions_registry()
     if not replay and failure:
         return Finding(NOT_MEASURED, f"Not measured: the frozen replay stopped: {failure}.",
                        (Evidence("replay", f"the frozen replay stopped: {failure}"),))
@@ -212,7 +219,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             f"parity: the frozen graph with its own coefficients matches the live model "
             f"(max |Δ| {num_text(parity.get('max_abs_diff'))}{every})")))
     hurts, helps, measured = [], [], []
-    for name in REASSIGNMENTS:
+    for name in reg.reassignments():
         c = conditions.get(name)
         if not c or num(c.get("delta_nll")) is None:
             continue
@@ -227,12 +234,12 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
             helps.append(name)
     gap = replay.get("retained_gap") or {}
     gap_ci = replay.get("retained_gap_ci") or {}
-    global_gap = num((conditions.get("global_mean") or {}).get("delta_nll"))
-    global_lo, _ = interval((conditions.get("global_mean") or {}).get("ci"))
+    global_gap = num((conditions.get(reg.FLOOR) or {}).get("delta_nll"))
+    global_lo, _ = interval((conditions.get(reg.FLOOR) or {}).get("ci"))
     # no gap to retain: one global mean does as well as the correct coefficients, or better, or
     # is not measurably worse (its interval reaches below a material amount)
     no_gap = global_gap is not None and (global_gap < MATERIAL_NATS or (global_lo is not None and global_lo <= MATERIAL_NATS))
-    for name in PROFILES:
+    for name in reg.gap_profiles():
         if num(gap.get(name)) is not None:
             lo, hi = interval(gap_ci.get(name))
             ci = f" ({pct(CONFIDENCE, None)} CI {pct(lo)} to {pct(hi)})" if lo is not None and hi is not None else ""
@@ -249,7 +256,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         evidence.append(Evidence("replay", (
             f"{counted(len(live), 'decision')} of control flow in the frozen graph ({listed(live)}) stayed live in every "
             "condition: made from the input, not from the fed coefficients, which no condition reassigned")))
-    if not measured and any(num((conditions.get(n) or {}).get("delta_mse")) is not None for n in REASSIGNMENTS):
+    if not measured and any(num((conditions.get(n) or {}).get("delta_mse")) is not None for n in reg.reassignments()):
         return _from_mse(replay, conditions, evidence)
     if not measured:
         return _from_outputs(replay, conditions, evidence)
@@ -259,8 +266,8 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
                "does as well as the correct coefficients" if global_gap < MATERIAL_NATS else
                "is not measurably worse than the correct coefficients")
         gap_words = f"; one global mean {how}, so no gap is left for a profile"
-    elif num(gap.get("static_layer")) is not None:
-        share, (lo, hi) = num(gap["static_layer"]), interval(gap_ci.get("static_layer"))
+    elif num(gap.get(reg.STATIC_LAYER)) is not None:
+        share, (lo, hi) = num(gap[reg.STATIC_LAYER]), interval(gap_ci.get(reg.STATIC_LAYER))
         if hi is not None and hi < 0:
             gap_words = (f"; a static per-layer profile does worse than one global mean (it keeps {pct(share)} of "
                          "what the coefficients contribute over it)")
@@ -274,7 +281,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         parts = [f"{n.replace('_', '-')} +{fmt(conditions[n]['delta_nll'])} nats" for n in hurts]
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes it worse "
                              f"({', '.join(parts)}){gap_words}."), tuple(evidence))
-    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    fed = " or ".join(reg.REGISTRY[n].words for n in measured)
     unfed = (f" ({counted(len(live), 'decision')} of control flow stayed live, made from the input: their "
              "controllers were not frozen)") if live else ""
     lowered = ""
@@ -317,9 +324,10 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
     score a loss against): from how far the outputs moved from the `correct` ones. KL, for
     logits, is in nats as ΔNLL is and has its threshold; a mean squared difference has no scale
     to call a change material, nor says whether a change hurts."""
-    key = moved_key({n: conditions.get(n) for n in REASSIGNMENTS})
+    reg = conditions_registry()
+    key = moved_key({n: conditions.get(n) for n in reg.reassignments()})
     moved, measured = [], []
-    for name in REASSIGNMENTS:
+    for name in reg.reassignments():
         c = conditions.get(name) or {}
         value = num(c.get(key))
         if value is None:
@@ -336,7 +344,7 @@ def _from_outputs(replay: dict, conditions: dict, evidence: list) -> Finding:
     why = ((replay.get("settings") or {}).get("no_nll")  # sequences of one token: no next token
            or f"the data has no labels or targets to score {output!r} against")
     no_loss = f"{why}, so no ΔNLL says whether it gets worse"
-    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    fed = " or ".join(reg.REGISTRY[n].words for n in measured)
     if key == "kl" and moved:
         parts = ", ".join(f"{n.replace('_', '-')} {fmt(conditions[n]['kl'])} nats" for n in moved)
         return Finding(YES, (f"Yes: giving the frozen model other coefficients changes its output distribution "
@@ -354,10 +362,11 @@ def _from_mse(replay: dict, conditions: dict, evidence: list) -> Finding:
     """The answer where the loss is the MSE against the data's `targets` (a regression output or a
     probability map): a reassignment hurts when its ΔMSE interval lies wholly above MATERIAL_MSE_SHARE
     of the correct condition's MSE (an MSE has the targets' units, so the threshold is relative)."""
-    base = num((conditions.get("correct") or {}).get("mse"), 0.0)
+    reg = conditions_registry()
+    base = num((conditions.get(reg.CORRECT) or {}).get("mse"), 0.0)
     floor = MATERIAL_MSE_SHARE * base
     hurts, measured = [], []
-    for name in REASSIGNMENTS:
+    for name in reg.reassignments():
         c = conditions.get(name) or {}
         if num(c.get("delta_mse")) is None:
             continue
@@ -372,7 +381,7 @@ def _from_mse(replay: dict, conditions: dict, evidence: list) -> Finding:
         parts = ", ".join(f"{n.replace('_', '-')} {signed(conditions[n]['delta_mse'])}" for n in hurts)
         return Finding(YES, (f"Yes: giving the frozen model other coefficients makes its MSE against the targets "
                              f"worse ({parts}, from {fmt(base)} with its own; output {output!r})."), tuple(evidence))
-    fed = " or ".join(REASSIGNED_WORDS[n] for n in measured)
+    fed = " or ".join(reg.REGISTRY[n].words for n in measured)
     return Finding(NO, (f"No: feeding the frozen model {fed} raises its MSE against the targets by no measurable "
                         f"amount above {pct(MATERIAL_MSE_SHARE)} of its own ({fmt(base)}; output {output!r})."),
                    tuple(evidence))
