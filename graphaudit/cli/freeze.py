@@ -38,7 +38,7 @@ def freeze_cmd(model: str, out_dir: Path, names: tuple[str, ...], axes: tuple[st
     written = write_graphs(loaded, coefficients, out_dir, Path(model).name.removesuffix(".onnx"), link=link)
     click.echo(f"{len(coefficients)} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})")
     click.echo(f"trace graph:  {written.trace}  (+{len(coefficients)} outputs)")
-    click.echo(f"frozen graph: {written.frozen}  (+{len(coefficients)} inputs, {len(written.surgery.removed)} "
+    click.echo(f"frozen graph: {written.frozen}  (+{len(coefficients)} inputs, {len(written.freezing.removed)} "
                "controller nodes removed)")
     if written.placed:
         how = "hard-linked, or copied where a link cannot be made" if link else "copied"
