@@ -3,8 +3,9 @@
 Every replay condition feeds the frozen graph the same inputs and different coefficients, so
 each node that no coefficient input reaches (the embedding, the blocks before the first
 controller) computes the same values in every condition. The pass `CutPrefix`
-(graphaudit.replay.passes) cuts the frozen graph there: a *prefix* graph of those nodes, whose outputs are the values the rest reads (the cut),
-and a *suffix* graph of the rest, which takes the cut as graph inputs. What is computed from
+(graphaudit.replay.passes) cuts the frozen graph there: a *prefix* graph of those nodes, whose
+outputs are the values the rest reads (the cut), and a *suffix* graph of the rest, which takes
+the cut as graph inputs. What is computed from
 constants and the input's shapes alone (masks, positions, shape arithmetic) is made in each
 part that reads it, not cut: cut, it became a graph input ONNX Runtime could no longer fold,
 and a tiny model's replay (an HF Mixtral classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for a batch's inputs and

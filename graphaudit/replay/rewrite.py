@@ -23,9 +23,9 @@ slowly (benchmarks/NOTES.md, replay: the rewrites) are replaced by the same comp
   fills above have become the additive masks it takes.
 
 `Rewrite` is a pass (graphaudit.replay.passes): it gives a new model (the one handed in changed
-only when handed over) and how many of each kind it made. The replay's parity check compares the rewritten graph's `correct` run with the
-unrewritten live model; a rewritten graph that fails it is replaced by the graph as exported,
-with a note (`replay`).
+only when handed over) and how many of each kind it made. The replay's parity check compares
+the rewritten graph's `correct` run with the unrewritten live model; a rewritten graph that
+fails it is replaced by the graph as exported, with a note (`replay`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ class Rewrite:
         return PassResult(out, bool(made), made)
 
 
-def _rewritten(model: onnx.ModelProto, kinds: Collection[str], in_place: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+def _rewritten(model: onnx.ModelProto, kinds: Collection[str],
+               owned: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """`model` with the `kinds` rewritten (itself, changed, when `owned`; itself when there is
+    none), and the count of each kind made, in KINDS' order."""
     graph = model.graph
     names = FreshNames(model)
     constants = scalar_constants(graph)
@@ -98,13 +101,14 @@ def _rewritten(model: onnx.ModelProto, kinds: Collection[str], in_place: bool) -
             made[kind] += 1
     out = model
     if made:
-        out = with_nodes(model, nodes, in_place)
+        out = with_nodes(model, nodes, owned)
         # the new values' element types (and shapes where known), so that a cut through them
         # (graphaudit.replay.prefix) can type it
         out.graph.value_info.extend(helper.make_tensor_value_info(name, kind, names.shapes.get(name))
                                     for name, kind in names.typed)
     if "attention" in kinds:
-        done = RewriteAttention(names)(out, owned=in_place or out is not model)  # names clash with none made above
+        # its fresh names clash with none made above; `out` is handed over when it is a copy made here
+        done = RewriteAttention(names)(out, owned=owned or out is not model)
         out, made["attention"] = done.model, done.details
     return out, {kind: made[kind] for kind in KINDS if made[kind]}
 

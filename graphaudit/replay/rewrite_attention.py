@@ -66,7 +66,9 @@ class RewriteAttention:
         return PassResult(out, bool(made), made)
 
 
-def _rewritten(model: onnx.ModelProto, names: FreshNames, in_place: bool) -> tuple[onnx.ModelProto, int]:
+def _rewritten(model: onnx.ModelProto, names: FreshNames, owned: bool) -> tuple[onnx.ModelProto, int]:
+    """`model` with its attentions rewritten (itself, changed, when `owned`; itself when there is
+    none), and how many; the heads' shape arithmetic nothing reads any more removed."""
     imports = [o for o in (*model.opset_import, *(o for f in model.functions for o in f.opset_import))
                if o.domain in ("", "ai.onnx")]
     if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports) \
@@ -88,7 +90,7 @@ def _rewritten(model: onnx.ModelProto, names: FreshNames, in_place: bool) -> tup
                                          q_num_heads=m.heads, kv_num_heads=m.kv_heads, scale=m.scale))
         elif id(node) not in dropped:
             kept.append(node)
-    out = with_nodes(model, kept, in_place)
+    out = with_nodes(model, kept, owned)
     remove_dead(out.graph)  # the heads' shape arithmetic nothing reads any more
     for entry in (*out.opset_import, *(o for f in out.functions for o in f.opset_import)):
         if entry.domain in ("", "ai.onnx"):  # the model's functions too: the checker wants them alike

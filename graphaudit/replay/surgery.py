@@ -120,9 +120,9 @@ class LogProbs:
         return PassResult(_with_log_probs(model, self.output, self.name, self.scale, owned), True, self.name)
 
 
-def _with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, in_place: bool) -> onnx.ModelProto:
-    copy = model if in_place else onnx.ModelProto()
-    if not in_place:  # the copy of a large model's weights is most of the call's time
+def _with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, owned: bool) -> onnx.ModelProto:
+    copy = model if owned else onnx.ModelProto()
+    if not owned:  # the copy of a large model's weights is most of the call's time
         copy.CopyFrom(model)
     found = next((o for o in copy.graph.output if o.name == output), None)
     if found is None:
