@@ -3,9 +3,9 @@
 A *pass* is a callable `pass_(model, *, owned=False)` that returns a `PassResult`: the model
 it made, whether that differs from the model it was handed (`modified`), and what the pass
 found or did (`details`, of a type each pass declares: the controller nodes freezing removed,
-the count of each rewrite, the cut of the frozen graph). The passes are `Trace` and `Freeze`
-(graphaudit.replay.surgery), `LogProbs` (graphaudit.replay.log_probs), `Rewrite` and
-`RewriteAttention` (graphaudit.replay.rewrite, .rewrite_attention) and `CutPrefix`
+the count of each rewrite, the cut of the frozen graph). The passes are `Trace`, `Freeze` and
+`LogProbs` (graphaudit.replay.surgery), `Rewrite` (graphaudit.replay.rewrite),
+`RewriteAttention` (graphaudit.replay.rewrite_attention) and `CutPrefix`
 (graphaudit.replay.prefix). `run_passes` runs a list of them, each on the model the one
 before made.
 

@@ -5,13 +5,13 @@ each node that no coefficient input reaches (the embedding, the blocks before th
 controller) computes the same values in every condition. The pass `CutPrefix`
 (graphaudit.replay.passes) cuts the frozen graph there: a *prefix* graph of those nodes, whose
 outputs are the values the rest reads (the cut), and a *suffix* graph of the rest, which takes
-the cut as graph inputs. What is computed from
-constants and the input's shapes alone (masks, positions, shape arithmetic) is made in each
-part that reads it, not cut: cut, it became a graph input ONNX Runtime could no longer fold,
-and a tiny model's replay (an HF Mixtral classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for a batch's inputs and
-the suffix once per condition, and answers `run` as the frozen graph's session would. Both
-graphs are the frozen graph's own nodes, unchanged, so their outputs are the frozen graph's
-up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
+the cut as graph inputs. What is computed from constants and the input's shapes alone (masks,
+positions, shape arithmetic) is made in each part that reads it, not cut: cut, it became a
+graph input ONNX Runtime could no longer fold, and a tiny model's replay (an HF Mixtral
+classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for
+a batch's inputs and the suffix once per condition, and answers `run` as the frozen graph's
+session would. Both graphs are the frozen graph's own nodes, unchanged, so their outputs are
+the frozen graph's up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class CutPrefix:
 
     def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[Split | None]:
         """Return the suffix of the cut (the graph that runs once per condition, the cut among its
-        inputs) and the Split; `model` itself and None where it is not worth cutting."""
+        inputs) and the Split; `model` itself and None where it is not worth cutting. The Split
+        holds the suffix too: a pass run after this one changes both."""
         split = _split(model, self.coefficients)
         return PassResult(model, False, None) if split is None else PassResult(split.suffix, True, split)
 
