@@ -39,7 +39,7 @@ from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import task_for  # noqa: E402
 from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
-from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
+from graphaudit.replay.surgery import Freeze, LogProbs, Trace  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 
@@ -62,12 +62,12 @@ def zoo_case(name: str, batch: int) -> tuple:
     loaded = load_model(FIXTURES / name / "model.onnx")
     coefs = declared_coefficients(loaded.model)
     data = load_data(FIXTURES / name / "eval.npz", input_specs(loaded.model))
-    cache = capture(trace_graph(loaded.model, coefs), coefs, data, batch_size=batch)
+    cache = capture(Trace(coefs)(loaded.model).model, coefs, data, batch_size=batch)
     rows, inputs = next(data.batches(batch))
     task = task_for(cache.live, inputs, {})
     index = np.arange(rows.start, rows.stop)
     feeds = {**inputs, **{c.tensor: native(c, cache.rows(c, index)) for c in coefs}}
-    return with_log_softmax(frozen_graph(loaded.model, coefs), task.output, task.fetch), [task.fetch], feeds
+    return LogProbs(task.output, task.fetch)(Freeze(coefs)(loaded.model).model).model, [task.fetch], feeds
 
 
 def timed(session, fetch, feeds, runs: int) -> float:

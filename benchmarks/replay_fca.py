@@ -65,10 +65,10 @@ from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
 from graphaudit.replay.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay.loop import run_conditions  # noqa: E402
-from graphaudit.replay.rewrite import rewritten  # noqa: E402
+from graphaudit.replay.rewrite import Rewrite  # noqa: E402
 from graphaudit.replay.prefix import PrefixSession, open_frozen  # noqa: E402
 from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
-from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax  # noqa: E402
+from graphaudit.replay.surgery import Freeze, LogProbs, Trace  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 # coefficient family -> the controller module whose output a forward hook replaces
@@ -89,20 +89,20 @@ class Setup:
         self.coefs = declared_coefficients(loaded.model)
         specs = input_specs(loaded.model)
         self.calib, self.eval = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
-        trace = trace_graph(loaded.model, self.coefs)
+        trace = Trace(self.coefs)(loaded.model).model
         # as in replay(): the evaluation capture keeps what the parity check of every input needs
         self.caches = [capture(trace, self.coefs, d, batch_size=batch_size, check=check)
                        for d, check in ((self.calib, None), (self.eval, every_input_summary(self.eval)))]
         self.feeds = conditions(condition_names(), self.caches[1], self.caches[0], seed)
         self.task = task_for(self.caches[1].live, next(self.eval.batches(batch_size))[1], {})
-        exported = frozen = frozen_graph(loaded.model, self.coefs)
+        exported = frozen = Freeze(self.coefs)(loaded.model).model
         # as in replay(): the sessions leave out the same fusions and flush denormals alike, and the
         # replay's runs what no coefficient reaches once per batch (graphaudit.replay.prefix) unless `cut` is off
         settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": flush_denormals, "threads": threads}
         cpu = [PROVIDERS["cpu"]]
         if rewrite:  # as replay() does on the CPU: its operators rewritten into faster ones (graphaudit.replay.rewrite)
-            frozen, _ = rewritten(frozen)
-        replayed = with_log_softmax(frozen, self.task.output, self.task.fetch)
+            frozen = Rewrite()(frozen).model
+        replayed = LogProbs(self.task.output, self.task.fetch)(frozen).model
         self.session = (open_frozen(replayed, self.coefs, cpu, None, threads, flush_denormals) if cut
                         else create_session(replayed, **settings))
         # the frozen graph alone, whole and as exported: what a user would run without graphaudit

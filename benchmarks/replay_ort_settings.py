@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from exporters.zoo import load_trained  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
-from graphaudit.replay.surgery import frozen_graph  # noqa: E402
+from graphaudit.replay.surgery import Freeze  # noqa: E402
 from replay_fca import FIXTURES, HOOKED_MODULES, Setup  # noqa: E402  (benchmarks/ is the script's own directory)
 
 TOLERANCE = 1e-4
@@ -54,7 +54,7 @@ Run = Callable[[int], object]  # runs prepared feed i, returns its logits (array
 
 def ort_contenders(setup: Setup, threads: int, prepared: list[dict]) -> tuple[dict[str, Run], list[str]]:
     """The ORT variants, each a function of the feed index, and notes on variants left out."""
-    frozen = frozen_graph(load_model(FIXTURES / setup.name / "model.onnx").model, setup.coefs)
+    frozen = Freeze(setup.coefs)(load_model(FIXTURES / setup.name / "model.onnx").model).model
     output = setup.task.output
 
     def plain(session: ort.InferenceSession) -> Run:

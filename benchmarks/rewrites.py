@@ -31,9 +31,9 @@ from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
-from graphaudit.replay.rewrite import KINDS, rewritten  # noqa: E402
+from graphaudit.replay.rewrite import KINDS, Rewrite  # noqa: E402
 from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
-from graphaudit.replay.surgery import frozen_graph, trace_graph  # noqa: E402
+from graphaudit.replay.surgery import Freeze, Trace  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 
@@ -43,16 +43,17 @@ def variants(name: str, batch_size: int, threads: int):
     loaded = load_model(FIXTURES / name / "model.onnx")
     coefs = declared_coefficients(loaded.model)
     data = load_data(FIXTURES / name / "eval.npz", input_specs(loaded.model))
-    cache = capture(trace_graph(loaded.model, coefs), coefs, data, batch_size=batch_size)
+    cache = capture(Trace(coefs)(loaded.model).model, coefs, data, batch_size=batch_size)
     feeds = [{**inputs, **{c.tensor: native(c, cache.rows(c, rows)) for c in coefs}}
              for rows, inputs in data.batches(batch_size)]
-    frozen = frozen_graph(loaded.model, coefs)
+    frozen = Freeze(coefs)(loaded.model).model
     settings = {"disabled_optimizers": slow_fusions(), "flush_denormals": True, "threads": threads}
     out = [("as exported", create_session(frozen, **settings), {})]
     # an attention is matched on its mask's Add, which the masked fill's rewrite makes of a Where
     alone = [((k,), k) for k in KINDS] + [(("masked_fill", "attention"), "masked_fill + attention")]
     for kinds, label in alone + [(KINDS, "all (the replay's)")]:
-        model, made = rewritten(frozen, kinds)
+        result = Rewrite(kinds)(frozen)
+        model, made = result.model, result.details
         if made:
             out.append((label, create_session(model, **settings), made))
     return out, feeds

@@ -11,7 +11,7 @@ from graphaudit.replay.capture import batch_first, capture, native
 from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.errors import GraphAuditError
-from graphaudit.replay.surgery import trace_graph
+from graphaudit.replay.surgery import Trace
 from support.models import float_data, float_gated, gated_lm, mixing_lm, run_ort, traced
 
 
@@ -97,7 +97,7 @@ def _failing_later():
     coefs = declared_coefficients(model)
     x = float_data(8)
     x[5, 2, 1] = -0.5
-    return trace_graph(model, coefs), coefs, from_arrays({"x": x}, input_specs(model))
+    return Trace(coefs)(model).model, coefs, from_arrays({"x": x}, input_specs(model))
 
 
 def test_a_capture_that_fails_in_a_later_batch_leaves_no_folder_it_made(tmp_path):

@@ -24,7 +24,7 @@ from graphaudit.load.data import input_specs, load_data
 from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.profiler import profile_model
 from graphaudit.replay.pipeline import replay
-from graphaudit.replay.surgery import trace_graph
+from graphaudit.replay.surgery import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "fixtures" / "featuregate"
@@ -109,7 +109,7 @@ def test_a_rewritten_weights_file_is_not_served_from_the_cache(external, tmp_pat
     loaded = load_for_runtime(external / "model.onnx")
     coefs = declared_coefficients(loaded.model)
     data = load_data(external / "eval.npz", input_specs(loaded.model))
-    trace = trace_graph(loaded.model, coefs)
+    trace = Trace(coefs)(loaded.model).model
     args = dict(batch_size=16, cache_dir=tmp_path / "cache", weights_folder=loaded.weights_folder)
     with capture(trace, coefs, data, **args) as first:
         values = np.array(first.arrays[coefs[0].tensor])

@@ -9,10 +9,11 @@ from onnx import TensorProto, helper
 import graphaudit.replay.prefix as prefix_module
 from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.load.model import load_for_runtime
-from graphaudit.replay.prefix import PrefixSession, split_frozen
+from graphaudit.replay.passes import PassResult
+from graphaudit.replay.prefix import CutPrefix, PrefixSession
 from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import create_session
-from graphaudit.replay.surgery import frozen_graph
+from graphaudit.replay.surgery import Freeze
 from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from support.models import WIDTH, gated_lm, token_ids
 from support.zoo import FIXTURES, ZOO
@@ -20,7 +21,7 @@ from support.zoo import FIXTURES, ZOO
 
 def _frozen(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     coefs = declared_coefficients(model)
-    return frozen_graph(model, coefs), [c.tensor for c in coefs]
+    return Freeze(coefs)(model).model, [c.tensor for c in coefs]
 
 
 class Counting:
@@ -39,7 +40,7 @@ class Counting:
 
 def test_the_nodes_no_coefficient_reaches_are_cut_off_and_run_once_per_batch():
     frozen, coefs = _frozen(gated_lm(layers=2))
-    split = split_frozen(frozen, coefs)
+    split = CutPrefix(coefs)(frozen).details
     # the embedding and block 0 up to its gate; everything after gate.0 is the rest. The positions
     # (from the input's shape alone) are made again in the rest, not cut: ONNX Runtime folds them
     assert split.cut == ("bt.0", "x0") and split.prefix_inputs == ("input_ids",)
@@ -71,7 +72,7 @@ def test_a_graph_output_the_prefix_makes_comes_from_the_prefix():
     model = gated_lm(layers=1)
     model.graph.output.append(helper.make_tensor_value_info("x0", TensorProto.FLOAT, ["batch", "seq", WIDTH]))
     frozen, coefs = _frozen(model)
-    split = split_frozen(frozen, coefs)
+    split = CutPrefix(coefs)(frozen).details
     assert "x0" in split.cut and split.outputs == ("logits", "x0")
     session = PrefixSession(split, create_session(split.prefix), create_session(split.suffix))
     feeds = {"input_ids": token_ids(2), "gate.0": np.full((2, 6, WIDTH), 0.5, np.float32)}
@@ -94,7 +95,7 @@ def test_no_cut_where_the_coefficients_come_before_any_matrix_product():
     model.metadata_props.append(metadata_entry([Coefficient("gate", "gate", 0, ("batch", "slot"))]))
     frozen, coefs = _frozen(onnx.shape_inference.infer_shapes(model))
     assert [n.op_type for n in frozen.graph.node] == ["Mul", "MatMul"]
-    assert split_frozen(frozen, coefs) is None
+    assert CutPrefix(coefs)(frozen).details is None
 
 
 @pytest.mark.skipif(not ZOO, reason="no zoo fixtures")
@@ -110,11 +111,11 @@ def test_the_zoo_replays_alike_with_and_without_the_cut(name, monkeypatch):
         return {k: v for k, v in doc.items() if k not in ("timing",)}
 
     made = []
-    real = prefix_module.split_frozen
-    monkeypatch.setattr(prefix_module, "split_frozen", lambda *a: made.append(real(*a)) or made[-1])
+    real = prefix_module.CutPrefix.__call__
+    monkeypatch.setattr(prefix_module.CutPrefix, "__call__", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     cut = figures()
-    assert made and made[0] is not None, "the zoo's frozen graphs all have a prefix worth cutting"
-    monkeypatch.setattr(prefix_module, "split_frozen", lambda *a: None)
+    assert made and made[0].modified, "the zoo's frozen graphs all have a prefix worth cutting"
+    monkeypatch.setattr(prefix_module.CutPrefix, "__call__", lambda self, model, **k: PassResult(model, False, None))
     whole = figures()
     for condition, values in whole["conditions"].items():
         for key, value in values.items():
@@ -130,7 +131,7 @@ def test_weights_an_older_ir_lists_among_the_inputs_are_not_asked_of_the_feeds()
     model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                              for t in model.graph.initializer)
     frozen, coefs = _frozen(model)
-    split = split_frozen(frozen, coefs)
+    split = CutPrefix(coefs)(frozen).details
     assert split.prefix_inputs == ("input_ids",)
     session = PrefixSession(split, create_session(split.prefix), create_session(split.suffix))
     feeds = {"input_ids": token_ids(2), **{c: np.full((2, 6, WIDTH), 0.5, np.float32) for c in coefs}}
@@ -145,7 +146,7 @@ def test_graph_outputs_made_from_shapes_or_passed_through_come_out_of_the_cut_gr
     model.graph.output.extend([helper.make_tensor_value_info("given_shape", TensorProto.INT64, [2]),
                                helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])])
     frozen, coefs = _frozen(model)
-    split = split_frozen(frozen, coefs)
+    split = CutPrefix(coefs)(frozen).details
     assert "given_shape" not in split.cut and "input_ids" not in split.cut
     onnx.checker.check_model(split.suffix, full_check=True)
     session = PrefixSession(split, create_session(split.prefix), create_session(split.suffix))

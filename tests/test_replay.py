@@ -21,7 +21,7 @@ from graphaudit.replay.batching import default_batch_size
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.loop import run_conditions
 from graphaudit.runtime.sessions import create_session, spare_core
-from graphaudit.replay.surgery import frozen_graph, trace_graph, with_log_softmax
+from graphaudit.replay.surgery import Freeze, LogProbs, Trace
 from support.models import gated_lm, mixing_lm, token_ids
 from support.zoo import FIXTURES, ZOO
 
@@ -115,11 +115,11 @@ def test_parity_failure_stops_the_audit_naming_the_largest_difference():
     model = gated_lm()
     coefs = declared_coefficients(model)
     data = from_arrays({"input_ids": token_ids(6)}, input_specs(model))
-    with capture(trace_graph(model, coefs), coefs, data, batch_size=3) as cache:
+    with capture(Trace(coefs)(model).model, coefs, data, batch_size=3) as cache:
         cache.live = {"logits": cache.live["logits"].copy()}
         cache.live["logits"][1, 2, 3] += 0.5
         feeds = conditions(["correct"], cache, cache, 0)
-        session = create_session(frozen_graph(model, coefs))
+        session = create_session(Freeze(coefs)(model).model)
         with pytest.raises(ParityError, match=r"within 0.001, found max \|Δ\| 0.5 at logits\[1, 2, 3\]") as err:
             check_parity(session, feeds["correct"], coefs, cache, data, 3, 1e-3)
         assert not err.value.parity.ok and err.value.parity.index == (1, 2, 3)
@@ -220,8 +220,8 @@ def test_ort_replay_equals_pytorch_with_the_same_substituted_coefficients(name):
     coefs = declared_coefficients(loaded.model)
     specs = input_specs(loaded.model)
     calib, evaluation = (load_data(FIXTURES / name / f"{k}.npz", specs) for k in ("calib", "eval"))
-    trace = trace_graph(loaded.model, coefs)
-    session = create_session(frozen_graph(loaded.model, coefs))
+    trace = Trace(coefs)(loaded.model).model
+    session = create_session(Freeze(coefs)(loaded.model).model)
     model = zoo.load_trained(name, FIXTURES)
     ids = evaluation.arrays["input_ids"]
     rows = np.arange(evaluation.count)
@@ -347,12 +347,12 @@ def test_the_loop_sums_what_a_plain_loop_over_every_condition_and_batch_sums(fil
     coefs = declared_coefficients(loaded.model)
     specs = input_specs(loaded.model)
     calib, evaluation = (load_data(files / f"{k}.npz", specs) for k in ("calib", "eval"))
-    trace = trace_graph(loaded.model, coefs)
+    trace = Trace(coefs)(loaded.model).model
     with capture(trace, coefs, calib, batch_size=3) as cal, capture(trace, coefs, evaluation, batch_size=3) as ev:
         feeds = conditions(CONDITIONS, ev, cal, seed=5)
         task = task_for(ev.live, next(evaluation.batches(3))[1], {})
-        frozen = frozen_graph(loaded.model, coefs)
-        session = create_session(with_log_softmax(frozen, task.output, task.fetch))
+        frozen = Freeze(coefs)(loaded.model).model
+        session = create_session(LogProbs(task.output, task.fetch)(frozen).model)
         stats = run_conditions(session, feeds, coefs, evaluation, 3, task, PoissonBootstrap(5, 50), overlap=overlap)
         plain = create_session(frozen)
         ids = evaluation.arrays["input_ids"]
@@ -383,10 +383,10 @@ def test_a_run_error_in_the_worker_thread_reaches_the_caller_in_one_line(files):
     coefs = declared_coefficients(loaded.model)
     specs = input_specs(loaded.model)
     calib = load_data(files / "calib.npz", specs)
-    with capture(trace_graph(loaded.model, coefs), coefs, calib, batch_size=4) as cache:
+    with capture(Trace(coefs)(loaded.model).model, coefs, calib, batch_size=4) as cache:
         feeds = conditions(["correct"], cache, cache, seed=0)
         task = task_for(cache.live, next(calib.batches(4))[1], {})
-        session = create_session(with_log_softmax(frozen_graph(loaded.model, coefs), task.output, task.fetch))
+        session = create_session(LogProbs(task.output, task.fetch)(Freeze(coefs)(loaded.model).model).model)
         broken = {"correct": lambda c, rows: feeds["correct"](c, rows)[..., :1]}  # a coefficient cut short
         for overlap in (True, False):  # named: the condition, the inputs, ONNX Runtime's node and words
             with pytest.raises(GraphAuditError, match=r"^expected the frozen graph to run on the correct coefficients "

@@ -14,11 +14,11 @@ from onnx.reference import ReferenceEvaluator
 from graphaudit.cli import cli
 from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.load.model import load_for_runtime
-from graphaudit.replay.prefix import split_frozen
+from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.pipeline import replay
-from graphaudit.replay.rewrite import GEMM_EXACT_DEPTH, rewritten
+from graphaudit.replay.rewrite import GEMM_EXACT_DEPTH, Rewrite
 from graphaudit.runtime.sessions import create_session
-from graphaudit.replay.surgery import frozen_graph
+from graphaudit.replay.surgery import Freeze
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -62,7 +62,8 @@ def test_a_masked_fill_before_a_softmax_becomes_an_add_of_the_masks_bias_with_th
     # (finfo.min: Hugging Face's fill, torch.where(mask, scores, torch.finfo(dtype).min))
     model = _masked_softmax(fill_first=fill_first, fill=fill)
     before = model.SerializeToString()
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {"masked_fill": 1}
     assert model.SerializeToString() == before, "the input model is not changed"
     onnx.checker.check_model(new, full_check=True)
@@ -81,7 +82,8 @@ def test_a_where_that_is_not_a_masked_fill_before_a_softmax_is_left_alone(case):
     model = {"finite fill": lambda: _masked_softmax(fill=-1e9),
              "read by another op": lambda: _masked_softmax(reader="Relu"),
              "a graph output": lambda: _masked_softmax(extra_output=True)}[case]()
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {} and new is model
 
 
@@ -106,8 +108,10 @@ def _einsum(equation: str, shapes: list[tuple[int, ...]], kind: int = TensorProt
 ])
 def test_a_two_operand_einsum_with_one_summed_index_becomes_transpose_matmul_transpose(equation, shapes):
     model = _einsum(equation, shapes)
-    assert rewritten(model, kinds=("masked_fill", "matmul_bias")) == (model, {}), "only the kinds asked for"
-    new, made = rewritten(model)
+    unasked = Rewrite(kinds=("masked_fill", "matmul_bias"))(model)
+    assert unasked.model is model and not unasked.modified and unasked.details == {}, "only the kinds asked for"
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {"einsum": 1}
     onnx.checker.check_model(new, full_check=True)
     ops = [n.op_type for n in new.graph.node]
@@ -135,7 +139,8 @@ def test_a_two_operand_einsum_with_one_summed_index_becomes_transpose_matmul_tra
 ])
 def test_other_einsums_are_left_alone(equation, shapes):
     model = _einsum(equation, shapes)
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {} and new is model
 
 
@@ -146,7 +151,8 @@ def test_an_einsum_of_a_type_matmul_has_no_cpu_kernel_for_or_of_unknown_type_is_
     if kind == TensorProto.UNDEFINED:  # the graph does not say the operands' type
         for value in model.graph.input:
             value.type.tensor_type.elem_type = TensorProto.UNDEFINED
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {} and new is model
 
 
@@ -154,7 +160,8 @@ def test_new_names_do_not_clash_with_the_models_own():
     model = _masked_softmax()
     taken = helper.make_node("Identity", ["scores"], ["masked/bias"], name="unused")
     model.graph.node.insert(0, taken)
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     names = [o for n in new.graph.node for o in n.output]
     assert made == {"masked_fill": 1} and len(names) == len(set(names))
     onnx.checker.check_model(new, full_check=True)
@@ -206,7 +213,8 @@ def _linears(depth: int = 8, rank: int = 3, opset: int = 17, bias_shape=(5,), se
 
 def test_a_matmul_read_only_by_a_bias_add_becomes_one_gemm_on_the_rows_with_the_same_bits():
     model = _linears()
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert made == {"matmul_bias": 2}
     onnx.checker.check_model(new, full_check=True)
     ops = [n.op_type for n in new.graph.node]
@@ -220,7 +228,8 @@ def test_a_matmul_read_only_by_a_bias_add_becomes_one_gemm_on_the_rows_with_the_
 
 
 def test_rows_whose_leading_dimensions_the_graph_does_not_name_get_their_own_shape():
-    new, made = rewritten(_linears(lead=(None, None)))
+    result = Rewrite()(_linears(lead=(None, None)))
+    new, made = result.model, result.details
     assert made == {"matmul_bias": 2}
     assert [n.op_type for n in new.graph.node].count("Shape") == 2
     x = np.ones((2, 3, 8), np.float32)
@@ -235,7 +244,8 @@ def test_other_matmuls_keep_their_add(case):
              "opset 14": lambda: _linears(opset=14),
              "a matrix bias": lambda: _linears(bias_shape=(1, 5)),
              "the product read twice": lambda: _linears(second_reader=True)}[case]()
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     first = "m1" in {o for n in new.graph.node for o in n.output}
     assert first, "the first MatMul stays as it is"
     if case in ("deeper than the exact depth", "a matrix bias", "the product read twice"):
@@ -251,11 +261,12 @@ def test_the_rewritten_frozen_graph_is_cut_where_the_exported_one_is(name):
     # so the rewrites add nothing to what the prefix hands the rest (graphaudit.replay.prefix)
     loaded = load_for_runtime(FIXTURES / name / "model.onnx")
     coefs = declared_coefficients(loaded.model)
-    frozen = frozen_graph(loaded.model, coefs)
-    new, made = rewritten(frozen)
+    frozen = Freeze(coefs)(loaded.model).model
+    result = Rewrite()(frozen)
+    new, made = result.model, result.details
     assert made.get("matmul_bias", 0) >= 12
     assert {n.input[0] for n in new.graph.node if n.name.endswith("/lead")} == {"input_ids"}
-    exported, cut = (split_frozen(m, [c.tensor for c in coefs]) for m in (frozen, new))
+    exported, cut = (CutPrefix([c.tensor for c in coefs])(m).details for m in (frozen, new))
     assert len(cut.cut) == len(exported.cut)
     assert all(v in exported.cut or v.split("/")[0] in exported.cut for v in cut.cut), cut.cut
 
@@ -316,7 +327,8 @@ def _attention_feeds(mask: bool = True) -> dict:
 def test_a_spelled_out_multi_head_attention_becomes_onnx_attention_at_opset_23(variant):
     model = _attention(**variant)
     before = model.SerializeToString()
-    new, made = rewritten(model, kinds=("attention",))
+    result = Rewrite(kinds=("attention",))(model)
+    new, made = result.model, result.details
     assert made == {"attention": 1} and model.SerializeToString() == before
     onnx.checker.check_model(new, full_check=True)
     attention = [n for n in new.graph.node if n.op_type == "Attention"]
@@ -348,16 +360,17 @@ def test_an_attention_that_cannot_be_one_node_is_left_alone(case):
         for v in model.graph.value_info:
             if v.name in ("q4", "k4", "v4"):
                 v.type.tensor_type.shape.dim[2].Clear()
-    new, made = rewritten(model, kinds=("attention",))
+    result = Rewrite(kinds=("attention",))(model)
+    new, made = result.model, result.details
     assert made == {} and new is model
 
 
 def test_rewriting_in_place_gives_what_the_copy_gives():
     model = _attention()
-    copy, made = rewritten(model)
-    same, made_in_place = rewritten(model, in_place=True)
-    assert same is model and made_in_place == made
-    assert same.SerializeToString() == copy.SerializeToString()
+    copy = Rewrite()(model)
+    same = Rewrite()(model, owned=True)
+    assert same.model is model and same.details == copy.details
+    assert same.model.SerializeToString() == copy.model.SerializeToString()
 
 
 def test_the_models_functions_are_declared_at_opset_23_with_it():
@@ -365,7 +378,8 @@ def test_the_models_functions_are_declared_at_opset_23_with_it():
     model.opset_import.append(helper.make_opsetid("local", 1))
     model.functions.append(helper.make_function("local", "f", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])],
                                                 [helper.make_opsetid("", 20)]))
-    new, made = rewritten(model, kinds=("attention",))
+    result = Rewrite(kinds=("attention",))(model)
+    new, made = result.model, result.details
     assert made == {"attention": 1}
     assert [o.version for o in new.functions[0].opset_import] == [23]
     onnx.checker.check_model(new, full_check=True)
@@ -377,7 +391,8 @@ def test_an_onnx_runtime_without_attention_keeps_the_attention_spelled_out(monke
     assert module.runtime_has_attention(), "this environment's ONNX Runtime runs Attention (opset 23)"
     monkeypatch.setattr(module, "runtime_has_attention", lambda: False)
     model = _attention()
-    new, made = rewritten(model)
+    result = Rewrite()(model)
+    new, made = result.model, result.details
     assert "attention" not in made and "Attention" not in {n.op_type for n in new.graph.node}
     assert next(o.version for o in new.opset_import if o.domain == "") == 20
 
@@ -410,16 +425,17 @@ def _unknown_operator(node):  # an operator ONNX Runtime has no kernel for: the 
 def test_a_rewrite_that_fails_the_parity_check_is_dropped_and_said(monkeypatch, spoil):
     import graphaudit.replay.pipeline as replay_module
 
-    def broken(model, **kwargs):
-        new, made = rewritten(model, **kwargs)
-        for node in new.graph.node:
-            spoil(node)
-        return new, made
+    class Broken(Rewrite):
+        def __call__(self, model, *, owned=False):
+            result = super().__call__(model, owned=owned)
+            for node in result.model.graph.node:
+                spoil(node)
+            return result
 
     folder = FIXTURES / "featuregate"
     args = (folder / "model.onnx", folder / "calib.npz", folder / "eval.npz")
     expected = replay(*args, threads=1, resamples=20, rewrite=False).to_json()
-    monkeypatch.setattr(replay_module, "rewritten", broken)
+    monkeypatch.setattr(replay_module, "Rewrite", Broken)
     report = replay(*args, threads=1, resamples=20)
     assert report.settings["rewrites"] == {}
     assert report.settings["rewrite_note"].startswith("the rewritten frozen graph did not run as the live model does")

@@ -11,14 +11,14 @@ from graphaudit.analyses.declared_coefficients import Coefficient, declared_coef
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.replay.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
+from graphaudit.replay.surgery import Freeze, LogProbs, Trace
 from support.models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
 from support.zoo import FIXTURES, ZOO
 
 
 def _traced(model):
     coefs = declared_coefficients(model)
-    trace = trace_graph(model, coefs)
+    trace = Trace(coefs)(model).model
     names = [o.name for o in trace.graph.output]
     ids = token_ids(3)
     return coefs, ids, dict(zip(names, run_ort(trace, {"input_ids": ids})))
@@ -30,7 +30,7 @@ def test_trace_graph_outputs_coefficients_and_leaves_the_argument_alone(build):
     before = model.SerializeToString()
     coefs, ids, outputs = _traced(model)
     assert model.SerializeToString() == before
-    onnx.checker.check_model(trace_graph(model, coefs), full_check=True)
+    onnx.checker.check_model(Trace(coefs)(model).model, full_check=True)
     (live,) = run_ort(model, {"input_ids": ids})
     np.testing.assert_array_equal(outputs["logits"], live)
     for c in coefs:
@@ -43,7 +43,7 @@ def test_frozen_graph_fed_the_traced_coefficients_reproduces_the_live_model(buil
     model = build()
     before = model.SerializeToString()
     coefs, ids, outputs = _traced(model)
-    frozen = frozen_graph(model, coefs)
+    frozen = Freeze(coefs)(model).model
     assert model.SerializeToString() == before
     onnx.checker.check_model(frozen, full_check=True)
     feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
@@ -56,44 +56,45 @@ def test_frozen_graph_fed_the_traced_coefficients_reproduces_the_live_model(buil
 def test_frozen_graph_names_batch_and_token_axes_and_drops_the_controller():
     model = gated_lm(layers=2)
     coefs = declared_coefficients(model)
-    frozen = frozen_graph(model, coefs)
+    frozen = Freeze(coefs)(model).model
     inputs = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in frozen.graph.input}
     assert inputs == {"input_ids": ["batch", "seq"], "gate.0": ["batch", "seq", 4], "gate.1": ["batch", "seq", 4]}
     names = {n.name for n in frozen.graph.node}
     assert not any(n.startswith("gate") for n in names)
     assert {f"block{i}/{part}" for i in range(2) for part in ("matmul", "gate", "residual")} <= names
     assert not {"wg.0", "bg.0", "wg.1", "bg.1"} & {t.name for t in frozen.graph.initializer}
-    assert set(controller_nodes(model, coefs)) == {f"gate{i}/{p}" for i in range(2) for p in ("matmul", "add", "sigmoid")}
+    removed = Freeze(coefs)(model).details.removed
+    assert set(removed) == {f"gate{i}/{p}" for i in range(2) for p in ("matmul", "add", "sigmoid")}
 
 
 def test_freezing_one_coefficient_keeps_the_other_controller():
     model = gated_lm(layers=2)
-    result = freeze(model, [declared_coefficients(model)[1]])
-    onnx.checker.check_model(result.frozen, full_check=True)
-    assert "gate0/sigmoid" in {n.name for n in result.frozen.graph.node}
-    assert result.removed == ("gate1/matmul", "gate1/add", "gate1/sigmoid")
+    result = Freeze([declared_coefficients(model)[1]])(model)
+    onnx.checker.check_model(result.model, full_check=True)
+    assert "gate0/sigmoid" in {n.name for n in result.model.graph.node}
+    assert result.details.removed == ("gate1/matmul", "gate1/add", "gate1/sigmoid")
 
 
 def test_coefficient_inside_a_branch_is_refused_with_where_it_is():
     model = gate_in_branch()
     with pytest.raises(GraphAuditError, match=r"expected coefficient 'gate.b' in the main graph, found it inside "
                                               r"the then-branch of If `branch`"):
-        frozen_graph(model, declared_coefficients(model))
+        Freeze(declared_coefficients(model))(model)
     with pytest.raises(GraphAuditError, match="inside"):
-        trace_graph(model, declared_coefficients(model))
+        Trace(declared_coefficients(model))(model)
 
 
 def test_unknown_constant_and_already_frozen_coefficients_are_refused():
     model = gated_lm()
     with pytest.raises(GraphAuditError, match=r"expected a tensor named 'nope' in the model, found none"):
-        trace_graph(model, [Coefficient("nope", "gate", 0, ("batch", "token", "feature"))])
+        Trace([Coefficient("nope", "gate", 0, ("batch", "token", "feature"))])(model)
     with pytest.raises(GraphAuditError, match="found a constant initializer"):
-        frozen_graph(model, [Coefficient("wg.0", "gate", 0, ("batch", "token", "feature"))])
+        Freeze([Coefficient("wg.0", "gate", 0, ("batch", "token", "feature"))])(model)
     coefs = declared_coefficients(model)
     with pytest.raises(GraphAuditError, match="already frozen"):
-        trace_graph(frozen_graph(model, coefs), coefs)
+        Trace(coefs)(Freeze(coefs)(model).model)
     with pytest.raises(GraphAuditError, match="at least one coefficient"):
-        frozen_graph(model, [])
+        Freeze([])(model)
 
 
 def test_freeze_command_writes_both_graphs(tmp_path):
@@ -122,16 +123,16 @@ def test_freeze_command_on_a_model_without_a_controller(tmp_path):
 def test_zoo_frozen_graph_matches_the_exported_frozen_graph(name):
     loaded = load_model(FIXTURES / name / "model.onnx")
     coefs = declared_coefficients(loaded.model)
-    result = freeze(loaded.model, coefs)
-    onnx.checker.check_model(result.frozen, full_check=True)
-    onnx.checker.check_model(result.trace, full_check=True)
+    frozen, trace = Freeze(coefs)(loaded.model).model, Trace(coefs)(loaded.model).model
+    onnx.checker.check_model(frozen, full_check=True)
+    onnx.checker.check_model(trace, full_check=True)
     exported = onnx.load(FIXTURES / name / "model.frozen.onnx")
-    assert [i.name for i in result.frozen.graph.input] == [i.name for i in exported.graph.input]
+    assert [i.name for i in frozen.graph.input] == [i.name for i in exported.graph.input]
     ids = np.load(FIXTURES / name / "eval.npz")["input_ids"][:2]
-    names = [o.name for o in result.trace.graph.output]
-    outputs = dict(zip(names, run_ort(result.trace, {"input_ids": ids})))
+    names = [o.name for o in trace.graph.output]
+    outputs = dict(zip(names, run_ort(trace, {"input_ids": ids})))
     feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
-    (ours,) = run_ort(result.frozen, feeds, ["logits"])
+    (ours,) = run_ort(frozen, feeds, ["logits"])
     (theirs,) = run_ort(exported, feeds, ["logits"])
     np.testing.assert_allclose(ours, outputs["logits"], atol=1e-5)
     np.testing.assert_allclose(theirs, outputs["logits"], atol=1e-4)
@@ -140,17 +141,17 @@ def test_zoo_frozen_graph_matches_the_exported_frozen_graph(name):
 def test_with_log_softmax_adds_the_scored_output_and_leaves_the_argument_alone():
     model = gated_lm()
     coefs, ids, outputs = _traced(model)
-    frozen = frozen_graph(model, coefs)
+    frozen = Freeze(coefs)(model).model
     before = frozen.SerializeToString()
-    scored = with_log_softmax(frozen, "logits", "graphaudit.log_probs")
+    scored = LogProbs("logits", "graphaudit.log_probs")(frozen).model
     assert frozen.SerializeToString() == before
     onnx.checker.check_model(scored, full_check=True)
     feeds = {"input_ids": ids, **{c.tensor: outputs[c.tensor] for c in coefs}}
     logits, logp = run_ort(scored, feeds, ["logits", "graphaudit.log_probs"])
     np.testing.assert_allclose(logp, log_softmax(logits), atol=1e-5)
     with pytest.raises(GraphAuditError, match="expected a graph output named 'nope'"):
-        with_log_softmax(frozen, "nope", "x")
-    assert with_log_softmax(frozen, "logits", "graphaudit.log_probs", in_place=True) is frozen  # its owner's
+        LogProbs("nope", "x")(frozen).model
+    assert LogProbs("logits", "graphaudit.log_probs")(frozen, owned=True).model is frozen  # its owner's
     assert frozen.SerializeToString() == scored.SerializeToString()
 
 
@@ -167,7 +168,7 @@ def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their
     model.ir_version = 3
     model.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
                              for t in model.graph.initializer)
-    frozen = frozen_graph(model, declared_coefficients(model))
+    frozen = Freeze(declared_coefficients(model))(model).model
     names = [i.name for i in frozen.graph.input]
     assert "wg.0" not in names and "bg.1" not in names  # the gates' weights, gone with the gates
     assert {"input_ids", "gate.0", "gate.1", "emb", "head"} <= set(names)  # the rest's weights stay listed

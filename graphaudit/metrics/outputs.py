@@ -5,7 +5,7 @@
 data; `score` turns one batch of outputs into a (inputs × QUANTITIES) array of sums. A
 distribution over the last axis is scored by its log-probabilities: the log-softmax of
 logits, the log of probabilities clipped at TINY, log-probabilities as they are. The replay
-graph computes the first two as an extra output (`LOG_PROBS`, see `surgery.with_log_probs`),
+graph computes the first two as an extra output (`LOG_PROBS`, see `replay.surgery.LogProbs`),
 so that the one pass over the vocabulary runs in ONNX Runtime's kernels — nothing per token
 survives the batch, so memory does not grow with the number of inputs. Figures are ratios
 of those sums (e.g. NLL = Σ nll / Σ targets, token-weighted), computed in `metrics.stats`.

@@ -7,5 +7,6 @@ coefficients (kept on disk by `cache_files`); `conditions` maps them to what eac
 `rewrite_attention`) make the frozen graph cheaper to run without changing what it computes;
 `batching` cuts the inputs to batches; `loop` replays every condition into streaming statistics;
 `variance` decomposes a coefficient family's variance; `pipeline.replay` runs all of it, and
-`frozen_files` writes the two graphs for `graphaudit freeze`.
+`frozen_files` writes the two graphs for `graphaudit freeze`. Every graph transform is a pass
+that keeps one contract (`passes`: what it gives back, who may change a model).
 """

@@ -38,7 +38,7 @@ from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.files.write import refuse_input, same_file, target_kind
 from graphaudit.load.model import LoadedModel
-from graphaudit.replay.surgery import Surgery, freeze
+from graphaudit.replay.surgery import Freeze, Freezing, Trace
 
 # Protobuf cannot serialise past 2 GiB: larger graphs keep their weights beside them.
 _INLINE_LIMIT = 2**31 - 2**20
@@ -51,7 +51,7 @@ class WrittenGraphs:
 
     trace: Path
     frozen: Path
-    surgery: Surgery
+    freezing: Freezing
     placed: tuple[str, ...]  # external-data files linked or copied into the folder
 
 
@@ -63,7 +63,8 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     copies = (loaded.external_files if loaded.weights_folder is not None
               and out_dir.resolve() != loaded.weights_folder else ())
     _refuse_targets(paths, loaded.source_files, copies, out_dir)
-    surgery = freeze(loaded.model, coefficients)
+    frozen = Freeze(coefficients)(loaded.model)
+    trace = Trace(coefficients)(loaded.model).model
     created = _make_folders(out_dir)
     try:
         try:
@@ -74,7 +75,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
         with scratch.tracked(stage):
             placed = _stage_weights(copies, loaded.weights_folder, out_dir, stage, link)
             graphs = [_stage_graph(proto, path.name, stage, loaded.weights_folder is None)
-                      for path, proto in zip(paths, (surgery.trace, surgery.frozen))]
+                      for path, proto in zip(paths, (trace, frozen.model))]
             for staged, _ in graphs:
                 _read_back(staged, None)
             for location in placed:
@@ -91,7 +92,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     except BaseException:
         _remove_empty(created)
         raise
-    return WrittenGraphs(paths[0], paths[1], surgery, tuple(copies))
+    return WrittenGraphs(paths[0], paths[1], frozen.details, tuple(copies))
 
 
 _FICLONE = 0x40049409  # Linux ioctl: make `target` share `original`'s blocks (btrfs, XFS)

@@ -56,10 +56,11 @@ from graphaudit.replay.variance import cache_variance
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.progress import Progress
 from graphaudit.replay.loop import run_conditions
-from graphaudit.replay.rewrite import rewritten
+from graphaudit.replay.passes import GraphPass, run_passes
+from graphaudit.replay.rewrite import Rewrite
 from graphaudit.runtime.sessions import (PROVIDERS, FrozenRunError, create_session, quantized_pairs, usable_threads,
                                 resolve_providers, slow_fusions)
-from graphaudit.replay.surgery import frozen_graph, live_decisions, live_note, trace_graph, with_log_probs
+from graphaudit.replay.surgery import Freeze, LogProbs, Trace, live_decisions, live_note
 from graphaudit.wording import TRACED_SIZES, listed
 
 # Most bootstrap resamples: each holds a float per input and quantity of every condition
@@ -263,7 +264,7 @@ def replay(
             "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
             "once the graph is cut where the coefficients are exposed and fed")
     timing, clock = {}, time.perf_counter()
-    trace = trace_graph(loaded.model, coefs)
+    trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(lambda: create_session(
         trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
@@ -282,7 +283,7 @@ def replay(
         for note in notes.values():  # cross_input's partners, where inputs are padded
             settings["padding"] += f"; {note}"
         task = _task(caches[1], evaluation, batch_size, readings)
-        frozen = frozen_graph(loaded.model, coefs)
+        frozen = Freeze(coefs)(loaded.model).model
         live = live_decisions(frozen, coefs)
         if live:
             settings["live_decisions"] = list(live)
@@ -304,7 +305,7 @@ def replay(
             # fault, not the model's: the graph as exported is checked instead, and decides
             settings["rewrite_note"] = f"the rewritten frozen graph did not run as the live model does, so its " \
                                        f"operators ran as exported ({' '.join(str(err).split())[:300]})"
-            frozen, settings["rewrites"] = _replayed(frozen_graph(loaded.model, coefs), task, False)
+            frozen, settings["rewrites"] = _replayed(Freeze(coefs)(loaded.model).model, task, False)
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -342,12 +343,16 @@ def replay(
 
 
 def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """`frozen` (changed: the copy is the replay's) as the replay runs it: with the log-probabilities
-    of a distribution as an output (unless it holds them), and its operators `rewritten` when
-    `rewrite`; and the rewrites made."""
-    if task.fetch != task.output:
-        frozen = with_log_probs(frozen, task.output, task.fetch, task.scale, in_place=True)
-    return rewritten(frozen, in_place=True) if rewrite else (frozen, {})
+    """`frozen` (handed over: the copy is the replay's) as the replay runs it (`replay_passes`),
+    and the rewrites made."""
+    result = run_passes(frozen, replay_passes(task, rewrite), owned=True)
+    return result.model, dict(result.details.of(Rewrite, {}))
+
+
+def replay_passes(task: Task, rewrite: bool) -> list[GraphPass]:
+    """The passes that make a frozen graph the one the replay runs: the log-probabilities of a
+    distribution as an output (unless it holds them), and its operators rewritten when `rewrite`."""
+    return [LogProbs(task.output, task.fetch, task.scale), *([Rewrite()] if rewrite else [])]
 
 
 def _failed_note(failed: Mapping[str, str]) -> str:

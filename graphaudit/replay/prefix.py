@@ -2,15 +2,16 @@
 
 Every replay condition feeds the frozen graph the same inputs and different coefficients, so
 each node that no coefficient input reaches (the embedding, the blocks before the first
-controller) computes the same values in every condition. `split_frozen` cuts the frozen graph
-there: a *prefix* graph of those nodes, whose outputs are the values the rest reads (the cut),
-and a *suffix* graph of the rest, which takes the cut as graph inputs. What is computed from
-constants and the input's shapes alone (masks, positions, shape arithmetic) is made in each
-part that reads it, not cut: cut, it became a graph input ONNX Runtime could no longer fold,
-and a tiny model's replay (an HF Mixtral classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for a batch's inputs and
-the suffix once per condition, and answers `run` as the frozen graph's session would. Both
-graphs are the frozen graph's own nodes, unchanged, so their outputs are the frozen graph's
-up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
+controller) computes the same values in every condition. The pass `CutPrefix`
+(graphaudit.replay.passes) cuts the frozen graph there: a *prefix* graph of those nodes, whose
+outputs are the values the rest reads (the cut), and a *suffix* graph of the rest, which takes
+the cut as graph inputs. What is computed from constants and the input's shapes alone (masks,
+positions, shape arithmetic) is made in each part that reads it, not cut: cut, it became a
+graph input ONNX Runtime could no longer fold, and a tiny model's replay (an HF Mixtral
+classifier, hidden size 32) ran slower cut than whole. `PrefixSession` runs the prefix once for
+a batch's inputs and the suffix once per condition, and answers `run` as the frozen graph's
+session would. Both graphs are the frozen graph's own nodes, unchanged, so their outputs are
+the frozen graph's up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import onnx
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.load.protos import node_reads
+from graphaudit.replay.passes import PassResult
 from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, weights_apart
 
 # Operators whose presence makes a prefix worth a session of its own
@@ -41,7 +43,25 @@ class Split:
     outputs: tuple[str, ...]  # the frozen graph's outputs, in order
 
 
-def split_frozen(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split | None:
+@dataclass(frozen=True)
+class CutPrefix:
+    """The pass that cuts a frozen graph whose `coefficients` (tensor names) are graph inputs
+    after the nodes no coefficient reaches (`_split`)."""
+
+    coefficients: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "coefficients", tuple(self.coefficients))
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[Split | None]:
+        """Return the suffix of the cut (the graph that runs once per condition, the cut among its
+        inputs) and the Split; `model` itself and None where it is not worth cutting. The Split
+        holds the suffix too: a pass run after this one changes both."""
+        split = _split(model, self.coefficients)
+        return PassResult(model, False, None) if split is None else PassResult(split.suffix, True, split)
+
+
+def _split(frozen: onnx.ModelProto, coefficients: Sequence[str]) -> Split | None:
     """Cut `frozen` (a frozen graph whose `coefficients` are graph inputs) into the nodes no
     coefficient reaches and the rest; None when the first hold no matrix product or convolution
     (nothing worth running once), or the rest is empty.
@@ -183,7 +203,7 @@ def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], pr
                 weights_folder=None, threads: int | None = None, flush_denormals: bool = True,
                 qdq_fusions: bool = True):
     """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
-    reaches holds compute worth running once per batch (`split_frozen`), else one session of the
+    reaches holds compute worth running once per batch (`CutPrefix`), else one session of the
     whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
     runs more than the cut saved (benchmarks/NOTES.md, replay). On an accelerator the cut would move
     its values to the host and back for every condition, so the whole graph runs there.
@@ -200,7 +220,7 @@ def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], pr
         return opened(frozen)
     skeleton, names, arrays = weights_apart(frozen)
     handed = dict(zip(names, arrays))
-    split = split_frozen(skeleton, [c.tensor for c in coefficients])
+    split = CutPrefix(tuple(c.tensor for c in coefficients))(skeleton).details
     if split is None:
         return opened(skeleton, weights=handed)
     return PrefixSession(split, opened(split.prefix, spinning=False, weights=handed),

@@ -22,23 +22,26 @@ slowly (benchmarks/NOTES.md, replay: the rewrites) are replaced by the same comp
   mask and softmax becomes ONNX's `Attention` (graphaudit.replay.rewrite_attention), after the masked
   fills above have become the additive masks it takes.
 
-`rewritten` returns a new model (the input is not changed unless asked) and how many of each
-it made. The replay's parity check compares the rewritten graph's `correct` run with the
-unrewritten live model; a rewritten graph that fails it is replaced by the graph as exported,
-with a note (`replay`).
+`Rewrite` is a pass (graphaudit.replay.passes): it gives a new model (the one handed in changed
+only when handed over) and how many of each kind it made. The replay's parity check compares
+the rewritten graph's `correct` run with the unrewritten live model; a rewritten graph that
+fails it is replaced by the graph as exported, with a note (`replay`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Collection
+from dataclasses import dataclass
+from typing import Collection, Mapping
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from graphaudit.load.protos import body_reads, readers_of, scalar_constants, value_dims, with_nodes
-from graphaudit.replay.rewrite_attention import attention_rewritten
+from graphaudit.load.protos import body_reads, readers_of, scalar_constants, with_nodes
+from graphaudit.replay.fresh_names import FreshNames
+from graphaudit.replay.passes import PassResult
+from graphaudit.replay.rewrite_attention import RewriteAttention
 
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
 _MATMUL_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})
@@ -51,14 +54,25 @@ GEMM_EXACT_DEPTH = 256
 KINDS = ("masked_fill", "einsum", "matmul_bias", "attention")
 
 
-def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
-              in_place: bool = False) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """Return a copy of `model` with its masked fills, plain Einsums, biased MatMuls and
-    spelled-out attentions rewritten (module docstring; `kinds`: only those), and the count
-    of each kind made; `model` itself when there is none. `in_place`: `model` itself so
-    changed, for a caller that owns it (a copy of a large model's weights takes long)."""
+@dataclass(frozen=True)
+class Rewrite:
+    """The pass that rewrites masked fills, plain Einsums, biased MatMuls and spelled-out
+    attentions (module docstring; `kinds`: only those)."""
+
+    kinds: Collection[str] = KINDS
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[Mapping[str, int]]:
+        """Return `model` rewritten and the count of each kind made (`model` itself when none)."""
+        out, made = _rewritten(model, self.kinds, owned)
+        return PassResult(out, bool(made), made)
+
+
+def _rewritten(model: onnx.ModelProto, kinds: Collection[str],
+               owned: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """`model` with the `kinds` rewritten (itself, changed, when `owned`; itself when there is
+    none), and the count of each kind made, in KINDS' order."""
     graph = model.graph
-    names = _Names(model)
+    names = FreshNames(model)
     constants = scalar_constants(graph)
     original = list(graph.node)  # held, so that each node's id() stays its own
     readers = readers_of(original)
@@ -87,46 +101,16 @@ def rewritten(model: onnx.ModelProto, kinds: Collection[str] = KINDS, *,
             made[kind] += 1
     out = model
     if made:
-        out = with_nodes(model, nodes, in_place)
+        out = with_nodes(model, nodes, owned)
         # the new values' element types (and shapes where known), so that a cut through them
         # (graphaudit.replay.prefix) can type it
         out.graph.value_info.extend(helper.make_tensor_value_info(name, kind, names.shapes.get(name))
                                     for name, kind in names.typed)
     if "attention" in kinds:
-        out, made["attention"] = attention_rewritten(out, names, in_place=in_place or out is not model)
+        # its fresh names clash with none made above; `out` is handed over when it is a copy made here
+        done = RewriteAttention(names)(out, owned=owned or out is not model)
+        out, made["attention"] = done.model, done.details
     return out, {kind: made[kind] for kind in KINDS if made[kind]}
-
-
-class _Names:
-    """Fresh value and node names that clash with none in the model, and the element types of
-    the model's values and of the new ones (`typed`)."""
-
-    def __init__(self, model: onnx.ModelProto) -> None:
-        graph = model.graph
-        self.taken = {v for n in graph.node for v in (*n.input, *n.output, n.name)}
-        self.taken |= {v.name for v in (*graph.input, *graph.output, *graph.initializer, *graph.value_info)}
-        self.types = {t.name: t.data_type for t in graph.initializer}
-        self.types.update((v.name, v.type.tensor_type.elem_type) for v in (*graph.input, *graph.output, *graph.value_info)
-                          if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type)
-        self.typed: list[tuple[str, int]] = []
-        self.shapes: dict[str, tuple] = {}  # new values' dimensions, where known
-        self.dims = value_dims(graph)
-
-    def value(self, base: str, like: str) -> str:
-        """A fresh value name, of the element type of value `like` where that is known."""
-        name = self.fresh(base)
-        if like in self.types:
-            self.types[name] = self.types[like]
-            self.typed.append((name, self.types[like]))
-        return name
-
-    def fresh(self, base: str) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
-        return name
 
 
 def _read_only_by_softmax(readers: dict[str, list[onnx.NodeProto]], outer: set[str]) -> set[str]:
@@ -171,7 +155,7 @@ class _Biased:
 
 
 def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
-                    outer: set[str], names: "_Names") -> _Biased:
+                    outer: set[str], names: FreshNames) -> _Biased:
     """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
     `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
     graph, found = model.graph, _Biased()

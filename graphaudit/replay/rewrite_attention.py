@@ -19,7 +19,7 @@ one older than 20 is left alone (opset 20 changed `DFT` and `GridSample`, 18 the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -27,6 +27,8 @@ import onnxruntime as ort
 from onnx import helper
 
 from graphaudit.load.protos import body_reads, readers_of, scalar_constants, value_dims, with_nodes
+from graphaudit.replay.fresh_names import FreshNames
+from graphaudit.replay.passes import PassResult
 from graphaudit.replay.surgery import remove_dead
 
 ATTENTION_OPSET = 23
@@ -50,10 +52,23 @@ class _Match:
     output: str
 
 
-def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False) -> tuple[onnx.ModelProto, int]:
-    """Return `model` with each multi-head attention it spells out as one `Attention` node (a
-    copy, or `model` itself changed when `in_place`; `model` itself when there is none), and
-    how many; `names`: graphaudit.replay.rewrite's fresh-name source for `model`."""
+@dataclass(frozen=True)
+class RewriteAttention:
+    """The pass that rewrites each multi-head attention a model spells out as one `Attention`
+    node. `names`: the fresh names to draw from, when an earlier rewrite of the same model
+    (graphaudit.replay.rewrite's `Rewrite`) has drawn some; else the model's own."""
+
+    names: FreshNames | None = field(default=None, compare=False)
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[int]:
+        """Return `model` with its attentions rewritten and how many (`model` itself when none)."""
+        out, made = _rewritten(model, FreshNames(model) if self.names is None else self.names, owned)
+        return PassResult(out, bool(made), made)
+
+
+def _rewritten(model: onnx.ModelProto, names: FreshNames, owned: bool) -> tuple[onnx.ModelProto, int]:
+    """`model` with its attentions rewritten (itself, changed, when `owned`; itself when there is
+    none), and how many; the heads' shape arithmetic nothing reads any more removed."""
     imports = [o for o in (*model.opset_import, *(o for f in model.functions for o in f.opset_import))
                if o.domain in ("", "ai.onnx")]
     if not imports or not all(_OLDEST_OPSET <= o.version <= ATTENTION_OPSET for o in imports) \
@@ -75,7 +90,7 @@ def attention_rewritten(model: onnx.ModelProto, names, *, in_place: bool = False
                                          q_num_heads=m.heads, kv_num_heads=m.kv_heads, scale=m.scale))
         elif id(node) not in dropped:
             kept.append(node)
-    out = with_nodes(model, kept, in_place)
+    out = with_nodes(model, kept, owned)
     remove_dead(out.graph)  # the heads' shape arithmetic nothing reads any more
     for entry in (*out.opset_import, *(o for f in out.functions for o in f.opset_import)):
         if entry.domain in ("", "ai.onnx"):  # the model's functions too: the checker wants them alike

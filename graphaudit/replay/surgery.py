@@ -1,11 +1,12 @@
 """Graph surgery for Frozen-Controller Auditing: the trace graph and the frozen graph.
 
-`trace_graph` gives back a copy of the live model whose coefficient tensors are extra
-graph outputs, so one run yields the model's outputs and the coefficients that produced
-them. `frozen_graph` gives back a copy in which every coefficient tensor is a graph input
-instead and the controller nodes that no longer feed any output are gone, so the
-coefficients can be fed from anywhere and the controller never runs. Both are new
-ModelProtos that pass the ONNX checker; the argument is never modified.
+`Trace` is the pass (graphaudit.replay.passes) that makes the trace graph: the live model
+with its coefficient tensors as extra graph outputs, so one run yields the model's outputs and
+the coefficients that produced them. `Freeze` makes the frozen graph: every coefficient tensor
+a graph input instead, and the controller nodes that no longer feed any output gone, so the
+coefficients can be fed from anywhere and the controller never runs. Both give new models that
+pass the ONNX checker. `LogProbs` adds the log-probabilities of a distribution the replay
+scores as an output.
 
 A coefficient must be a value computed in the main graph. One that lives inside an If /
 Loop / Scan body or a function body cannot be exposed or fed without rewriting control
@@ -14,7 +15,7 @@ flow, so it is refused with an error that says where it was found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from graphaudit.vocabulary import BATCH, TOKEN
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.protos import names_repeat_across_graphs, node_reads
+from graphaudit.replay.passes import PassResult
 from graphaudit.wording import counted, listed
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
@@ -34,40 +36,52 @@ _DETACHED = "__graphaudit_controller"
 
 
 @dataclass(frozen=True)
-class Surgery:
-    """The trace and frozen graphs of one model, and the controller nodes freezing removed."""
+class Trace:
+    """The pass that makes the trace graph: each coefficient tensor added as a graph output."""
 
-    trace: onnx.ModelProto = field(repr=False)
-    frozen: onnx.ModelProto = field(repr=False)
+    coefficients: tuple[Coefficient, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "coefficients", tuple(self.coefficients))
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[tuple[str, ...]]:
+        """Return the trace graph of `model`, and the coefficient tensors it added as outputs
+        (none: every one is an output already, and `model` comes back as it is)."""
+        typed = _typed_copy(model, self.coefficients)
+        graph = typed.graph
+        types = _value_types(graph)
+        added: list[str] = []
+        for c in self.coefficients:
+            if c.tensor not in {o.name for o in graph.output}:
+                graph.output.append(_value_info(c, types, graph))
+                added.append(c.tensor)
+        # with every coefficient an output already the copy was not shape-inferred: it is `model`
+        return PassResult(typed, True, tuple(added)) if added else PassResult(model, False, ())
+
+
+@dataclass(frozen=True)
+class Freezing:
+    """What freezing did: the coefficient tensors made graph inputs, and the controller nodes
+    (names, or `op#index`) that only fed them, removed."""
+
     coefficients: tuple[Coefficient, ...]
     removed: tuple[str, ...]
 
 
-def freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> Surgery:
-    """Return both graphs of `model` for `coefficients` (the argument is not modified)."""
-    frozen, removed = _freeze(model, coefficients)
-    return Surgery(trace_graph(model, coefficients), frozen, tuple(coefficients), removed)
+@dataclass(frozen=True)
+class Freeze:
+    """The pass that makes the frozen graph: the coefficients as graph inputs, dead controller nodes removed."""
 
+    coefficients: tuple[Coefficient, ...]
 
-def trace_graph(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:
-    """Return a copy of `model` with each coefficient tensor added as a graph output."""
-    typed = _typed_copy(model, coefficients)
-    graph = typed.graph
-    types = _value_types(graph)
-    for c in coefficients:
-        if c.tensor not in {o.name for o in graph.output}:
-            graph.output.append(_value_info(c, types, graph))
-    return typed
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "coefficients", tuple(self.coefficients))
 
-
-def frozen_graph(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> onnx.ModelProto:
-    """Return a copy of `model` with the coefficients as graph inputs and dead controller nodes removed."""
-    return _freeze(model, coefficients)[0]
-
-
-def controller_nodes(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[str, ...]:
-    """Names of the nodes the frozen graph drops: those that only fed the coefficients."""
-    return _freeze(model, coefficients)[1]
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[Freezing]:
+        """Return the frozen graph of `model` and what freezing did; always modified (a model
+        with no coefficient to freeze is refused)."""
+        frozen, removed = _freeze(model, self.coefficients)
+        return PassResult(frozen, True, Freezing(self.coefficients, removed))
 
 
 def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tuple[onnx.ModelProto, tuple[str, ...]]:
@@ -89,21 +103,27 @@ def _freeze(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> tupl
     return frozen, removed
 
 
-def with_log_softmax(model: onnx.ModelProto, output: str, name: str, *, in_place: bool = False) -> onnx.ModelProto:
-    """Return `model` with the log-softmax (last axis) of graph output `output` as output `name`
-    (`with_log_probs` of logits)."""
-    return with_log_probs(model, output, name, "logits", in_place=in_place)
+@dataclass(frozen=True)
+class LogProbs:
+    """The pass that adds the log-probabilities of graph output `output` as output `name`:
+    the log-softmax (last axis) of logits (`scale` "logits"), or the log of probabilities
+    ("probs") clipped at float32's smallest normal number, as `metrics.outputs` clips them.
+    `name` equal to `output`: the output holds log-probabilities already, nothing is added."""
+
+    output: str
+    name: str
+    scale: str = "logits"
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[str | None]:
+        """Return `model` with output `name` added, and `name` (None: nothing added)."""
+        if self.name == self.output:
+            return PassResult(model, False, None)
+        return PassResult(_with_log_probs(model, self.output, self.name, self.scale, owned), True, self.name)
 
 
-def with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, *,
-                   in_place: bool = False) -> onnx.ModelProto:
-    """Return a copy of `model` with the log-probabilities of graph output `output` as output
-    `name`: the log-softmax (last axis) of logits (`scale` "logits"), or the log of
-    probabilities ("probs") clipped at float32's smallest normal number, as `metrics.outputs`
-    clips them. `in_place`: `model` itself so changed, for a caller that owns it (the copy of a
-    large model's weights is most of the call's time)."""
-    copy = model if in_place else onnx.ModelProto()
-    if not in_place:
+def _with_log_probs(model: onnx.ModelProto, output: str, name: str, scale: str, owned: bool) -> onnx.ModelProto:
+    copy = model if owned else onnx.ModelProto()
+    if not owned:  # the copy of a large model's weights is most of the call's time
         copy.CopyFrom(model)
     found = next((o for o in copy.graph.output if o.name == output), None)
     if found is None:

@@ -13,7 +13,7 @@ def render_text(written: WrittenGraphs, coefficients: Sequence[Coefficient], lin
     n = len(coefficients)
     lines = [f"{n} coefficient tensors ({', '.join(sorted({c.family for c in coefficients}))})",
              f"trace graph:  {written.trace}  (+{n} outputs)",
-             f"frozen graph: {written.frozen}  (+{n} inputs, {len(written.surgery.removed)} controller nodes removed)"]
+             f"frozen graph: {written.frozen}  (+{n} inputs, {len(written.freezing.removed)} controller nodes removed)"]
     if written.placed:
         how = "hard-linked, or copied where a link cannot be made" if link else "copied"
         lines.append(f"weights: {', '.join(written.placed)} beside them ({how})")

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.analyses.declared_coefficients import declared_coefficients
-from graphaudit.replay.surgery import trace_graph
+from graphaudit.replay.surgery import Trace
 
 VOCAB, WIDTH = 11, 4  # every model here is WIDTH features wide
 
@@ -148,7 +148,7 @@ def traced(build, count=10, seed=0):
     """The trace graph of `build()`, its declared coefficients, and `count` token inputs for it."""
     model = build()
     coefs = declared_coefficients(model)
-    trace = trace_graph(model, coefs)
+    trace = Trace(coefs)(model).model
     data = from_arrays({"input_ids": token_ids(count, seed=seed)}, input_specs(model))
     return trace, coefs, data
 

@@ -1,0 +1,82 @@
+"""The contract every graph transform of the replay keeps, and their composition.
+
+A *pass* is a callable `pass_(model, *, owned=False)` that returns a `PassResult`: the model
+it made, whether that differs from the model it was handed (`modified`), and what the pass
+found or did (`details`, of a type each pass declares: the controller nodes freezing removed,
+the count of each rewrite, the cut of the frozen graph). The passes are `Trace`, `Freeze` and
+`LogProbs` (graphaudit.replay.surgery), `Rewrite` (graphaudit.replay.rewrite),
+`RewriteAttention` (graphaudit.replay.rewrite_attention) and `CutPrefix`
+(graphaudit.replay.prefix). `run_passes` runs a list of them, each on the model the one
+before made.
+
+Who may change a model is decided here, once:
+
+- A pass never changes a model its caller still holds. It returns a new model when it
+  changes something (`modified=True`), and the very model it was handed when it changes
+  nothing (`modified=False`), so a caller can tell without comparing graphs.
+- A caller that hands its model over (`owned=True`: its own copy, read by no one after the
+  call) lets the pass change that model in place instead of copying it: copying a large
+  model's weights is most of a cheap pass's time. The caller then reads only `result.model`.
+- `run_passes` hands each pass the model the pass before it made, owned when that model is
+  new (a pass's own copy), and never the model `run_passes` was given unless told it is owned.
+
+This is onnx_ir's `PassResult(model, modified)` for ONNX's own protos, with the ownership
+handed over explicitly instead of declared per pass (its `in_place` / `changes_input`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, Sequence, TypeVar
+
+import onnx
+
+D = TypeVar("D")
+D_co = TypeVar("D_co", covariant=True)
+
+
+@dataclass(frozen=True)
+class PassResult(Generic[D]):
+    """The model a pass made, whether it differs from the model handed in, and the pass's details."""
+
+    model: onnx.ModelProto = field(repr=False)
+    modified: bool
+    details: D
+
+
+class GraphPass(Protocol[D_co]):
+    """A graph transform that keeps this module's contract."""
+
+    def __call__(self, model: onnx.ModelProto, *, owned: bool = False) -> PassResult[D_co]: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass of a `run_passes` run: the pass, whether it changed the model, and its details."""
+
+    graph_pass: object
+    modified: bool
+    details: object
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps of a `run_passes` run, in the order they ran."""
+
+    steps: tuple[Step, ...] = ()
+
+    def of(self, kind: type, default: object = None) -> object:
+        """Return the details of the first step whose pass is a `kind`, else `default`."""
+        return next((s.details for s in self.steps if isinstance(s.graph_pass, kind)), default)
+
+
+def run_passes(model: onnx.ModelProto, passes: Sequence[GraphPass], *, owned: bool = False) -> PassResult[Steps]:
+    """Return the model `passes` make of `model`, one after another, with each step's details
+    (`modified`: some step changed it). A step's model is not kept: the next step may change it
+    in place. `owned`: `model` is handed over, as to a single pass."""
+    steps, current = [], model
+    for graph_pass in passes:
+        result = graph_pass(current, owned=owned or current is not model)
+        steps.append(Step(graph_pass, result.modified, result.details))
+        current = result.model
+    return PassResult(current, any(s.modified for s in steps), Steps(tuple(steps)))
