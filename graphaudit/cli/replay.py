@@ -10,12 +10,14 @@ import click
 from tabulate import tabulate
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
-from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
+from graphaudit.cli import REWRITE_HELP, output_kind_option
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.replay.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
-from graphaudit.replay.pipeline import MAX_RESAMPLES, ReplayReport, replay
+from graphaudit.replay.pipeline import ReplayReport, replay
+from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
 from graphaudit.runtime.sessions import MAX_THREADS
 from graphaudit.verdict.decide import MATERIAL_NATS
 
@@ -27,9 +29,8 @@ from graphaudit.verdict.decide import MATERIAL_NATS
 @click.option("--data", type=click.Path(path_type=str),
               help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
 @feeding_options
-@click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
-              help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
-@axes_option
+@coefficient_options("Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else "
+                     "detected).", "NAME_OR_GLOB", split=lambda names: _split(names))
 @click.option("--conditions", "condition_names", multiple=True, metavar="NAME",
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(CONDITIONS)}).")
 @click.option("--batch-size", type=click.IntRange(min=1),
@@ -59,11 +60,9 @@ from graphaudit.verdict.decide import MATERIAL_NATS
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @output_kind_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def replay_cmd(model, calib, data, set_values, input_axes, names, axes, condition_names, batch_size, seed, cache_dir,
-               tolerance, resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
+@output_options(["text", "json"], "Output format.", quiet=True)
+def replay_cmd(model, calib, data, feeding, coefficients, condition_names, batch_size, seed, cache_dir, tolerance,
+               resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, out) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -71,13 +70,12 @@ def replay_cmd(model, calib, data, set_values, input_axes, names, axes, conditio
     unknown = [c for c in conditions if c not in CONDITIONS]
     if unknown:
         raise UsageError(f"expected --conditions among {', '.join(CONDITIONS)}, found {', '.join(unknown)}")
-    report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
-                    batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
-                    provider=provider, threads=threads, flush_denormals=not keep_denormals,
-                    rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds),
-                    feeding=feeding_of(set_values, input_axes),
-                    progress=ProgressBar(quiet=quiet))
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    settings = ReplaySettings(coefficients=coefficients.entries, conditions=conditions, batch_size=batch_size,
+                              seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
+                              provider=provider, threads=threads, flush_denormals=not keep_denormals,
+                              rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding)
+    report = replay(model, calib, data, settings, progress=ProgressBar(quiet=out.quiet))
+    click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:
