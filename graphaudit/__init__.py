@@ -12,6 +12,6 @@ from graphaudit.errors import GraphAuditError
 # resolved attribute would be replaced by the submodule of the same name the first time
 # anything imported it. So it is imported here, from a module that loads nothing heavy
 # (no numpy, onnx, runtime or torch) until an audit runs.
-from graphaudit.audit import AuditReport, audit  # noqa: E402
+from graphaudit.audit import AuditReport, AuditSettings, audit  # noqa: E402
 
-__all__ = ["__version__", "AuditReport", "GraphAuditError", "audit"]
+__all__ = ["__version__", "AuditReport", "AuditSettings", "GraphAuditError", "audit"]

@@ -16,9 +16,9 @@ every renderer reads (see graphaudit/report/schema.json).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,8 @@ from graphaudit.wording import counted
 
 if TYPE_CHECKING:
     from graphaudit.load.data import InputData
-    from graphaudit.load.feeding import Feeding
+    from graphaudit.profile.settings import ProfileSettings
+    from graphaudit.replay.settings import ReplaySettings
     from graphaudit.load.model import LoadedModel
 
 # Importing this module stays light (no numpy, onnx or runtime): `graphaudit/__init__.py`
@@ -84,47 +85,101 @@ class AuditReport:
         return render(self.to_json(), fmt)
 
 
+@dataclass(frozen=True)
+class AuditSettings:
+    """What `audit` is asked: the replay's settings, the profile's, and the claims to check.
+
+    The static audit reads the replay's coefficient names and feeding, and the profile's block
+    pattern. `AuditSettings.of(**options)` builds one from `audit`'s keywords.
+    """
+
+    replay: ReplaySettings = field(default_factory=lambda: _replay_settings()(provider="auto"))
+    profile: ProfileSettings = field(default_factory=lambda: _profile_settings()(provider="auto"))
+    claims: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "claims", tuple(self.claims))
+
+    @classmethod
+    def of(cls, settings: AuditSettings | None = None, **options: Any) -> AuditSettings:
+        """`settings` (default: the defaults) with `audit`'s keywords in `options` applied: each goes to
+        the part it names (`_KEYWORDS`), and `provider`, `threads` and `feeding` to both parts."""
+        base = settings if settings is not None else cls()
+        parts: dict[str, dict[str, Any]] = {"replay": {}, "profile": {}}
+        claims = options.pop("claims", base.claims)
+        for name, value in options.items():
+            homes = _KEYWORDS.get(name)
+            if homes is None:
+                raise TypeError(f"audit() got an unexpected keyword argument {name!r}")
+            if name == "profile_budget" and value is None:  # the profile's default
+                continue
+            for part, attr in homes:
+                parts[part][attr] = value
+        return cls(replay=replace(base.replay, **parts["replay"]), profile=replace(base.profile, **parts["profile"]),
+                   claims=claims)
+
+
+# audit's keyword -> the settings fields it sets, as (part, field)
+_KEYWORDS = {
+    "coefficients": (("replay", "coefficients"),), "seed": (("replay", "seed"),),
+    "batch_size": (("replay", "batch_size"),), "resamples": (("replay", "resamples"),),
+    "flush_denormals": (("replay", "flush_denormals"),), "rewrite": (("replay", "rewrite"),),
+    "output_kinds": (("replay", "output_kinds"),),
+    "block_pattern": (("profile", "block_pattern"),), "runs": (("profile", "runs"),),
+    "warmup": (("profile", "warmup"),), "profile_runs": (("profile", "profile_runs"),),
+    "profile_budget": (("profile", "budget"),), "profile_limit": (("profile", "limit"),),
+    **{name: (("replay", name), ("profile", name)) for name in ("provider", "threads", "feeding")},
+}
+
+
+def _replay_settings():
+    from graphaudit.replay.settings import ReplaySettings
+
+    return ReplaySettings
+
+
+def _profile_settings():
+    from graphaudit.profile.settings import ProfileSettings
+
+    return ProfileSettings
+
+
 def audit(
     model: str | os.PathLike | LoadedModel,
     calib: str | os.PathLike | InputData,
     data: str | os.PathLike | InputData | None = None,
     baseline: str | os.PathLike | LoadedModel | None = None,
-    coefficients: Sequence[str] = (),
-    provider: str = "auto",
+    settings: AuditSettings | None = None,
     *,
-    seed: int = 0,
-    block_pattern: str | None = None,
-    claims: Sequence[str] = (),
-    runs: int | None = None,
-    warmup: int | None = None,
-    profile_runs: int | None = None,
-    profile_budget: float | None = None,
-    profile_limit: int | None = None,
-    batch_size: int | None = None,
-    resamples: int = 1000,
-    threads: int | None = None,
-    flush_denormals: bool = True,
-    rewrite: bool = True,
-    output_kinds: Mapping[str, str] | None = None,
-    feeding: Feeding | None = None,
     progress: Progress | None = None,
+    **options: Any,
 ) -> AuditReport:
     """Return the AuditReport of `model`: static audit, frozen replay, runtime profile, verdict.
 
     `calib` calibrates the static profiles of the replay; `data` is replayed and profiled
     (without it the replay splits `calib` into disjoint halves and the profile runs on
-    `calib`). `baseline` is a dense model taking the same inputs. `profile_limit` profiles
-    only the first N inputs; `runs`, `warmup` and `profile_runs` are the profiler's rounds (None:
-    chosen from its first round's time to fit `profile_budget` seconds, by default 30).
-    `batch_size` is the replay's (default 16, or 1 when the graph has value-dependent control
-    flow: an If or Loop decides once per batch, so batching would mix inputs' decisions).
-    `threads`: ONNX Runtime's intra-op threads for the replay and the profile (None: its choice).
-    `flush_denormals`: the replay's (see `replay`); the profile runs in ONNX Runtime's default mode.
-    `rewrite`: the replay's (see `replay`); the profile runs the model's operators as exported.
-    `output_kinds`: the replay's (see `replay`): what an output holds, over what the graph says.
-    `feeding`: values fed whole to every batch and inputs batched on an axis of their own, for
-    every part (graphaudit.load.feeding).
+    `calib`). `baseline` is a dense model taking the same inputs. `settings` (an AuditSettings)
+    says how, handed whole to each part; keywords `options` set it field by field, as
+    `AuditSettings.of` reads them:
+
+    `coefficients` (names or globs), `seed`, `batch_size`, `resamples`, `flush_denormals`,
+    `rewrite` and `output_kinds` are the replay's (see `replay`); `batch_size` None: 16, or 1
+    when the graph has value-dependent control flow (an If or Loop decides once per batch, so
+    batching would mix inputs' decisions). `runs`, `warmup` and `profile_runs` are the
+    profiler's rounds (None: chosen from its first round's time to fit `profile_budget`
+    seconds, by default 30); `profile_limit` profiles only the first N inputs; `block_pattern`
+    names the blocks, for the static audit and the profile. `provider` (default auto), `threads`
+    (ONNX Runtime's intra-op threads; None: its choice) and `feeding` (values fed whole to every
+    batch and inputs batched on an axis of their own: graphaudit.load.feeding) go to every part.
+    `claims`: the claims to check (see `check_claim`).
     """
+    if settings is not None and not isinstance(settings, AuditSettings):
+        raise TypeError(f"expected an AuditSettings as audit()'s fifth argument, found {type(settings).__name__}: "
+                        "give coefficients= and provider= by name")
+    settings = AuditSettings.of(settings, **options)
+    asked, claims = settings.replay, settings.claims
+    coefficients, provider, feeding, block_pattern = asked.coefficients, asked.provider, asked.feeding, \
+        settings.profile.block_pattern
     for claim in claims:
         if claim not in CLAIM_FINDINGS:
             raise UsageError(f"expected a claim among {', '.join(CLAIM_FINDINGS)}, found {claim!r}")
@@ -135,15 +190,15 @@ def audit(
     from graphaudit.runtime.sessions import FrozenRunError, usable_threads
     from graphaudit.replay.surgery import UnfreezableError
 
-    threads, capped = usable_threads(threads)  # before anything runs
-    check_rounds(1, runs, warmup, profile_runs)
+    threads, capped = usable_threads(asked.threads)  # before anything runs
+    check_rounds(1, settings.profile.runs, settings.profile.warmup, settings.profile.profile_runs)
 
     report = progress or silent
     loaded = load_for_runtime(model)
-    if output_kinds:  # a name or kind given wrong: before anything runs
+    if asked.output_kinds:  # a name or kind given wrong: before anything runs
         from graphaudit.analyses.output_kinds import read_outputs
 
-        read_outputs(loaded.model, output_kinds)
+        read_outputs(loaded.model, asked.output_kinds)
     notes: list[str] = [capped] if capped else []
     is_baseline = _same_file(model, baseline)
     if is_baseline:
@@ -170,15 +225,16 @@ def audit(
         baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
 
-    why = None
+    why, batch_size = None, asked.batch_size
     if batch_size is None:
         from graphaudit.replay.batching import default_batch_size
 
         batch_size, why = default_batch_size(loaded, static.model_decides, shapes, feeding)
     failure = None
     try:
-        replayed = _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads,
-                           flush_denormals, rewrite, output_kinds, feeding, progress)
+        # the static audit's coefficients are the replay's where its blocks are those the replay finds
+        replayed = _replay(loaded, calib, data, replace(asked, batch_size=batch_size, threads=threads),
+                           static if block_pattern is None else None, progress)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -193,11 +249,8 @@ def audit(
                       "dependence are not measured")
 
     report("profile", 0, 1)
-    rounds = {"runs": runs, "warmup": warmup, "profile_runs": profile_runs}
-    if profile_budget is not None:
-        rounds["budget"] = profile_budget
-    profiled = _profile(loaded, data if data is not None else calib, baseline, provider, rounds, profile_limit,
-                        block_pattern, static, threads, feeding)
+    profiled = _profile(loaded, data if data is not None else calib, baseline,
+                        replace(settings.profile, threads=threads), static)
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
@@ -205,8 +258,8 @@ def audit(
                      replay_failure=failure)
     inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
-              "provider": provider, "seed": seed, "threads": threads,
-              "flush_denormals": flush_denormals, "rewrite": rewrite}
+              "provider": provider, "seed": asked.seed, "threads": threads,
+              "flush_denormals": asked.flush_denormals, "rewrite": asked.rewrite}
     if feeding:
         inputs["feeding"] = feeding.to_json()
     if is_baseline:
@@ -242,21 +295,17 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
     return audit_static(loaded, block_pattern=block_pattern, coefficients=tuple(coefficients), shapes=shapes)
 
 
-def _replay(loaded, calib, data, coefficients, seed, provider, batch_size, resamples, threads, flush_denormals,
-            rewrite, output_kinds, feeding, progress):
+def _replay(loaded, calib, data, settings, static, progress):
     from graphaudit.replay.pipeline import replay
 
-    result = replay(loaded, calib, data, coefficients=tuple(coefficients), seed=seed, provider=provider,
-                    batch_size=batch_size, resamples=resamples, threads=threads, flush_denormals=flush_denormals,
-                    rewrite=rewrite, output_kinds=output_kinds, feeding=feeding, progress=progress)
+    result = replay(loaded, calib, data, settings, static=static, progress=progress)
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, provider, rounds, limit, block_pattern, static, threads, feeding):
+def _profile(loaded, data, baseline, settings, static):
     from graphaudit.profile import profile_model
 
-    return profile_model(loaded, data, baseline=baseline, **rounds, provider=provider, limit=limit,
-                         block_pattern=block_pattern, static=static, threads=threads, feeding=feeding)
+    return profile_model(loaded, data, settings, baseline=baseline, static=static)
 
 
 def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:

@@ -189,20 +189,7 @@ def with_axes(names, axes) -> tuple[str, ...]:
 
 
 # `static --data`, `replay`, `profile` and `run`: how inputs the data does not hold one row per example are fed
-def feeding_options(command):
-    """`command` with --set and --input-axes (read them with `feeding_of`)."""
-    command = click.option(
-        "--input-axes", "input_axes", multiple=True, metavar="NAME=AXES",
-        help="The example axis of an input whose examples are not on its first axis, e.g. state=_,batch,_ for a "
-             "recurrent state (2, batch, 128): one name per axis, exactly one 'batch' (repeatable). The .npz then "
-             "holds that input with its examples on that axis. Without it, the graph tells where it can (the "
-             "symbol of the other inputs' batch, or the only free axis).")(command)
-    return click.option(
-        "--set", "set_values", multiple=True, metavar="NAME=VALUE",
-        help="One value given to every batch as it is, typed from the graph input's element type, e.g. "
-             "sr=16000 or use_cache_branch=0 (repeatable). Scalar inputs can also be a 0-d array in the .npz.")(command)
-
-
+# (their options: graphaudit.cli.options.feeding_options)
 def feeding_of(set_values, input_axes):
     """The Feeding that --set and --input-axes give (None when neither is given)."""
     from graphaudit.load.feeding import Feeding, parse_axes, parse_set

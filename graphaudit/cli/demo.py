@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from graphaudit.audit import ZOO, audit_zoo
+from graphaudit.cli.options import OutputSettings, output_options
 from graphaudit.progress import ProgressBar
 from graphaudit.report.text import render_demo
 
@@ -32,10 +33,8 @@ def _display(path: Path) -> Path:
               help="Folder holding the zoo, one folder per model (default: the checkout's fixtures/).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True,
-              help="Table format.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def demo(fixtures: Path | None, provider: str, fmt: str, quiet: bool) -> None:
+@output_options(["text", "markdown"], "Table format.", quiet=True)
+def demo(fixtures: Path | None, provider: str, out: OutputSettings) -> None:
     """Audit the bundled zoo (Dense, FeatureGate, MUDD, MoE, EarlyExit) against Dense, side by side.
 
     Each model gets the full three-property audit with small settings (a few timed rounds
@@ -43,8 +42,8 @@ def demo(fixtures: Path | None, provider: str, fmt: str, quiet: bool) -> None:
     model gives the full report.
     """
     folder = _display(fixtures or default_fixtures())
-    with ProgressBar(quiet=quiet) as bar:
+    with ProgressBar(quiet=out.quiet) as bar:
         results = audit_zoo(folder, baseline="dense", provider=provider, progress=bar, **DEMO_SETTINGS)
     missing = [n for n in ZOO if n not in {name for name, _ in results}]
     click.echo(render_demo([(name, report.to_json()) for name, report in results], folder, missing, "dense",
-                           "github" if fmt == "markdown" else "simple"), nl=False)
+                           "github" if out.fmt == "markdown" else "simple"), nl=False)

@@ -7,11 +7,13 @@ import json
 import click
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.cli import check_output, feeding_of, feeding_options
+from graphaudit.cli import check_output
+from graphaudit.cli.options import feeding_options, output_options
 from graphaudit.load.model import load_for_runtime
 from graphaudit.profile import profile_model
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.session import OPT_LEVELS
+from graphaudit.profile.settings import ProfileSettings
 from graphaudit.report.profile_text import render_text
 from graphaudit.runtime.sessions import MAX_THREADS
 
@@ -43,21 +45,20 @@ from graphaudit.runtime.sessions import MAX_THREADS
               help="Write a Chrome-trace / Perfetto file with block annotations here.")
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format.")
-def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, profile_runs, budget, batch_size, limit,
-                provider, opt_level, threads, block_pattern, trace, keep_profiles, fmt) -> None:
+@output_options(["text", "json"], "Output format.")
+def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budget, batch_size, limit, provider,
+                opt_level, threads, block_pattern, trace, keep_profiles, out) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
 
     Each block's static verdict (graphaudit static) is checked against what ran.
     """
-    feeding = feeding_of(set_values, input_axes)  # bad usage before the model is read
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
+    settings = ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=budget,
+                               batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
+                               limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
+                               feeding=feeding)
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
-    report = profile_model(loaded, data, baseline=baseline, runs=runs, warmup=warmup, profile_runs=profile_runs,
-                           budget=budget, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
-                           limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
-                           static=static, feeding=feeding)
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    report = profile_model(loaded, data, settings, baseline=baseline, static=static)
+    click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))

@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
-from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
-from graphaudit.replay.conditions import CORRECT, FLOOR, check_names, names as condition_names
+from graphaudit.cli import REWRITE_HELP, output_kind_option
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options
+from graphaudit.replay.conditions import check_names, names as condition_names
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
-from graphaudit.replay.pipeline import MAX_RESAMPLES, replay
+from graphaudit.replay.pipeline import replay
+from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
 from graphaudit.report.replay_text import render_text
 from graphaudit.runtime.sessions import MAX_THREADS
 
@@ -24,9 +26,8 @@ from graphaudit.runtime.sessions import MAX_THREADS
 @click.option("--data", type=click.Path(path_type=str),
               help="Evaluation inputs (.npz) to replay; without it the calibration inputs are split into halves.")
 @feeding_options
-@click.option("--coefficients", "names", multiple=True, metavar="NAME_OR_GLOB",
-              help="Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else detected).")
-@axes_option
+@coefficient_options("Coefficient tensors (repeatable or comma-separated; default: declared in the metadata, else "
+                     "detected).", "NAME_OR_GLOB", split=lambda names: _split(names))
 @click.option("--conditions", "conditions_given", multiple=True, metavar="NAME",
               help=f"Conditions to replay (repeatable or comma-separated; default all: {', '.join(condition_names())}).")
 @click.option("--batch-size", type=click.IntRange(min=1),
@@ -56,23 +57,20 @@ from graphaudit.runtime.sessions import MAX_THREADS
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @output_kind_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
-def replay_cmd(model, calib, data, set_values, input_axes, names, axes, conditions_given, batch_size, seed, cache_dir,
-               tolerance, resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, fmt, quiet) -> None:
+@output_options(["text", "json"], "Output format.", quiet=True)
+def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batch_size, seed, cache_dir, tolerance,
+               resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, out) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
     conditions = _split(conditions_given) or condition_names()
     check_names(conditions, "--conditions")
-    report = replay(model, calib, data, coefficients=with_axes(_split(names), axes), conditions=conditions,
-                    batch_size=batch_size, seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
-                    provider=provider, threads=threads, flush_denormals=not keep_denormals,
-                    rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds),
-                    feeding=feeding_of(set_values, input_axes),
-                    progress=ProgressBar(quiet=quiet))
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    settings = ReplaySettings(coefficients=coefficients.entries, conditions=conditions, batch_size=batch_size,
+                              seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
+                              provider=provider, threads=threads, flush_denormals=not keep_denormals,
+                              rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding)
+    report = replay(model, calib, data, settings, progress=ProgressBar(quiet=out.quiet))
+    click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:

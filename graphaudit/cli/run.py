@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
-from graphaudit.audit import audit
-from graphaudit.cli import REWRITE_HELP, axes_option, check_output, feeding_of, feeding_options, output_kind_option, with_axes
+from graphaudit.audit import AuditSettings, audit
+from graphaudit.cli import REWRITE_HELP, check_output, output_kind_option
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.files.write import replace_file
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
+from graphaudit.profile.settings import ProfileSettings
 from graphaudit.progress import ProgressBar
-from graphaudit.replay.pipeline import MAX_RESAMPLES
+from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
 from graphaudit.report import FORMATS
 from graphaudit.runtime.sessions import MAX_THREADS
 from graphaudit.verdict.decide import CLAIM_FINDINGS, claims_status
@@ -36,16 +37,11 @@ decide it).
 @feeding_options
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs; latency is compared against it.")
-@click.option("--coefficients", "coefficients", multiple=True,
-              help="Coefficient tensor name or glob (repeatable; default: those the model's metadata declares).")
-@axes_option
+@coefficient_options(help="Coefficient tensor name or glob (repeatable; default: those the model's metadata declares).")
 @click.option("--block-pattern", help="Regular expression naming the blocks (default: found from the graph).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
-@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True,
-              help="Report format.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the report to this file instead of standard output.")
+@output_options(FORMATS, "Report format.", output=True, quiet=True)
 @click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIM_FINDINGS)),
               help="Exit with status 3 unless the audit supports this claim, 4 where it is inconclusive (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
@@ -70,32 +66,33 @@ decide it).
                    "zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @output_kind_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr.")
 @click.pass_context
-def run_cmd(ctx, model, calib, data, set_values, input_axes, baseline, coefficients, axes, block_pattern, provider, fmt,
-            output, claims, seed, runs, warmup, profile_runs, profile_budget, limit, resamples, threads, keep_denormals,
-            no_rewrite, output_kinds, quiet) -> None:
+def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_pattern, provider, out, claims, seed, runs,
+            warmup, profile_runs, profile_budget, limit, resamples, threads, keep_denormals, no_rewrite,
+            output_kinds) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
     Runs the static audit of the graph, the frozen-controller replay (only when the model
     has coefficient tensors) and the runtime profile, then answers each question in plain
     words with the evidence it rests on.
     """
-    feeding = feeding_of(set_values, input_axes)  # bad usage before anything runs
-    if output is not None:  # before the audit, which can take long
-        check_output(output, "-o", (model, calib, data, baseline))
-    with ProgressBar(quiet=quiet) as bar:
-        report = audit(model, calib, data, baseline, with_axes(coefficients, axes), provider, seed=seed,
-                       block_pattern=block_pattern, claims=claims, runs=runs, warmup=warmup,
-                       profile_runs=profile_runs, profile_budget=profile_budget, profile_limit=limit,
-                       resamples=resamples, threads=threads, flush_denormals=not keep_denormals,
-                       rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding,
-                       progress=bar)
-    text = report.render(fmt)
-    if output is not None:
-        replace_file(output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link
-        if not quiet:
-            click.echo(f"graphaudit: wrote the {fmt} report to {output}", err=True)
+    if out.output is not None:  # before the audit, which can take long
+        check_output(out.output, "-o", (model, calib, data, baseline))
+    settings = AuditSettings(
+        replay=ReplaySettings(coefficients=coefficients.entries, seed=seed, resamples=resamples, provider=provider,
+                              threads=threads, flush_denormals=not keep_denormals, rewrite=not no_rewrite,
+                              output_kinds=parse_output_kinds(output_kinds), feeding=feeding),
+        profile=ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=profile_budget,
+                                provider=provider, threads=threads, limit=limit, block_pattern=block_pattern,
+                                feeding=feeding),
+        claims=claims)
+    with ProgressBar(quiet=out.quiet) as bar:
+        report = audit(model, calib, data, baseline, settings, progress=bar)
+    text = report.render(out.fmt)
+    if out.output is not None:
+        replace_file(out.output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link
+        if not out.quiet:
+            click.echo(f"graphaudit: wrote the {out.fmt} report to {out.output}", err=True)
     else:
         click.echo(text, nl=False)
     for check in report.claims:

@@ -9,7 +9,8 @@ import click
 from graphaudit.analyses.static import EXPECTED_EXECUTION, audit_static
 from graphaudit.load.data import data_shapes, input_specs
 from graphaudit.errors import UsageError
-from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_option, with_axes
+from graphaudit.cli import graph_only_option
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.load.model import load_for_audit
 from graphaudit.runtime.sessions import custom_operators
 from graphaudit.limits import check_shape
@@ -21,23 +22,19 @@ from graphaudit.report.static_text import render_text
 @click.option("--block-pattern", metavar="REGEX",
               help="Regex that names a block in node names, name scopes or initializer names "
                    "(its first numeric group, or a group named `index`, is the block number).")
-@click.option("--coefficients", "coefficients", multiple=True, metavar="NAME_OR_GLOB",
-              help="A coefficient tensor, by name or glob pattern (repeatable); added to the ones "
-                   "the model's metadata declares.")
-@axes_option
+@coefficient_options("A coefficient tensor, by name or glob pattern (repeatable); added to the ones the model's "
+                     "metadata declares.", "NAME_OR_GLOB")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=DIMS",
               help="Concrete shape of a graph input for FLOP counting, e.g. input_ids=1,128 (repeatable).")
 @click.option("--data", type=click.Path(dir_okay=False, path_type=str),
               help="An .npz file whose arrays (named after graph inputs) give the input shapes.")
 @feeding_options
 @graph_only_option
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="Output format.")
+@output_options(["text", "json"], "Output format.")
 @click.option("--expect", type=click.Choice(EXPECTED_EXECUTION),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
-def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_values, input_axes, graph_only, fmt,
-               expect) -> None:
+def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, graph_only, out, expect) -> None:
     """Audit MODEL's execution statically: blocks, per-block verdicts, coefficients and FLOPs.
 
     Verdicts: always, gated, masked (every path computed, then masked), subset (runs on a
@@ -45,15 +42,14 @@ def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_
     can save compute.
     """
     loaded = load_for_audit(model, graph_only=graph_only)
-    feeding = feeding_of(set_values, input_axes)
     specs = input_specs(loaded.model, feeding=feeding)  # names the model lacks are refused, --data or not
     given = data_shapes(data, specs, feeding) if data else {}
     given.update(_parse_shape(s) for s in shapes)
-    report = audit_static(loaded, block_pattern=block_pattern, coefficients=with_axes(coefficients, axes),
+    report = audit_static(loaded, block_pattern=block_pattern, coefficients=coefficients.entries,
                           shapes=given or None)
     # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
     lacking = custom_operators(loaded.model)
-    if fmt == "json":
+    if out.fmt == "json":
         click.echo(json.dumps({**report.to_json(), "runtime_lacks": lacking}, indent=2))
     else:
         click.echo(render_text(report, lacking))

@@ -19,7 +19,6 @@ import numpy as np
 
 from graphaudit.load.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
 from graphaudit.errors import UsageError
-from graphaudit.load.feeding import Feeding
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
@@ -30,7 +29,8 @@ from graphaudit.profile.execution import read_execution
 from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_ms, time_rounds
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
-from graphaudit.profile.rounds import DEFAULT_BUDGET_S, check_budget, check_rounds, choose_rounds, round_seconds
+from graphaudit.profile.rounds import check_budget, check_rounds, choose_rounds, round_seconds
+from graphaudit.profile.settings import ProfileSettings
 from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
                                         runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
@@ -44,34 +44,30 @@ OPTIMISED_COPY_LIMIT = 2**30
 def profile_model(
     model: str | os.PathLike | LoadedModel,
     data: str | os.PathLike | InputData,
+    settings: ProfileSettings | None = None,
     *,
     baseline: str | os.PathLike | LoadedModel | None = None,
-    runs: int | None = None,
-    warmup: int | None = None,
-    profile_runs: int | None = None,
-    budget: float = DEFAULT_BUDGET_S,
-    batch_size: int | None = None,
-    provider: str = "cpu",
-    opt_level: str = "all",
-    threads: int | None = None,
-    limit: int | None = None,
-    trace: str | os.PathLike | None = None,
-    keep_profiles: str | os.PathLike | None = None,
     block_map: Any | None = None,
-    block_pattern: str | None = None,
     static: Any | None = None,
-    feeding: Feeding | None = None,
+    **options: Any,
 ) -> ProfileReport:
     """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs).
 
-    Blocks come from `block_map` if given, else from the static block finder (with
-    `block_pattern`); a StaticReport given as `static` has its block verdicts checked
-    against what ran. `batch_size` None: 1, or the model's own batch when its inputs fix their
-    first dimension (another size is then a UsageError; inputs past the last whole batch are
-    left out, with a note). `feeding`: values fed whole to every run and inputs batched on an axis
-    of their own (graphaudit.load.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
+    `settings` (a ProfileSettings) says how; keywords `options` name its fields one by one
+    (`profile_model(m, data, runs=5)`), over `settings` when both are given. Blocks come from
+    `block_map` if given, else from the static block finder (with the settings' `block_pattern`);
+    a StaticReport given as `static` has its block verdicts checked against what ran. `batch_size`
+    None: 1, or the model's own batch when its inputs fix their first dimension (another size is
+    then a UsageError; inputs past the last whole batch are left out, with a note). `feeding`:
+    values fed whole to every run and inputs batched on an axis of their own
+    (graphaudit.load.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
     round's time to fit `budget` seconds (`rounds.choose_rounds`; the report says which and why).
     """
+    asked = ProfileSettings.of(settings, **options)
+    runs, warmup, profile_runs, budget = asked.runs, asked.warmup, asked.profile_runs, asked.budget
+    batch_size, provider, opt_level, threads = asked.batch_size, asked.provider, asked.opt_level, asked.threads
+    limit, trace, keep_profiles, feeding = asked.limit, asked.trace, asked.keep_profiles, asked.feeding
+    block_pattern = asked.block_pattern
     given = {"runs": runs, "profile_runs": profile_runs, "batch_size": batch_size}
     _check_counts(**{k: v for k, v in given.items() if v is not None},
                   **({"warmup": (warmup, 0)} if warmup is not None else {}))

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphaudit.errors import UsageError
+from graphaudit.profile.settings import DEFAULT_BUDGET_S
 
-DEFAULT_BUDGET_S = 30.0  # seconds the profile's rounds take at most, where the fewest allow it
 MOST_RUNS, MOST_WARMUP, MOST_PROFILE_RUNS = 20, 3, 3  # the rounds of a model that runs fast
 FEWEST_RUNS = 3  # a median and a spread
 # A new session's first runs are slow: ONNX Runtime plans a shape's memory on the first and

@@ -19,7 +19,6 @@ from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
 from graphaudit.load.data import InputData, fixed_batch, input_specs, whole_batches
 from graphaudit.load.feeding import Feeding
-from graphaudit.graph.model import ModelGraph
 from graphaudit.graph.build import shape_of
 from graphaudit.load.model import LoadedModel
 from graphaudit.metrics.outputs import scored_name
@@ -33,19 +32,18 @@ ONE_PER_BATCH = ("the graph has value-dependent control flow, which decides once
                  "input per batch, so each input's decision is its own")
 
 
-def batches_for(loaded: LoadedModel, graph: ModelGraph, batch_size: int | None, calibration: InputData,
-                evaluation: InputData, coefficients: Sequence[str] = ()) -> tuple[int, InputData, InputData, str | None]:
+def batches_for(loaded: LoadedModel, batch_size: int | None, calibration: InputData, evaluation: InputData,
+                model_decides: bool | None = None) -> tuple[int, InputData, InputData, str | None]:
     """(batch size, calibration and evaluation inputs cut to whole batches, why) for the replay:
     `batch_size` as given (checked against the model by `data.check_batch_size` already), else
-    `default_batch_size`; the inputs cut only where the model fixes its batch. `coefficients`:
-    the user's names, for the static audit that tells whether the graph has value-dependent
-    control flow."""
+    `default_batch_size`; the inputs cut only where the model fixes its batch. `model_decides`:
+    the static audit's (`StaticReport.model_decides`), which the caller has run; None: run here
+    when needed, without coefficient names."""
     feeding = evaluation.feeding
     fixed = fixed_batch(input_specs(loaded.model, feeding=feeding))
     notes = []
     if batch_size is None:
-        conditional = audit_static(loaded, coefficients=coefficients, graph=graph).model_decides
-        batch_size, why = default_batch_size(loaded, conditional, evaluation.run_shapes(evaluation.count), feeding)
+        batch_size, why = default_batch_size(loaded, model_decides, evaluation.run_shapes(evaluation.count), feeding)
         notes.append(why)
     elif batch_size == fixed != DEFAULT_BATCH_SIZE:
         notes.append(fixed_note(batch_size))

@@ -19,12 +19,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 import hashlib
-import math
 import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -34,6 +33,7 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.output_kinds import OutputKind, read_outputs
+from graphaudit.analyses.static import StaticReport, audit_static
 from graphaudit.replay.batching import batches_for
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.replay.conditions import (CORRECT, FLOOR, REGISTRY, conditions as make_conditions, gap_profiles,
@@ -51,7 +51,6 @@ from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task
                                 retained_gap, task_for)
 from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
 from graphaudit.metrics.stats import estimate
-from graphaudit.wording import CONFIDENCE
 from graphaudit.replay.variance import cache_variance
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.progress import Progress
@@ -60,12 +59,9 @@ from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.runtime.sessions import (PROVIDERS, FrozenRunError, create_session, quantized_pairs, usable_threads,
                                 resolve_providers, slow_fusions)
+from graphaudit.replay.settings import MAX_RESAMPLES, AppliedSettings, ReplaySettings  # noqa: F401 (MAX_RESAMPLES: its old home)
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace, live_decisions, live_note
 from graphaudit.wording import TRACED_SIZES, listed
-
-# Most bootstrap resamples: each holds a float per input and quantity of every condition
-MAX_RESAMPLES = 100_000
-
 
 @dataclass(frozen=True)
 class ConditionResult:
@@ -128,7 +124,7 @@ class ReplayReport:
     variance: tuple[tuple[str, Mapping[str, Estimate]], ...] = ()
     # per family: the layers, and for each tensor its mean over inputs and slots at each position
     coefficient_means: tuple[tuple[str, tuple[int, ...], tuple[np.ndarray, ...]], ...] = field(default=(), repr=False)
-    settings: Mapping[str, object] = field(default_factory=dict)
+    settings: Mapping[str, object] = field(default_factory=dict)  # an AppliedSettings, from `replay`
     timing: Mapping[str, float] = field(default_factory=dict)
 
     @property
@@ -170,25 +166,18 @@ def replay(
     model: str | os.PathLike | LoadedModel,
     calib: str | os.PathLike | InputData,
     data: str | os.PathLike | InputData | None = None,
+    settings: ReplaySettings | None = None,
     *,
-    coefficients: Sequence[str] = (),
-    conditions: Sequence[str] | None = None,
-    batch_size: int | None = None,
-    seed: int = 0,
-    cache_dir: str | os.PathLike | None = None,
-    tolerance: float | None = None,
-    memory_limit: int = DEFAULT_MEMORY_LIMIT,
-    resamples: int = 1000,
-    confidence: float = CONFIDENCE,
-    provider: str = "cpu",
-    threads: int | None = None,
-    flush_denormals: bool = True,
-    rewrite: bool = True,
-    output_kinds: Mapping[str, str] | None = None,
-    feeding: Feeding | None = None,
+    static: StaticReport | None = None,
     progress: Progress | None = None,
+    **options: Any,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
+
+    `settings` (a ReplaySettings) says how; keywords `options` name its fields one by one
+    (`replay(m, calib, seed=3)`), over `settings` when both are given. `static`: the static audit
+    of `model` with the same coefficient names (`analyses.static.audit_static`), when the caller
+    has run it: its coefficients and whether the model decides are taken from it.
 
     `feeding`: values fed whole to every batch (`--set`) and inputs batched on an axis of their
     own (`--input-axes`), for both files (graphaudit.load.feeding). Only the inputs change: the
@@ -214,63 +203,59 @@ def replay(
     A model whose inputs fix their first dimension runs that many inputs at a time (another
     `batch_size` is a UsageError), and inputs past the last whole batch are left out, with a note.
     """
-    if not 1 <= resamples <= MAX_RESAMPLES:
-        raise GraphAuditError(f"expected resamples in 1..{MAX_RESAMPLES}, found {resamples}", exit_code=2)
-    if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
-        raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
-                              exit_code=2)
-    threads, threads_note = usable_threads(threads)
-    conditions = condition_names() if conditions is None else conditions  # None: every registered condition
+    asked = ReplaySettings.of(settings, **options)
+    conditions = condition_names() if asked.conditions is None else asked.conditions  # None: every registered condition
+    seed, tolerance, feeding, confidence = asked.seed, asked.tolerance, asked.feeding, asked.confidence
+    threads, threads_note = usable_threads(asked.threads)
     loaded = load_for_runtime(model)
-    readings = read_outputs(loaded.model, output_kinds)  # a name or kind given wrong: before anything runs
+    readings = read_outputs(loaded.model, asked.output_kinds)  # a name or kind given wrong: before anything runs
     graph = build_graph(loaded.model)
-    coefs = resolve(loaded, coefficients, graph)
-    settings: dict[str, object] = {"batch_size": batch_size, "resamples": resamples, "confidence": confidence,
-                                   "tolerance": DEFAULT_TOLERANCE if tolerance is None else tolerance,
-                                   "conditions": list(conditions), "provider": provider,
-                                   "threads": threads, "flush_denormals": flush_denormals, "rewrite": rewrite,
-                                   **({"threads_note": threads_note} if threads_note else {})}
+    if static is None and asked.batch_size is None:  # its blocks and coefficients, and whether the model decides
+        static = audit_static(loaded, coefficients=asked.coefficients, graph=graph)
+    coefs = resolve(loaded, asked.coefficients, graph, static=static)
+    ran = AppliedSettings(asked.batch_size, asked.resamples, confidence,
+                          DEFAULT_TOLERANCE if tolerance is None else tolerance, tuple(conditions), asked.provider,
+                          threads, asked.flush_denormals, asked.rewrite, threads_note=threads_note or None)
     if not coefs:
-        return ReplayReport(loaded.name, (), seed, settings=settings)
+        return ReplayReport(loaded.name, (), seed, settings=ran)
     positional = [n for n, c in REGISTRY.items() if c.without_tokens and n in conditions]
     if positional and all(token_axis(c) is None for c in coefs):
         conditions = [n for n in conditions if n not in positional]
-        settings["conditions"] = list(conditions)
         would = [f"{n}{' would feed' if i == 0 else ''} {REGISTRY[n].without_tokens}" for i, n in enumerate(positional)]
-        settings["token_shuffle_note"] = (
+        ran = replace(ran, conditions=tuple(conditions), token_shuffle_note=(
             f"{' and '.join(positional)} left out: no coefficient has a token axis (one value per input and slot, as "
-            f"a CNN's channel gates), so {' and '.join(would)}")
+            f"a CNN's channel gates), so {' and '.join(would)}"))
     check_scored_output(loaded.model, coefs)
-    batch_size = check_batch_size(input_specs(loaded.model, feeding=feeding), batch_size)  # before any data is read
+    batch_size = check_batch_size(input_specs(loaded.model, feeding=feeding), asked.batch_size)  # before data is read
     calibration, evaluation, use = _inputs(loaded, calib, data, seed, feeding)
-    batch_size, calibration, evaluation, note = batches_for(loaded, graph, batch_size, calibration, evaluation,
-                                                            coefficients)
+    batch_size, calibration, evaluation, note = batches_for(loaded, batch_size, calibration, evaluation,
+                                                            static.model_decides if static is not None else None)
     if (calibration.count, evaluation.count) != (use.calibration_inputs, use.evaluation_inputs):
         use = replace(use, calibration_inputs=calibration.count, evaluation_inputs=evaluation.count)
-    settings["batch_size"] = batch_size
-    if note:
-        settings["batch_size_note"] = note
+    ran = replace(ran, batch_size=batch_size, batch_size_note=note or None)
     tokens = (padding(evaluation), padding(calibration))
     if tokens[0] is not None or tokens[1] is not None:
         padded = sum(int((~t).sum()) for t in tokens if t is not None)
         total = sum(t.size for t in tokens if t is not None)
-        settings["padding"] = (f"{padded} of {total} positions padded ({MASK_INPUT} 0): left out of the scores, "
-                               "the token shuffle, the profiles and the variance decomposition")
-    providers = resolve_providers(provider)
+        ran = replace(ran, padding=f"{padded} of {total} positions padded ({MASK_INPUT} 0): left out of the scores, "
+                                   "the token shuffle, the profiles and the variance decomposition")
+    providers = resolve_providers(asked.provider)
     qdq = quantized_pairs(loaded.model)
     if qdq:
-        settings["quantized_note"] = (
+        ran = replace(ran, quantized_note=(
             f"a quantized model ({qdq} DequantizeLinear nodes): the capture and the replay ran its QuantizeLinear / "
             "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
-            "once the graph is cut where the coefficients are exposed and fed")
+            "once the graph is cut where the coefficients are exposed and fed"))
+    flush_denormals = asked.flush_denormals
     timing, clock = {}, time.perf_counter()
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(lambda: create_session(
         trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
         threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
+    memory_limit = DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit
     with ExitStack() as stack:
-        caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
+        caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=asked.cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
                                               weights_folder=loaded.weights_folder, check=check,
                                               validate=scored_output, threads=threads, open_session=trace_session))
@@ -281,35 +266,34 @@ def replay(
         notes: dict[str, str] = {}
         feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
         for note in notes.values():  # cross_input's partners, where inputs are padded
-            settings["padding"] += f"; {note}"
+            ran = replace(ran, padding=f"{ran.padding}; {note}")
         task = _task(caches[1], evaluation, batch_size, readings)
         frozen = Freeze(coefs)(loaded.model).model
         live = live_decisions(frozen, coefs)
         if live:
-            settings["live_decisions"] = list(live)
-            settings["live_decisions_note"] = live_note(live)
-        rewrite = rewrite and providers[0] == PROVIDERS["cpu"]
-        frozen, settings["rewrites"] = _replayed(frozen, task, rewrite)
+            ran = replace(ran, live_decisions=tuple(live), live_decisions_note=live_note(live))
+        rewrite = asked.rewrite and providers[0] == PROVIDERS["cpu"]
+        frozen, rewrites = _replayed(frozen, task, rewrite)
+        ran = replace(ran, rewrites=rewrites)
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
-            settings["tolerance"] = tolerance
-            if why:
-                settings["tolerance_note"] = why
+            ran = replace(ran, tolerance=tolerance, tolerance_note=why or None)
         try:
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
-            if not settings["rewrites"]:
+            if not rewrites:
                 raise
             # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
             # fault, not the model's: the graph as exported is checked instead, and decides
-            settings["rewrite_note"] = f"the rewritten frozen graph did not run as the live model does, so its " \
-                                       f"operators ran as exported ({' '.join(str(err).split())[:300]})"
-            frozen, settings["rewrites"] = _replayed(Freeze(coefs)(loaded.model).model, task, False)
+            frozen, rewrites = _replayed(Freeze(coefs)(loaded.model).model, task, False)
+            ran = replace(ran, rewrites=rewrites, rewrite_note=(
+                f"the rewritten frozen graph did not run as the live model does, so its operators ran as exported "
+                f"({' '.join(str(err).split())[:300]})"))
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        boot = PoissonBootstrap(seed, resamples)
+        boot = PoissonBootstrap(seed, asked.resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
         failed: dict[str, str] = {}
         stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every,
@@ -319,11 +303,10 @@ def replay(
                 name, where = next(iter(failed.items()))
                 raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
                                      f"besides correct, found that it runs on none: {name} on {where}; {TRACED_SIZES}")
-            settings["conditions"] = list(stats)
-            settings["failed_conditions"] = dict(failed)
-            settings["failed_conditions_note"] = _failed_note(failed)
+            ran = replace(ran, conditions=tuple(stats), failed_conditions=dict(failed),
+                          failed_conditions_note=_failed_note(failed))
         if stats[CORRECT].figure("nll")[0] is None and task.logits:  # say why, for the reports
-            settings["no_nll"] = no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None)
+            ran = replace(ran, no_nll=no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None))
         if every is not None:
             parity = replace(parity, every_input=every.result())
         timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -331,15 +314,15 @@ def replay(
         timing["variance_s"] = time.perf_counter() - clock
         where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
             caches[1].location)
-        settings["cache"] = {"location": where,
-                             "reused": caches[1].reused, "bytes": caches[0].nbytes + caches[1].nbytes}
-        if any(c.rebuilt for c in caches):  # the reasons, for the note
-            settings["cache_note"] = "the kept coefficient cache was damaged and captured again: " + "; ".join(
-                c.rebuilt for c in caches if c.rebuilt)
+        rebuilt = [c.rebuilt for c in caches if c.rebuilt]  # the reasons, for the note
+        ran = replace(ran, cache={"location": where, "reused": caches[1].reused,
+                                  "bytes": caches[0].nbytes + caches[1].nbytes},
+                      cache_note="the kept coefficient cache was damaged and captured again: " + "; ".join(rebuilt)
+                      if rebuilt else None)
     results = tuple(_result(name, s, stats[CORRECT], task, confidence) for name, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats[CORRECT], stats[FLOOR], "nll", confidence))
                  for p in gap_profiles() if p in stats and FLOOR in stats)
-    return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, settings, timing)
+    return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, ran, timing)
 
 
 def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
@@ -401,13 +384,17 @@ def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, l
                            estimate(*s.figure("mse"), level), difference(s, correct, "mse", level))
 
 
-def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None) -> tuple[Coefficient, ...]:
+def resolve(loaded: LoadedModel, names: Sequence[str] = (), graph: ModelGraph | None = None, *,
+            static: StaticReport | None = None) -> tuple[Coefficient, ...]:
     """The coefficients to freeze: those matching `names` (names or globs, each maybe with its axes:
     `analyses.named_coefficients.split_entry`), else all the model has.
-    `graph`: the graph model of `loaded`, when the caller has built it."""
-    graph = graph or build_graph(loaded.model)
-    # layers from the blocks, as the static audit gives them
-    found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))
+    `graph`: the graph model of `loaded`, when the caller has built it; `static`: the static audit
+    of `loaded` with these `names`, whose coefficients are then taken as it found them."""
+    if static is not None:
+        found = static.coefficients
+    else:  # layers from the blocks, as the static audit gives them
+        graph = graph or build_graph(loaded.model)
+        found = resolve_coefficients(loaded, graph, names, blocks=find_blocks(graph))
     if not names:
         return found
     patterns = [split_entry(n, [c.tensor for c in found])[0] for n in names]

@@ -1,0 +1,108 @@
+"""Option groups shared by the commands, each declared once and handed to the command as one object.
+
+`option_group(into, build, *options)` adds click options to a command and gives its callback
+one argument, `into`, built by `build` from their values (as sqlite-utils' `@output_options`
+declares a group once; here the group is also parsed once). The groups:
+
+- `feeding_options`: --set and --input-axes, as a graphaudit.load.feeding.Feeding (or None);
+- `coefficient_options`: --coefficients and --axes, as a CoefficientSettings;
+- `output_options`: --format, -o and -q, as an OutputSettings.
+
+Importing this module stays light (click only): `graphaudit --version` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import click
+
+from graphaudit.cli import axes_option, feeding_of, with_axes
+
+
+def option_group(into: str, build: Callable[..., Any], *options: Callable) -> Callable:
+    """A decorator adding `options` to a command, whose callback then takes `into`: `build` called
+    with the options' values as keywords, named after their parameters."""
+    def decorate(command: Callable) -> Callable:
+        names: list[str] = []
+
+        @functools.wraps(command)
+        def callback(*args, **kwargs):
+            values = {name: kwargs.pop(name) for name in names}
+            return command(*args, **kwargs, **{into: build(**values)})
+
+        callback.__click_params__ = list(getattr(command, "__click_params__", ()))
+        before = len(callback.__click_params__)
+        for option in reversed(options):
+            callback = option(callback)
+        names.extend(param.name for param in callback.__click_params__[before:])
+        return callback
+
+    return decorate
+
+
+# `static --data`, `replay`, `profile` and `run`: how inputs the data does not hold one row per example are fed
+feeding_options = option_group(
+    "feeding", feeding_of,
+    click.option(
+        "--set", "set_values", multiple=True, metavar="NAME=VALUE",
+        help="One value given to every batch as it is, typed from the graph input's element type, e.g. "
+             "sr=16000 or use_cache_branch=0 (repeatable). Scalar inputs can also be a 0-d array in the .npz."),
+    click.option(
+        "--input-axes", "input_axes", multiple=True, metavar="NAME=AXES",
+        help="The example axis of an input whose examples are not on its first axis, e.g. state=_,batch,_ for a "
+             "recurrent state (2, batch, 128): one name per axis, exactly one 'batch' (repeatable). The .npz then "
+             "holds that input with its examples on that axis. Without it, the graph tells where it can (the "
+             "symbol of the other inputs' batch, or the only free axis)."))
+
+
+@dataclass(frozen=True)
+class CoefficientSettings:
+    """The coefficient tensors named with --coefficients and --axes (see --axes)."""
+
+    names: tuple[str, ...] = ()
+    axes: tuple[str, ...] = ()
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """The entries the library takes as `coefficients`: the names, then the axes."""
+        return (*self.names, *self.axes)
+
+
+def coefficient_options(help: str, metavar: str | None = None,
+                        split: Callable[[Sequence[str]], tuple[str, ...]] = tuple) -> Callable:
+    """--coefficients (with the command's own `help`, `metavar`, and `split` of its values) and --axes,
+    as the command's `coefficients`, a CoefficientSettings; a bad --axes entry is a UsageError."""
+    def build(coefficient_names, axes):
+        names = split(coefficient_names)
+        return CoefficientSettings(tuple(names), with_axes((), axes))
+
+    return option_group(
+        "coefficients", build,
+        click.option("--coefficients", "coefficient_names", multiple=True, metavar=metavar, help=help),
+        axes_option)
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where and how a command writes its report: --format, -o (None: standard output), -q."""
+
+    fmt: str = "text"
+    output: Path | None = None
+    quiet: bool = False
+
+
+def output_options(formats: Sequence[str], help: str, *, output: bool = False, quiet: bool = False) -> Callable:
+    """--format (among `formats`, with the command's `help`), -o when `output`, -q when `quiet`, as the
+    command's `out`, an OutputSettings."""
+    options = [click.option("--format", "fmt", type=click.Choice(list(formats)), default="text", show_default=True,
+                            help=help)]
+    if output:
+        options.append(click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+                                    help="Write the report to this file instead of standard output."))
+    if quiet:
+        options.append(click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr."))
+    return option_group("out", OutputSettings, *options)
