@@ -16,11 +16,10 @@ every renderer reads (see graphaudit/report/schema.json).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphaudit._version import __version__
 from graphaudit.errors import GraphAuditError, UsageError
@@ -132,8 +131,8 @@ def audit(
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load.model import load_for_runtime
     from graphaudit.profile.rounds import check_rounds
-    from graphaudit.runtime.sessions import FrozenRunError, usable_threads
     from graphaudit.replay.surgery import UnfreezableError
+    from graphaudit.runtime.sessions import FrozenRunError, usable_threads
 
     threads, capped = usable_threads(threads)  # before anything runs
     check_rounds(1, runs, warmup, profile_runs)

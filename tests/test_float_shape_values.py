@@ -16,6 +16,7 @@ from graphaudit.analyses.flops import count_flops
 from graphaudit.cli.static import render_text
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import infer_at, load_model
+
 from support.text_graphs import audit, graph
 
 

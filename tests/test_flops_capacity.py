@@ -17,6 +17,7 @@ from onnx.reference import ReferenceEvaluator
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli.static import render_text
 from graphaudit.load.model import load_model
+
 from support.text_graphs import EYE
 
 B, T, D = 2, 8, 2

@@ -6,12 +6,13 @@ import pytest
 from click.testing import CliRunner
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli import cli
 from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients
+from graphaudit.cli import cli
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.replay.surgery import controller_nodes, freeze, frozen_graph, trace_graph, with_log_softmax
+
 from support.models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
 from support.zoo import FIXTURES, ZOO
 
@@ -161,6 +162,7 @@ def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their
     from onnx import helper
 
     from graphaudit.replay.pipeline import replay
+
     from support.models import gated_lm, token_ids
 
     model = gated_lm(layers=2)

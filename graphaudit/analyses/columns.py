@@ -9,13 +9,13 @@ by: a coefficient of its own, in its block's layer, frozen and fed apart.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.dependence import CONST, DependenceMap
 from graphaudit.analyses.coefficient_reach import weighted_block
+from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN
+from graphaudit.analyses.dependence import CONST, DependenceMap
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 _PER_INPUT = (BATCH, TOKEN, MERGED)
 

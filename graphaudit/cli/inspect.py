@@ -7,10 +7,10 @@ import json
 import click
 from tabulate import tabulate
 
+from graphaudit.analyses.summary import GraphSummary, summarize
 from graphaudit.cli import graph_only_option
 from graphaudit.load.model import load_for_audit
 from graphaudit.load.repair import repair_note
-from graphaudit.analyses.summary import GraphSummary, summarize
 from graphaudit.wording import counted
 
 

@@ -11,9 +11,9 @@ from tabulate import tabulate
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, axes_option, feeding_of, feeding_options, output_kind_option, with_axes
-from graphaudit.replay.conditions import CONDITIONS
 from graphaudit.errors import UsageError
 from graphaudit.progress import ProgressBar
+from graphaudit.replay.conditions import CONDITIONS
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
 from graphaudit.replay.pipeline import MAX_RESAMPLES, ReplayReport, replay
 from graphaudit.runtime.sessions import MAX_THREADS

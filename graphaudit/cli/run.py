@@ -8,7 +8,15 @@ import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.audit import audit
-from graphaudit.cli import REWRITE_HELP, axes_option, check_output, feeding_of, feeding_options, output_kind_option, with_axes
+from graphaudit.cli import (
+    REWRITE_HELP,
+    axes_option,
+    check_output,
+    feeding_of,
+    feeding_options,
+    output_kind_option,
+    with_axes,
+)
 from graphaudit.files.write import replace_file
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.progress import ProgressBar

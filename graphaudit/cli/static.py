@@ -9,13 +9,13 @@ from tabulate import tabulate
 
 from graphaudit.analyses.decisions import VALUE_DECIDERS, describe
 from graphaudit.analyses.static import CLAIMS, BlockReport, FlopSummary, StaticReport, audit_static
-from graphaudit.load.data import data_shapes, input_specs
-from graphaudit.errors import UsageError
 from graphaudit.cli import axes_option, feeding_of, feeding_options, graph_only_option, with_axes
+from graphaudit.errors import UsageError
+from graphaudit.limits import check_shape
+from graphaudit.load.data import data_shapes, input_specs
 from graphaudit.load.model import load_for_audit
 from graphaudit.load.repair import repair_note
 from graphaudit.runtime.sessions import custom_operators
-from graphaudit.limits import check_shape
 from graphaudit.wording import counted, flops_cell, total_bound
 
 

@@ -24,8 +24,8 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 GRACE_S = 2.0  # how long the main thread may take to unwind after a signal before the watcher ends it
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import gc
 from collections import ChainMap
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 import onnx
 

@@ -12,7 +12,7 @@ see different shapes.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import onnx
 from onnx import shape_inference

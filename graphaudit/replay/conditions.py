@@ -18,15 +18,15 @@ cache only supplies the coefficients that `correct`, `cross_input` and `token_sh
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from graphaudit.replay.capture import CoefficientCache
 from graphaudit.analyses.declared_coefficients import BATCH, MERGED, TOKEN, Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.replay.capture import CoefficientCache
 
 CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")
 PROFILES = ("static_layer", "static_position")

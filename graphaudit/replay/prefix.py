@@ -15,8 +15,8 @@ up to what ONNX Runtime fuses across the cut (benchmarks/NOTES.md, replay).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx

@@ -31,7 +31,7 @@ with a note (`replay`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Collection
+from collections.abc import Collection
 
 import numpy as np
 import onnx
@@ -171,7 +171,7 @@ class _Biased:
 
 
 def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers: dict[str, list[onnx.NodeProto]],
-                    outer: set[str], names: "_Names") -> _Biased:
+                    outer: set[str], names: _Names) -> _Biased:
     """`MatMul(x, W)` with x of rank 3 or more and W a constant matrix, read only by
     `Add(·, b)` with b a constant vector of W's width (opset 15 and later: Shape's `end`)."""
     graph, found = model.graph, _Biased()

@@ -6,8 +6,7 @@ import textwrap
 
 from tabulate import tabulate
 
-from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines,
-                                      verdict_table)
+from graphaudit.report.tables import Table, claim_lines, detail_tables, evidence_lines, header_lines, verdict_table
 
 WIDTH = 100
 
