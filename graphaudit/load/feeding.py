@@ -184,10 +184,10 @@ def typed_value(name: str, value: object, dtype: np.dtype) -> np.ndarray:
                                  f"found {text}")
             return np.array(number, dtype=dtype)
         if np.issubdtype(dtype, np.floating):
-            number = float(text)
-            if not np.isfinite(number):
+            real = float(text)
+            if not np.isfinite(real):
                 raise ValueError(text)
-            return np.array(number, dtype=dtype)
+            return np.array(real, dtype=dtype)
     except ValueError:
         kind = ("a boolean (0, 1, true or false)" if dtype == np.bool_ else
                 "an integer" if np.issubdtype(dtype, np.integer) else "a finite number")
