@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM
+from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM, check_shape
 from graphaudit.load.data import data_shapes, input_specs, load_data
 
 from support.archives import patch_member
@@ -145,3 +145,10 @@ def test_shapes_given_on_the_command_line_are_refused_unless_in_bounds(model, ca
         assert err.startswith("graphaudit: error: expected") and err.count("\n") == 1, err
     else:
         assert "FLOPs:" in out
+
+
+def test_check_shape_gives_python_ints_and_names_the_shape_it_was_given():
+    dims = check_shape((np.int64(2), 3), "x")
+    assert dims == (2, 3) and all(type(d) is int for d in dims)
+    with pytest.raises(GraphAuditError, match=r"found True on axis 1 of \(2, True\)"):
+        check_shape((2, True), "x")
