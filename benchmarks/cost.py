@@ -133,7 +133,7 @@ def main() -> None:
     print(f"{args.model.name}: {args.images} random images of {args.size} x {args.size}, ONNX Runtime "
           f"{ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end\n")
-    print("| process | peak RSS MiB | over bare ORT at batch %d | wall s |" % batch)
+    print(f"| process | peak RSS MiB | over bare ORT at batch {batch} | wall s |")
     print("|---|---|---|---|")
     for b, repeats, peak, best in floors:
         print(f"| bare ORT, batch {b}, {repeats} passes | {peak:.0f} | {peak / floor:.2f}x | {best:.2f} (fastest pass) |")

@@ -33,13 +33,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from graphaudit import denormals  # noqa: E402
-from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import task_for  # noqa: E402
-from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
+from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace  # noqa: E402
+from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 

@@ -57,18 +57,19 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
-from graphaudit.replay.conditions import conditions, names as condition_names  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
 from graphaudit.metrics import PoissonBootstrap, task_for  # noqa: E402
-from graphaudit.replay.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
+from graphaudit.replay.capture import capture, native  # noqa: E402
+from graphaudit.replay.conditions import conditions  # noqa: E402
+from graphaudit.replay.conditions import names as condition_names  # noqa: E402
 from graphaudit.replay.loop import run_conditions  # noqa: E402
-from graphaudit.replay.rewrite import Rewrite  # noqa: E402
+from graphaudit.replay.parity import EveryInputCheck, check_parity, every_input_summary  # noqa: E402
 from graphaudit.replay.prefix import PrefixSession, open_frozen  # noqa: E402
-from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
+from graphaudit.replay.rewrite import Rewrite  # noqa: E402
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace  # noqa: E402
+from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, spare_core  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 # coefficient family -> the controller module whose output a forward hook replaces
@@ -82,7 +83,7 @@ class Setup:
     fixture; the data are the fixture's either way.
     """
 
-    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: "Wider | None" = None,
+    def __init__(self, name: str, batch_size: int, threads: int, seed: int = 0, wider: Wider | None = None,
                  flush_denormals: bool = True, cut: bool = True, rewrite: bool = True):
         self.name, self.batch_size, self.wider = name, batch_size, wider
         loaded = load_model(wider.path if wider else FIXTURES / name / "model.onnx")
@@ -256,6 +257,7 @@ def torch_replay(setup: Setup, threads: int):
     import warnings
 
     import torch
+
     from exporters.zoo import load_trained
 
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")  # static feeds are read-only

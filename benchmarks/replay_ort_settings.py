@@ -30,8 +30,8 @@ import statistics
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnxruntime as ort
@@ -40,11 +40,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from replay_fca import FIXTURES, HOOKED_MODULES, Setup  # noqa: E402  (benchmarks/ is the script's own directory)
+
 from exporters.zoo import load_trained  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
-from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
 from graphaudit.replay.surgery import Freeze  # noqa: E402
-from replay_fca import FIXTURES, HOOKED_MODULES, Setup  # noqa: E402  (benchmarks/ is the script's own directory)
+from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
 
 TOLERANCE = 1e-4
 LEVELS = ort.GraphOptimizationLevel

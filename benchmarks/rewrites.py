@@ -21,19 +21,18 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_model  # noqa: E402
+from graphaudit.replay.capture import capture, native  # noqa: E402
 from graphaudit.replay.rewrite import KINDS, Rewrite  # noqa: E402
-from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
 from graphaudit.replay.surgery import Freeze, Trace  # noqa: E402
+from graphaudit.runtime.sessions import create_session, slow_fusions  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 

@@ -49,17 +49,15 @@ from onnx import shape_inference
 from onnx.onnx_cpp2py_export import checker as cpp_checker
 from onnx.onnx_cpp2py_export import shape_inference as cpp_inference
 
-from graphaudit.load import external_data
-
-from graphaudit.load import model as load
+from graphaudit.analyses.block_verdicts import execution_verdicts
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
-from graphaudit.analyses.block_verdicts import execution_verdicts
+from graphaudit.graph.build import build_graph, paused_gc
+from graphaudit.load import external_data
+from graphaudit.load import model as load
 from graphaudit.load.checker import check_model
-from graphaudit.graph.build import build_graph
-from graphaudit.graph.build import paused_gc
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
 

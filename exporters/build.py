@@ -84,7 +84,7 @@ def _corpus_facts(corpus: Corpus) -> dict:
             "calib": len(corpus.calib.files),
             "eval": len(corpus.eval.files),
         },
-        "train_bytes": int(len(corpus.train.data)),
+        "train_bytes": len(corpus.train.data),
         "unigram_entropy_nats": round(unigram_entropy(corpus.train.data), 4),
         "eval_unigram_entropy_nats": round(unigram_entropy(corpus.eval.data), 4),
     }

@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import onnx
 import torch

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # Sections below this line are measured by graphaudit's own commands (replay, profile) and
 # written by hand or by their scripts; regenerating the zoo keeps them.
 MEASURED_MARKER = "<!-- Measured results below: kept when the zoo is regenerated. -->"

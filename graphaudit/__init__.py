@@ -6,12 +6,12 @@ imports torch.
 """
 
 from graphaudit._version import __version__
-from graphaudit.errors import GraphAuditError
 
 # `graphaudit.audit` must be the function even after `import graphaudit.audit`: a lazily
 # resolved attribute would be replaced by the submodule of the same name the first time
 # anything imported it. So it is imported here, from a module that loads nothing heavy
 # (no numpy, onnx, runtime or torch) until an audit runs.
-from graphaudit.audit import AuditReport, AuditSettings, audit  # noqa: E402
+from graphaudit.audit import AuditReport, AuditSettings, audit
+from graphaudit.errors import GraphAuditError
 
-__all__ = ["__version__", "AuditReport", "AuditSettings", "GraphAuditError", "audit"]
+__all__ = ["AuditReport", "AuditSettings", "GraphAuditError", "__version__", "audit"]

@@ -16,11 +16,10 @@ every renderer reads (see graphaudit/report/schema.json).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from graphaudit._version import __version__
 from graphaudit.errors import GraphAuditError, UsageError
@@ -31,9 +30,9 @@ from graphaudit.wording import counted
 
 if TYPE_CHECKING:
     from graphaudit.load.data import InputData
+    from graphaudit.load.model import LoadedModel
     from graphaudit.profile.settings import ProfileSettings
     from graphaudit.replay.settings import ReplaySettings
-    from graphaudit.load.model import LoadedModel
 
 # Importing this module stays light (no numpy, onnx or runtime): `graphaudit/__init__.py`
 # re-exports `audit` from it. Everything heavy is imported where the audit runs.
@@ -187,8 +186,8 @@ def audit(
         raise UsageError("expected --baseline with --claim compute-savings: a saving is measured against a baseline")
     from graphaudit.load.model import load_for_runtime
     from graphaudit.profile.rounds import check_rounds
-    from graphaudit.runtime.sessions import FrozenRunError, usable_threads
     from graphaudit.replay.surgery import UnfreezableError
+    from graphaudit.runtime.sessions import FrozenRunError, usable_threads
 
     threads, capped = usable_threads(asked.threads)  # before anything runs
     check_rounds(1, settings.profile.runs, settings.profile.warmup, settings.profile.profile_runs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,13 +30,15 @@ def check_shape(shape: Sequence[object], where: str, *, itemsize: int = 1, least
                 exit_code: int = 1) -> tuple[int, ...]:
     """`shape` as a tuple of ints, once each dimension is an integer from `least` to MAX_DIM and
     the array it shapes (of `itemsize`-byte elements) takes at most MAX_ARRAY_BYTES."""
-    dims = tuple(shape)
-    for axis, size in enumerate(dims):
+    given = tuple(shape)
+    ints: list[int] = []
+    for axis, size in enumerate(given):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not least <= size <= MAX_DIM:
             kind = "positive" if least > 0 else "non-negative"
             raise GraphAuditError(f"expected {where} to have {kind} integer dimensions of at most {MAX_DIM} (2^31-1), "
-                                  f"found {size!r} on axis {axis} of {_show(dims)}", exit_code=exit_code)
-    dims = tuple(int(d) for d in dims)
+                                  f"found {size!r} on axis {axis} of {_show(given)}", exit_code=exit_code)
+        ints.append(int(size))
+    dims = tuple(ints)
     elements = math.prod(dims)
     if elements * max(itemsize, 1) > MAX_ARRAY_BYTES:
         raise GraphAuditError(f"expected {where} to take at most 2^47 bytes (128 TiB, all a 64-bit process can "

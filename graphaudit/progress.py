@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Callable, Iterable, Iterator, Protocol, TextIO, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, TextIO, TypeVar
 
 T = TypeVar("T")
 
@@ -29,10 +30,8 @@ def track(items: Iterable[T], stage: str, progress: Progress | None, total: int 
     if total is None:
         total = len(items) if hasattr(items, "__len__") else None  # type: ignore[arg-type]
     report(stage, 0, total)
-    done = 0
-    for item in items:
+    for done, item in enumerate(items, 1):
         yield item
-        done += 1
         report(stage, done, total)
 
 
@@ -78,7 +77,7 @@ class ProgressBar:
             self.stream.write("\n")
             self._open = False
 
-    def __enter__(self) -> "ProgressBar":
+    def __enter__(self) -> ProgressBar:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,7 +1,7 @@
 # Sourced by the README's two commands: creates (or reuses) the project's virtual environment
 # in .venv and installs graphaudit with ONNX Runtime's CPU build (the [cpu] extra), the exporters
-# and test tools. Re-runs are cheap: the install is skipped while pyproject.toml and
-# constraints.txt are unchanged.
+# and the test and lint tools (the dev extra). Re-runs are cheap: the install is skipped while
+# pyproject.toml and constraints.txt are unchanged.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${GRAPHAUDIT_VENV:-$root/.venv}"

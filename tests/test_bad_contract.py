@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import onnx
+
 from support.cli import FAST_PROFILE, FAST_REPLAY, accepted, refused
 from support.models import float_data, float_gated
 

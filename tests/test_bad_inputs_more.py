@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, declared_coefficients
 from graphaudit.errors import GraphAuditError
+
 from support.cli import FAST_PROFILE, FAST_REPLAY, accepted, refused
 from support.models import float_data, float_gated
 
@@ -118,7 +119,7 @@ def test_a_block_pattern_whose_index_is_past_any_block_number_is_bad_usage(tmp_p
 
 
 def _npy_header(shape, descr="<f4") -> bytes:
-    text = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
     text += " " * ((64 - (len(text) + 11) % 64) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode()
 

@@ -20,8 +20,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphaudit.load.model
-
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
+
 from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
 from support.models import float_data, float_gated
 

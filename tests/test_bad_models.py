@@ -13,6 +13,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.runtime.sessions import create_session, custom_operators, resolve_providers
 from graphaudit.testing.synthetic import transformer_graph
+
 from support.cli import sha
 
 

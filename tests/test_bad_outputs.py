@@ -16,6 +16,7 @@ import pytest
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.files.write import replace_file
+
 from support.cli import FAST_RUN, accepted, refused, sha
 from support.models import float_gated
 

@@ -19,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.metrics.outputs import log_probs_at, log_softmax
+
 from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
 from support.models import VOCAB, gated_lm, run_ort, token_ids
 
@@ -185,7 +186,7 @@ def test_a_cache_dir_below_a_file_is_refused(files, capfd):
     model = files / "gated.onnx"
     refused(capfd, ["replay", model, "--calib", files / "calib.npz", "--cache-dir", files / "afile" / "sub",
                     *FAST_REPLAY], [model, files / "calib.npz", files / "afile"],
-            match=rf"expected a folder for the coefficient cache at .*afile/sub, found .*afile is not a folder")
+            match=r"expected a folder for the coefficient cache at .*afile/sub, found .*afile is not a folder")
 
 
 @pytest.mark.parametrize("tolerance", ["nan", "inf"])

@@ -74,12 +74,12 @@ def _zeros_member(path: Path, key: str, nbytes: int, extra: dict[str, np.ndarray
     """An .npz holding `extra` and, under `key`, `nbytes` of int8 zeros, deflated as it is written."""
     np.savez(path, **extra)
     header = _npy_header((nbytes,), "|i1")
-    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:  # fast
-        with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
-            member.write(header)
-            chunk = bytes(2**24)
-            for _ in range(nbytes // len(chunk)):
-                member.write(chunk)
+    with (zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive,  # fast
+          archive.open(f"{key}.npy", "w", force_zip64=True) as member):
+        member.write(header)
+        chunk = bytes(2**24)
+        for _ in range(nbytes // len(chunk)):
+            member.write(chunk)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +102,7 @@ def test_a_bomb_under_an_unexpected_key_is_refused_before_it_is_decompressed(fil
 
 
 def _npy_header(shape, descr="<i8") -> bytes:
-    text = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
     text += " " * ((64 - (len(text) + 11) % 64) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode()
 

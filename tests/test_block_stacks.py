@@ -3,8 +3,8 @@ stacks, one layer run several times with the same weights (one block per pass), 
 "layer" that only holds the final norm."""
 
 from graphaudit.analyses.blocks import find_blocks
-from support.text_graphs import EYE, LEGACY, LEGACY_W, graph_of, layered, members
 
+from support.text_graphs import EYE, LEGACY, LEGACY_W, graph_of, layered, members
 
 SUBLAYERED = """
         ["/model/STACK/block.@/layer.0/MatMul"] a@ = MatMul (x@, "STACK.@.w0")
@@ -56,7 +56,7 @@ def test_one_layer_run_three_times_is_three_blocks():
     assert [b.name for b in bm.blocks] == [f"model.layers.0 (pass {i} of 3)" for i in (1, 2, 3)]
     assert members(bm, mg) == [["Add", "Add", "MatMul", "MatMul", "MatMul"]] * 3
     assert [sorted(mg.nodes[n].name for n in b.node_ids)[0] for b in bm.blocks] == [
-        f"/model/layers.0/Add@".replace("@", str(i)) for i in range(3)]
+        "/model/layers.0/Add@".replace("@", str(i)) for i in range(3)]
     assert bm.method.startswith("node names: 3 blocks under `model.layers`")
     assert "runs 3 times with the same weights" in bm.method
     # beside a layer of its own, as in a model that shares one layer group and not the next

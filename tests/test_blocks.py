@@ -14,6 +14,7 @@ from graphaudit.errors import UsageError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
+
 from support.text_graphs import EYE, LEGACY, LEGACY_W, graph_of, layered, members
 
 

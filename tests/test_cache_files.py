@@ -29,10 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import graphaudit.replay.capture as capture_module
-from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST
-from graphaudit.replay.capture import _CHECK, _CHECK_FILE, LiveCheck, capture
-from graphaudit.replay.capture import _file as file_of
 from graphaudit.errors import GraphAuditError
+from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST
+from graphaudit.replay.capture import _CHECK_FILE, LiveCheck, capture
+from graphaudit.replay.capture import _file as file_of
+
 from support.cli import FAST_REPLAY, accepted, refused
 from support.models import gated_lm, token_ids, traced
 

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 import graphaudit.replay.capture as capture_module
+from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.replay.capture import _file as cache_module_file
 from graphaudit.replay.capture import batch_first, capture, native
-from graphaudit.analyses.declared_coefficients import declared_coefficients
-from graphaudit.load.data import from_arrays, input_specs
-from graphaudit.errors import GraphAuditError
 from graphaudit.replay.surgery import Trace
+
 from support.models import float_data, float_gated, gated_lm, mixing_lm, run_ort, traced
 
 
@@ -86,7 +87,7 @@ def test_cache_streams_in_chunks():
     with capture(trace, coefs, data, batch_size=4) as cache:
         seen = [rows for rows, _ in cache.chunks(4)]
         assert [list(r) for r in seen] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
-        rows, values = next(cache.chunks(2))
+        _rows, values = next(cache.chunks(2))
         np.testing.assert_array_equal(values["gate.1"], cache.arrays["gate.1"][:2])
 
 

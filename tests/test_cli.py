@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 import graphaudit
 from graphaudit.cli import COMMANDS, cli
+
 from support.cli import run_main
 
 
@@ -38,16 +39,16 @@ def test_every_command_has_help_text(name):
 def test_user_error_is_one_line_and_status_1(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")
-    code, out, err = run_main(["inspect", str(bad)], capsys)
+    code, _out, err = run_main(["inspect", str(bad)], capsys)
     assert code == 1
     assert err.startswith("graphaudit: error: expected an ONNX model")
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_bad_usage_is_status_2(capsys):
-    code, out, err = run_main(["inspect"], capsys)
+    code, _out, err = run_main(["inspect"], capsys)
     assert code == 2 and err == "graphaudit: error: expected the argument 'MODEL', found none (see graphaudit inspect --help)\n"
-    code, out, err = run_main(["no-such-command"], capsys)
+    code, _out, err = run_main(["no-such-command"], capsys)
     assert code == 2
 
 

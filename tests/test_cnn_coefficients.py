@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 
 from graphaudit.replay.pipeline import replay
+
 from support.models import blockdrop_cnn, dynamic_conv, se_cnn
 
 

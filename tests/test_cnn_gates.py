@@ -89,7 +89,7 @@ def _gates(model: onnx.ModelProto):
 
 def test_se_gates_between_identity_nodes_are_found_each_in_its_layer_in_depth_order():
     # no residual Add at all: no blocks, and every name ends in `.tmp_0`, no layer number
-    report, gates = _gates(mobilenet((False,) * 5))
+    _report, gates = _gates(mobilenet((False,) * 5))
     assert gates == [(f"hardsigmoid_{i}.tmp_0", "gate", i, "detected") for i in range(5)]
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from graphaudit.replay.capture import CoefficientCache
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import conditions, derangement, names, position_orders, profiles
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.replay.conditions import conditions, derangement, names, position_orders, profiles
 
 CONDITIONS = names()  # every registered condition, the replay's default
 
@@ -71,7 +71,7 @@ def test_token_shuffle_permutes_positions_within_each_input_consistently():
 
 
 def test_static_profiles_come_from_calibration_only():
-    feeds, evaluation, calibration = _feeds()
+    feeds, _evaluation, calibration = _feeds()
     rows = np.arange(3)
     cal = calibration.arrays
     np.testing.assert_allclose(feeds["static_layer"](GATE[0], rows),
@@ -112,7 +112,7 @@ def test_position_orders_are_permutations():
 
 
 def test_unknown_condition_and_short_calibration_are_refused():
-    with pytest.raises(UsageError, match="expected conditions among .* found bogus"):
+    with pytest.raises(UsageError, match=r"expected conditions among .* found bogus"):
         _feeds(["bogus"])
     feeds = conditions(CONDITIONS, _cache(4, length=6), _cache(4, length=5), 0)
     with pytest.raises(GraphAuditError, match="at least as long"):

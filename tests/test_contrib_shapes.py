@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 
 from graphaudit.analyses.flops import count_flops
-from graphaudit.graph.build import build_graph
 from graphaudit.errors import GraphAuditError
+from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 
 FUSED = """
@@ -294,7 +294,6 @@ def test_multi_head_attention_on_separate_or_packed_inputs_is_shaped(layout):
 def test_a_fused_node_not_as_onnx_runtime_defines_it_is_left_unshaped(node, dims, inits, capsys):
     """Too few inputs or an attribute of another type (the checker does not know these operators):
     no shape function is made for it, and the audit goes on; it was a traceback."""
-    from graphaudit.cli import main
 
     graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)],
                                    [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],

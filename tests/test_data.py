@@ -4,8 +4,8 @@ import numpy as np
 import onnx.parser
 import pytest
 
-from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import input_specs, load_data
 
 MODEL = onnx.parser.parse_model("""
 <ir_version: 8, opset_import: ["" : 17]>

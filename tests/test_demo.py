@@ -45,7 +45,7 @@ def test_demo_prints_the_models_side_by_side(tmp_path, capsys):
 
 
 def test_demo_without_a_zoo_says_where_it_looked(tmp_path, capsys):
-    code, out, err = run(["demo", "--fixtures", tmp_path, "--quiet"], capsys)
+    code, _out, err = run(["demo", "--fixtures", tmp_path, "--quiet"], capsys)
     assert code == 1 and f"expected the zoo's models under {tmp_path}" in err
 
 

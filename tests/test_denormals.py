@@ -9,9 +9,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from graphaudit.replay.pipeline import replay
 from graphaudit.runtime import denormals
 from graphaudit.runtime.denormals import FlushingSession
-from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import create_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -3,6 +3,7 @@
 import pytest
 
 from graphaudit.analyses.dependence import CONST, SHAPE, VALUE, Dependence, analyse_dependence, data_dependence
+
 from support.text_graphs import graph_of
 
 

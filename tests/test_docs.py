@@ -115,7 +115,7 @@ def test_readme_command_runs_as_written(line, output, tmp_path):
     assert done.returncode == expected_status(line), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
     if output is not None:  # the README shows what this command prints
-        assert [l.rstrip() for l in done.stdout.splitlines()] == [l.rstrip() for l in output.splitlines()]
+        assert [s.rstrip() for s in done.stdout.splitlines()] == [s.rstrip() for s in output.splitlines()]
 
 
 # -- (c) links ------------------------------------------------------------------------------

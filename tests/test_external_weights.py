@@ -17,12 +17,12 @@ import onnx
 import pytest
 
 import graphaudit.load.model
-from graphaudit.replay.capture import capture
-from graphaudit.cli import main
 from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.cli import main
 from graphaudit.load.data import input_specs, load_data
 from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.profiler import profile_model
+from graphaudit.replay.capture import capture
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.surgery import Trace
 
@@ -222,5 +222,5 @@ def test_freeze_copies_the_weights_so_that_onnx_still_loads_both_models(external
             again = CliRunner().invoke(cli, ["freeze", str(folder / "model.onnx"), "-o", str(out)])
             assert again.exit_code == 0, again.output  # the copy made before is kept, not taken for another file
         else:
-            with pytest.raises(Exception, match="hard ?link"):
+            with pytest.raises(Exception, match=r"hard ?link"):
                 onnx.load(str(folder / "model.onnx"))

@@ -11,6 +11,7 @@ from onnx import helper, numpy_helper
 from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import FrozenRunError
 from graphaudit.verdict.decide import functional_dependence
+
 from support.models import gated_lm, token_ids
 
 

@@ -14,11 +14,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.load.data import input_specs, load_data
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import load_model
 from graphaudit.replay.pipeline import replay
+
 from support.cli import FAST_PROFILE, FAST_REPLAY, invoke, refused
 from support.models import se_cnn
 

@@ -12,11 +12,12 @@ from click.testing import CliRunner
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import cli, main
-from graphaudit.load.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.load.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
 from graphaudit.load.model import infer_at, load_model
 from graphaudit.replay.batching import default_batch_size
 from graphaudit.replay.pipeline import replay
+
 from support.models import gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "static_layer")
@@ -82,7 +83,7 @@ def test_whole_batches_leaves_out_the_inputs_past_the_last_one():
     assert cut.count == 6 and cut.arrays["ids"].shape == (6, 6)
     assert note == "the last 1 of the 7 inputs in d.npz were left out: the model runs exactly 3 at a time"
     assert whole_batches(data, 7)[1] is None
-    with pytest.raises(GraphAuditError, match="expected at least 8 inputs in d.npz"):
+    with pytest.raises(GraphAuditError, match=r"expected at least 8 inputs in d\.npz"):
         whole_batches(data, 8)
 
 

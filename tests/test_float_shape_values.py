@@ -13,9 +13,10 @@ import onnxruntime as ort
 import pytest
 
 from graphaudit.analyses.flops import count_flops
-from graphaudit.report.static_text import render_text
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import infer_at, load_model
+from graphaudit.report.static_text import render_text
+
 from support.text_graphs import audit, graph
 
 

@@ -15,8 +15,9 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.report.static_text import render_text
 from graphaudit.load.model import load_model
+from graphaudit.report.static_text import render_text
+
 from support.text_graphs import EYE
 
 B, T, D = 2, 8, 2

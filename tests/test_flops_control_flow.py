@@ -13,6 +13,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.report.static_text import render_text
+
 from support.cli import run_main
 from support.text_graphs import CONDITIONS, DENSE, DENSE_W, TRIPS, audit, graph, model_of
 
@@ -204,7 +205,7 @@ def test_a_loop_counter_limit_gives_the_trip_count_the_graph_runs(limit, op, exp
 @pytest.mark.parametrize("condition, matmuls", [("1", 1), ("0", 3)], ids=["then", "else"])
 def test_an_if_of_a_constant_condition_counts_the_branch_it_takes(condition, matmuls):
     # true takes the smaller branch (one MatMul), false the larger (three): only that one runs
-    constant = CONDITIONS["const"].replace("{1}", "{%s}" % condition)
+    constant = CONDITIONS["const"].replace("{1}", f"{{{condition}}}")
     report = audit(graph([DENSE, constant + BOTH], [DENSE_W] * 2), shapes=SHAPES)
     assert report.blocks[1].flops == matmuls * PER_MATMUL and report.flops.skippable == 0
     assert "the larger branch of each If" not in render_text(report)

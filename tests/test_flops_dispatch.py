@@ -13,6 +13,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 
 from graphaudit.report.static_text import render_text
+
 from support.switch_moe import reference, switch
 from support.text_graphs import audit, model_of, verdicts
 

@@ -17,9 +17,21 @@ from onnx.reference import ReferenceEvaluator
 
 from graphaudit.report.static_text import render_text
 from graphaudit.report.tables import static_table
+
 from support.cli import run_main
-from support.text_graphs import (DENSE, DENSE_W, DISPATCH, EYE, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE, audit, graph,
-                                 model_of)
+from support.text_graphs import (
+    DENSE,
+    DENSE_W,
+    DISPATCH,
+    EYE,
+    MOE_W,
+    PICK_CAPACITY,
+    PICK_NONZERO,
+    ROUTE,
+    audit,
+    graph,
+    model_of,
+)
 
 T = 8
 SHAPES = {"x0": (T, 2)}

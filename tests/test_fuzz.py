@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from graphaudit.cli import main
-from graphaudit.load.data import input_specs, load_data
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import input_specs, load_data
 from graphaudit.testing.synthetic import transformer_graph
 
 MODEL_BYTES = transformer_graph(layers=2, hidden=8, heads=2, vocab=13, external=None).SerializeToString()
@@ -47,7 +47,7 @@ def test_mutated_model_bytes_keep_the_contract(tmp_path_factory, capsys, content
     path.write_bytes(content)
     with pytest.raises(SystemExit) as info:
         main(["inspect", str(path), "--format", "json"])
-    out, err = capsys.readouterr()
+    _out, err = capsys.readouterr()
     assert info.value.code in (0, 1)
     if info.value.code == 1:
         assert err.startswith("graphaudit: error: expected") and err.count("\n") == 1
@@ -62,7 +62,7 @@ def test_mutated_model_bytes_keep_the_contract_in_the_static_audit(tmp_path_fact
     path.write_bytes(content)
     with pytest.raises(SystemExit) as info:
         main(["static", str(path), "--format", "json", "--shape", "input_ids=1,4"])
-    out, err = capfd.readouterr()
+    _out, err = capfd.readouterr()
     assert info.value.code in (0, 1, 2), err
     if info.value.code:
         assert err.startswith("graphaudit: error: expected") and err.count("\n") == 1, err

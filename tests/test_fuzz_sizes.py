@@ -22,9 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphaudit.load.data import data_shapes, input_specs, load_data
 from graphaudit.errors import GraphAuditError
-from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM
+from graphaudit.limits import MAX_ARRAY_BYTES, MAX_DIM, check_shape
+from graphaudit.load.data import data_shapes, input_specs, load_data
+
 from support.archives import patch_member
 from support.cli import invoke, snapshot
 from support.models import gated_lm, token_ids
@@ -47,7 +48,7 @@ def specs(model):
 
 
 def _header(shape, descr="<i8") -> bytes:
-    text = "{'descr': '%s', 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
+    text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
     text += " " * ((64 - (len(text) + 11) % 64) % 64) + "\n"
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode()
 
@@ -102,7 +103,7 @@ def test_hostile_zip_members_are_read_or_refused_in_one_line(model, specs, tmp_p
     if data is not None:
         np.testing.assert_array_equal(data.arrays["input_ids"], IDS)
     status = invoke(["static", model, "--data", path])
-    out, err = capfd.readouterr()
+    _out, err = capfd.readouterr()
     assert status == (0 if shapes is not None else 1), err
     assert "Traceback" not in err
     if status:
@@ -144,3 +145,10 @@ def test_shapes_given_on_the_command_line_are_refused_unless_in_bounds(model, ca
         assert err.startswith("graphaudit: error: expected") and err.count("\n") == 1, err
     else:
         assert "FLOPs:" in out
+
+
+def test_check_shape_gives_python_ints_and_names_the_shape_it_was_given():
+    dims = check_shape((np.int64(2), 3), "x")
+    assert dims == (2, 3) and all(type(d) is int for d in dims)
+    with pytest.raises(GraphAuditError, match=r"found True on axis 1 of \(2, True\)"):
+        check_shape((2, True), "x")

@@ -8,6 +8,7 @@ import pytest
 from graphaudit.analyses.static import audit_static
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
+
 from support.text_graphs import DENSE, DENSE_W, EYE, GATED, GATED_W, audit, graph, model_of, verdicts
 
 

@@ -1,14 +1,12 @@
 """The graph model on tiny graphs written in ONNX text syntax."""
 
+import numpy as np
 import onnx
 import onnx.parser
-import pytest
 from onnx.reference import ReferenceEvaluator
-import numpy as np
-
-from graphaudit.graph.model import TensorRef
 
 from graphaudit.graph.build import build_graph
+from graphaudit.graph.model import TensorRef
 from graphaudit.load.model import load_model
 
 NESTED_IF = """

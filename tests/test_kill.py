@@ -136,7 +136,7 @@ def test_an_import_a_signal_cut_short_is_a_stop_not_a_traceback(monkeypatch, cap
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt:
-            raise ImportError("initialization failed")
+            raise ImportError("initialization failed")  # noqa: B904 - no `from`: as ONNX Runtime raises it
 
     monkeypatch.setattr(cli_module.cli, "main", interrupted_import)
     assert cli_module._run(["inspect", "x.onnx"]) == 130

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.replay.pipeline import live_decisions, replay
+
 from support.models import gated_lm, token_ids
 
 FED = [Coefficient("c", "exit", 0, ("batch", "token"))]
@@ -84,7 +85,7 @@ def test_the_replay_names_a_decision_it_leaves_live(tmp_path):
     report = replay(tmp_path / "routed.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
     assert report.parity.ok
     assert report.settings["live_decisions"] == ["route"]
-    (about, note), = [(a, n) for a, n in report.setting_notes() if a == "freezing"]
+    (_about, note), = [(a, n) for a, n in report.setting_notes() if a == "freezing"]
     assert note.startswith("1 decision of control flow in the frozen graph (`route`) still depends on the input's values")
     plain = replay(_saved(gated_lm(), tmp_path), tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
     assert "live_decisions" not in plain.settings and not [a for a, _ in plain.setting_notes() if a == "freezing"]

@@ -10,6 +10,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
+
 from support.cli import sha
 
 
@@ -75,7 +76,7 @@ def test_truncated_model_is_refused(tmp_path):
     good = transformer_graph(layers=1, hidden=16, heads=2, vocab=20, external=None).SerializeToString()
     path = tmp_path / "cut.onnx"
     path.write_bytes(good[: len(good) // 2])
-    with pytest.raises(GraphAuditError, match="truncated|no graph|checker"):
+    with pytest.raises(GraphAuditError, match=r"truncated|no graph|checker"):
         load_model(path)
 
 
@@ -136,7 +137,10 @@ def test_external_weights_present_load_and_run_like_inline_ones(tmp_path):
     assert loaded.shape_inference_ok
     assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in loaded.model.graph.initializer)
     ids = {"input_ids": rng.integers(0, 23, (2, 5))}
-    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, ids)[0]
+
+    def run(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, ids)[0]
+
     np.testing.assert_array_equal(run(loaded.model), run(model))
     assert build_graph(loaded.model).tensors[build_graph(loaded.model).outputs[0]].shape == ("batch", "seq", 23)
 
@@ -171,8 +175,9 @@ def test_weights_kept_from_shape_inference_change_nothing_it_infers(tmp_path, ir
     back: the loaded model is byte for byte what ONNX's inference of the whole model gives, the
     Reshape typed from its small shape initializer, the If's branch values and the refined
     output included."""
-    import graphaudit.load.model as load_module
     from onnx import shape_inference
+
+    import graphaudit.load.model as load_module
 
     model = _weighty_model(ir3)
     onnx.save(model, tmp_path / "m.onnx")

@@ -9,14 +9,15 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
+from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.static import audit_static
-from graphaudit.replay.capture import batch_first, native
-from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
-from graphaudit.vocabulary import MERGED
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.model import load_model
+from graphaudit.replay.capture import batch_first, native
 from graphaudit.replay.pipeline import replay
+from graphaudit.vocabulary import MERGED
+
 from support.models import WIDTH, gated_lm, token_ids
 
 CONDITIONS = ("correct", "cross_input", "token_shuffle", "static_layer", "static_position", "global_mean")

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphaudit.metrics.outputs import Task, no_nll_reason
 from graphaudit.files.path_kinds import not_a_folder, path_kind
+from graphaudit.metrics.outputs import Task, no_nll_reason
 
 from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
 from support.models import gated_lm, token_ids

@@ -4,8 +4,17 @@ import numpy as np
 import pytest
 
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.metrics import (ConditionStats, PoissonBootstrap, Reference, Task, difference, interval, retained_gap,
-                                score, task_for)
+from graphaudit.metrics import (
+    ConditionStats,
+    PoissonBootstrap,
+    Reference,
+    Task,
+    difference,
+    interval,
+    retained_gap,
+    score,
+    task_for,
+)
 from graphaudit.metrics.outputs import column, log_softmax
 from graphaudit.replay.variance import FamilyVariance
 
@@ -180,7 +189,7 @@ def _direct_shares(values, layers):
     total = ((values - grand) ** 2).sum()
     cell = values.mean(axis=(1, 2), keepdims=True)
     cell_input = values.mean(axis=2, keepdims=True)
-    by_layer = {l: values[layers == l] for l in np.unique(layers)}
+    by_layer = {k: values[layers == k] for k in np.unique(layers)}
     eta = sum(v.size * (v.mean() - grand) ** 2 for v in by_layer.values())
     return {"eta2_layer": eta / total,
             "layer_slot_share": (((cell - grand) ** 2) * values.shape[1] * values.shape[2]).sum() / total,

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from graphaudit.analyses.static import audit_static
-from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 

@@ -17,11 +17,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.analyses.output_kinds import LOGITS, PROBS, REGRESSION, read_outputs
 from graphaudit.errors import UsageError
-from graphaudit.verdict.findings import NOT_MEASURED, YES
 from graphaudit.metrics import Reference, score, task_for
 from graphaudit.metrics.outputs import column
 from graphaudit.replay.pipeline import replay
 from graphaudit.verdict.decide import functional_dependence
+from graphaudit.verdict.findings import NOT_MEASURED, YES
+
 from support.models import se_cnn
 
 CLASSES = 3

@@ -4,9 +4,10 @@ says in one line which extra to add; the wheel holds what the package reads at r
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

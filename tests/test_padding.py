@@ -7,12 +7,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from graphaudit.replay.conditions import cross_partners, derangement, position_orders
-from graphaudit.load.data import from_arrays, input_specs, padding
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import from_arrays, input_specs, padding
 from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import column, log_softmax, score
+from graphaudit.replay.conditions import cross_partners, derangement, position_orders
 from graphaudit.replay.pipeline import replay
+
 from support.models import VOCAB, gated_lm, token_ids
 
 CONDITIONS = ("correct", "token_shuffle", "static_layer", "static_position", "global_mean")  # cross_input: below

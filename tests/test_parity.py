@@ -4,13 +4,21 @@ import numpy as np
 import onnx
 import pytest
 
-from graphaudit.replay.capture import CoefficientCache
 from graphaudit.load.data import InputData
 from graphaudit.metrics import Reference, task_for
 from graphaudit.metrics.outputs import log_softmax
-from graphaudit.replay.parity import (DEFAULT_TOLERANCE, WHOLE_OUTPUT_LIMIT, EveryInputCheck, Parity, ParityError,
-                               every_input_summary, kept_positions)
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.replay.parity import (
+    DEFAULT_TOLERANCE,
+    WHOLE_OUTPUT_LIMIT,
+    EveryInputCheck,
+    Parity,
+    ParityError,
+    every_input_summary,
+    kept_positions,
+)
 from graphaudit.replay.pipeline import replay
+
 from support.models import gated_lm, token_ids
 
 
@@ -35,7 +43,7 @@ def test_a_classifier_is_checked_on_the_log_probability_of_each_label():
     logits = rng.standard_normal((6, 5)).astype(np.float32)
     labels = {"labels": rng.integers(0, 5, 6)}
     feeds = {"x": rng.standard_normal((6, 3)).astype(np.float32)}
-    kept, check, data = _check(every_input_summary, 4, {"logits": logits}, feeds, labels)
+    kept, check, _data = _check(every_input_summary, 4, {"logits": logits}, feeds, labels)
     expected = log_softmax(logits.astype(np.float64))[np.arange(6), labels["labels"]]
     np.testing.assert_allclose(kept, expected, atol=1e-6)
     task = task_for({"logits": logits[:4]}, {k: v[:4] for k, v in feeds.items()}, {"labels": labels["labels"][:4]})
@@ -104,7 +112,7 @@ def test_a_class_ruled_out_on_both_sides_is_no_difference():
     out = rng.standard_normal((4, 1, 1, 10)).astype(np.float32)  # values, not a distribution's logits
     out[..., 2] = -np.inf
     feeds = {"x": rng.standard_normal((4, 3)).astype(np.float32)}
-    kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
+    _kept, check, _ = _check(every_input_summary, 2, {"y": out}, feeds, {})
     task = task_for({"y": out[:2]}, {k: v[:2] for k, v in feeds.items()}, {})
     with np.errstate(all="raise"):
         check.compare(slice(0, 2), Reference.of(task, out[0:2]))

@@ -15,6 +15,7 @@ from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.rewrite_attention import RewriteAttention
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace
+
 from support.models import gated_lm
 from support.zoo import FIXTURES
 

@@ -7,14 +7,13 @@ import pytest
 from onnx import TensorProto, helper
 
 import graphaudit.replay.prefix as prefix_module
-from graphaudit.analyses.declared_coefficients import declared_coefficients
-from graphaudit.load.model import load_for_runtime
+from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients, metadata_entry
 from graphaudit.replay.passes import PassResult
-from graphaudit.replay.prefix import CutPrefix, PrefixSession
 from graphaudit.replay.pipeline import replay
-from graphaudit.runtime.sessions import create_session
+from graphaudit.replay.prefix import CutPrefix, PrefixSession
 from graphaudit.replay.surgery import Freeze
-from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
+from graphaudit.runtime.sessions import create_session
+
 from support.models import WIDTH, gated_lm, token_ids
 from support.zoo import FIXTURES, ZOO
 
@@ -58,7 +57,7 @@ def test_the_nodes_no_coefficient_reaches_are_cut_off_and_run_once_per_batch():
     assert [i.name for i in session.get_inputs()] == ["input_ids", "gate.0", "gate.1"]
     ids = token_ids(4, seed=3)
     rng = np.random.default_rng(0)
-    for condition in range(3):  # the same input arrays, other coefficients
+    for _condition in range(3):  # the same input arrays, other coefficients
         gates = {c: rng.random((4, 6, WIDTH)).astype(np.float32) for c in coefs}
         feeds = {"input_ids": ids, **gates}
         np.testing.assert_allclose(session.run(["logits"], feeds)[0], whole.run(["logits"], feeds)[0],

@@ -17,6 +17,7 @@ from graphaudit.graph.build import build_graph
 from graphaudit.profile import ProfileReport, profile_model
 from graphaudit.profile.baseline import compare
 from graphaudit.profile.latency import spread, time_rounds
+
 from support.profile_models import dense_model, dynamic_model, feeds_for, prefix_blocks, transformer_model
 
 FAST = {"runs": 2, "warmup": 1, "profile_runs": 1, "threads": 1}
@@ -96,7 +97,7 @@ def test_profiler_files_stay_out_of_the_models_folder_and_cwd(files, tmp_path, m
 
 
 def test_baseline_with_other_inputs_is_refused(files):
-    with pytest.raises(GraphAuditError, match="expected the baseline .*transformer.onnx to take the same inputs"):
+    with pytest.raises(GraphAuditError, match=r"expected the baseline .*transformer\.onnx to take the same inputs"):
         profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "transformer.onnx", **FAST)
 
 

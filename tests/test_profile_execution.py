@@ -1,6 +1,7 @@
 """Execution evidence, time breakdown and trace, read from recorded profiler files."""
 
 import dataclasses
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,6 +17,7 @@ from graphaudit.profile.events import NodeEvent, Run, parse_profile
 from graphaudit.profile.execution import aligned_inputs, block_work, read_execution
 from graphaudit.profile.mapping import OTHER, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.trace import block_segments, trace_events
+
 from support.profile_models import dynamic_model, prefix_blocks
 
 PROFILES = Path(__file__).parent / "data" / "profiles"
@@ -151,7 +153,7 @@ def test_trace_has_block_spans_that_do_not_overlap(tmp_path):
     blocks = assign_blocks(mg, prefix_blocks(mg))
     for run in runs:
         segments = block_segments(run, node_map, blocks)
-        assert all(a[2] <= b[1] for a, b in zip(segments, segments[1:]))
+        assert all(a[2] <= b[1] for a, b in itertools.pairwise(segments))
         assert {s[0] for s in segments} >= {"block0", "moe", "loop"}
     events = trace_events(runs, 4, node_map, blocks, "test")
     json.dumps(events)  # serialisable

@@ -11,6 +11,7 @@ from graphaudit.load.model import load_model
 from graphaudit.profile.events import parse_profile
 from graphaudit.profile.mapping import OTHER, UNMAPPED, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.session import runnable_model
+
 from support.profile_models import dynamic_model, prefix_blocks, transformer_model
 
 PROFILES = Path(__file__).parent / "data" / "profiles"

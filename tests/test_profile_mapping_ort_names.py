@@ -19,6 +19,7 @@ from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import NodeEvent, group_runs, parse_profile, qualified_name
 from graphaudit.profile.mapping import assign_blocks, through_optimised
 from graphaudit.profile.session import load_optimised, open_session, runnable_model, session_options
+
 from support.profile_models import prefix_blocks
 
 BLOCK0, BLOCK1 = "block0_", "block1_"  # blocks by name prefix

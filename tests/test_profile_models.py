@@ -3,9 +3,8 @@ reference evaluator, and the inputs that make them take every path."""
 
 import numpy as np
 import onnx
-from onnx.reference import ReferenceEvaluator
-
 import onnxruntime as ort
+from onnx.reference import ReferenceEvaluator
 
 from support.profile_models import EXIT_THRESHOLD, dense_model, dynamic_model, feeds_for, transformer_model
 

@@ -16,12 +16,19 @@ import pytest
 
 import graphaudit.profile.latency as latency
 import graphaudit.profile.profiler as profiler
-from graphaudit.replay.capture import capture
 from graphaudit.cli import main
 from graphaudit.errors import GraphAuditError
 from graphaudit.profile import profile_model
-from graphaudit.profile.rounds import (DEFAULT_BUDGET_S, FEWEST_RUNS, check_budget, choose_rounds, round_seconds,
-                                       rounds_cost)
+from graphaudit.profile.rounds import (
+    DEFAULT_BUDGET_S,
+    FEWEST_RUNS,
+    check_budget,
+    choose_rounds,
+    round_seconds,
+    rounds_cost,
+)
+from graphaudit.replay.capture import capture
+
 from support.models import gated_lm, traced
 from support.profile_models import dense_model, dynamic_model, feeds_for
 

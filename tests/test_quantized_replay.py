@@ -11,6 +11,7 @@ import pytest
 from graphaudit.errors import GraphAuditError
 from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.sessions import quantized_pairs
+
 from support.zoo import FIXTURES, quantized_featuregate
 
 FIXTURE = FIXTURES / "featuregate"

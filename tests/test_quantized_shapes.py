@@ -14,6 +14,7 @@ from graphaudit.analyses.flops import count_flops
 from graphaudit.analyses.static import audit_static
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
+
 from support.zoo import quantized_featuregate
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "featuregate"

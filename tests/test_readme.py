@@ -21,8 +21,8 @@ def test_readme_has_exactly_two_setup_commands():
 
 def test_ci_runs_the_readme_test_command_exactly():
     test_command = readme_commands()[1]
-    lines = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines()
-             if l.strip() and not l.strip().startswith("#")]
+    lines = [s.strip() for s in (ROOT / ".ci" / "run").read_text().splitlines()
+             if s.strip() and not s.strip().startswith("#")]
     assert lines[-1] == test_command
 
 
@@ -35,6 +35,16 @@ def test_scripts_share_one_environment_setup_and_pin_torch():
     assert "-c \"$root/scripts/constraints.txt\"" in env and "[cpu,exporters,dev]" in env  # the CPU runtime: CI and the demo
     assert "exec graphaudit demo" in (ROOT / "scripts" / "demo.sh").read_text()
     assert "pytest" in (ROOT / "scripts" / "test.sh").read_text()
+
+
+def test_the_test_command_lints_first_with_the_pinned_tools():
+    test = [s.strip() for s in (ROOT / "scripts" / "test.sh").read_text().splitlines()]
+    assert test.index("bash scripts/lint.sh") < next(i for i, s in enumerate(test) if "pytest" in s)
+    lint = (ROOT / "scripts" / "lint.sh").read_text()
+    assert "set -euo pipefail" in lint and "python -m ruff check" in lint and "python -m mypy" in lint
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert '"ruff==' in pyproject and '"mypy==' in pyproject and "[tool.ruff.lint]" in pyproject
+    assert "[tool.mypy]" in pyproject
 
 
 def test_readme_command_table_lists_every_command():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from graphaudit.wording import CONFIDENCE, bracketed, fmt, pct, si, sig, signed
+
 from support.report_samples import document, featuregate, replay_doc
 
 PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"

@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from graphaudit.load.model import load_for_runtime, load_model
 from graphaudit.profile.session import runnable_model
 from graphaudit.runtime.sessions import create_session
+
 from support.cli import FAST_REPLAY, FAST_RUN, accepted, refused, sha
 from support.models import float_data, float_gated
 

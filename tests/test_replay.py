@@ -7,21 +7,22 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from graphaudit.replay.capture import LiveCheck, capture, native
-from graphaudit.cli import cli, main
-from graphaudit.replay.conditions import conditions, names
-from graphaudit.load.data import from_arrays, input_specs, load_data
-from graphaudit.errors import GraphAuditError
 from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.cli import cli, main
+from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import from_arrays, input_specs, load_data
 from graphaudit.load.model import load_model
-from graphaudit.replay.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
-from graphaudit.metrics.outputs import log_softmax
 from graphaudit.metrics import PoissonBootstrap, task_for
+from graphaudit.metrics.outputs import log_softmax
 from graphaudit.replay.batching import default_batch_size
-from graphaudit.replay.pipeline import replay
+from graphaudit.replay.capture import LiveCheck, capture, native
+from graphaudit.replay.conditions import conditions, names
 from graphaudit.replay.loop import run_conditions
-from graphaudit.runtime.sessions import create_session, spare_core
+from graphaudit.replay.parity import WHOLE_OUTPUT_LIMIT, ParityError, check_parity
+from graphaudit.replay.pipeline import replay
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace
+from graphaudit.runtime.sessions import create_session, spare_core
+
 from support.models import gated_lm, mixing_lm, token_ids
 from support.zoo import FIXTURES, ZOO
 
@@ -107,7 +108,7 @@ def test_user_named_coefficients_without_metadata(tmp_path, files):
     declared = replay(files / "gated.onnx", files / "calib.npz", files / "eval.npz", coefficients=["gate.1"],
                       batch_size=5, resamples=50, conditions=["correct"])
     assert [(c.tensor, c.source) for c in declared.coefficients] == [("gate.1", "metadata")]
-    with pytest.raises(GraphAuditError, match="expected --coefficients 'nothing.*' to name a tensor"):
+    with pytest.raises(GraphAuditError, match=r"expected --coefficients 'nothing.*' to name a tensor"):
         replay(tmp_path / "plain.onnx", files / "calib.npz", coefficients=["nothing.*"])
 
 
@@ -418,7 +419,7 @@ def test_replay_threads_reach_the_report_and_bad_counts_are_usage_errors(files, 
     assert one["settings"]["threads"] == 1 and default["settings"]["threads"] is None
     for name, figures in default["conditions"].items():  # the same figures on one thread, up to rounding
         assert one["conditions"][name]["nll"] == pytest.approx(figures["nll"], rel=1e-6)
-    with pytest.raises(GraphAuditError, match="expected threads in 1..1024, found 0") as err:
+    with pytest.raises(GraphAuditError, match=r"expected threads in 1\.\.1024, found 0") as err:
         replay(*args, threads=0)
     assert err.value.exit_code == 2
     result = CliRunner().invoke(cli, ["replay", str(args[0]), "--calib", str(args[1]), "--threads", "0"])
@@ -432,7 +433,6 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     digests nothing unless it keeps the cache for reuse."""
     import graphaudit.replay.capture as capture_module
     import graphaudit.replay.pipeline as replay_module
-
     import graphaudit.replay.prefix as prefix_module
 
     made = []

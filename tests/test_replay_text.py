@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from graphaudit.report.replay_text import render_text
 from graphaudit.metrics.stats import Estimate
 from graphaudit.replay.pipeline import replay
+from graphaudit.report.replay_text import render_text
 
 
 @pytest.fixture()

@@ -9,6 +9,7 @@ import pytest
 
 from graphaudit.report import render
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain, schema
+
 from support.json_schema import errors, validate
 from support.report_samples import dense, document, earlyexit, featuregate, mudd
 

@@ -1,10 +1,10 @@
 """Text and Markdown reports: the verdict first, each finding with its evidence, then the details."""
 
+import pytest
+
 from graphaudit.report import FORMATS, render
 
 from support.report_samples import dense, document, earlyexit, featuregate, mudd
-
-import pytest
 
 
 def test_every_format_renders_every_sample():

@@ -11,14 +11,14 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli import cli
 from graphaudit.analyses.declared_coefficients import declared_coefficients
+from graphaudit.cli import cli
 from graphaudit.load.model import load_for_runtime
-from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.pipeline import replay
+from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.rewrite import GEMM_EXACT_DEPTH, Rewrite
-from graphaudit.runtime.sessions import create_session
 from graphaudit.replay.surgery import Freeze
+from graphaudit.runtime.sessions import create_session
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

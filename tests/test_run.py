@@ -144,7 +144,7 @@ def test_formats_written_to_a_file(fmt, tmp_path, capsys):
 
 
 def test_compute_savings_needs_a_baseline(capsys):
-    code, out, err = run(model_args("featuregate", baseline=False) + ["--claim", "compute-savings"], capsys)
+    code, _out, err = run(model_args("featuregate", baseline=False) + ["--claim", "compute-savings"], capsys)
     assert code == 2 and "expected --baseline with --claim compute-savings" in err
 
 
@@ -152,7 +152,7 @@ def test_bad_input_is_one_line_and_status_1(tmp_path, capsys):
     bad = tmp_path / "calib.npz"
     bad.write_bytes(b"not an npz")
     folder = zoo("featuregate")
-    code, out, err = run(["run", folder / "model.onnx", "--calib", bad, "--quiet"], capsys)
+    code, _out, err = run(["run", folder / "model.onnx", "--calib", bad, "--quiet"], capsys)
     assert code == 1 and err.startswith("graphaudit: error: ") and err.count("\n") == 1
 
 

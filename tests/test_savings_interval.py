@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from graphaudit.cli import cli
-from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, YES
 from graphaudit.profile.baseline import compare, ratio_interval
 from graphaudit.report import render
 from graphaudit.report.jsondoc import schema
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, savings_answer
 from graphaudit.verdict.decide import ClaimCheck, check_claim, claims_status, decide
+from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, YES
 
 from support.json_schema import errors
 from support.report_samples import document, earlyexit

@@ -9,8 +9,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import graphaudit.replay.prefix as prefix
 import graphaudit.runtime.sessions as runtime
-from graphaudit.runtime.sessions import create_session, weights_apart
 from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import create_session, weights_apart
+
 from support.models import gated_lm, token_ids
 
 BIG = 2**20 // 4 + 1  # float32 values in a weight just past HANDED_OVER

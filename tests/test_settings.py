@@ -8,7 +8,13 @@ import graphaudit.analyses.static as static_module
 import graphaudit.replay.pipeline as pipeline
 from graphaudit import AuditSettings, audit
 from graphaudit.analyses.static import audit_static
-from graphaudit.cli.options import CoefficientSettings, OutputSettings, coefficient_options, feeding_options, output_options
+from graphaudit.cli.options import (
+    CoefficientSettings,
+    OutputSettings,
+    coefficient_options,
+    feeding_options,
+    output_options,
+)
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import load_for_runtime
@@ -80,7 +86,7 @@ def test_replay_settings_are_checked_when_made_and_keep_their_own_copies():
     settings = ReplaySettings(coefficients=names)
     names.append("other")
     assert settings.coefficients == ("gate.*",)
-    with pytest.raises(GraphAuditError, match="expected resamples in 1..") as err:
+    with pytest.raises(GraphAuditError, match=r"expected resamples in 1\.\.") as err:
         ReplaySettings(resamples=0)
     assert err.value.exit_code == 2
     with pytest.raises(GraphAuditError, match="parity tolerance"):

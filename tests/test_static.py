@@ -11,10 +11,22 @@ import pytest
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
-from support.cli import run_main
-from support.text_graphs import (CONDITIONS, DENSE, DENSE_W, EYE, GATED, GATED_W, SKIPPABLE, TRIPS, audit, graph,
-                                 model_of, verdicts)
 
+from support.cli import run_main
+from support.text_graphs import (
+    CONDITIONS,
+    DENSE,
+    DENSE_W,
+    EYE,
+    GATED,
+    GATED_W,
+    SKIPPABLE,
+    TRIPS,
+    audit,
+    graph,
+    model_of,
+    verdicts,
+)
 
 GATE_META = [Coefficient(f"gate.{i}", "gate", i, ("token", "feature")) for i in range(2)]
 
@@ -119,7 +131,7 @@ def test_coefficients_named_by_the_user_and_unknown_names():
 
 
 def test_metadata_naming_a_missing_tensor_is_an_error():
-    with pytest.raises(GraphAuditError, match="'gate.7'"):
+    with pytest.raises(GraphAuditError, match=r"'gate\.7'"):
         audit(graph([GATED] * 2, [GATED_W] * 2), [Coefficient("gate.7", "gate", 7, ("token",))])
 
 

@@ -6,9 +6,21 @@ import numpy as np
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from support.text_graphs import (CONDITIONS, DENSE, DENSE_W, DISPATCH, EYE, MOE_W, PICK_CAPACITY, PICK_NONZERO, ROUTE,
-                                 audit, graph, model_of, verdicts)
-
+from support.text_graphs import (
+    CONDITIONS,
+    DENSE,
+    DENSE_W,
+    DISPATCH,
+    EYE,
+    MOE_W,
+    PICK_CAPACITY,
+    PICK_NONZERO,
+    ROUTE,
+    audit,
+    graph,
+    model_of,
+    verdicts,
+)
 
 # -- routing -----------------------------------------------------------------------------------
 

@@ -6,12 +6,13 @@ import pytest
 from click.testing import CliRunner
 from onnx.reference import ReferenceEvaluator
 
-from graphaudit.cli import cli
 from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients
+from graphaudit.cli import cli
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_model
 from graphaudit.metrics.outputs import log_softmax
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace
+
 from support.models import gate_in_branch, gated_lm, mixing_lm, run_ort, token_ids
 from support.zoo import FIXTURES, ZOO
 
@@ -150,7 +151,7 @@ def test_with_log_softmax_adds_the_scored_output_and_leaves_the_argument_alone()
     logits, logp = run_ort(scored, feeds, ["logits", "graphaudit.log_probs"])
     np.testing.assert_allclose(logp, log_softmax(logits), atol=1e-5)
     with pytest.raises(GraphAuditError, match="expected a graph output named 'nope'"):
-        LogProbs("nope", "x")(frozen).model
+        LogProbs("nope", "x")(frozen)
     assert LogProbs("logits", "graphaudit.log_probs")(frozen, owned=True).model is frozen  # its owner's
     assert frozen.SerializeToString() == scored.SerializeToString()
 
@@ -162,6 +163,7 @@ def test_an_older_irs_weights_listed_as_inputs_leave_the_frozen_graph_with_their
     from onnx import helper
 
     from graphaudit.replay.pipeline import replay
+
     from support.models import gated_lm, token_ids
 
     model = gated_lm(layers=2)

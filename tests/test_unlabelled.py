@@ -6,11 +6,12 @@ import numpy as np
 import onnx
 import pytest
 
-from graphaudit.verdict.findings import NO, NOT_MEASURED, YES
 from graphaudit.metrics import task_for
 from graphaudit.replay.pipeline import replay
 from graphaudit.report.tables import condition_table
 from graphaudit.verdict.decide import functional_dependence
+from graphaudit.verdict.findings import NO, NOT_MEASURED, YES
+
 from support.models import se_cnn
 
 
@@ -116,6 +117,7 @@ def test_the_run_of_a_classifier_without_labels_answers_from_the_kl(tmp_path):
     from click.testing import CliRunner
 
     from graphaudit.cli import cli
+
     from support.json_schema import validate
 
     _images(tmp_path, labels=False)

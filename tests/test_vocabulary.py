@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"
 def test_the_schema_lists_the_verdicts_the_vocabulary_defines():
     verdict = schema()["$defs"]["static"]["properties"]["blocks"]["items"]["properties"]["verdict"]
     assert sorted(verdict["enum"]) == sorted(VERDICTS)
-    assert SAVES_COMPUTE < set(VERDICTS) and VERDICTS[-1] == BRANCH  # strongest last
+    assert set(VERDICTS) > SAVES_COMPUTE and VERDICTS[-1] == BRANCH  # strongest last
 
 
 def test_the_schema_lists_the_claims_run_checks():

@@ -77,7 +77,7 @@ class Export:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A function of a zoo model's name giving its Export, each exported once in this module."""
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def export(name: str) -> Export:
         folder = tmp_path_factory.mktemp(name)
         torch.manual_seed(0)
@@ -143,5 +143,5 @@ def test_overrides_replace_the_controller():
     assert none_left == {}
     torch.testing.assert_close(same, logits)
     assert not torch.allclose(closed, logits)
-    with pytest.raises(KeyError, match="gate.9"):
+    with pytest.raises(KeyError, match=r"gate\.9"):
         model(ids, coefficients={"gate.9": computed["gate.0"]})

@@ -98,7 +98,7 @@ def test_files_pass_the_checker_and_carry_no_stack_traces(name):
     for frozen in (False, True)[: len(files)]:
         model = load(name, frozen)
         onnx.checker.check_model(model, full_check=True)
-        assert [i.name for i in model.graph.input][0] == "input_ids"
+        assert next(i.name for i in model.graph.input) == "input_ids"
         assert [o.name for o in model.graph.output] == ["logits"]
         shape = model.graph.input[0].type.tensor_type.shape
         assert [d.dim_param or d.dim_value for d in shape.dim] == ["batch", "seq"]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphaudit.vocabulary import BATCH, MERGED, TOKEN
-from graphaudit.load.feeding import example_axes
 from graphaudit.graph.model import ModelGraph, TensorRef
+from graphaudit.load.feeding import example_axes
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 # batch, token, any other symbolic input dimension (see InputAxes). The last, an image's height
 # and width, divides by a CNN's strides (17 · 32: a detector's neck adds each stage to the next
@@ -61,7 +61,7 @@ class InputAxes:
     _probed: dict | None = None
 
     @classmethod
-    def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> "InputAxes":
+    def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> InputAxes:
         named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
         shapes = [s for _, s in named]
         # the batch is each input's example axis (its first, or a state's own: graphaudit.load.feeding)
@@ -162,7 +162,7 @@ def _normalised_length(mg: ModelGraph, batch_size: int | None) -> int | None:
     return found.most_common(1)[0][0] if found else None
 
 
-def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "InputAxes | None" = None) -> tuple[str, ...]:
+def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: InputAxes | None = None) -> tuple[str, ...]:
     """Axis names for `ref` from its dimensions (`InputAxes`): batch, token, then slot axes."""
     info = mg.tensors.get(ref) if ref is not None else None
     if info is None or info.shape is None:
@@ -173,7 +173,7 @@ def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: "InputAxes | None" = No
     return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
 
 
-def batch_major(mg: ModelGraph, ref: TensorRef, axes: "InputAxes", limit: int = 32) -> bool:
+def batch_major(mg: ModelGraph, ref: TensorRef, axes: InputAxes, limit: int = 32) -> bool:
     """Whether the `batch*token` axis of `ref` was made batch-major: going up through the inputs
     that carry it, the Reshape or Flatten that made it merged a (batch, token, ...) tensor.
     (A (token, batch, ...) one, as sequence-first models keep, would need the other order.)"""

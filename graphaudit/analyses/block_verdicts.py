@@ -26,19 +26,19 @@ execution (some compute runs or not as an input's value decides) may be the call
 
 from __future__ import annotations
 
-from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.graph.model import ModelGraph, Node, Scope, TensorRef
-from graphaudit.analyses.blockmap import Block, BlockMap
 from graphaudit.analyses.block_evidence import BlockVerdict, Evidence, ExecutionVerdicts
+from graphaudit.analyses.blockmap import Block, BlockMap
 from graphaudit.analyses.coefficient_reach import GATING, block_upstream, reached_consumers
 from graphaudit.analyses.controls import control_evidence
 from graphaudit.analyses.decisions import CALLER, VALUE_DECIDERS, callers_alone, describe
+from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.dispatch import combines, dispatch_operands, indicates
 from graphaudit.analyses.flops import is_counted
-from graphaudit.graph.visit_order import execution_order
-from graphaudit.analyses.switches import SWITCH
 from graphaudit.analyses.loop_trips import Value
+from graphaudit.analyses.switches import SWITCH
+from graphaudit.graph.model import ModelGraph, Node, Scope, TensorRef
+from graphaudit.graph.visit_order import execution_order
 from graphaudit.vocabulary import ALWAYS, BRANCH, GATED, MASKED, SAVES_COMPUTE, SUBSET, VERDICTS
 
 ROUTING = frozenset({"TopK", "ArgMax", "ArgMin", "NonZero", "Unique"})

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from graphaudit.wording import counted
 

@@ -28,14 +28,23 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from itertools import chain
-from typing import Iterator
 
-from graphaudit.analyses.blockmap import (NAME_SCOPES, NAMESPACE, SOURCES, BlockMap, block_map, blocks_text, make_blocks,
-                                          module_paths, recount)
+from graphaudit.analyses.blockmap import (
+    NAME_SCOPES,
+    NAMESPACE,
+    SOURCES,
+    BlockMap,
+    block_map,
+    blocks_text,
+    make_blocks,
+    module_paths,
+    recount,
+)
+from graphaudit.analyses.flops import is_counted
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, Node
-from graphaudit.analyses.flops import is_counted
 from graphaudit.graph.visit_order import execution_order
 
 FX_NODE = "pkg.torch.onnx.fx_node"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 # (QLinearMul and QLinearMatMul: the same in a static quantization's operator form)
 GATING = frozenset({"Mul", "MatMul", "Einsum", "Gemm", "Where", "Div", "QLinearMul", "QLinearMatMul"})

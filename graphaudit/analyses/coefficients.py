@@ -18,22 +18,22 @@ shapes, from the inputs' fixed sizes at the leading positions (`analyses.axes`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import onnx
 
+from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
+from graphaudit.analyses.blockmap import BlockMap
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
+from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient, declared_coefficients
-from graphaudit.vocabulary import BATCH, MERGED, TOKEN
+from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
+from graphaudit.analyses.depth import by_depth, named_layers
+from graphaudit.analyses.named_coefficients import user_coefficients
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load.model import LoadedModel
-from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
-from graphaudit.analyses.coefficient_reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
-from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.columns import block_columns
-from graphaudit.analyses.depth import by_depth, named_layers
-from graphaudit.analyses.named_coefficients import user_coefficients
-from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 SQUASHING = {"Sigmoid": "gate", "HardSigmoid": "gate", "Tanh": "gate", "Softmax": "mix", "LogSoftmax": "mix"}
 # ONNX Runtime's quantized ones (QuantFormat.QOperator): their integer outputs are the coefficients
@@ -77,7 +77,7 @@ def _present(mg: ModelGraph, c: Coefficient) -> Coefficient:
 
 def detect_coefficients(
     mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
-    axes: "InputAxes | None" = None,
+    axes: InputAxes | None = None,
 ) -> tuple[Coefficient, ...]:
     """Return the tensors that look like a controller's output (docs/design.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
@@ -382,7 +382,7 @@ def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
     return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
 
 
-def _hidden_width(mg: ModelGraph, axes: "InputAxes") -> int | None:
+def _hidden_width(mg: ModelGraph, axes: InputAxes) -> int | None:
     """The hidden width: the most common fixed last dimension of what the normalisations with
     a token axis output, else of every tensor with a token axis (an MLP written out op by op
     can outnumber the residual stream's tensors at its own, wider width)."""

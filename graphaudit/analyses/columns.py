@@ -9,13 +9,13 @@ by: a coefficient of its own, in its block's layer, frozen and fed apart.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from graphaudit.vocabulary import PER_INPUT
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.dependence import CONST, DependenceMap
 from graphaudit.analyses.coefficient_reach import weighted_block
+from graphaudit.analyses.dependence import CONST, DependenceMap
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
+from graphaudit.vocabulary import PER_INPUT
 
 
 def block_columns(mg: ModelGraph, ref: TensorRef, axes: Sequence[str], blocks: BlockMap | None,

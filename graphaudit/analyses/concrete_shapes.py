@@ -27,19 +27,19 @@ a variant apply to the graph it came from.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from graphaudit.load import external_data
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
-from graphaudit.load.model import INFER_WEIGHTS_OVER, infer_at
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.dispatch import dispatch_operands
 from graphaudit.analyses.loop_trips import Trips, Value
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
+from graphaudit.load import external_data
+from graphaudit.load.model import INFER_WEIGHTS_OVER, infer_at
 
 _PREFIX = "graphaudit__"
 _SAME_VALUE = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # of one element

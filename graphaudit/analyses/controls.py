@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphaudit.graph.model import ModelGraph, Node
+from graphaudit.analyses.block_evidence import Evidence
 from graphaudit.analyses.decisions import CALLER, CONSTANT, MODEL, SHAPE, VALUE_DECIDERS, Decision, decisions
 from graphaudit.analyses.dependence import DependenceMap
-from graphaudit.analyses.block_evidence import Evidence
-from graphaudit.analyses.switches import SWITCH, branches_differ, switches
 from graphaudit.analyses.loop_trips import Value
+from graphaudit.analyses.switches import SWITCH, branches_differ, switches
+from graphaudit.graph.model import ModelGraph, Node
 
 _DEPENDENCE = {MODEL: "value", CALLER: "value", SHAPE: "shape", CONSTANT: "const"}
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.dependence import CONTRIB_LOOPS
 from graphaudit.analyses.loop_trips import Value, constant_values
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 CONSTANT, SHAPE, CALLER, MODEL = "constant", "shape", "caller", "model"
 DECIDERS = (CONSTANT, SHAPE, CALLER, MODEL)  # weakest to strongest
@@ -122,7 +122,7 @@ def _decide(mg: ModelGraph, node: Node, value: Value) -> Decision:
                     f"its {told} {what}: {_WHAT[kind]} decide{'s' if kind in VALUE_DECIDERS else ''}")
 
 
-def _single_trip(trace: "_Trace", node: Node) -> bool:
+def _single_trip(trace: _Trace, node: Node) -> bool:
     """Whether a Loop runs its body at most once whatever its body gives back: a constant trip
     count of at most 1 (the condition it gives back is then never read)."""
     m = trace.constant(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None

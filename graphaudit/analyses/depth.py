@@ -14,13 +14,13 @@ ones at the same depth share one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
-from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.graph.model import ModelGraph
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.coefficient_reach import DECIDING, GATING, reached_consumers, routes
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.graph.model import ModelGraph
 
 # The operators that apply a layer of learned weights: each adds one to the depth of what follows it.
 LAYER_OPS = frozenset({

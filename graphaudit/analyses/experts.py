@@ -22,13 +22,13 @@ proportional to them). Where anything here cannot be shown, the loose bound stan
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping
 
-from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.loop_trips import Value
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 # Ops that keep every element of the indices (their count of each value), reordered or reshaped.
 _KEEPS_ELEMENTS = frozenset({"Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Transpose"})

@@ -15,11 +15,11 @@ up along the scopes:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
 
-from graphaudit.graph.model import ModelGraph, Scope
 from graphaudit.analyses.loop_trips import Trips
+from graphaudit.graph.model import ModelGraph, Scope
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from onnx import helper

@@ -17,14 +17,14 @@ A Scan runs its body once per slice of its scan inputs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 from onnx import numpy_helper
 
-from graphaudit.graph.model import Body, ModelGraph, Node, TensorRef
 from graphaudit.analyses.dependence import VALUE, DependenceMap
+from graphaudit.graph.model import Body, ModelGraph, Node, TensorRef
 
 NO_BOUND = 2**31 - 1  # an M at least this large is the exporters' "loop until the condition says stop"
 _ITERATION = -1  # the counter that is the Loop's own iteration number
@@ -153,7 +153,7 @@ class _Loop:
             # the same on every input: counted alike on the most and the least expensive run
             how = "trip count set by input shapes, not found" + ("" if most is None else f"; at most {most:,} ({source})")
             return Trips(node.id, "Loop", None, most, 1 if most is None else most, how, m_from_shapes=probe)
-        least = 1 if cond is not None and (m is math.inf or isinstance(m, int) and m >= 1) else 0
+        least = 1 if cond is not None and (m is math.inf or (isinstance(m, int) and m >= 1)) else 0
         if most is None:
             return Trips(node.id, "Loop", None, None, least, "trip count depends on input values, with no bound",
                          m_from_shapes=probe)

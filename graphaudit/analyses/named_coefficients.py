@@ -11,15 +11,15 @@ import difflib
 import fnmatch
 import re
 from collections import Counter
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.vocabulary import BATCH, MERGED, TOKEN
-from graphaudit.errors import UsageError
-from graphaudit.graph.model import ModelGraph
 from graphaudit.analyses.axes import InputAxes, axes_of
 from graphaudit.analyses.blockmap import BlockMap
 from graphaudit.analyses.coefficient_reach import layer_of
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.errors import UsageError
+from graphaudit.graph.model import ModelGraph
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 _GLOB = re.compile(r"[*?\[]")
 

@@ -18,8 +18,8 @@ other readings of the graph; the replay's scoring (`metrics.outputs`) is what us
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx

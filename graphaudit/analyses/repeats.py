@@ -17,11 +17,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter, defaultdict
 
-from graphaudit.analyses.blockmap import Block, BlockMap, block_map, recount
-from graphaudit.analyses.blockmap import module_paths
+from graphaudit.analyses.blockmap import Block, BlockMap, block_map, module_paths, recount
 from graphaudit.analyses.flops import is_counted
-from graphaudit.graph.visit_order import execution_order
 from graphaudit.graph.model import ModelGraph
+from graphaudit.graph.visit_order import execution_order
 
 
 def split_repeats(mg: ModelGraph, bm: BlockMap) -> BlockMap:

@@ -9,26 +9,25 @@ the graph against the cheapest one that input values can choose (`analyses.flop_
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 import onnx
 
-from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.graph.model import ModelGraph
-from graphaudit.graph.build import build_graph
-from graphaudit.graph.build import paused_gc
-from graphaudit.load.model import LoadedModel, load_model
+from graphaudit.analyses.block_verdicts import Evidence, execution_verdicts
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.decisions import MODEL, Decision
+from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.flops import FlopCount
-from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
-from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.analyses.loop_trips import constant_values
+from graphaudit.analyses.output_kinds import OutputKind, read_outputs
+from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
 from graphaudit.analyses.switches import SWITCH
-from graphaudit.analyses.block_verdicts import Evidence, execution_verdicts
+from graphaudit.graph.build import build_graph, paused_gc
+from graphaudit.graph.model import ModelGraph
+from graphaudit.load.model import LoadedModel, load_model
 from graphaudit.vocabulary import SAVES_COMPUTE
 
 EXPECTED_EXECUTION = ("dynamic", "static")  # what `static --expect` may claim of the graph (`contradiction`)

@@ -20,23 +20,23 @@ selected, an upper bound. Then, along the scopes (`analyses.flop_paths`):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphaudit.graph.model import ModelGraph
+from graphaudit.analyses.block_verdicts import ExecutionVerdicts
+from graphaudit.analyses.concrete_shapes import infer_variant, variant, widest_shapes
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.experts import ExpertRows, expert_bounds
-from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolver
 from graphaudit.analyses.flop_paths import Span, span
-from graphaudit.analyses.switches import SWITCH
+from graphaudit.analyses.flops import FlopCount, bind_dims, count_flops, resolver
 from graphaudit.analyses.loop_trips import Trips, constant_values, trip_counts
-from graphaudit.analyses.block_verdicts import ExecutionVerdicts
+from graphaudit.analyses.switches import SWITCH
+from graphaudit.graph.model import ModelGraph
 from graphaudit.vocabulary import SUBSET
-from graphaudit.analyses.concrete_shapes import infer_variant, variant, widest_shapes
 
 CAPACITY = "fixed (capacity)"  # Evidence.size of a selection of fixed size
 

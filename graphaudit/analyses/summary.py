@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import onnx
 
-from graphaudit.analyses.dependence import CONTRIB_LOOPS
 from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients
-from graphaudit.graph.model import CONTROL_FLOW_OPS, ModelGraph
+from graphaudit.analyses.dependence import CONTRIB_LOOPS
 from graphaudit.graph.build import build_graph
+from graphaudit.graph.model import CONTROL_FLOW_OPS, ModelGraph
 from graphaudit.load.model import LoadedModel
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Mapping
+from collections.abc import Mapping
 
 from graphaudit.analyses.decisions import CALLER, Decision, decisions
 from graphaudit.analyses.flops import is_counted

@@ -8,8 +8,8 @@ import click
 
 from graphaudit.cli.options import CoefficientSettings, coefficient_options
 from graphaudit.errors import GraphAuditError
-from graphaudit.replay.frozen_files import write_graphs
 from graphaudit.load.model import load_for_runtime
+from graphaudit.replay.frozen_files import write_graphs
 from graphaudit.replay.pipeline import resolve
 from graphaudit.report.freeze_text import render_text
 

@@ -6,10 +6,10 @@ import json
 
 import click
 
+from graphaudit.analyses.summary import summarize
 from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import OutputSettings, output_options
 from graphaudit.load.model import load_for_audit
-from graphaudit.analyses.summary import summarize
 from graphaudit.report.inspect_text import render_text
 
 

@@ -14,9 +14,10 @@ Importing this module stays light (click only): `graphaudit --version` stays fas
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import click
 

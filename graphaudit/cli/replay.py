@@ -10,8 +10,9 @@ import click
 from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, output_kind_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
-from graphaudit.replay.conditions import check_names, names as condition_names
 from graphaudit.progress import ProgressBar
+from graphaudit.replay.conditions import check_names
+from graphaudit.replay.conditions import names as condition_names
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from graphaudit.analyses.output_kinds import parse_output_kinds

@@ -7,14 +7,14 @@ import json
 import click
 
 from graphaudit.analyses.static import EXPECTED_EXECUTION, audit_static
-from graphaudit.load.data import data_shapes, input_specs
-from graphaudit.errors import UsageError
 from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
-from graphaudit.load.model import load_for_audit
-from graphaudit.runtime.sessions import custom_operators
+from graphaudit.errors import UsageError
 from graphaudit.limits import check_shape
+from graphaudit.load.data import data_shapes, input_specs
+from graphaudit.load.model import load_for_audit
 from graphaudit.report.static_text import render_text
+from graphaudit.runtime.sessions import custom_operators
 
 
 @click.command("static")

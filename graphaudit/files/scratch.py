@@ -24,8 +24,8 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 GRACE_S = 2.0  # how long the main thread may take to unwind after a signal before the watcher ends it
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -181,12 +181,14 @@ class _SignalGuard:
             signal.signal(signum, handler)
 
     def _watch(self) -> None:
-        first, since = None, 0.0  # the first signal received, and when
+        first: int | None = None  # the first signal received, and when
+        since = 0.0
         while True:
             self._read.settimeout(None if first is None else max(0.0, since + GRACE_S - time.monotonic()))
             try:
                 received = self._read.recv(64)
             except TimeoutError:  # the main thread did not unwind in time: it waits in native code
+                assert first is not None  # the timeout is set only once a signal came
                 _abandon(first)
             except OSError:
                 return

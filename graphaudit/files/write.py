@@ -10,15 +10,16 @@ would overwrite.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from graphaudit.files import scratch
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.files import scratch
 
 NEW, STREAM = "new", "stream"  # what `target_kind` finds: a name to (re)place a file at, or one to write into
 # The folder of an open descriptor's names (/dev/stdout leads to /proc/self/fd/1): written into, never replaced
@@ -137,10 +138,8 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 def unlink_entry(path: Path) -> None:
     """Remove the folder entry `path` (never what a link there points at), if there is one."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def _names_a_descriptor(path: str | os.PathLike) -> bool:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import gc
 from collections import ChainMap
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Iterator, Mapping
 
 import onnx
 
@@ -280,10 +280,10 @@ class _Builder:
         self._add_graph(sub, inner_scopes, env + [local], function_stack, value_info)
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
         self._add_body(Body(attr, owner.id, key, tuple(formal), results))
-        for out, ref in zip(sub.output, results):
-            producer = self._producers.get(ref) if ref else None
+        for out, result in zip(sub.output, results):
+            producer = self._producers.get(result) if result else None
             if producer is not None:
-                self._edges.append((producer, owner.id, f"{key}->{out.name}", ref, "subgraph_output"))
+                self._edges.append((producer, owner.id, f"{key}->{out.name}", result, "subgraph_output"))
 
     def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, onnx.ValueInfoProto]:
         """The types ONNX infers in `fn`'s body at this call, shared by calls alike in

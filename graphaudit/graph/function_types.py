@@ -12,7 +12,7 @@ see different shapes.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import onnx
 from onnx import shape_inference
@@ -51,9 +51,9 @@ def body_types(model: onnx.ModelProto, fn: onnx.FunctionProto, call: onnx.NodePr
 
 def _typed(vi: onnx.ValueInfoProto, name: str, arg: ArgType | None) -> None:
     vi.name = name
-    if arg is None or not arg[0]:
+    elem, dims = arg if arg is not None else (None, None)
+    if not elem:
         return  # untyped: inference leaves what reads it unknown
-    elem, dims = arg
     tensor = vi.type.tensor_type
     tensor.elem_type = elem
     if dims is None:

@@ -17,8 +17,9 @@ missing; the original name stays on the node.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import networkx as nx
 import onnx

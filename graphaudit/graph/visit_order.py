@@ -8,7 +8,7 @@ hands back to its owner.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from graphaudit.graph.model import ModelGraph, Node
 

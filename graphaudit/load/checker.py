@@ -12,13 +12,13 @@ from __future__ import annotations
 import functools
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import onnx
 
-from graphaudit.load import external_data
 from graphaudit.errors import GraphAuditError, brief
+from graphaudit.load import external_data
 from graphaudit.load.protos import graphs
 from graphaudit.load.repair import reassigned, untyped_input, untyped_outputs
 

@@ -18,7 +18,7 @@ made unknown on purpose, so that a graph output's declared size stands.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import onnx
 from onnx import helper
@@ -245,7 +245,7 @@ def _mha(node, dims):
     """MultiHeadAttention(query, key, value, ...): the query's rows by the value's width. The
     value may come packed: with the query (no key and value; the query is (batch, seq, heads, 3,
     head size)), or with the key (no value; the key is (batch, positions, heads, 2, head size))."""
-    if _outputs(node) != [0] or _present(node, 2) and not _present(node, 1):
+    if _outputs(node) != [0] or (_present(node, 2) and not _present(node, 1)):
         return None
     if not _present(node, 1):  # packed QKV: the value is index 2 of axis 3
         return [_const("v_at", [2]), _const("merge_heads", [0, 0, -1]),

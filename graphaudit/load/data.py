@@ -13,9 +13,9 @@ accepted beside the inputs for the metrics. `data_shapes` reads only the array h
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -78,7 +78,7 @@ class InputData:
             rows = slice(start, min(start + batch_size, self.count))
             yield rows, self.feeds(rows)
 
-    def subset(self, rows: Sequence[int] | slice, source: str | None = None) -> "InputData":
+    def subset(self, rows: Sequence[int] | slice, source: str | None = None) -> InputData:
         """The examples at `rows`, as a new InputData."""
         index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
         arrays = {k: v for k, v in self.feeds(rows).items() if k in self.arrays}
@@ -358,7 +358,7 @@ def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
             raise GraphAuditError(f"expected text for {where} (the model's input is a string tensor) as a NumPy "
                                   f"unicode array (np.array(['...']), dtype <U), found {_dtype_words(dtype)}")
         return False
-    if dtype == object:
+    if dtype == np.dtype(object):
         raise GraphAuditError(f"expected numeric values for {where}, found pickled Python objects; graphaudit "
                               "never loads pickles (they can run code)")
     if dtype != spec.dtype:
@@ -370,7 +370,7 @@ def _check_dtype(dtype: np.dtype, spec: InputSpec, where: str) -> bool:
 
 
 def _dtype_words(dtype: np.dtype) -> str:
-    return "pickled Python objects, which graphaudit never loads (they can run code)" if dtype == object \
+    return "pickled Python objects, which graphaudit never loads (they can run code)" if dtype == np.dtype(object) \
         else f"dtype {dtype}"
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import onnx
 from onnx import external_data_helper

@@ -17,8 +17,8 @@ takes them:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -183,10 +183,10 @@ def typed_value(name: str, value: object, dtype: np.dtype) -> np.ndarray:
                                  f"found {text}")
             return np.array(number, dtype=dtype)
         if np.issubdtype(dtype, np.floating):
-            number = float(text)
-            if not np.isfinite(number):
+            real = float(text)
+            if not np.isfinite(real):
                 raise ValueError(text)
-            return np.array(number, dtype=dtype)
+            return np.array(real, dtype=dtype)
     except ValueError:
         kind = ("a boolean (0, 1, true or false)" if dtype == np.bool_ else
                 "an integer" if np.issubdtype(dtype, np.integer) else "a finite number")

@@ -13,25 +13,31 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, shape_inference
 
-from graphaudit.load import external_data
-from graphaudit.load import repair
+from graphaudit.errors import GraphAuditError, brief
+from graphaudit.limits import MAX_MODEL_BYTES, in_words
+from graphaudit.load import external_data, repair
 from graphaudit.load.checker import Unsorted, check_model, in_order, order_problem, sort_nodes
 from graphaudit.load.contrib_shapes import with_shape_functions
-from graphaudit.errors import GraphAuditError, brief
 from graphaudit.load.free_dims import name_free_dims
-from graphaudit.load.node_ids import node_ids
 from graphaudit.load.inline import inline_functions
-from graphaudit.load.protos import graphs, has_bodies, names_repeat_across_graphs, node_lists, rename_body_values, restore_names
+from graphaudit.load.node_ids import node_ids
+from graphaudit.load.protos import (
+    graphs,
+    has_bodies,
+    names_repeat_across_graphs,
+    node_lists,
+    rename_body_values,
+    restore_names,
+)
 from graphaudit.load.shape_values import fold_shape_arguments
-from graphaudit.limits import MAX_MODEL_BYTES, in_words
 
 # Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
 INFER_WEIGHTS_OVER = 64 * 2**10

@@ -8,7 +8,7 @@ and checks node metadata, and the graph model read the same ids.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 import onnx
 

@@ -31,6 +31,8 @@ _DAMAGED = (OSError, zipfile.BadZipFile, EOFError, ValueError, KeyError, zlib.er
 # Deflate codes a 258-byte match in 2 bits at best (1032-fold); bzip2 and LZMA (read where
 # Python has their modules) have no small bound, and numpy never writes them (a member's
 # header is still held to what the member holds)
+# zipfile's own names of the compression methods (not in typeshed's zipfile).
+_COMPRESSOR_NAMES: dict[int, str] = zipfile.compressor_names  # type: ignore[attr-defined]
 _METHODS = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032,
             **{method: None for method, module in ((zipfile.ZIP_BZIP2, "bz2"), (zipfile.ZIP_LZMA, "lzma"))
                if importlib.util.find_spec(module) is not None}}
@@ -81,7 +83,7 @@ def _members(archive: zipfile.ZipFile, path: Path) -> dict[str, zipfile.ZipInfo]
             raise GraphAuditError(f"expected .npz members that are not encrypted (as numpy writes them) in {path}, "
                                   f"found {info.filename!r} {flag}")
         if info.compress_type not in _METHODS:
-            name = zipfile.compressor_names.get(info.compress_type, "unknown")
+            name = _COMPRESSOR_NAMES.get(info.compress_type, "unknown")
             raise GraphAuditError(f"expected .npz members stored or compressed with Deflate (as numpy writes them), "
                                   f"bzip2 or LZMA in {path}, found {info.filename!r} compressed with {name} "
                                   f"(method {info.compress_type}), which Python's zipfile cannot read")
@@ -89,7 +91,7 @@ def _members(archive: zipfile.ZipFile, path: Path) -> dict[str, zipfile.ZipInfo]
         if ratio is not None and info.file_size > info.compress_size * ratio + (_RATIO_SLACK if ratio > 1 else 0):
             raise GraphAuditError(f"expected .npz members whose declared size their compressed bytes can hold in "
                                   f"{path}, found {info.filename!r} declaring {in_words(info.file_size)} from "
-                                  f"{in_words(info.compress_size)} ({zipfile.compressor_names[info.compress_type]} "
+                                  f"{in_words(info.compress_size)} ({_COMPRESSOR_NAMES[info.compress_type]} "
                                   f"expands at most {ratio}-fold)")
         members[key] = info
     return members

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import onnx
 

@@ -23,7 +23,7 @@ evaluated: ONNX's inference gives its length.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import onnx

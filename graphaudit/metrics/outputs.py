@@ -28,14 +28,14 @@ position of KL.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 
 from graphaudit.analyses.output_kinds import LOGITS, LOGPROBS, PROBS, REGRESSION, OutputKind, confirmed
-from graphaudit.load.data import MASK_INPUT, tokens_of
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import MASK_INPUT, tokens_of
 
 QUANTITIES = ("nll", "targets", "divergence", "positions", "hits", "sq_err", "values")
 LOG_PROBS = "graphaudit.log_probs"  # the replay graph's log-probabilities of the scored output
@@ -144,11 +144,11 @@ def task_for(outputs: Mapping[str, np.ndarray], feeds: Mapping[str, np.ndarray],
 def _read_as(read: OutputKind, out: np.ndarray) -> OutputKind:
     """`read` checked on the first batch's `out`; an output given as a distribution must have
     classes on a last axis past the batch."""
-    if read.given and read.kind in (LOGITS, LOGPROBS) or (read.given and read.kind == PROBS and not read.per_value):
-        if out.ndim < 2 or not np.issubdtype(out.dtype, np.floating):
-            raise GraphAuditError(f"expected the output {read.output!r} given as {read.kind} (--output-kind) to be "
-                                  f"floats with classes on an axis after the batch, found {out.dtype} of shape "
-                                  f"{tuple(out.shape)}")
+    distribution = read.given and (read.kind in (LOGITS, LOGPROBS) or (read.kind == PROBS and not read.per_value))
+    if distribution and (out.ndim < 2 or not np.issubdtype(out.dtype, np.floating)):
+        raise GraphAuditError(f"expected the output {read.output!r} given as {read.kind} (--output-kind) to be "
+                              f"floats with classes on an axis after the batch, found {out.dtype} of shape "
+                              f"{tuple(out.shape)}")
     return confirmed(read, out)
 
 
@@ -190,7 +190,7 @@ def scored_output(outputs: Mapping[str, object], feeds: Mapping[str, np.ndarray]
 
 
 def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: Mapping[str, np.ndarray],
-          reference: "Reference | None") -> np.ndarray:
+          reference: Reference | None) -> np.ndarray:
     """Per-input sums of QUANTITIES for one batch (`out`: log-probabilities for logit tasks)."""
     sums = np.zeros((out.shape[0], len(QUANTITIES)))
     if task.bernoulli:
@@ -235,7 +235,7 @@ class Targets:
 
     @classmethod
     def of(cls, task: Task, shape: tuple[int, ...], feeds: Mapping[str, np.ndarray],
-           labels: Mapping[str, np.ndarray]) -> "Targets | None":
+           labels: Mapping[str, np.ndarray]) -> Targets | None:
         """The targets of a batch whose log-probabilities have `shape`; None when the task has none."""
         targets, mask = _targets(task, feeds, labels)
         if targets is None:
@@ -263,7 +263,7 @@ class Reference:
 
     @classmethod
     def of(cls, task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray] | None = None,
-           labels: Mapping[str, np.ndarray] | None = None) -> "Reference":
+           labels: Mapping[str, np.ndarray] | None = None) -> Reference:
         """The reference for `out`, the `correct` condition's scored output (log-probabilities for logits)."""
         if task.bernoulli:
             probs = np.asarray(out, dtype=np.float64)
@@ -283,7 +283,7 @@ def bernoulli_logs(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _score_bernoulli(sums: np.ndarray, task: Task, out: np.ndarray, labels: Mapping[str, np.ndarray],
-                     reference: "Reference | None") -> None:
+                     reference: Reference | None) -> None:
     """Fill `sums` for per-value probabilities `out` (a Sigmoid per class or per pixel): the KL
     between each value's Bernoulli distribution and the correct one's, and against `labels` in
     {0, 1} or soft `targets` in [0, 1] the binary cross-entropy (NLL), with accuracy (labels) or

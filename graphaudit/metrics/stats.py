@@ -10,8 +10,8 @@ share one set of weights.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ class ConditionStats:
     inputs: int = 0
 
     @classmethod
-    def empty(cls, resamples: int) -> "ConditionStats":
+    def empty(cls, resamples: int) -> ConditionStats:
         return cls(np.zeros(len(QUANTITIES)), np.zeros((resamples, len(QUANTITIES))))
 
     def update(self, sums: np.ndarray, weights: np.ndarray) -> None:
@@ -44,7 +44,7 @@ class ConditionStats:
         ConditionStats.update_each([self], [sums], weights)
 
     @staticmethod
-    def update_each(stats: "Sequence[ConditionStats]", sums: Sequence[np.ndarray], weights: np.ndarray) -> None:
+    def update_each(stats: Sequence[ConditionStats], sums: Sequence[np.ndarray], weights: np.ndarray) -> None:
         """Add `sums[i]` to `stats[i]` for every i (see `update`), with one matrix product for them all."""
         stacked = np.concatenate(sums, axis=1)  # inputs × (len(stats) · QUANTITIES)
         resampled = (weights @ stacked).reshape(weights.shape[0], len(stats), -1)
@@ -54,7 +54,7 @@ class ConditionStats:
             s.resampled += resampled[:, i]
             s.inputs += stacked.shape[0]
 
-    def merge(self, other: "ConditionStats") -> "ConditionStats":
+    def merge(self, other: ConditionStats) -> ConditionStats:
         """The stats of both sets of inputs (disjoint, same seed and resamples)."""
         return ConditionStats(self.total + other.total, self.resampled + other.resampled, self.inputs + other.inputs)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from graphaudit.profile.what_ran import rows_kept_text
 from graphaudit.profile.execution import BlockExecution
+from graphaudit.profile.what_ran import rows_kept_text
 from graphaudit.vocabulary import BRANCH, SUBSET
 from graphaudit.wording import pct
 

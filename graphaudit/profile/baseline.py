@@ -13,13 +13,13 @@ saving is decided only where that interval lies on one side of the threshold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from graphaudit.load.data import InputSpec
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import InputSpec
 from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
 from graphaudit.wording import pct
 

@@ -15,8 +15,8 @@ profile accounts for; the rest is the session's own overhead.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

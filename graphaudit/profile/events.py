@@ -25,9 +25,10 @@ from __future__ import annotations
 import bisect
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import made_frozen, paused_gc

@@ -22,8 +22,8 @@ fixed capacity keeps the same share on every input, a threshold a share that var
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 

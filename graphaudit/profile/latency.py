@@ -12,8 +12,8 @@ the clock stops (I/O binding), so the time is the GPU's and not the launch's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort

@@ -23,14 +23,15 @@ they are installed; a node in no block belongs to OTHER.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import onnx
 
 from graphaudit.graph.model import ModelGraph
-from graphaudit.profile.events import OWNER_SEPARATOR, qualified_name
 from graphaudit.load.protos import BODY_OPS
+from graphaudit.profile.events import OWNER_SEPARATOR, qualified_name
 
 OTHER = "(other)"
 UNMAPPED = "(unmapped)"

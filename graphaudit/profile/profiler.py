@@ -17,9 +17,17 @@ from typing import Any
 
 import numpy as np
 
-from graphaudit.load.data import InputData, check_batch_size, fixed_batch, from_arrays, input_specs, load_data, whole_batches
 from graphaudit.errors import UsageError
 from graphaudit.graph.build import build_graph
+from graphaudit.load.data import (
+    InputData,
+    check_batch_size,
+    fixed_batch,
+    from_arrays,
+    input_specs,
+    load_data,
+    whole_batches,
+)
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
@@ -30,9 +38,15 @@ from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
 from graphaudit.profile.rounds import check_budget, check_rounds, choose_rounds, round_seconds
+from graphaudit.profile.session import (
+    ORT_LEVEL_NAMES,
+    RunnableModel,
+    load_optimised,
+    open_session,
+    runnable_model,
+    session_options,
+)
 from graphaudit.profile.settings import ProfileSettings
-from graphaudit.profile.session import (ORT_LEVEL_NAMES, RunnableModel, load_optimised, open_session,
-                                        runnable_model, session_options)
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.profile.workdir import OPTIMISED, input_files, workdir
 from graphaudit.runtime.sessions import resolve_providers, running, usable_threads

@@ -17,8 +17,8 @@ import onnx
 import onnxruntime as ort
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.model import LoadedModel
+from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.runtime.sessions import check_threads, create_session
 

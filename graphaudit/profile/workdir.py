@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from graphaudit.files import scratch
 from graphaudit.errors import GraphAuditError
+from graphaudit.files import scratch
 from graphaudit.files.write import refuse_input, shown, target_kind
 from graphaudit.load.model import LoadedModel
 

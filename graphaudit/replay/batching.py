@@ -10,16 +10,16 @@ why, in words, whenever the size is not the default or inputs were left out.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 
 from graphaudit.analyses.flops import ShapeResolver
 from graphaudit.analyses.static import audit_static
+from graphaudit.graph.build import shape_of
 from graphaudit.load.data import InputData, fixed_batch, input_specs, whole_batches
 from graphaudit.load.feeding import Feeding
-from graphaudit.graph.build import shape_of
 from graphaudit.load.model import LoadedModel
 from graphaudit.metrics.outputs import scored_name
 

@@ -27,8 +27,8 @@ import os
 import secrets
 import stat
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
     mapping)}) and rename every file onto its name, the manifest last: until it is there, no cache.
     `partials`: the files being written, to which this adds its own (the caller removes them on failure)."""
     arrays = {}
-    for name, (file, partial, array, mapping) in written.items():
+    for name, (_file, _partial, array, mapping) in written.items():
         mapping.flush()
         arrays[name] = {"descr": np.lib.format.dtype_to_descr(array.dtype), "shape": list(array.shape),
                         "bytes": len(mapping), "sha256": _digest(mapping)}
@@ -238,7 +238,7 @@ def _checked_npy(path: Path, entry: dict, finite: bool) -> tuple[np.ndarray, mma
             version = np.lib.format.read_magic(f)
             read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
             shape, fortran, dtype = read[version](f)
-        except Exception:  # numpy's parser of a damaged header raises ValueError, SyntaxError, TokenError...
+        except Exception:  # noqa: BLE001 - numpy's parser of a damaged header raises ValueError, SyntaxError, TokenError...
             raise CacheDamage(f"{path} has no .npy header graphaudit writes") from None
         offset = f.tell()
         if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields is not None:

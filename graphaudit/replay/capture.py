@@ -22,22 +22,31 @@ import json
 import mmap
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from graphaudit.replay.cache_files import (FORMAT, CacheDamage, cache_folder, clear, kept_cache, new_npy,
-                                    partial_name, release, seal)
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.vocabulary import BATCH, MERGED
-from graphaudit.load.data import InputData
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import InputData
 from graphaudit.load.external_data import external_locations
+from graphaudit.replay.cache_files import (
+    FORMAT,
+    CacheDamage,
+    cache_folder,
+    clear,
+    kept_cache,
+    new_npy,
+    partial_name,
+    release,
+    seal,
+)
 from graphaudit.runtime.sessions import create_session, detached, running, slow_fusions
+from graphaudit.vocabulary import BATCH, MERGED
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
@@ -114,16 +123,14 @@ class CoefficientCache:
         """Drop the arrays and remove a temporary folder (a `cache_dir` folder stays)."""
         self.arrays = {}
         for mapping in self._maps.values():
-            try:
+            with contextlib.suppress(BufferError):  # a caller still holds a view; the mapping goes with it
                 mapping.close()
-            except BufferError:  # a caller still holds a view; the mapping goes with it
-                pass
         self._maps = {}
         if self._owned is not None:
             shutil.rmtree(self._owned, ignore_errors=True)
             self._owned = None
 
-    def __enter__(self) -> "CoefficientCache":
+    def __enter__(self) -> CoefficientCache:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -270,7 +277,7 @@ class _Made:
     folders: list[Path] = field(default_factory=list)
     parents: list[Path] = field(default_factory=list)  # outermost first
 
-    def __enter__(self) -> "_Made":
+    def __enter__(self) -> _Made:
         return self
 
     def __exit__(self, failed, *exc) -> None:

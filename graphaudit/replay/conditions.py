@@ -24,14 +24,15 @@ and one entry here.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 if TYPE_CHECKING:  # only named here: the verdict and the reports read this module without ONNX Runtime
     from graphaudit.analyses.declared_coefficients import Coefficient

@@ -24,19 +24,18 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import onnx
 
-from graphaudit.load import external_data
-
-from graphaudit.files import scratch
-from graphaudit.load.checker import check_model
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
+from graphaudit.files import scratch
 from graphaudit.files.write import refuse_input, same_file, target_kind
+from graphaudit.load import external_data
+from graphaudit.load.checker import check_model
 from graphaudit.load.model import LoadedModel
 from graphaudit.replay.surgery import Freeze, Freezing, Trace
 

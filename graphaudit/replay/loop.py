@@ -9,21 +9,21 @@ time, in the order of the loop either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
-from graphaudit.replay.capture import native
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import CORRECT, Feed
 from graphaudit.load.data import InputData
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Reference, Task, score
-from graphaudit.replay.parity import EveryInputCheck
 from graphaudit.progress import Progress, track
+from graphaudit.replay.capture import native
+from graphaudit.replay.conditions import CORRECT, Feed
+from graphaudit.replay.parity import EveryInputCheck
 from graphaudit.runtime.sessions import FrozenRunError, replaying, spare_core
 
 
@@ -100,7 +100,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
 class _Done:
     """A run made in the calling thread, answering `result()` as a Future of the worker's would."""
 
-    __slots__ = ("value", "error")
+    __slots__ = ("error", "value")
 
     def __init__(self, value, error: BaseException | None = None) -> None:
         self.value, self.error = value, error

@@ -13,21 +13,21 @@ the largest difference and where it is.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnxruntime as ort
 
-from graphaudit.analyses.output_kinds import OutputKind
-from graphaudit.replay.capture import CoefficientCache, LiveCheck, native
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import CORRECT, Feed
-from graphaudit.load.data import InputData
+from graphaudit.analyses.output_kinds import OutputKind
 from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import InputData
 from graphaudit.metrics import Reference, Task, task_for
 from graphaudit.metrics.bootstrap import mix64
 from graphaudit.metrics.outputs import Targets, log_probs_of
+from graphaudit.replay.capture import CoefficientCache, LiveCheck, native
+from graphaudit.replay.conditions import CORRECT, Feed
 from graphaudit.runtime.sessions import replaying
 
 DEFAULT_TOLERANCE = 1e-4
@@ -185,8 +185,8 @@ def _difference(frozen: np.ndarray, live: np.ndarray, nan: float = np.nan) -> np
         diff = np.asarray(np.abs(frozen.astype(dtype, copy=False) - live))  # an array even for a scalar output
     odd = ~np.isfinite(diff)
     if odd.any():
-        f, l, d = frozen[odd], live[odd], diff[odd]
-        same = (f == l) | (np.isnan(f) & np.isnan(l))
+        f, v, d = frozen[odd], live[odd], diff[odd]
+        same = (f == v) | (np.isnan(f) & np.isnan(v))
         diff[odd] = np.where(same, 0.0, np.where(np.isnan(d), nan, d))
     return diff
 

@@ -26,8 +26,9 @@ handed over explicitly instead of declared per pass (its `in_place` / `changes_i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, Sequence, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import onnx
 

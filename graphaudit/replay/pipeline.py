@@ -21,47 +21,61 @@ import functools
 import hashlib
 import os
 import time
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
-from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
 from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
+from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.analyses.static import StaticReport, audit_static
-from graphaudit.replay.batching import batches_for
-from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import (CORRECT, FLOOR, REGISTRY, conditions as make_conditions, gap_profiles,
-                                          names as condition_names, token_axis)
+from graphaudit.errors import GraphAuditError
+from graphaudit.graph.build import build_graph, shape_of
+from graphaudit.graph.model import ModelGraph
 from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
 from graphaudit.load.feeding import Feeding
-from graphaudit.errors import GraphAuditError
-from graphaudit.graph.model import ModelGraph
-from graphaudit.graph.build import build_graph
-from graphaudit.graph.build import shape_of
 from graphaudit.load.model import LoadedModel, load_for_runtime
-from graphaudit.replay.parity import (DEFAULT_TOLERANCE, EveryInputCheck, Parity, check_parity, default_tolerance,
-                               every_input_summary)
-from graphaudit.metrics import (ConditionStats, Estimate, PoissonBootstrap, Task, difference,
-                                retained_gap, task_for)
+from graphaudit.metrics import ConditionStats, Estimate, PoissonBootstrap, Task, difference, retained_gap, task_for
 from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
 from graphaudit.metrics.stats import estimate
-from graphaudit.replay.variance import cache_variance
-from graphaudit.replay.prefix import open_frozen
 from graphaudit.progress import Progress
+from graphaudit.replay.batching import batches_for
+from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
+from graphaudit.replay.conditions import CORRECT, FLOOR, REGISTRY, gap_profiles, token_axis
+from graphaudit.replay.conditions import conditions as make_conditions
+from graphaudit.replay.conditions import names as condition_names
 from graphaudit.replay.loop import run_conditions
+from graphaudit.replay.parity import (
+    DEFAULT_TOLERANCE,
+    EveryInputCheck,
+    Parity,
+    check_parity,
+    default_tolerance,
+    every_input_summary,
+)
 from graphaudit.replay.passes import GraphPass, run_passes
+from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
-from graphaudit.runtime.sessions import (PROVIDERS, FrozenRunError, create_session, quantized_pairs, usable_threads,
-                                resolve_providers, slow_fusions)
 from graphaudit.replay.settings import MAX_RESAMPLES, AppliedSettings, ReplaySettings  # noqa: F401 (MAX_RESAMPLES: its old home)
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace, live_decisions, live_note
+from graphaudit.replay.variance import cache_variance
+from graphaudit.runtime.sessions import (
+    PROVIDERS,
+    FrozenRunError,
+    create_session,
+    quantized_pairs,
+    resolve_providers,
+    slow_fusions,
+    usable_threads,
+)
 from graphaudit.wording import TRACED_SIZES, listed
+
 
 @dataclass(frozen=True)
 class ConditionResult:

@@ -16,8 +16,8 @@ the frozen graph's up to what ONNX Runtime fuses across the cut (benchmarks/NOTE
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import onnx

@@ -31,8 +31,8 @@ fails it is replaced by the graph as exported, with a note (`replay`).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Collection, Mapping
 
 import numpy as np
 import onnx

@@ -15,20 +15,21 @@ flow, so it is refused with an error that says where it was found.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
-from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.vocabulary import BATCH, TOKEN
+from graphaudit.analyses.dependence import VALUE, analyse_dependence
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph
 from graphaudit.load.protos import names_repeat_across_graphs, node_reads
 from graphaudit.replay.passes import PassResult
+from graphaudit.vocabulary import BATCH, TOKEN
 from graphaudit.wording import counted, listed
 
 # Suffix given to a controller output that the frozen graph replaces with a graph input.
@@ -195,11 +196,9 @@ def _typed_copy(model: onnx.ModelProto, coefficients: Sequence[Coefficient]) -> 
     copy.CopyFrom(model)
     known = {v.name for v in copy.graph.value_info} | {o.name for o in copy.graph.output}
     if any(c.tensor not in known for c in coefficients):
-        try:
+        with contextlib.suppress(Exception):  # types may still be found below, else a clear error
             copy = shape_inference.infer_shapes(copy, check_type=False, strict_mode=False,
                                                 data_prop=not names_repeat_across_graphs(copy.graph))
-        except Exception:  # noqa: BLE001 - types may still be found below, else a clear error
-            pass
     return copy
 
 

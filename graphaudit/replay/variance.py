@@ -19,18 +19,19 @@ number of cells and resamples, never on the number of inputs; merging adds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.conditions import token_axis, token_weights
 from graphaudit.metrics.stats import Estimate, estimate
+from graphaudit.replay.conditions import token_axis, token_weights
 
 if TYPE_CHECKING:
-    from graphaudit.replay.capture import CoefficientCache
     from graphaudit.metrics.bootstrap import PoissonBootstrap
+    from graphaudit.replay.capture import CoefficientCache
 
 SHARES = ("eta2_layer", "layer_slot_share", "input_share", "token_share")
 
@@ -51,7 +52,7 @@ class FamilyVariance:
 
     @classmethod
     def empty(cls, family: str, coefficients: Sequence[Coefficient], shapes: Mapping[str, tuple[int, ...]],
-              token_axes: Mapping[str, int | None], resamples: int) -> "FamilyVariance":
+              token_axes: Mapping[str, int | None], resamples: int) -> FamilyVariance:
         """Sums for `coefficients` (one family) whose batch-first shapes are `shapes`."""
         layers = []
         for c in coefficients:
@@ -72,10 +73,7 @@ class FamilyVariance:
         for tensor in self.tensors:
             v = np.asarray(values[tensor], dtype=np.float64)
             t = token_axes[tensor]
-            if t is not None:
-                v = np.moveaxis(v, t, 1)
-            else:
-                v = v[:, None]
+            v = np.moveaxis(v, t, 1) if t is not None else v[:, None]
             v = v.reshape(v.shape[0], v.shape[1], -1)  # (inputs, tokens, slots)
             if tokens is not None and t is not None and v.shape[1] == tokens.shape[1]:
                 v = v * tokens[:, :, None]
@@ -95,7 +93,7 @@ class FamilyVariance:
         self.scalars += per_input.sum(axis=0)
         self.resampled_scalars += weights @ per_input
 
-    def merge(self, other: "FamilyVariance") -> "FamilyVariance":
+    def merge(self, other: FamilyVariance) -> FamilyVariance:
         return FamilyVariance(self.family, self.tensors, self.cell_layer,
                               self.cell_sum + other.cell_sum, self.resampled_cell_sum + other.resampled_cell_sum,
                               self.cell_count + other.cell_count,
@@ -114,8 +112,8 @@ def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, counts
     NaN where nothing varies."""
     _, squares, within_cells = scalars.T
     layer_ids = np.unique(layer)
-    by_layer = np.stack([cell_sum[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
-    layer_counts = np.stack([counts[:, layer == l].sum(axis=1) for l in layer_ids], axis=1)
+    by_layer = np.stack([cell_sum[:, layer == k].sum(axis=1) for k in layer_ids], axis=1)
+    layer_counts = np.stack([counts[:, layer == k].sum(axis=1) for k in layer_ids], axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample may draw no input at all
         grand = cell_sum.sum(axis=1) ** 2 / counts.sum(axis=1)
         cells = (cell_sum**2 / counts).sum(axis=1)
@@ -131,7 +129,7 @@ def _shares(cell_sum: np.ndarray, scalars: np.ndarray, layer: np.ndarray, counts
         }
 
 
-def cache_variance(cache: "CoefficientCache", boot: "PoissonBootstrap", level: float, chunk: int = 64,
+def cache_variance(cache: CoefficientCache, boot: PoissonBootstrap, level: float, chunk: int = 64,
                    tokens: np.ndarray | None = None):
     """Variance shares per family, and per-layer mean coefficient at each position, streamed over
     `cache`; `tokens` (inputs × positions, False where padded) leaves padded positions out."""

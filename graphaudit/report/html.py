@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from html import escape
 
-from graphaudit.report import svg
 from graphaudit.profile.what_ran import per_input, profiled_blocks
 from graphaudit.replay.conditions import CORRECT
-from graphaudit.report.tables import (Table, claim_lines, confidence, detail_tables, evidence_lines, header_lines,
-                                      interval, median, num, summary_phrase, verdict_table)
+from graphaudit.report import svg
+from graphaudit.report.tables import (
+    Table,
+    claim_lines,
+    confidence,
+    detail_tables,
+    evidence_lines,
+    header_lines,
+    interval,
+    median,
+    num,
+    summary_phrase,
+    verdict_table,
+)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#1d2430;padding:0 1em}

@@ -115,15 +115,15 @@ def intervals(labels: list[str], values: list[float], lows: list[float | None], 
                     f'<text x="{x(t):.1f}" y="{bottom + 14}" text-anchor="middle">{_num(t)}</text>')
     body.append(f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{top_margin - 4}" y2="{bottom}" stroke="#888" '
                 'stroke-dasharray="3,3"/>')
-    for i, (label, v, l, h) in enumerate(zip(labels, values, lows, highs)):
+    for i, (label, v, low, high) in enumerate(zip(labels, values, lows, highs)):
         cy = top_margin + row_h * i + row_h / 2
         body.append(f'<text x="{left - 8}" y="{cy + 4:.1f}" text-anchor="end">{escape(label)}</text>')
-        if l is not None and h is not None:
-            body.append(f'<line x1="{x(l):.1f}" x2="{x(h):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" stroke="#222" '
-                        f'stroke-width="2"/><line x1="{x(l):.1f}" x2="{x(l):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}" '
-                        f'stroke="#222"/><line x1="{x(h):.1f}" x2="{x(h):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}" '
+        if low is not None and high is not None:
+            body.append(f'<line x1="{x(low):.1f}" x2="{x(high):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" stroke="#222" '
+                        f'stroke-width="2"/><line x1="{x(low):.1f}" x2="{x(low):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}" '
+                        f'stroke="#222"/><line x1="{x(high):.1f}" x2="{x(high):.1f}" y1="{cy - 5:.1f}" y2="{cy + 5:.1f}" '
                         'stroke="#222"/>')
-        ci = f" [{_num(l)}, {_num(h)}]" if l is not None and h is not None else ""
+        ci = f" [{_num(low)}, {_num(high)}]" if low is not None and high is not None else ""
         body.append(f'<circle class="point" cx="{x(v):.1f}" cy="{cy:.1f}" r="4.5" fill="{PALETTE[0]}">'
                     f"<title>{escape(label)}: {_num(v)}{escape(unit)}{ci}</title></circle>")
     return _svg(width, height + 4, title, body, "intervals")

@@ -14,8 +14,20 @@ from graphaudit.profile.what_ran import profiled_blocks, reduction
 from graphaudit.replay.conditions import CORRECT, CROSS_INPUT, FLOOR, STATIC_LAYER, TOKEN_SHUFFLE
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
 from graphaudit.vocabulary import SAVES_COMPUTE
-from graphaudit.wording import (CONFIDENCE, DASH, bracketed, flops_cell, fmt, interval, median, moved_key, num, pct,
-                                signed, total_bound)
+from graphaudit.wording import (
+    CONFIDENCE,
+    DASH,
+    bracketed,
+    flops_cell,
+    fmt,
+    interval,
+    median,
+    moved_key,
+    num,
+    pct,
+    signed,
+    total_bound,
+)
 
 LABELS = {
     "coefficient_variation": "coefficient variation",

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import textwrap
-
 from pathlib import Path
 
 from tabulate import tabulate
 
-from graphaudit.report.tables import (Table, claim_lines, detail_tables, evidence_lines, header_lines,
-                                      verdict_table)
+from graphaudit.report.tables import Table, claim_lines, detail_tables, evidence_lines, header_lines, verdict_table
 
 WIDTH = 100
 

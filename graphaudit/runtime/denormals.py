@@ -30,7 +30,7 @@ import ctypes
 import functools
 import platform
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import onnxruntime as ort
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -25,10 +25,10 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
-from graphaudit.runtime import denormals
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.external_data import tensor_bytes
 from graphaudit.load.protos import copy_except, node_lists
+from graphaudit.runtime import denormals
 from graphaudit.wording import TRACED_SIZES
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}

@@ -20,14 +20,27 @@ thresholds below are the whole policy; they are in the report's evidence lines a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
-from graphaudit.verdict.conditional_execution import CALLER, conditional_execution  # noqa: F401 (the findings' one home)
-from graphaudit.wording import (CONFIDENCE, TRACED_SIZES, ci_text, counted, fmt, interval, listed, moved_key, num,
-                                num_text, pct, sig, signed)
+from graphaudit.verdict.conditional_execution import CALLER, conditional_execution
+from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
+from graphaudit.wording import (
+    CONFIDENCE,
+    TRACED_SIZES,
+    ci_text,
+    counted,
+    fmt,
+    interval,
+    listed,
+    moved_key,
+    num,
+    num_text,
+    pct,
+    sig,
+    signed,
+)
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 # a claim `run --claim` checks -> the finding that answers it
@@ -226,9 +239,7 @@ def functional_dependence(replay: dict | None, failure: str | None = None) -> Fi
         measured.append(name)
         lo, hi = interval(c.get("ci"))
         evidence.append(Evidence("replay", f"ΔNLL {name} = {signed(c['delta_nll'])} nats{ci_text(lo, hi)}"))
-        if lo is not None and lo > MATERIAL_NATS:
-            hurts.append(name)
-        elif lo is None and num(c["delta_nll"]) > MATERIAL_NATS:
+        if (lo is not None and lo > MATERIAL_NATS) or (lo is None and num(c["delta_nll"]) > MATERIAL_NATS):
             hurts.append(name)
         elif hi is not None and hi < -MATERIAL_NATS:  # measurably better: the outputs do change
             helps.append(name)

@@ -184,7 +184,7 @@ def check_model(key, m, corpus, runner, do_run):
     for opt in dropped:
         row(f"option {opt[0]} {opt[1]}", "accepted", "not supported")
     if doc is None:
-        rc2, doc, err2, secs2, _ = runner.call(key + ".nodata", "static", [model, "--format", "json"])
+        rc2, doc, _err2, secs2, _ = runner.call(key + ".nodata", "static", [model, "--format", "json"])
         row("static without --data exit code", 0, f"{rc2} ({secs2:.1f}s)", ok=rc2 == 0)
     if doc is not None:
         row("conditional_execution", m["conditional_execution"], doc.get("conditional_execution"))
@@ -302,7 +302,10 @@ def main():
         rows.extend(check_model(key, m, corpus, runner, not args.no_run))
     widths = [max(len(r[i]) for r in rows + [("model", "fact", "expected", "graphaudit", "status")]) for i in range(5)]
     widths = [min(w, 60) for w in widths]
-    line = lambda r: "  ".join(str(c)[:w].ljust(w) for c, w in zip(r, widths))
+
+    def line(r):
+        return "  ".join(str(c)[:w].ljust(w) for c, w in zip(r, widths))
+
     print(line(("model", "fact", "expected", "graphaudit", "status")))
     for r in rows:
         print(line(r))

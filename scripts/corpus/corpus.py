@@ -50,7 +50,7 @@ MODELS = {
         "free_dims": {"x": [0, 2, 3]}, "same_dims": [],
         "shared_inputs": [], "batch_axis": {}, "fixed_batch": [],
         "branches": [], "conditional_execution": False, "dynamic": False,
-        "se_gates": [("hardsigmoid_%d.tmp_0" % i, d) for i, d in enumerate((5, 16, 21, 26, 31, 36, 41, 46, 51))],
+        "se_gates": [(f"hardsigmoid_{i}.tmp_0", d) for i, d in enumerate((5, 16, 21, 26, 31, 36, 41, 46, 51))],
         "checker": "ok",
         "labels": "save_infer_model/scale_0.tmp_1",
     },

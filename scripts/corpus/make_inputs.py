@@ -10,7 +10,6 @@ resampled to 16 kHz.  Each model's folder gets calib.npz, data.npz (disjoint exa
 inputs.json, which says what the files hold and how they were made.
 """
 import json
-import math
 import random
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from scipy.io import wavfile
 from scipy.signal import resample_poly
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import MODELS  # noqa: E402
+from corpus import MODELS
 
 N_CALIB, N_DATA = 8, 8
 FONT_DIR = Path("/usr/share/fonts/truetype/dejavu")
@@ -73,10 +72,10 @@ def page(i, size, lines=5):
         f = font(i + k, random.randint(16, 22))
         x = random.randint(6, 20)
         draw.text((x, y), text, font=f, fill=(20, 20, 30))
-        l, t, r, b = draw.textbbox((x, y), text, font=f)
+        left, t, r, b = draw.textbbox((x, y), text, font=f)
         # DB's probability-map ground truth is the text region shrunk inwards
         sh = max(1, int(0.2 * (b - t)))
-        mask[t + sh:b - sh, l + sh:min(r, size) - sh] = 1.0
+        mask[t + sh:b - sh, left + sh:min(r, size) - sh] = 1.0
         texts.append(text)
         y = b + random.randint(10, 30)
         if y > size - 30:
@@ -141,8 +140,8 @@ def ocr_rec(m, out):
     rec.rec_image_shape = [3, 48, 320]
     lines = [text_line(i + 3) for i in range(N_CALIB + N_DATA)]
     # the package pads a batch to its widest ratio; one ratio for all keeps one width
-    ratio = max(320 / 48, max(l.shape[1] / l.shape[0] for l, _ in lines))
-    xs = [rec.resize_norm_img(l, ratio)[None] for l, _ in lines]
+    ratio = max(320 / 48, max(crop.shape[1] / crop.shape[0] for crop, _ in lines))
+    xs = [rec.resize_norm_img(crop, ratio)[None] for crop, _ in lines]
     return {"x": np.concatenate(xs).astype(np.float32)}, {"texts": [t for _, t in lines]}, \
         f"text-line crops; TextRecognizer.resize_norm_img at max_wh_ratio {ratio:.2f}; the texts are in inputs.json"
 
@@ -273,8 +272,8 @@ def vad(m, out):
 
 
 def wakeword(m, out):
-    from openwakeword.utils import AudioFeatures
     import onnxruntime as ort
+    from openwakeword.utils import AudioFeatures
     sess = ort.InferenceSession(str(out / m["file_name"]), providers=["CPUExecutionProvider"])
     pos = [("hey jarvis", "en", 150), ("hey jarvis", "en-us", 130), ("hey jarvis", "en+f3", 160),
            ("hey jarvis", "en-gb", 140), ("hey jarvis", "en+m3", 120), ("hey jarvis", "en-us+f2", 150),

@@ -18,9 +18,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from graphaudit.analyses.declared_coefficients import Coefficient, metadata_entry
+from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients, metadata_entry
 from graphaudit.load.data import from_arrays, input_specs
-from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.replay.surgery import Trace
 
 VOCAB, WIDTH = 11, 4  # every model here is WIDTH features wide

@@ -44,7 +44,7 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
     blocks = [{"name": name, "median_ms": 0.4 + 0.1 * i, "mean_ms": 0.4 + 0.1 * i, "share": 0.2,
                "executed_fraction": f, "nodes": 20, "inputs": inputs, "inputs_executed": round(f * inputs),
                "node_fraction": {"min": 1.0 if f == 1 else 0.0, "median": 1.0, "max": 1.0, "total": 20.0},
-               "executed_flops": {"min": 1e6 * (i + 1) * (f < 1 and 0 or 1), "median": 1e6 * (i + 1),
+               "executed_flops": {"min": 1e6 * (i + 1) * ((f < 1 and 0) or 1), "median": 1e6 * (i + 1),
                                   "max": 1e6 * (i + 1), "total": 4e6 * (i + 1)},
                "value_dependent_shapes": []}
               for i, (name, f) in enumerate(zip(names, fractions))]

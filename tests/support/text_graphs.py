@@ -10,8 +10,8 @@ an If's condition or a Loop's trip count by value, constant or shape; `ROUTE`, `
 import onnx
 import onnx.parser
 
-from graphaudit.analyses.static import audit_static
 from graphaudit.analyses.declared_coefficients import metadata_entry
+from graphaudit.analyses.static import audit_static
 from graphaudit.graph.build import build_graph
 from graphaudit.load.model import load_model
 

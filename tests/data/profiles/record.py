@@ -26,10 +26,11 @@ import onnxruntime as ort
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1])]
 
-from graphaudit.profile.session import session_options  # noqa: E402
-from support.profile_models import dynamic_model, feeds_for, transformer_model
-
 import numpy as np  # noqa: E402
+
+from graphaudit.profile.session import session_options  # noqa: E402
+
+from support.profile_models import dynamic_model, feeds_for, transformer_model  # noqa: E402
 
 OLD_ARGS = ("op_name", "provider", "activation_size", "parameter_size", "output_size",
             "input_type_shape", "output_type_shape")
