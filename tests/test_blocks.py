@@ -28,6 +28,17 @@ def test_legacy_node_names():
     assert bm.block_of(next(iter(bm.blocks[1].node_ids))) == bm.blocks[1]
 
 
+def test_a_container_called_pattern_is_no_block_pattern():
+    # Without --block-pattern, a container named "pattern" is named like any other.
+    mg = graph_of(layered("""
+        ["/pattern.@/MatMul"] h@ = MatMul (x@, "w@")
+        ["/pattern.@/Add"] x@+1 = Add (x@, h@)
+    """, 3, 'float[2, 2] "w@" = ' + EYE))
+    bm = find_blocks(mg)
+    assert [b.name for b in bm.blocks] == ["pattern.0", "pattern.1", "pattern.2"]
+    assert bm.method == "node names: 3 blocks under `pattern`"
+
+
 def test_synthetic_pythia_names_and_shared_constants_stay_outside():
     mg = build_graph(load_model(transformer_graph(layers=3, hidden=8, heads=2, vocab=16, external=None)).model)
     bm = find_blocks(mg)

@@ -62,11 +62,12 @@ class InputAxes:
 
     @classmethod
     def of(cls, mg: ModelGraph, model: onnx.ModelProto | None = None) -> InputAxes:
-        named = [(r.name, mg.tensors[r].shape) for r in mg.inputs if r in mg.tensors and mg.tensors[r].shape]
+        named = [(r.name, shape) for r in mg.inputs if r in mg.tensors and (shape := mg.tensors[r].shape)]
         shapes = [s for _, s in named]
         # the batch is each input's example axis (its first, or a state's own: graphaudit.load.feeding)
         where = example_axes(dict(named))
-        batch = {s[where[n]] for n, s in named if where[n] is not None and isinstance(s[where[n]], str)}
+        examples = [s[axis] for n, s in named if (axis := where[n]) is not None]
+        batch = {d for d in examples if isinstance(d, str)}
         token = {s[1] for s in shapes if len(s) >= 2 and isinstance(s[1], str)} - batch
         sizes = {s[0] for s in shapes if isinstance(s[0], int) and s[0] > 0}
         # a fixed second size is a length only for token ids or embeddings: an image's are its channels
@@ -112,9 +113,9 @@ class InputAxes:
         size = probed[-1]
         return size if size == longer[-1] and size > 0 and size not in (*PROBE_SIZES, LONGER) else None
 
-    def _moves_with_tokens(self, tensor: str, axis: int, rank: int, size: int | None) -> bool:
+    def _moves_with_tokens(self, tensor: str | None, axis: int, rank: int, size: int | None) -> bool:
         """Whether the axis's size at the probe changes when only the token size does."""
-        if size is None or not self.token:
+        if tensor is None or size is None or not self.token:
             return False
         longer = self._probe(tensor, longer=True)
         return longer is not None and len(longer) == rank and longer[axis] != size
@@ -165,7 +166,7 @@ def _normalised_length(mg: ModelGraph, batch_size: int | None) -> int | None:
 def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: InputAxes | None = None) -> tuple[str, ...]:
     """Axis names for `ref` from its dimensions (`InputAxes`): batch, token, then slot axes."""
     info = mg.tensors.get(ref) if ref is not None else None
-    if info is None or info.shape is None:
+    if ref is None or info is None or info.shape is None:
         return ()
     names = (axes or InputAxes.of(mg)).names(info.shape, None if ref.scope else ref.name)
     slots = names.count(None)

@@ -203,13 +203,13 @@ class _Audit:
                     selected.pop(out, None)
                     picked.discard(out)
             elif op == "Where" and self._chooses_computed(node, computed):
-                cond, a, b = node.inputs
+                cond, a, b = [r for r in node.inputs if r is not None]  # it took three given operands
                 self.note(node.id, MASKED, Evidence(
                     "routing mask", node.id, _op(node), cond.name, "value",
                     f"{_op(node)} `{node.id}` chooses between `{a.name}` and `{b.name}`, both computed at "
                     f"full size, by `{cond.name}`, which depends on input values"))
             elif op == "Where" and (new := self._keeps_or_takes(node, computed)) is not None:
-                cond, a, b = node.inputs
+                cond, a, b = [r for r in node.inputs if r is not None]  # it took three given operands
                 self.note(self._masked_at(node, [new]), MASKED, Evidence(
                     "routing mask", node.id, _op(node), cond.name, "value",
                     f"{_op(node)} `{node.id}` keeps `{(b if new == a else a).name}` or takes `{new.name}`, which "
@@ -219,10 +219,10 @@ class _Audit:
                     op not in SCATTERING or self._scatters_mask(node, mask, routed, dispatched)):
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
-            origin = node.id if counted else next(filter(None, map(computed.get, ins)), None)
-            if origin is not None:
+            maker = node.id if counted else next(filter(None, map(computed.get, ins)), None)
+            if maker is not None:
                 for out in outs:
-                    computed[out] = origin
+                    computed[out] = maker
 
     def _scatters_mask(self, node: Node, mask, routed, dispatched) -> bool:
         """Whether a scatter's result is a routing mask: it edits one, or it writes by routed indices

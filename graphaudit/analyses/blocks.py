@@ -208,7 +208,7 @@ class _Finder:
         # int() takes no more than 4300 digits; a block number has a few.
         if index and not (index.isascii() and index.isdigit() and len(index) <= 18):
             raise UsageError(
-                f"expected the `index` group of --block-pattern {self.regex.pattern!r} to match digits "
+                f"expected the `index` group of --block-pattern {m.re.pattern!r} to match digits "
                 f"(a block number), found {index[:60]!r}"
             )
         text = index or next((g for g in m.groups() if g and g.isascii() and g.isdigit() and len(g) <= 18), None)
@@ -279,9 +279,9 @@ class _Finder:
                 if not hits:
                     continue
                 votes = Counter(i for i, _ in hits)
-                index = votes.most_common(1)[0][0] if source != "fx_params" or len(votes) == 1 else None
-                if index is None:
+                if source == "fx_params" and len(votes) != 1:
                     continue
+                index = votes.most_common(1)[0][0]
                 assigned[nid] = index
                 if index not in names:
                     names[index], named_by[index] = next(name for i, name in hits if i == index), source
@@ -292,7 +292,8 @@ class _Finder:
         if self.regex is None and len(stacks) == 1:
             _spell_alike(names, named_by)
         blocks = make_blocks(assigned, names)
-        if chosen == "pattern":
+        # not `chosen == "pattern"`: without a regex that is a container's name ("/pattern.3/...")
+        if self.regex is not None:
             label = self.regex.pattern
         elif len(stacks) > 1:
             label = "`, `".join(dict.fromkeys(names[i].rsplit(".", 1)[0] for i in sorted(names)))

@@ -59,7 +59,7 @@ def _taken_block(mg: ModelGraph, router: Node, blocks: BlockMap):
     for out in filter(None, router.outputs):
         for consumer, current in reached_consumers(mg, out, limit=8, through=PLUMBING | COMPARING):
             if consumer.op_type == "Where" and current == consumer.inputs[0] and None not in consumer.inputs:
-                return block_upstream(mg, consumer.inputs[1:], blocks)
+                return block_upstream(mg, [r for r in consumer.inputs[1:] if r is not None], blocks)
     return None
 
 
@@ -155,7 +155,7 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
     if blocks is not None and ref is not None:
         producer = mg.producer(ref)
         block = blocks.block_of(producer.id) if producer is not None else None
-        if block is None or blocks.placed_by(producer.id) == "neighbours":
+        if producer is None or block is None or blocks.placed_by(producer.id) == "neighbours":
             block = weighted_block(mg, ref, blocks) or block
         reader = next(iter(mg.consumers(ref)), None)
         block = block or (blocks.block_of(reader.id) if reader is not None else None)

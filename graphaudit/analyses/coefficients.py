@@ -98,7 +98,10 @@ def detect_coefficients(
         if family is None and node.id in routers:
             family = "router"
         if family is None and node.op_type in _PROJECTING and (end := _linear_mix(mg, node, dm, hidden)) is not None:
-            family, out, node = "mix", end, mg.producer(end)  # the coefficient: where the projection's chain ends
+            # the coefficient: where the projection's chain ends
+            producer = mg.producer(end)
+            assert producer is not None  # a node's output, which build_graph records with its producer
+            family, out, node = "mix", end, producer
         if family is None or out is None or dm.of(out) != VALUE:
             continue
         confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
@@ -231,24 +234,26 @@ def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | Non
         return None
     ref = node.outputs[0]
     width = _width(mg, ref) if ref is not None else None
-    if width is None or width >= hidden or not _linear_router(mg, node, dm):
+    if ref is None or width is None or width >= hidden or not _linear_router(mg, node, dm):
         return None
     for _ in range(8):  # a Shape or Size reads no values (einops' rearrange reads x.shape first)
         readers = [r for r in mg.consumers(ref) if r.op_type not in ("Shape", "Size") or r.domain]
         if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
             break
-        reader = readers[0]
+        reader, after = readers[0], readers[0].outputs[0]
         if reader.op_type in _AFFINE:
             if any(r is not None and r != ref and dm.value(r) == VALUE for r in reader.inputs):
                 break
         elif reader.op_type not in _REARRANGING:
             break
-        ref = reader.outputs[0]
+        ref = after
     return ref
 
 
 def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
-    if len(node.inputs) < 2 or node.inputs[1] is None or not node.outputs or node.outputs[0] is None:
+    # (a missing first input is no value: dm.value(None) is CONST)
+    if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None or not node.outputs \
+            or node.outputs[0] is None:
         return False
     if dm.value(node.inputs[0]) != VALUE or dm.value(node.inputs[1]) == VALUE:
         return False
@@ -280,10 +285,11 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
                       and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r, axes))
                       and dm.value(r) == VALUE
                       and not (producer.op_type == "Tanh" and _squashed_by(mg, r) in GATE_SQUASHING)]
-            if others and own is None:
-                own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
-            if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
-                return "gate"
+            if others:
+                if own is None:
+                    own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
+                if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
+                    return "gate"
             if consumer.op_type in ("MatMul", "Gemm") and _mixes_weights(mg, consumer, current, dm):
                 return "gate"
     return None
@@ -322,7 +328,10 @@ def _mixes_weights(mg: ModelGraph, mix: Node, ref: TensorRef, dm: DependenceMap)
         return False
     if info.shape[0] != k or not isinstance(info.shape[1], int) or info.shape[1] < 4 * k:
         return False
-    for consumer, current in reached_consumers(mg, mix.outputs[0], limit=16):
+    mixed = mix.outputs[0]
+    if mixed is None:  # an omitted output: nothing reads the mixture
+        return False
+    for consumer, current in reached_consumers(mg, mixed, limit=16):
         if consumer.op_type in WEIGHT_READERS and any(
                 r is not None and r != current and dm.value(r) == VALUE for r in consumer.inputs):
             return True

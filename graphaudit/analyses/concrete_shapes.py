@@ -169,8 +169,8 @@ class _Builder:
             self.widened.append(node.id)
             if any(a.name == "axis" for a in proto.attribute):
                 return [helper.make_node("Identity", [proto.input[0]], [proto.output[0]])], None
-            shape, flat = self.const([-1])
-            return [shape, helper.make_node("Reshape", [proto.input[0], flat], [proto.output[0]])], None
+            flat_node, flat = self.const([-1])
+            return [flat_node, helper.make_node("Reshape", [proto.input[0], flat], [proto.output[0]])], None
         if node.id in self.own_capacity:
             position, data, axis, shape, whole = self.own_capacity[node.id]
             size = self.name("capacity")
@@ -229,6 +229,7 @@ class _Builder:
     def all_indices(self, node: Node, proto: onnx.NodeProto):
         """NonZero of every element (`scale` times): int64 [rank, elements], as inference sees it."""
         x = node.inputs[0]
+        assert x is not None  # asked only of a NonZero of values (dm.value(None) is CONST)
         info = self.mg.tensors.get(x)
         rank = len(info.shape) if info is not None and info.shape is not None else len(self.resolve(x) or ()) or None
         if rank is None:
@@ -278,7 +279,7 @@ class _Builder:
             elif op in _LAYOUT and ins and ins[0] in numbered:
                 numbered.update(dict.fromkeys(outs, numbered[ins[0]]))
             elif op == "Equal" and len(ins) == 2 and (ins[0] in numbered) != (ins[1] in numbered):
-                slotted.update(dict.fromkeys(outs, numbered[ins[0] if ins[0] in numbered else ins[1]]))
+                slotted.update(dict.fromkeys(outs, next(numbered[r] for r in ins if r in numbered)))
             elif (op in _LAYOUT and ins and ins[0] in slotted) or (op in _PRODUCT and not slotted.keys().isdisjoint(ins)):
                 slotted.update(dict.fromkeys(outs, next(slotted[r] for r in ins if r in slotted)))
             elif op == "Einsum" and slotted and (found := dispatch_operands(node, slotted)) is not None:
@@ -308,7 +309,9 @@ class _Builder:
 
     def capacity(self, node: Node, position: int, axis: int) -> None:
         data, out = node.inputs[0], node.outputs[0]
-        whole, picked = self.resolve(data), self.resolve(out) if out is not None else None
+        if data is None or out is None:
+            return
+        whole, picked = self.resolve(data), self.resolve(out)
         if whole is None or picked is None or not -len(whole) <= axis < len(whole):
             return
         self.plan(node, position, data, axis % len(whole), picked[axis], whole)
@@ -319,7 +322,7 @@ class _Builder:
         `whole`) to become the whole axis."""
         size = node.inputs[position]
         shape = self.resolve(size) if size is not None else None
-        if picked >= whole[axis] or shape not in ((), (1,)) or node.id in self.widened:
+        if size is None or picked >= whole[axis] or shape not in ((), (1,)) or node.id in self.widened:
             return
         self.widened.append(node.id)
         if not self.computed(size):
@@ -363,6 +366,7 @@ class _Builder:
             return self.keys[ref]
         constant = self.value(ref)
         producer = self.mg.producer(ref)
+        found: tuple
         if constant is not None:
             found = ("constant", str(constant.dtype), constant.shape, tuple(constant.reshape(-1).tolist()))
         elif producer is None or ref.scope or depth > _KEY_DEPTH or self.dm.value(ref) == VALUE \

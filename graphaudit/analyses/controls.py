@@ -40,6 +40,7 @@ def control_evidence(mg: ModelGraph, dm: DependenceMap, value: Value | None = No
         where = f"{_op(node)} `{node.id}` ({node.describe_scope()})"
         kind = "branch" if node.op_type == "If" else "loop"
         if decision is None:  # a Scan: its length is its scanned input's
+            assert control is not None  # one of the two is there
             found.append(Evidence(kind, node.id, _op(node), ", ".join(r.name for r in control.tensors) or None,
                                   str(control.dependence), f"{where}: {control.reason}; not dynamic"))
             continue

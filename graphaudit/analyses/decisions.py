@@ -166,8 +166,8 @@ class _Trace:
         if info.kind == "input":
             return self._add(CALLER, ref.name)
         if info.kind == "initializer":
-            small = info.shape is not None and all(isinstance(d, int) for d in info.shape) \
-                and math.prod(info.shape) <= SMALL
+            sizes = [d for d in info.shape or () if isinstance(d, int)]
+            small = info.shape is not None and len(sizes) == len(info.shape) and math.prod(sizes) <= SMALL
             return self._add(CONSTANT if small else MODEL, ref.name)
         if info.kind in ("subgraph_input", "function_input"):
             return self._formal(ref, info.producer)
@@ -186,8 +186,8 @@ class _Trace:
             return ins
         if op == "If" and node.inputs and node.inputs[0] is not None:  # a flag chosen by another If
             k = node.outputs.index(ref)
-            return [node.inputs[0]] + [b.outputs[k] for b in mg.bodies(node.id) if k < len(b.outputs)
-                                       and b.outputs[k] is not None]
+            return [node.inputs[0]] + [out for b in mg.bodies(node.id) if k < len(b.outputs)
+                                       and (out := b.outputs[k]) is not None]
         return self._computed(ref, node)
 
     def _computed(self, ref: TensorRef, node: Node) -> list[TensorRef]:
@@ -234,7 +234,8 @@ class _Trace:
         info = self.mg.tensors.get(ref)
         if info is not None and info.shape is not None and all(isinstance(d, int) for d in info.shape):
             return self._add(CONSTANT, f"shape of `{ref.name}`")
-        inputs, seen, todo = {}, {ref}, [ref]
+        inputs: dict[str, None] = {}  # an ordered set
+        seen, todo = {ref}, [ref]
         while todo and len(seen) < _LIMIT:
             current = todo.pop()
             found = self.mg.tensors.get(current)
@@ -267,7 +268,7 @@ def _outer_reads(mg: ModelGraph, node: Node) -> list[TensorRef]:
     """The values of enclosing scopes that the bodies of `node` (a Loop, a Scan) read."""
     if not mg.bodies(node.id):
         return []
-    found = {}
+    found: dict[TensorRef, None] = {}  # an ordered set
     for inner in mg.inside(node.id):
         for r in inner.inputs:
             if r is not None and not r.scope.startswith(node.id + "/") and r.scope != node.id:

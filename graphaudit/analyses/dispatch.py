@@ -61,6 +61,7 @@ def dispatch_operands(node: Node, indicator) -> tuple[TensorRef, TensorRef] | No
             continue
         brought = [c for c in ms if c not in ds]  # the experts and their slots
         if len(brought) >= 2 and all(c in out for c in ms if c != contracted[0]):
+            assert mask is not None and data is not None  # _terms takes only an Einsum given both operands
             return mask, data
     return None
 

@@ -133,7 +133,7 @@ def _groups(mg: ModelGraph, dm: DependenceMap, value: Value, resolve) -> list[_G
             continue
         read = _expert_mask(mg, value, node.inputs[0])
         topk = _topk_indices(mg, read[0], 0) if read else None
-        if topk is None or dm.value(topk.inputs[0]) != VALUE or len(topk.inputs) < 2:
+        if read is None or topk is None or dm.value(topk.inputs[0]) != VALUE or len(topk.inputs) < 2:
             continue
         k, indices, scores = value(topk.inputs[1]), resolve(topk.outputs[1]), resolve(topk.inputs[0])
         mask = resolve(node.inputs[0])
@@ -159,9 +159,12 @@ def _expert_mask(mg: ModelGraph, value: Value, ref: TensorRef | None) -> tuple[T
         if node.op_type in ("Identity", "Cast") and node.inputs:
             ref = node.inputs[0]
             continue
-        if node.op_type != "Equal" or len(node.inputs) != 2 or None in node.inputs:
+        if node.op_type != "Equal" or len(node.inputs) != 2:
             return None
-        for indices, number in (node.inputs, node.inputs[::-1]):
+        a, b = node.inputs
+        if a is None or b is None:
+            return None
+        for indices, number in ((a, b), (b, a)):
             constant = value(number)
             if constant is not None and constant.size == 1 and value(indices) is None:
                 return indices, constant.reshape(-1)[0].item()

@@ -34,9 +34,10 @@ class _Unknown(Exception):
 
 
 def _need(shapes: Sequence[Shape | None], i: int) -> Shape:
-    if i >= len(shapes) or shapes[i] is None:
+    shape = shapes[i] if i < len(shapes) else None
+    if shape is None:
         raise _Unknown
-    return tuple(shapes[i])
+    return tuple(shape)
 
 
 def _attr(proto, name: str, default=None):

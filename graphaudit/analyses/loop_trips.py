@@ -31,7 +31,7 @@ _ITERATION = -1  # the counter that is the Loop's own iteration number
 _DEPTH = 16
 _NEVER = "never"  # a condition that is constant false: it implies any limit
 
-Value = Callable[[TensorRef], "np.ndarray | None"]
+Value = Callable[[TensorRef | None], "np.ndarray | None"]
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,13 @@ class _Loop:
         limit, counter, complete = self._counter_limit()
         bounds = [b for b in (m, limit[0] if limit else None) if isinstance(b, int)]
         most = min(bounds) if bounds else None
-        source = ("" if most is None else f"M = {m:,}" if most == m
-                  else f"loop counter `{counter}` below {_num(limit[1])}")
+        if most is None:
+            source = ""
+        elif most == m:
+            source = f"M = {m:,}"
+        else:
+            assert limit is not None  # the bound is M or the counter's limit
+            source = f"loop counter `{counter}` below {_num(limit[1])}"
         if not by_values:
             settled = m is not None and cond is not None and (complete or self._passes_condition_on())
             if settled and most is not None:
@@ -239,7 +244,9 @@ class _Loop:
             a, b = node.inputs
             for var, const, sign in ((a, b, 1), (b, a, 1)) if node.op_type == "Add" else ((a, b, -1),):
                 c = _scalar(self.value(const))
-                found = self._affine(var, depth + 1) if c is not None else None
+                if c is None:
+                    continue
+                found = self._affine(var, depth + 1)
                 if found is not None:
                     return found[0], found[1] + sign * c
         return None
@@ -268,7 +275,9 @@ class _Loop:
         if op in ("Less", "LessOrEqual", "Greater", "GreaterOrEqual") and len(ins) == 2:
             var, const = (ins[0], ins[1]) if op.startswith("Less") else (ins[1], ins[0])
             c = _scalar(self.value(const))
-            found = self._affine(var, depth + 1) if c is not None else None
+            if var is None or c is None:
+                return ([], False)
+            found = self._affine(var, depth + 1)
             if found is None:
                 return ([], False)
             below = math.floor(c) + 1 if op.endswith("OrEqual") else c

@@ -28,7 +28,8 @@ from graphaudit.errors import UsageError
 
 LOGITS, PROBS, LOGPROBS, REGRESSION = "logits", "probs", "logprobs", "regression"
 KINDS = (LOGITS, PROBS, LOGPROBS, REGRESSION)
-WORDS = {LOGITS: "logits", PROBS: "probabilities", LOGPROBS: "log-probabilities", REGRESSION: "values"}
+# keyed by OutputKind.kind, None included: looked up with a default for "no normalising operator"
+WORDS: Mapping[str | None, str] = {LOGITS: "logits", PROBS: "probabilities", LOGPROBS: "log-probabilities", REGRESSION: "values"}
 
 # Operators whose output holds the values of their first input, rearranged or relabelled.
 VALUE_PRESERVING = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast"})

@@ -80,14 +80,15 @@ def _passes(mg: ModelGraph, block: Block, order: dict[str, int], copies: dict) -
             by_module[paths[-1], node.op_type].append(nid)
         for ref in node.inputs:
             info = tensors.get(ref) if ref is not None else None
-            if info is None:
+            if ref is None or info is None:
                 continue
             weight = ref.name if info.kind == "initializer" and info.shape is not None and len(info.shape) >= 2 \
                 else copies.get(ref)
             if weight is not None:
                 by_weight[weight].append(nid)
-    for seen in (by_module, by_weight):
-        counts = Counter(len(v) for v in seen.values())
+    # the groups' nodes, whatever names a group (a module and operator, or a weight)
+    for seen in (list(by_module.values()), list(by_weight.values())):
+        counts = Counter(len(v) for v in seen)
         if not counts:
             continue
         k, kinds = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
@@ -95,8 +96,7 @@ def _passes(mg: ModelGraph, block: Block, order: dict[str, int], copies: dict) -
             continue
         if not order:
             order.update((n.id, i) for i, n in enumerate(execution_order(mg)))
-        first = min((s for s, v in seen.items() if len(v) == k), key=lambda s: min(order[n] for n in seen[s]))
-        return seen[first]
+        return min((v for v in seen if len(v) == k), key=lambda v: min(order[n] for n in v))
     return None
 
 

@@ -203,8 +203,8 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
     blocks = find_blocks(mg, block_pattern)
     coefs = resolve_coefficients(loaded, mg, coefficients, blocks=blocks, dependence=dm)
     verdicts = execution_verdicts(mg, blocks, coefs, dm, constant_values(mg, small_initializers(loaded.model)))
-    fixed = all(mg.tensors[r].shape is not None and all(isinstance(d, int) for d in mg.tensors[r].shape)
-                for r in mg.inputs if r in mg.tensors)
+    input_shapes = [mg.tensors[r].shape for r in mg.inputs if r in mg.tensors]
+    fixed = all(s is not None and all(isinstance(d, int) for d in s) for s in input_shapes)
     at = shapes or ({r.name: mg.tensors[r].shape for r in mg.inputs if r in mg.tensors} if fixed else None)
     counted = static_flops(loaded.model, mg, dm, verdicts, shapes or {}, at) if shapes is not None or fixed else None
     reports = []

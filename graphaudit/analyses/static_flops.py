@@ -130,7 +130,7 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
     bounded = {n: wide[n] for n in sized if n in wide}
     experts: tuple[ExpertRows, ...] = ()
     floor: dict[str, int] = {}
-    if bounded and widest is not None:  # routed experts: at most k of them per row, not all on every row
+    if at and bounded and widest is not None:  # routed experts: at most k of them per row, not all on every row
         def scaled(scale: Mapping[str, int]) -> dict[str, int]:
             found = widest_shapes(model, mg, dm, trips, resolver(mg, dims, known), value, at, scale)
             return _widest_count(mg, shapes, found) if found is not None else {}
@@ -159,8 +159,8 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
                                                len(unknown.intersection(ids)), every_row, run.varies, full)
     inside = {n for bv in verdicts.blocks for n in bv.block.node_ids}
     run = along(mg.nodes)
-    loops = tuple(LoopFlops(trips[owner], flops, 1 if trips[owner].most is None else trips[owner].most)
-                  for owner, flops in run.per_iteration.items() if flops and owner in trips)
+    loops = tuple(LoopFlops(t, flops, 1 if t.most is None else t.most)
+                  for owner, flops in run.per_iteration.items() if flops and (t := trips.get(owner)) is not None)
     return StaticFlops(
         count=count, run=run, outside_blocks=along(n for n in mg.nodes if n not in inside).most,
         blocks=per_block, every_row=tuple(sorted(bounded)),
@@ -184,8 +184,7 @@ def _capacity(verdicts: ExecutionVerdicts, per_block: Mapping[int, BlockFlops], 
     sized = [i for i in indices if per_block[i].full_size is not None]
     names = {bv.block.index: bv.block.name for bv in verdicts.blocks}
     return Capacity(tuple(names[i] for i in sized),
-                    sum(per_block[i].every_row if per_block[i].every_row is not None else per_block[i].flops
-                        for i in sized),
+                    sum(b.every_row if b.every_row is not None else b.flops for b in (per_block[i] for i in sized)),
                     sum(per_block[i].full_size or 0 for i in sized),
                     tuple(names[i] for i in indices if i not in sized))
 

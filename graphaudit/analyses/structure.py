@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from graphaudit.analyses.blockmap import SOURCES, BlockMap, block_map, blocks_text, make_blocks
-from graphaudit.graph.model import ModelGraph, TensorRef
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 # Operators that only move or reshape data: left out of the pattern that blocks repeat.
 _PLUMBING = frozenset({
@@ -36,10 +36,10 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
     position = {nid: i for i, nid in enumerate(chain)}
     segment: dict[str, int] = dict(position)
     for nid, i in position.items():  # a post-norm's normalisation belongs with the Add it normalises
-        after = mg.consumers(mg.nodes[nid].outputs[0]) if mg.nodes[nid].outputs else []
+        after = _readers(mg, mg.nodes[nid])
         while len(after) == 1 and after[0].op_type in _THROUGH and after[0].id not in segment:
             segment[after[0].id] = i
-            after = mg.consumers(after[0].outputs[0]) if after[0].outputs else []
+            after = _readers(mg, after[0])
     top = [n for n in mg.nodes.values() if not n.scopes]
     for node in reversed(top):  # each node joins the first residual Add it feeds
         if node.id in segment:
@@ -66,6 +66,12 @@ def structural_blocks(mg: ModelGraph) -> BlockMap:
     method = (f"{SOURCES['structure']}: {len(chain)} residual Add nodes, "
               f"{period} per block, {blocks_text(len(blocks))} (no layer names found)")
     return block_map(blocks, method, Counter({"structure": len(assigned)}))
+
+
+def _readers(mg: ModelGraph, node: Node) -> list[Node]:
+    """The nodes that read `node`'s first output; none where it has no first output."""
+    out = node.outputs[0] if node.outputs else None
+    return mg.consumers(out) if out is not None else []
 
 
 def _bodies(mg: ModelGraph) -> BlockMap | None:

@@ -38,7 +38,9 @@ def switches(mg: ModelGraph, decided: Mapping[str, Decision] | None = None) -> d
     graph's `decisions`, when the caller has them."""
     found: dict[str, str] = {}
     ifs = [n for n in mg.nodes.values() if n.op_type == "If" and n.domain in ("", "ai.onnx")]
-    if ifs and decided is None:
+    if not ifs:
+        return found
+    if decided is None:
         decided = decisions(mg)
     for node in ifs:
         same = same_compute(mg, node)
