@@ -61,7 +61,7 @@ class AuditReport:
 
     def to_json(self) -> dict:
         """The audit as the versioned JSON document (schema: graphaudit/report/schema.json)."""
-        doc = {
+        doc: dict[str, Any] = {
             "version": SCHEMA_VERSION,
             "graphaudit_version": __version__,
             "model": self.model,
@@ -255,7 +255,7 @@ def audit(
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
     verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops,
                      replay_failure=failure)
-    inputs = {"calib": _source(calib), "data": None if data is None else _source(data),
+    inputs: dict[str, object] = {"calib": _source(calib), "data": None if data is None else _source(data),
               "baseline": None if baseline is None else _source(baseline), "coefficients": list(coefficients),
               "provider": provider, "seed": asked.seed, "threads": threads,
               "flush_denormals": asked.flush_denormals, "rewrite": asked.rewrite}
@@ -344,9 +344,10 @@ def _source(value) -> str:
 
 def _same_file(model, baseline) -> bool:
     paths = [getattr(m, "path", None) if hasattr(m, "weights_loaded") else m for m in (model, baseline)]
-    if any(p is None or not isinstance(p, (str, os.PathLike)) for p in paths):
+    first, second = paths
+    if not isinstance(first, (str, os.PathLike)) or not isinstance(second, (str, os.PathLike)):  # None too
         return False
-    return Path(paths[0]).resolve() == Path(paths[1]).resolve()
+    return Path(first).resolve() == Path(second).resolve()
 
 
 def _prefixed(progress: Progress | None, name: str) -> Progress | None:

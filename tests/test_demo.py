@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from graphaudit.cli import main
-from graphaudit.report.tables import COMPARISON_ROWS
+from graphaudit.replay.conditions import CROSS_INPUT
+from graphaudit.report.tables import COMPARISON_ROWS, comparison_column
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -78,3 +79,14 @@ def test_readme_python_example_runs(monkeypatch):
     exec(compile(code, "docs/reference.md", "exec"), namespace)
     assert namespace["report"].check("dynamic-inference").supported is False
     assert namespace["document"]["version"] and namespace["page"].startswith("<!DOCTYPE html>")
+
+
+def test_a_change_whose_interval_lacks_an_end_is_shown_without_a_spread():
+    """A saved report whose ΔNLL interval has one end only shows the change alone, as with no interval."""
+    row = COMPARISON_ROWS.index("ΔNLL cross-input")
+
+    def cell(ci):
+        return comparison_column({"replay": {"conditions": {CROSS_INPUT: {"delta_nll": 0.25, "ci": ci}}}})[row]
+
+    assert cell([0.1, 0.4]) == "+0.250 ±0.150"
+    assert cell(None) == cell([0.1, None]) == cell([None, 0.4]) == "+0.250"

@@ -128,11 +128,12 @@ def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
     """The KeyboardInterrupt (a signal) that `err` was raised in handling, if any: an extension
     module's import that a signal cut short fails as "ImportError: initialization failed"."""
     seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, KeyboardInterrupt):
-            return err
-        err = err.__cause__ or err.__context__
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        current = current.__cause__ or current.__context__
     return None
 
 
@@ -156,7 +157,7 @@ def usage_line(err: click.UsageError) -> str:
         return f"expected a command among {', '.join(sorted(COMMANDS))}, found {err.command_name!r}{see}"
     param = getattr(err, "param", None)
     name = param.get_error_hint(err.ctx) if param is not None and err.ctx is not None else None
-    if isinstance(err, click.MissingParameter) and name:
+    if isinstance(err, click.MissingParameter) and name and param is not None:  # a name comes from a param
         kind = err.param_type or param.param_type_name
         return f"expected the {kind} {name}, found none{see}"
     if isinstance(err, click.BadParameter) and name:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import click
 
@@ -11,8 +12,19 @@ from graphaudit.cli.options import OutputSettings, output_options
 from graphaudit.progress import ProgressBar
 from graphaudit.report.text import render_demo
 
+
+class DemoSettings(TypedDict):
+    """The keyword options `audit` takes from the demo (a TypedDict, so none is mistaken for another parameter)."""
+
+    runs: int
+    warmup: int
+    profile_runs: int
+    profile_limit: int
+    resamples: int
+
+
 # Small enough to finish in about a minute on two cores; `graphaudit run` takes full settings.
-DEMO_SETTINGS = {"runs": 10, "warmup": 2, "profile_runs": 1, "profile_limit": 12, "resamples": 300}
+DEMO_SETTINGS = DemoSettings(runs=10, warmup=2, profile_runs=1, profile_limit=12, resamples=300)
 
 
 def default_fixtures() -> Path:

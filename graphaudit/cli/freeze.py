@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -39,5 +40,5 @@ def freeze_cmd(model: str, out_dir: Path, coefficients: CoefficientSettings, lin
     click.echo(render_text(written, found, link))
 
 
-def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+def _split(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(v for value in values for v in value.split(",") if v)

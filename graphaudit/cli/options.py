@@ -14,7 +14,7 @@ Importing this module stays light (click only): `graphaudit --version` stays fas
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,12 +35,14 @@ def option_group(into: str, build: Callable[..., Any], *options: Callable) -> Ca
             values = {name: kwargs.pop(name) for name in names}
             return command(*args, **kwargs, **{into: build(**values)})
 
-        callback.__click_params__ = list(getattr(command, "__click_params__", ()))
-        before = len(callback.__click_params__)
+        # click keeps a function's options in an attribute on it, which no type declares
+        decorated: Any = callback
+        decorated.__click_params__ = list(getattr(command, "__click_params__", ()))
+        before = len(decorated.__click_params__)
         for option in reversed(options):
-            callback = option(callback)
-        names.extend(param.name for param in callback.__click_params__[before:])
-        return callback
+            decorated = option(decorated)
+        names.extend(param.name for param in decorated.__click_params__[before:])
+        return decorated
 
     return decorate
 
@@ -96,7 +98,7 @@ class OutputSettings:
     quiet: bool = False
 
 
-def output_options(formats: Sequence[str], help: str, *, output: bool = False, quiet: bool = False) -> Callable:
+def output_options(formats: Iterable[str], help: str, *, output: bool = False, quiet: bool = False) -> Callable:
     """--format (among `formats`, with the command's `help`), -o when `output`, -q when `quiet`, as the
     command's `out`, an OutputSettings."""
     options = [click.option("--format", "fmt", type=click.Choice(list(formats)), default="text", show_default=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -74,5 +75,5 @@ def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batc
     click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))
 
 
-def _split(values: tuple[str, ...]) -> tuple[str, ...]:
+def _split(values: Sequence[str]) -> tuple[str, ...]:
     return tuple(v.strip() for value in values for v in value.split(",") if v.strip())

@@ -27,7 +27,7 @@ _DESCRIPTORS = re.compile(r"/proc/[^/]+/fd")
 _KINDS = {stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 
 
-def replace_file(path: Path, write: Callable[[Path], None], what: str) -> None:
+def replace_file(path: Path, write: Callable[[Path], object], what: str) -> None:
     """Write `path` afresh: `write` fills a new file beside it, which is then renamed onto `path`.
 
     A hard or symbolic link at `path` is replaced as a folder entry, so the file it led to is

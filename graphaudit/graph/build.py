@@ -190,6 +190,7 @@ class _Builder:
         """
         scope_key = self._key(scopes)
         occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
+        assert occurrences is not None  # build() reads pass 1 before it adds any node
         producers, edges, shapes = self._producers, self._edges, self._shapes
         # The main graph or a function body: one table of names, read directly (unless it
         # holds an empty name, which stands for an omitted input, not a value).
@@ -288,7 +289,8 @@ class _Builder:
     def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, onnx.ValueInfoProto]:
         """The types ONNX infers in `fn`'s body at this call, shared by calls alike in
         argument types and attributes (a model's layers, as a rule)."""
-        args = tuple((info.elem_type, info.shape) if (info := self.tensors.get(ref)) is not None else None
+        args = tuple((info.elem_type, info.shape) if ref is not None and (info := self.tensors.get(ref)) is not None
+                     else None
                      for ref in call.inputs[: len(fn.input)])
         key = (fn.domain, fn.name, args, tuple(a.SerializeToString() for a in call.proto.attribute))
         found = self._inferred_bodies.get(key)

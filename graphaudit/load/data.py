@@ -23,7 +23,7 @@ from onnx import helper
 
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.feeding import Feeding, example_axes, typed_value
-from graphaudit.load.free_dims import is_free_symbol
+from graphaudit.load.free_dims import is_fixed_shape, is_free_symbol
 from graphaudit.load.npz import npz_headers, read_npz
 
 LABEL_KEYS = ("labels", "targets")
@@ -83,7 +83,7 @@ class InputData:
         index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
         arrays = {k: v for k, v in self.feeds(rows).items() if k in self.arrays}
         labels = {k: v[index] for k, v in self.labels.items()}
-        count = len(range(self.count)[rows]) if isinstance(rows, slice) else len(index)
+        count = len(range(self.count)[index]) if isinstance(index, slice) else len(index)
         return InputData(arrays, labels, count, source or self.source, self.fixed, self.axes)
 
     def examples_first(self, name: str) -> np.ndarray:
@@ -209,8 +209,7 @@ def fixed_batch(specs: Sequence[InputSpec]) -> int | None:
     fixes the batch of all; inputs fixing different sizes have no batch the data could be cut
     into, and give None (the data checks and ONNX Runtime then say what does not fit). Inputs
     fed whole to every batch have no say."""
-    sizes = {s.shape[s.axis] for s in specs if s.shape and s.axis is not None and isinstance(s.shape[s.axis], int)
-             and s.shape[s.axis] > 0}
+    sizes = {d for s in specs if s.shape and s.axis is not None and isinstance(d := s.shape[s.axis], int) and d > 0}
     return sizes.pop() if len(sizes) == 1 else None
 
 
@@ -389,7 +388,7 @@ def _whole_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> tuple[i
                 raise GraphAuditError(f"expected {where} to have size {want} on axis {axis} (one value for every "
                                       f"batch, of the input's shape), found {got}")
         return tuple(shape)
-    if not shape and all(isinstance(d, int) for d in spec.shape):
+    if not shape and is_fixed_shape(spec.shape):
         return tuple(spec.shape)
     shown = spec.describe().split(" ", 2)[2]
     if not spec.shape:

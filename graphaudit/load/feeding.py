@@ -100,7 +100,8 @@ def given_axis(name: str, given: int | str | Sequence[str], shape: tuple | None)
         if rank is not None and not -rank <= int(given) < rank:
             raise UsageError(f"expected the example axis of {name!r} within its {rank} axes, found {int(given)}")
         return int(given) % rank if rank is not None else int(given)
-    names = layout(given, f"--input-axes {name}")
+    # only a bool (an int to mypy) is left that is not a layout; iterating it raises TypeError, as before
+    names = layout(given, f"--input-axes {name}")  # type: ignore[arg-type]
     if shape is not None and len(names) != len(shape):
         shown = ", ".join("?" if is_free_symbol(d) else str(d) for d in shape)
         raise UsageError(f"expected --input-axes {name} to name {len(shape)} axes (the input's shape is "

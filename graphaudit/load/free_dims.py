@@ -13,6 +13,7 @@ value_info, bodies' inputs), where inference then writes what it finds.
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 import onnx
 
@@ -37,6 +38,11 @@ def is_free_symbol(dim: int | str | None) -> bool:
     named, or a free spelling itself."""
     return dim is None or (isinstance(dim, int) and dim < 0) or (
         isinstance(dim, str) and (dim in FREE_PARAMS or dim.startswith(FREE_PREFIX)))
+
+
+def is_fixed_shape(shape: tuple[int | str | None, ...] | None) -> TypeGuard[tuple[int, ...]]:
+    """Whether a shape as graphaudit reads it is known and every dimension a number."""
+    return shape is not None and all(isinstance(d, int) for d in shape)
 
 
 def name_free_dims(model: onnx.ModelProto) -> int:

@@ -126,7 +126,8 @@ def load_model(
     _check_versions(model, path)
     _check_text(model, path)
     imports, dropped = repair.add_runtime_imports(model), repair.drop_untyped_value_info(model)
-    moved, typed = 0, ()
+    moved = 0
+    typed: tuple[str, ...] = ()
     if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
         if not in_order(model.graph) and not order_problem(model):
             moved = sort_nodes(model.graph)
@@ -152,7 +153,8 @@ def load_model(
             check_model(external_data.as_inputs(model) if external else model, path, external if nested else ())
     del data  # what follows works on the parsed model
     name_free_dims(model)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
-    inlined_calls, inlined_functions = 0, ()
+    inlined_calls = 0
+    inlined_functions: tuple[str, ...] = ()
     if inline and model.functions:  # before inference, which then types the inlined bodies' values too
         found = inline_functions(model)
         if found is not None:
@@ -162,6 +164,7 @@ def load_model(
     if infer_shapes:
         model, inferred_ok, inferred_error = _infer_shapes(model)
     if weights and external:
+        assert base is not None  # require_files above refused external weights without a folder
         _load_external(model, base, path)
     return LoadedModel(
         model=model,
@@ -202,8 +205,10 @@ def check_external_weights(loaded: LoadedModel) -> LoadedModel:
     """
     if loaded.weights_loaded or loaded.weights_checked:
         return loaded
-    external_data.require_files(list(loaded.external_files), loaded.weights_folder, loaded.path)
-    external_data.check_extents(external_data.external_tensors(loaded.model), loaded.weights_folder, loaded.path)
+    folder = loaded.weights_folder
+    external_data.require_files(list(loaded.external_files), folder, loaded.path)
+    assert folder is not None  # require_files refused a model without one
+    external_data.check_extents(external_data.external_tensors(loaded.model), folder, loaded.path)
     return replace(loaded, weights_checked=True)
 
 

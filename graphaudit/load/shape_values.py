@@ -115,8 +115,8 @@ def _plan(graph: onnx.GraphProto, wanted: dict, producer: dict, constants: dict,
                 stack.pop()
                 continue
             index = producer.get(current)
-            node = graph.node[index] if index is not None else None
-            if node is None or node.domain or node.op_type in _NEVER or not _exact(node.op_type, types.get(current)) \
+            if index is None or (node := graph.node[index]).domain or node.op_type in _NEVER \
+                    or not _exact(node.op_type, types.get(current)) \
                     or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
                 computable[current] = False
                 stack.pop()
@@ -188,7 +188,8 @@ def _settled(values: dict[str, np.ndarray], ranges: list, constants: Mapping[str
         args = [values.get(n, constants.get(n)) for n in names]
         if not any(n in values and values[n].dtype == np.float32 for n in names):
             continue
-        if any(a is None or a.size != 1 for a in args) or not _one_length(*(float(a.reshape(-1)[0]) for a in args)):
+        scalars = [a for a in args if a is not None and a.size == 1]
+        if len(scalars) < len(args) or not _one_length(*(float(a.reshape(-1)[0]) for a in scalars)):
             values = {n: v for n, v in values.items() if n not in names}
     return values
 

@@ -104,7 +104,7 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
     """The comparison from (round, batch) nanosecond samples of model and baseline."""
     ratio = float(per_input_ms(model_ns).sum() / per_input_ms(baseline_ns).sum())
     rng = np.random.default_rng(seed)
-    rounds, inputs = model_ns.shape
+    rounds, inputs = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
     boot = np.empty(resamples)
     for k in range(resamples):
         r = rng.integers(0, rounds, rounds)[:, None]

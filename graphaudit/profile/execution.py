@@ -29,6 +29,7 @@ import numpy as np
 
 from graphaudit.analyses.switches import switched_nodes
 from graphaudit.graph.model import ModelGraph, Node
+from graphaudit.load.free_dims import is_fixed_shape
 from graphaudit.profile.events import CONTROL_FLOW_OPS, NodeEvent, Run
 from graphaudit.profile.mapping import BlockAssignment, NodeMap
 
@@ -318,7 +319,7 @@ def aligned_inputs(node: Node, shapes: Sequence[tuple[int, ...]], mg: ModelGraph
 
 def _constant_shape(ref, mg: ModelGraph) -> tuple[int, ...] | None:
     info = mg.tensors.get(ref)
-    if info is None or info.shape is None or not all(isinstance(d, int) for d in info.shape):
+    if info is None or not is_fixed_shape(info.shape):
         return None
     producer = mg.producer(ref)
     if info.kind == "initializer" or (producer is not None and producer.op_type == "Constant"):

@@ -223,4 +223,4 @@ def _bare_names(keys: list[str], located: list[tuple[Scope, onnx.NodeProto]],
     for key, (scope, proto) in zip(keys, located):
         if scope and proto.name not in top:
             inside.setdefault(proto.name, set()).add(nodes.get(key))
-    return {name: found.pop() for name, found in inside.items() if len(found) == 1 and None not in found}
+    return {name: node for name, found in inside.items() if len(found) == 1 for node in found if node is not None}

@@ -85,7 +85,7 @@ def choose_rounds(model_s: float, baseline_s: float = 0.0, *, budget_s: float = 
     The most are 20 timed after 3 warm-up, 3 profiled; fewer run after 2 warm-up, with a
     profiled round for every 5 timed ones (1 to 3); the fewest, 3 timed, run whatever they take."""
     given = {"runs": runs, "warmup": warmup, "profile_runs": profile_runs}
-    if all(v is not None for v in given.values()):
+    if runs is not None and warmup is not None and profile_runs is not None:
         return Rounds(runs, warmup, profile_runs, "as given")
 
     def filled(r: int, w: int, p: int) -> tuple[int, int, int]:

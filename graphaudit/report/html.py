@@ -186,7 +186,8 @@ def executed_figure(doc: dict) -> tuple[str, str]:
     names = [b.get("name", "?") for b in blocks]
     runs = [r for r in per_input(profile) if "blocks_ran" in r]
     if runs:
-        values = [[1.0 if name in set(r["blocks_ran"]) else 0.0 for r in runs] for name in names]
+        values: list[list[float | None]] = [[1.0 if name in set(r["blocks_ran"]) else 0.0 for r in runs]
+                                             for name in names]
         return svg.heatmap(names, [str(r.get("index", i)) for i, r in enumerate(runs)], values, low=0.0, high=1.0,
                            title="Blocks that ran (dark) per block (rows) and profiled input (columns)"), ""
     fractions = [num(b.get("executed_fraction")) for b in blocks]

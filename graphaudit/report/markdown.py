@@ -29,9 +29,9 @@ def render_markdown(doc: dict) -> str:
         lines += [f"_Note: {_cell(note)}_", ""]
     for table in detail_tables(doc):
         lines += [f"### {table.title}", ""]
-        rows = [tuple(_cell(str(c)) for c in row) for row in table.rows]
-        lines.append(tabulate(rows, headers=table.headers, tablefmt="github", disable_numparse=True)
-                     if rows else "_(nothing to show)_")
+        cells = [tuple(_cell(str(c)) for c in row) for row in table.rows]
+        lines.append(tabulate(cells, headers=table.headers, tablefmt="github", disable_numparse=True)
+                     if cells else "_(nothing to show)_")
         if table.note:
             lines += ["", table.note]
         lines.append("")

@@ -17,6 +17,8 @@ def render_text(r: ReplayReport) -> str:
                 "(--coefficients) and none were detected; there is nothing to freeze or replay")
     families = sorted({c.family for c in r.coefficients})
     lines = [f"model: {r.model} — {len(r.coefficients)} coefficient tensor{'s' if len(r.coefficients) != 1 else ''} ({', '.join(families)})"]
+    # `replay` fills data, task and parity whenever a controller was found (the early return above)
+    assert r.data is not None and r.task is not None and r.parity is not None
     d = r.data
     if d.split:
         lines.append(f"data: no --data given: {d.calibration} split into disjoint halves (seed {r.seed}): "

@@ -11,6 +11,8 @@ from graphaudit.analyses.static import BlockReport, FlopSummary, StaticReport
 from graphaudit.load.repair import repair_note
 from graphaudit.wording import counted, flops_cell, pct, si, total_bound
 
+_BOUND_MARKS: dict[str | None, str] = {"most": "≤ ", "least": "≥ "}  # of total_bound; None: one count
+
 
 def _block_flops(b: BlockReport) -> str:
     """A block's FLOPs cell: "≥" where some compute has a size the graph does not fix, "≤" for the
@@ -22,7 +24,7 @@ def _flop_lines(f: FlopSummary) -> list[str]:
     """The FLOPs: the most expensive run, what the cheapest saves, and how they were counted."""
     share = pct(f.skippable_share, missing="-", small=False)
     unknown = [n for n in f.count.unknown_shape if n not in set(f.every_row)]
-    bound = {"most": "≤ ", "least": "≥ "}.get(total_bound(bool(f.every_row), bool(unknown), f.skippable), "")
+    bound = _BOUND_MARKS.get(total_bound(bool(f.every_row), bool(unknown), f.skippable), "")
     how = f" ({'; '.join(f.basis)})" if f.basis else ""
     if f.skippable_uncounted:
         lines = [f"FLOPs: {bound}{si(f.total)} counted{how}, at least {si(f.skippable)} skippable ({share}): "

@@ -36,6 +36,7 @@ LABELS = {
     "compute_savings": "compute savings",
 }
 SOURCES = {"static": "graph", "replay": "replay", "profile": "runtime"}
+_BOUND_WORDS: dict[str | None, str] = {"most": "at most ", "least": "at least "}  # of total_bound; None: one count
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,7 @@ def static_table(doc: dict) -> Table | None:
         every_row = set(flops.get("every_row_selected_nodes") or ())  # counted with every row of a selection
         unknown = set(flops.get("unknown_shape_nodes") or ()) - every_row  # in no count
         # as `graphaudit static` says it
-        bound = {"most": "at most ", "least": "at least "}.get(
-            total_bound(bool(every_row), bool(unknown), num(flops.get("skippable"))), "")
+        bound = _BOUND_WORDS.get(total_bound(bool(every_row), bool(unknown), num(flops.get("skippable"))), "")
         share = "at least " if uncounted else "at most " if bound == "at most " else ""
         counted_as = f" ({'; '.join(flops['counted_as'])})" if flops.get("counted_as") else ""
         note += (f"; {bound}{num(flops['total']):,.0f} FLOPs at input shapes {flops.get('shapes') or 'as given'}"
@@ -161,7 +161,7 @@ def condition_table(doc: dict) -> Table | None:
     read = (replay.get("task") or {}).get("read_as") or {}
     if read.get("reason"):
         what = "per-value probabilities (Bernoulli)" if read.get("bernoulli") else \
-            {"logits": "logits", "probs": "probabilities", "logprobs": "log-probabilities"}.get(read.get("kind"), "values")
+            {"logits": "logits", "probs": "probabilities", "logprobs": "log-probabilities"}.get(read.get("kind", ""), "values")
         note += f"{'; ' if note else ''}output {replay['task'].get('output')!r} read as {what}: {read['reason']}"
     moved = "KL from correct (nats)" if key == "kl" else "mean squared difference from correct"
     level = confidence(doc)
@@ -260,7 +260,7 @@ def comparison_column(doc: dict) -> tuple[str, ...]:
             return no_replay
         lo, hi = interval(c.get("ci"))
         value = signed(c.get("delta_nll"), 3, missing=DASH)
-        return value if lo is None else f"{value} ±{(hi - lo) / 2:.3f}"
+        return value if lo is None or hi is None else f"{value} ±{(hi - lo) / 2:.3f}"
 
     blocks = (doc.get("static") or {}).get("blocks") or []
     skippable = [b for b in blocks if b.get("verdict") in SAVES_COMPUTE]

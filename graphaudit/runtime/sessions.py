@@ -127,7 +127,7 @@ def create_session(
     providers = providers or [PROVIDERS["cpu"]]
     disabled = list(disabled_optimizers) or None
 
-    def opened(payload: bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    def opened(payload: bytes | str, options: ort.SessionOptions) -> ort.InferenceSession:
         with denormals.kept():  # ONNX Runtime's constructor sets or clears FTZ/DAZ on this thread
             session = ort.InferenceSession(payload, sess_options=options, providers=providers,
                                            disabled_optimizers=disabled)

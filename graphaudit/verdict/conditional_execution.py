@@ -66,13 +66,12 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
             if isinstance(item, dict) and item.get("detail"):
                 evidence.append(Evidence("static", f"outside the blocks: {item['detail']}"))
     reduced: list[str] = []
-    fixed = []
+    fixed: list[str] = []  # the same part left out on every input, where no value decides it
     inputs = None
     if profile is not None:
         pblocks = profiled_blocks(profile)
         inputs = profiled_inputs(profile)
         verdicts = {b.get("name"): b.get("verdict") for b in (static or {}).get("blocks") or []}
-        fixed: list[str] = []  # the same part left out on every input, where no value decides it
         by_mode: list[str] = []  # run on some inputs only, as the caller's switches chose (`ran_by_mode`)
         for b in pblocks:
             how = reduction(b, verdicts.get(b.get("name")))
@@ -148,7 +147,7 @@ def _why_left_out(static: dict | None, block: str | None) -> str:
             why = {"caller": f"a switch the caller decides by {names or 'an input'}, which no profiled input set "
                              "to run it",
                    "shape": f"decided by the shapes of {names or 'the inputs'}, the same at these shapes",
-                   "constant": "decided by a constant, the same for every input"}.get(d.get("decided_by"), "")
+                   "constant": "decided by a constant, the same for every input"}.get(d.get("decided_by", ""), "")
             return f": it lies inside {d.get('op', 'If')} `{d.get('node')}`, {why}" if why else ""
     return ""
 

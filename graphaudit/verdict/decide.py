@@ -158,7 +158,7 @@ def coefficient_variation(static: dict | None, replay: dict | None, failure: str
                "the coefficients were not captured (no replay ran)")
         return Finding(NOT_MEASURED, f"Not measured: {why}.")
     # a family in one layer: layer identity explains nothing by construction, which says nothing
-    layers: dict[str, set] = {}
+    layers: dict[str | None, set] = {}  # a coefficient without a family counts under None
     for c in (replay or {}).get("coefficients") or []:
         if isinstance(c, dict):
             layers.setdefault(c.get("family"), set()).add(c.get("layer"))
