@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from tabulate import tabulate
 
@@ -12,6 +10,7 @@ from graphaudit.load.model import load_for_audit
 from graphaudit.load.repair import repair_note
 from graphaudit.analyses.summary import GraphSummary, summarize
 from graphaudit.wording import counted
+from graphaudit.report.jsondoc import command_json
 
 
 @click.command("inspect")
@@ -23,7 +22,7 @@ def inspect_cmd(model: str, graph_only: bool, fmt: str) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
     summary = summarize(load_for_audit(model, graph_only=graph_only))
     if fmt == "json":
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(command_json(summary.to_json()))
     else:
         click.echo(render_text(summary))
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from tabulate import tabulate
 
@@ -15,6 +13,7 @@ from graphaudit.profile.report import NODE_TIME_KINDS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.session import OPT_LEVELS
 from graphaudit.runtime.sessions import MAX_THREADS
+from graphaudit.report.jsondoc import command_json
 
 _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})
@@ -64,7 +63,7 @@ def profile_cmd(model, data, set_values, input_axes, baseline, runs, warmup, pro
                            budget=budget, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
                            limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
                            static=static, feeding=feeding)
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    click.echo(command_json(report.to_json()) if fmt == "json" else render_text(report))
 
 
 def render_text(r: ProfileReport) -> str:

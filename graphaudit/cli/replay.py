@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from graphaudit.replay.parity import DEFAULT_TOLERANCE
 from graphaudit.replay.pipeline import MAX_RESAMPLES, ReplayReport, replay
 from graphaudit.runtime.sessions import MAX_THREADS
 from graphaudit.verdict.decide import MATERIAL_NATS
+from graphaudit.report.jsondoc import command_json
 
 
 @click.command("replay")
@@ -77,7 +77,7 @@ def replay_cmd(model, calib, data, set_values, input_axes, names, axes, conditio
                     rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds),
                     feeding=feeding_of(set_values, input_axes),
                     progress=ProgressBar(quiet=quiet))
-    click.echo(json.dumps(report.to_json(), indent=2) if fmt == "json" else render_text(report))
+    click.echo(command_json(report.to_json()) if fmt == "json" else render_text(report))
 
 
 def _split(values: tuple[str, ...]) -> tuple[str, ...]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from tabulate import tabulate
 
@@ -17,6 +15,7 @@ from graphaudit.load.repair import repair_note
 from graphaudit.runtime.sessions import custom_operators
 from graphaudit.limits import check_shape
 from graphaudit.wording import counted, flops_cell, total_bound
+from graphaudit.report.jsondoc import command_json
 
 
 @click.command("static")
@@ -57,7 +56,7 @@ def static_cmd(ctx, model, block_pattern, coefficients, axes, shapes, data, set_
     # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
     lacking = custom_operators(loaded.model)
     if fmt == "json":
-        click.echo(json.dumps({**report.to_json(), "runtime_lacks": lacking}, indent=2))
+        click.echo(command_json({**report.to_json(), "runtime_lacks": lacking}))
     else:
         click.echo(render_text(report) + (f"\nONNX Runtime lacks {', '.join(lacking)}: graphaudit replay, profile "
                                           "and run cannot run this model" if lacking else ""))
