@@ -130,3 +130,15 @@ def test_the_schemas_fixed_sets_are_the_codes():
     assert set(profile["opt_level"]["enum"]) == set(ORT_LEVEL_NAMES.values())
     assert d["finding"]["properties"]["answer"]["enum"] == list(ANSWERS)
     assert d["run_document"]["properties"]["claims"]["items"]["properties"]["claim"]["enum"] == list(CLAIMS)
+
+
+def test_the_reference_names_every_top_level_field():
+    from support.zoo import ROOT
+
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8").split("## The JSON report", 1)[1]
+    d = schema()["$defs"]
+    for part in ("run_document", "static_fields", "replay_fields", "profile_fields", "inspect_document",
+                 "static_document"):
+        for field in d[part]["properties"]:
+            named = f"`{field}`" in text or f"`{field}[]`" in text
+            assert named, f"docs/reference.md's JSON section does not name {part}'s `{field}`"
