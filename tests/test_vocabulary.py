@@ -11,13 +11,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"
 
 
 def test_the_schema_lists_the_verdicts_the_vocabulary_defines():
-    verdict = schema()["$defs"]["static"]["properties"]["blocks"]["items"]["properties"]["verdict"]
+    verdict = schema()["$defs"]["static_fields"]["properties"]["blocks"]["items"]["properties"]["verdict"]
     assert sorted(verdict["enum"]) == sorted(VERDICTS)
     assert set(VERDICTS) > SAVES_COMPUTE and VERDICTS[-1] == BRANCH  # strongest last
 
 
 def test_the_schema_lists_the_claims_run_checks():
-    claim = schema()["properties"]["claims"]["items"]["properties"]["claim"]
+    claim = schema()["$defs"]["run_document"]["properties"]["claims"]["items"]["properties"]["claim"]
     assert claim["enum"] == list(CLAIM_FINDINGS)
     assert set(CLAIM_FINDINGS.values()) <= set(FINDINGS)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from graphaudit.analyses.summary import summarize
@@ -11,6 +9,7 @@ from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import OutputSettings, output_options
 from graphaudit.load.model import load_for_audit
 from graphaudit.report.inspect_text import render_text
+from graphaudit.report.jsondoc import command_json
 
 
 @click.command("inspect")
@@ -21,6 +20,6 @@ def inspect_cmd(model: str, graph_only: bool, out: OutputSettings) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
     summary = summarize(load_for_audit(model, graph_only=graph_only))
     if out.fmt == "json":
-        click.echo(json.dumps(summary.to_json(), indent=2))
+        click.echo(command_json(summary.to_json()))
     else:
         click.echo(render_text(summary))

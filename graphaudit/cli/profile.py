@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from graphaudit.analyses.static import audit_static
@@ -14,6 +12,7 @@ from graphaudit.profile import profile_model
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.session import OPT_LEVELS
 from graphaudit.profile.settings import ProfileSettings
+from graphaudit.report.jsondoc import command_json
 from graphaudit.report.profile_text import render_text
 from graphaudit.runtime.sessions import MAX_THREADS
 
@@ -61,4 +60,4 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     report = profile_model(loaded, data, settings, baseline=baseline, static=static)
-    click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))
+    click.echo(command_json(report.to_json()) if out.fmt == "json" else render_text(report))

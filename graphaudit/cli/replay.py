@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from graphaudit.replay.conditions import names as condition_names
 from graphaudit.replay.parity import DEFAULT_TOLERANCE
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
+from graphaudit.report.jsondoc import command_json
 from graphaudit.report.replay_text import render_text
 from graphaudit.runtime.sessions import MAX_THREADS
 
@@ -72,7 +72,7 @@ def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batc
                               provider=provider, threads=threads, flush_denormals=not keep_denormals,
                               rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding)
     report = replay(model, calib, data, settings, progress=ProgressBar(quiet=out.quiet))
-    click.echo(json.dumps(report.to_json(), indent=2) if out.fmt == "json" else render_text(report))
+    click.echo(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
 
 
 def _split(values: Sequence[str]) -> tuple[str, ...]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from graphaudit.analyses.static import EXPECTED_EXECUTION, audit_static
@@ -13,6 +11,7 @@ from graphaudit.errors import UsageError
 from graphaudit.limits import check_shape
 from graphaudit.load.data import data_shapes, input_specs
 from graphaudit.load.model import load_for_audit
+from graphaudit.report.jsondoc import command_json
 from graphaudit.report.static_text import render_text
 from graphaudit.runtime.sessions import custom_operators
 
@@ -50,7 +49,7 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, g
     # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
     lacking = custom_operators(loaded.model)
     if out.fmt == "json":
-        click.echo(json.dumps({**report.to_json(), "runtime_lacks": lacking}, indent=2))
+        click.echo(command_json({**report.to_json(), "runtime_lacks": lacking}))
     else:
         click.echo(render_text(report, lacking))
     problem = report.contradiction(expect) if expect else None

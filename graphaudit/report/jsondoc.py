@@ -1,9 +1,10 @@
-"""The audit as JSON: a versioned document described by `schema.json` (JSON Schema 2020-12).
+"""The audit as JSON: versioned documents described by `schema.json` (JSON Schema 2020-12).
 
-`version` is the document's schema version: it changes when a field is removed or changes
-meaning, not when one is added. The sub-reports (`static`, `replay`, `profile`) are those
-parts' own JSON, null when the part did not run; the schema names the fields the verdict
-and the other renderers read, and allows more.
+`version` is the documents' schema version: it changes when a field is removed or changes
+meaning, not when one is added. `run`'s document holds the parts (`static`, `replay`,
+`profile`) as their own JSON, null when the part did not run; `static`, `replay`, `profile`
+and `inspect` print theirs alone, with the same `version` first (`command_json`). The schema
+describes every field of each.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ SCHEMA_VERSION = "1.0"
 
 
 def schema() -> dict:
-    """Return the JSON Schema of the audit document."""
+    """Return the JSON Schema of every document the commands write (`$defs` names each)."""
     return json.loads(resources.files("graphaudit.report").joinpath("schema.json").read_text(encoding="utf-8"))
+
+
+def command_json(doc: dict) -> str:
+    """Return a command's own JSON document (static, replay, profile, inspect) as text, `version` first."""
+    return json.dumps({"version": SCHEMA_VERSION, **doc}, indent=2)
 
 
 def render_json(doc: dict) -> str:

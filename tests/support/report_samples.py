@@ -9,7 +9,9 @@ from graphaudit.verdict.decide import decide
 
 def static_doc(verdicts, conditional=None):
     blocks = [{"name": f"blocks.{i}", "index": i, "verdict": v, "flops": 1_000_000.0 * (i + 1),
-               "evidence": [f"evidence for block {i}"]} for i, v in enumerate(verdicts)]
+               "evidence": [{"kind": "gate", "node": f"gate_{i}", "op": "Mul", "tensor": f"gate_{i}",
+                             "dependence": "value", "text": f"evidence for block {i}"}]}
+              for i, v in enumerate(verdicts)]
     cond = any(v in ("branch", "subset") for v in verdicts) if conditional is None else conditional
     return {"blocks": blocks, "coefficients": [], "conditional_execution": cond}
 
@@ -57,8 +59,8 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
             "coverage": 0.97, "profiling_overhead": 1.3, "blocks": blocks + [OTHER], "inputs": inputs,
             "per_input": per_input,
             "baseline": None if ratio is None else {
-                "model": "dense.onnx", "latency_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1,
-                                                      "n": 20},
+                "model": "dense.onnx", "latency_ms": base_ms,
+                "latency_spread_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1, "n": 20},
                 "ratio": ratio, "ratio_spread": {"median": ratio, "p10": ratio - 0.05, "p90": ratio + 0.05, "n": 20},
                 "ratio_interval": {"low": ratio - 0.02, "high": ratio + 0.02, "level": 0.95, "rounds": 20},
                 "slower_pct": (ratio - 1) * 100}}
