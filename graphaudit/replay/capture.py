@@ -188,13 +188,14 @@ def capture(
     coefficients = tuple(coefficients)
     for c in coefficients:
         _batch_axis(c)
-    # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
-    key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None) \
-        if cache_dir is not None else None
-    folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
+    key: str | None = None
+    folder: Path | None = None
     made = _Made()  # what this call writes, removed again if it fails
     rebuilt = None
-    if folder is not None:
+    if cache_dir is not None:
+        # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
+        key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
+        folder = Path(cache_dir) / f"{label}-{key[:16]}"
         files = {c.tensor: _file(c) for c in coefficients}
         try:
             found = kept_cache(folder, key, {**files, _CHECK: _CHECK_FILE}, data.count, set(files))
@@ -219,7 +220,7 @@ def capture(
             raise GraphAuditError(
                 f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
             )
-        live: dict[str, np.ndarray] = {}
+        live = {}
         owned = None
         for rows, feeds in data.batches(batch_size):
             with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):

@@ -32,17 +32,17 @@ from typing import Generic, Protocol, TypeVar
 
 import onnx
 
-D = TypeVar("D")
+# Covariant: a result is read, never written, so a pass giving a subclass's details is a GraphPass of the base.
 D_co = TypeVar("D_co", covariant=True)
 
 
 @dataclass(frozen=True)
-class PassResult(Generic[D]):
+class PassResult(Generic[D_co]):
     """The model a pass made, whether it differs from the model handed in, and the pass's details."""
 
     model: onnx.ModelProto = field(repr=False)
     modified: bool
-    details: D
+    details: D_co
 
 
 class GraphPass(Protocol[D_co]):
