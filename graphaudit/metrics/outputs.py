@@ -200,7 +200,7 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
             # below. First, as its pass over `out` brings it into the cache for the scattered reads of targets.
-            assert reference.probs is not None and reference.neg_entropy is not None, "Reference.of fills both for logits"
+            assert reference.probs is not None and reference.neg_entropy is not None, "Reference.of fills both"
             kl = np.maximum(reference.neg_entropy - _expected_log(reference.probs, out), 0.0)
             sums[:, _COL["divergence"]] = _per_input(kl if tokens is None else np.where(tokens, kl, 0.0))
         truth = reference.targets if reference is not None and reference.targets is not None else \

@@ -140,20 +140,20 @@ class CoefficientCache:
 def batch_first(c: Coefficient, values: np.ndarray, count: int) -> np.ndarray:
     """`values` of `count` inputs in `c`'s own layout, with its batch axis moved to the front
     (a `batch*token` axis split into batch, token)."""
-    first = np.moveaxis(values, _batch_axis(c), 0)
+    first = np.moveaxis(values, batch_axis(c), 0)
     if MERGED not in c.axes:
         return first
     if count <= 0 or first.shape[0] % count:
         raise GraphAuditError(
             f"expected coefficient {c.tensor!r} to hold {count} inputs' tokens on its {MERGED!r} axis "
-            f"{_batch_axis(c)}, found shape {values.shape}"
+            f"{batch_axis(c)}, found shape {values.shape}"
         )
     return first.reshape(count, first.shape[0] // count, *first.shape[1:])
 
 
 def native(c: Coefficient, values: np.ndarray) -> np.ndarray:
     """Batch-first `values` back in `c`'s own layout, contiguous, ready to feed."""
-    axis = _batch_axis(c)
+    axis = batch_axis(c)
     if MERGED in c.axes:
         values = values.reshape(values.shape[0] * values.shape[1], *values.shape[2:])
     return np.ascontiguousarray(values if axis == 0 else np.moveaxis(values, 0, axis))
@@ -187,7 +187,7 @@ def capture(
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
-        _batch_axis(c)
+        batch_axis(c)
     key: str | None = None
     folder: Path | None = None
     made = _Made()  # what this call writes, removed again if it fails
@@ -335,7 +335,7 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
     if first.shape[0] != rows.stop - rows.start:
         raise GraphAuditError(
             f"expected coefficient {c.tensor!r} to have the batch ({rows.stop - rows.start} inputs) on its "
-            f"{BATCH!r} axis {_batch_axis(c)}, found shape {values.shape}"
+            f"{BATCH!r} axis {batch_axis(c)}, found shape {values.shape}"
         )
     return first
 
@@ -343,7 +343,8 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
 
 
 
-def _batch_axis(c: Coefficient) -> int:
+def batch_axis(c: Coefficient) -> int:
+    """Position of `c`'s batch axis (else its batch*token one); GraphAuditError when it has neither."""
     axis = c.axis(BATCH) if BATCH in c.axes else c.axis(MERGED)
     if axis is None:
         raise GraphAuditError(
