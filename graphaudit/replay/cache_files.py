@@ -48,7 +48,7 @@ class CacheDamage(Exception):
     """A kept cache that cannot be reused, and why (one clause, for the report's note)."""
 
 
-def cache_folder(folder: Path, cache_dir: str | Path) -> list[Path]:
+def cache_folder(folder: Path, cache_dir: str | os.PathLike[str]) -> list[Path]:
     """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder of
     its own; return the folders this made, outermost first."""
     missing = [p for p in reversed((folder, *folder.parents)) if not p.exists()]

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import mmap
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -165,7 +166,7 @@ def capture(
     data: InputData,
     *,
     batch_size: int,
-    cache_dir: str | Path | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     label: str = "data",
     providers: list[str] | None = None,
