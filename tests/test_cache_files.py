@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import graphaudit.replay.capture as capture_module
 from graphaudit.errors import GraphAuditError
-from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST
+from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST, kept_cache, seal
 from graphaudit.replay.capture import _CHECK_FILE, LiveCheck, capture
 from graphaudit.replay.capture import _file as file_of
 
@@ -205,6 +205,24 @@ def test_a_cached_pickle_is_never_loaded(clean, cache, tmp_path):
     np.savez(cache / LIVE_FILE, logits=np.array([_Mark(mark)], dtype=object))
     _rebuilt(clean, cache, r"(bytes, where the manifest says|not numbers)")
     assert not mark.exists()
+
+
+@pytest.mark.parametrize("file_digest", [True, False], ids=["python3.11", "python3.10"])
+def test_live_outputs_named_like_savez_arguments_are_kept_and_reused(tmp_path, monkeypatch, file_digest):
+    # outputs are the model's names: `file` and `allow_pickle` are np.savez's own arguments
+    if not file_digest:  # Python 3.10's hashlib has no file_digest
+        monkeypatch.delattr(hashlib, "file_digest", raising=False)
+    live = {"file": np.arange(3.0), "allow_pickle": np.ones((2, 2), np.float32), "logits": np.zeros((2, 1, 4))}
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    seal(folder, "key", 2, {}, live, [])
+    found = kept_cache(folder, "key", {}, 2, set())
+    assert found is not None
+    arrays, maps, kept = found
+    assert arrays == {} and maps == {} and list(kept) == list(live)
+    for name, values in live.items():
+        assert kept[name].dtype == values.dtype
+        np.testing.assert_array_equal(kept[name], values)
 
 
 def test_nan_in_a_cached_array_is_rebuilt_even_with_its_digest_recomputed(clean, cache):

@@ -6,7 +6,7 @@ import pytest
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.replay.capture import CoefficientCache
-from graphaudit.replay.conditions import conditions, derangement, names, position_orders, profiles
+from graphaudit.replay.conditions import conditions, derangement, names, position_orders, profiles, token_axis
 
 CONDITIONS = names()  # every registered condition, the replay's default
 
@@ -158,3 +158,10 @@ def test_token_shuffle_of_coefficients_over_fewer_positions_permutes_those_posit
     alone = conditions(["token_shuffle"], CoefficientCache((full,), {"score.0": arrays["score.0"]}, 4, {}),
                        evaluation, seed=3)
     np.testing.assert_array_equal(alone["token_shuffle"](full, rows), feeds["token_shuffle"](full, rows))
+
+
+def test_token_axis_of_a_coefficient_without_a_batch_axis_is_refused_in_one_line():
+    # metadata may declare any axes: the replay asks for the token axis before capture checks the batch axis
+    assert token_axis(MIX) == 2 and token_axis(Coefficient("g", "gate", 0, ("feature", "batch"))) is None
+    with pytest.raises(GraphAuditError, match="expected coefficient 'g' to name a 'batch' axis"):
+        token_axis(Coefficient("g", "gate", 0, ("token", "feature")))

@@ -200,6 +200,7 @@ def score(task: Task, out: np.ndarray, feeds: Mapping[str, np.ndarray], labels: 
         if reference is not None and reference.output is not out:
             # KL(correct ‖ this) = Σ p log p − Σ p log q per position; ≥ 0 but rounding can dip a hair
             # below. First, as its pass over `out` brings it into the cache for the scattered reads of targets.
+            assert reference.probs is not None and reference.neg_entropy is not None, "Reference.of fills both"
             kl = np.maximum(reference.neg_entropy - _expected_log(reference.probs, out), 0.0)
             sums[:, _COL["divergence"]] = _per_input(kl if tokens is None else np.where(tokens, kl, 0.0))
         truth = reference.targets if reference is not None and reference.targets is not None else \
@@ -237,9 +238,10 @@ class Targets:
     def of(cls, task: Task, shape: tuple[int, ...], feeds: Mapping[str, np.ndarray],
            labels: Mapping[str, np.ndarray]) -> Targets | None:
         """The targets of a batch whose log-probabilities have `shape`; None when the task has none."""
-        targets, mask = _targets(task, feeds, labels)
-        if targets is None:
+        found = _targets(task, feeds, labels)
+        if found is None:
             return None
+        targets, mask = found
         classes = shape[-1]
         _check_range(task, targets, mask, classes)
         # target p of input b scores row b·(rows per input) + p of the output's rows of `classes`
@@ -291,6 +293,7 @@ def _score_bernoulli(sums: np.ndarray, task: Task, out: np.ndarray, labels: Mapp
     log_p, log_q = bernoulli_logs(out)
     if reference is not None and reference.output is not out:
         p = reference.probs
+        assert p is not None and reference.neg_entropy is not None, "Reference.of fills both for a Bernoulli task"
         kl = np.maximum(reference.neg_entropy - (p * log_p + (1 - p) * log_q), 0.0)  # rounding dips below 0
         sums[:, _COL["divergence"]] = _per_input(kl)
     if task.labels is not None:
@@ -348,7 +351,8 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
         return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _targets(task: Task, feeds, labels) -> tuple[np.ndarray, np.ndarray] | None:
+    """(targets, where scored) of a batch; None when the task has no targets."""
     if task.kind == "causal_lm":
         ids = labels[task.labels] if task.labels is not None else feeds[task.ids]
         targets = ids[:, 1:].astype(np.int64, copy=False)
@@ -358,7 +362,7 @@ def _targets(task: Task, feeds, labels) -> tuple[np.ndarray | None, np.ndarray |
     elif task.kind == "classification" and task.labels is not None:
         targets = labels[task.labels].astype(np.int64, copy=False)
     else:
-        return None, None
+        return None
     return targets, targets != IGNORE_INDEX
 
 

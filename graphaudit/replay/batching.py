@@ -41,7 +41,7 @@ def batches_for(loaded: LoadedModel, batch_size: int | None, calibration: InputD
     when needed, without coefficient names."""
     feeding = evaluation.feeding
     fixed = fixed_batch(input_specs(loaded.model, feeding=feeding))
-    notes = []
+    notes: list[str | None] = []
     if batch_size is None:
         batch_size, why = default_batch_size(loaded, model_decides, evaluation.run_shapes(evaluation.count), feeding)
         notes.append(why)
@@ -49,8 +49,7 @@ def batches_for(loaded: LoadedModel, batch_size: int | None, calibration: InputD
         notes.append(fixed_note(batch_size))
     calibration, cut = whole_batches(calibration, fixed)
     evaluation, cut_too = whole_batches(evaluation, fixed)
-    notes = [n for n in (*notes, cut, cut_too) if n]
-    return batch_size, calibration, evaluation, "; ".join(notes) or None
+    return batch_size, calibration, evaluation, "; ".join(n for n in (*notes, cut, cut_too) if n) or None
 
 
 def default_batch_size(loaded: LoadedModel, conditional_execution: bool | None = None,

@@ -29,6 +29,7 @@ import stat
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class CacheDamage(Exception):
     """A kept cache that cannot be reused, and why (one clause, for the report's note)."""
 
 
-def cache_folder(folder: Path, cache_dir: str | Path) -> list[Path]:
+def cache_folder(folder: Path, cache_dir: str | os.PathLike[str]) -> list[Path]:
     """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder of
     its own; return the folders this made, outermost first."""
     missing = [p for p in reversed((folder, *folder.parents)) if not p.exists()]
@@ -107,9 +108,9 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
     live_partial = partial_name(folder, LIVE_FILE)
     partials.append(live_partial)
     with _create(live_partial) as f:
-        np.savez(f, **live)
+        _write_npz(f, live)
     with _open(live_partial) as f:
-        entry = {"bytes": os.fstat(f.fileno()).st_size, "sha256": hashlib.file_digest(f, "sha256").hexdigest()}
+        entry = {"bytes": os.fstat(f.fileno()).st_size, "sha256": _file_digest(f)}
     manifest = {"format": FORMAT, "key": key, "count": count, "arrays": arrays, "live": entry}
     manifest_partial = partial_name(folder, MANIFEST)
     partials.append(manifest_partial)
@@ -150,8 +151,7 @@ def kept_cache(folder: Path, key: str, files: Mapping[str, str], count: int,
         return None
     refuse_link(folder)
     refuse_folders(folder, (MANIFEST, LIVE_FILE, *files.values()))
-    manifest = _manifest(folder)
-    _check_manifest(manifest, key, files, count, finite)
+    manifest = _check_manifest(_manifest(folder), key, files, count, finite)
     mapped: dict[str, tuple[np.ndarray, mmap.mmap]] = {}
     try:
         for name, entry in manifest["arrays"].items():
@@ -187,12 +187,14 @@ def _manifest(folder: Path) -> object:
         raise CacheDamage(f"{path} is not JSON ({type(err).__name__})") from None
 
 
-def _check_manifest(doc: object, key: str, files: Mapping[str, str], count: int, finite: set[str]) -> None:
-    """Check the manifest's keys and types by hand, and that it is this cache's: CacheDamage if not."""
+def _check_manifest(doc: object, key: str, files: Mapping[str, str], count: int,
+                    finite: set[str]) -> dict[str, Any]:
+    """Return the manifest `doc` once its keys and types are checked by hand, and that it is this
+    cache's: CacheDamage if not."""
     where = "its manifest.json"
     if isinstance(doc, dict) and "format" in doc and (doc["format"] != FORMAT or type(doc["format"]) is not int):
         raise CacheDamage(f"{where} has format {doc['format']!r}, not {FORMAT} (another graphaudit wrote it)")
-    _keys(doc, {"format", "key", "count", "arrays", "live"}, where)
+    doc = _keys(doc, {"format", "key", "count", "arrays", "live"}, where)
     if doc["key"] != key:
         raise CacheDamage(f"{where} has another key than the model, data and settings give")
     if doc["count"] != count or type(doc["count"]) is not int:
@@ -210,13 +212,16 @@ def _check_manifest(doc: object, key: str, files: Mapping[str, str], count: int,
         _file_entry(entry, f"{where}'s entry for {name!r}")
     _keys(doc["live"], {"bytes", "sha256"}, f"{where}'s entry for {LIVE_FILE}")
     _file_entry(doc["live"], f"{where}'s entry for {LIVE_FILE}")
+    return doc
 
 
-def _keys(value: object, keys: set[str], where: str) -> None:
+def _keys(value: object, keys: set[str], where: str) -> dict[str, Any]:
+    """Return `value` once it is a JSON object with exactly `keys`: CacheDamage if not."""
     if not isinstance(value, dict):
         raise CacheDamage(f"{where} is not a JSON object (found {type(value).__name__})")
     if set(value) != keys:
         raise CacheDamage(f"{where} has keys {sorted(value)}, not {sorted(keys)}")
+    return value
 
 
 def _file_entry(entry: dict, where: str) -> None:
@@ -267,7 +272,7 @@ def _checked_live(path: Path, entry: dict) -> dict[str, np.ndarray]:
     """The live outputs in `path` once its size and digest agree with its manifest `entry`."""
     with _open(path) as f:
         size = os.fstat(f.fileno()).st_size
-        if size != entry["bytes"] or hashlib.file_digest(f, "sha256").hexdigest() != entry["sha256"]:
+        if size != entry["bytes"] or _file_digest(f) != entry["sha256"]:
             raise CacheDamage(f"{path} does not match its size and SHA-256 digest (changed since it was written)")
         f.seek(0)
         try:
@@ -285,6 +290,23 @@ def _close(mapping: mmap.mmap) -> None:
 def _all_finite(array: np.ndarray) -> bool:
     rows = max(1, _CHUNK // max(1, array[0].nbytes)) if len(array) else 1
     return all(np.isfinite(array[start:start + rows]).all() for start in range(0, len(array), rows))
+
+
+def _write_npz(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
+    """Write `arrays` to `f` as np.savez does, an uncompressed .npz: not through its keywords, where an
+    output named `file` or `allow_pickle` would be taken for its argument."""
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=True)
+
+
+def _file_digest(f: BinaryIO) -> str:
+    """The SHA-256 digest of the rest of `f`, read in chunks (hashlib.file_digest is Python 3.11's)."""
+    digest = hashlib.sha256()
+    while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _digest(mapping: mmap.mmap) -> str:

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import mmap
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -140,20 +141,20 @@ class CoefficientCache:
 def batch_first(c: Coefficient, values: np.ndarray, count: int) -> np.ndarray:
     """`values` of `count` inputs in `c`'s own layout, with its batch axis moved to the front
     (a `batch*token` axis split into batch, token)."""
-    first = np.moveaxis(values, _batch_axis(c), 0)
+    first = np.moveaxis(values, batch_axis(c), 0)
     if MERGED not in c.axes:
         return first
     if count <= 0 or first.shape[0] % count:
         raise GraphAuditError(
             f"expected coefficient {c.tensor!r} to hold {count} inputs' tokens on its {MERGED!r} axis "
-            f"{_batch_axis(c)}, found shape {values.shape}"
+            f"{batch_axis(c)}, found shape {values.shape}"
         )
     return first.reshape(count, first.shape[0] // count, *first.shape[1:])
 
 
 def native(c: Coefficient, values: np.ndarray) -> np.ndarray:
     """Batch-first `values` back in `c`'s own layout, contiguous, ready to feed."""
-    axis = _batch_axis(c)
+    axis = batch_axis(c)
     if MERGED in c.axes:
         values = values.reshape(values.shape[0] * values.shape[1], *values.shape[2:])
     return np.ascontiguousarray(values if axis == 0 else np.moveaxis(values, 0, axis))
@@ -165,7 +166,7 @@ def capture(
     data: InputData,
     *,
     batch_size: int,
-    cache_dir: str | Path | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
     memory_limit: int = DEFAULT_MEMORY_LIMIT,
     label: str = "data",
     providers: list[str] | None = None,
@@ -187,14 +188,15 @@ def capture(
     """
     coefficients = tuple(coefficients)
     for c in coefficients:
-        _batch_axis(c)
-    # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
-    key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None) \
-        if cache_dir is not None else None
-    folder = Path(cache_dir) / f"{label}-{key[:16]}" if cache_dir is not None else None
+        batch_axis(c)
+    key: str | None = None
+    folder: Path | None = None
     made = _Made()  # what this call writes, removed again if it fails
     rebuilt = None
-    if folder is not None:
+    if cache_dir is not None:
+        # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
+        key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
+        folder = Path(cache_dir) / f"{label}-{key[:16]}"
         files = {c.tensor: _file(c) for c in coefficients}
         try:
             found = kept_cache(folder, key, {**files, _CHECK: _CHECK_FILE}, data.count, set(files))
@@ -219,7 +221,7 @@ def capture(
             raise GraphAuditError(
                 f"expected the trace graph to output every coefficient, found {sorted(missing)} missing"
             )
-        live: dict[str, np.ndarray] = {}
+        live = {}
         owned = None
         for rows, feeds in data.batches(batch_size):
             with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
@@ -334,7 +336,7 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
     if first.shape[0] != rows.stop - rows.start:
         raise GraphAuditError(
             f"expected coefficient {c.tensor!r} to have the batch ({rows.stop - rows.start} inputs) on its "
-            f"{BATCH!r} axis {_batch_axis(c)}, found shape {values.shape}"
+            f"{BATCH!r} axis {batch_axis(c)}, found shape {values.shape}"
         )
     return first
 
@@ -342,7 +344,8 @@ def _rows_of(c: Coefficient, values: np.ndarray, rows: slice) -> np.ndarray:
 
 
 
-def _batch_axis(c: Coefficient) -> int:
+def batch_axis(c: Coefficient) -> int:
+    """Position of `c`'s batch axis (else its batch*token one); GraphAuditError when it has neither."""
     axis = c.axis(BATCH) if BATCH in c.axes else c.axis(MERGED)
     if axis is None:
         raise GraphAuditError(

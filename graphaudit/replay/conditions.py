@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.replay.capture import batch_axis
 from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 if TYPE_CHECKING:  # only named here: the verdict and the reports read this module without ONNX Runtime
@@ -110,10 +111,10 @@ def token_axis(c: Coefficient) -> int | None:
     """Position of `c`'s token axis once its batch axis is moved to the front."""
     if MERGED in c.axes:
         return 1  # split right after the batch
-    t, b = c.axis(TOKEN), c.axis(BATCH)
+    t = c.axis(TOKEN)
     if t is None:
         return None
-    return t + 1 if t < b else t
+    return t + 1 if t < batch_axis(c) else t
 
 
 def token_weights(c: Coefficient, shape: tuple[int, ...], tokens: np.ndarray | None, rows) -> np.ndarray | None:
@@ -131,7 +132,7 @@ def profiles(calib: CoefficientCache, chunk: int = 64, tokens: np.ndarray | None
     """Return the calibration profiles, streaming over the cache `chunk` inputs at a time.
     `tokens`: (inputs, positions), False where an input is padded; padded positions are left out."""
     sums: dict[str, np.ndarray] = {}
-    counts: dict[str, np.ndarray | float] = {}  # values summed at each position: inputs, less the padded
+    counts: dict[str, np.ndarray] = {}  # values summed at each position: inputs, less the padded
     for rows, values in calib.chunks(chunk):
         for c in calib.coefficients:
             v, w = values[c.tensor], token_weights(c, calib.shape(c), tokens, rows)
@@ -151,6 +152,7 @@ def profiles(calib: CoefficientCache, chunk: int = 64, tokens: np.ndarray | None
             family_count[c.family] = family_count.get(c.family, 0) + int(np.prod(calib.shape(c)))
         else:
             n = counts[c.tensor]
+            assert t is not None, "token_weights weighs only a coefficient with a token axis"
             layer[c.tensor] = total.sum(axis=t, keepdims=True) / n.sum(axis=t, keepdims=True)
             with np.errstate(invalid="ignore", divide="ignore"):  # a position every input pads: its layer mean
                 position[c.tensor] = np.where(n > 0, total / n, layer[c.tensor])
@@ -172,6 +174,12 @@ class Drawn:
     profiles: Profiles | None = None  # the calibration means
 
 
+def _profiles(d: Drawn) -> Profiles:
+    """The calibration profiles, which `conditions` draws for every CALIBRATION condition."""
+    assert d.profiles is not None, "conditions() draws the profiles for a CALIBRATION condition"
+    return d.profiles
+
+
 def correct(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     """The inputs' own cached coefficients."""
     return d.evaluation.rows(c, rows)
@@ -179,6 +187,7 @@ def correct(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
 
 def cross_input(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     """The coefficients of each input's partner."""
+    assert d.partner is not None, "conditions() draws partners for a PARTNERS condition"
     return d.evaluation.rows(c, d.partner[rows])
 
 
@@ -187,6 +196,7 @@ def token_shuffle(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     values, t = d.evaluation.rows(c, rows), token_axis(c)
     if t is None:
         return values
+    assert d.orders is not None, "conditions() draws orders for an ORDERS condition"
     order = d.orders[values.shape[t]]
     # as lines: (input, axes before t, position) → the values after t; input b's lines in the order σ_b
     count, length = values.shape[0], values.shape[t]
@@ -198,13 +208,13 @@ def token_shuffle(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
 
 def static_layer(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     """The calibration mean of `c` over inputs and tokens."""
-    prof = d.profiles
+    prof = _profiles(d)
     return prof.filled("layer", c, (len(rows), *d.evaluation.shape(c)[1:]), lambda: prof.layer[c.tensor])
 
 
 def static_position(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     """The calibration mean of `c` over inputs, at each position."""
-    prof, t = d.profiles, token_axis(c)
+    prof, t = _profiles(d), token_axis(c)
     mean, size = prof.position[c.tensor], d.evaluation.shape(c)
     if t is not None and mean.shape[t] < size[t]:
         raise GraphAuditError(
@@ -217,7 +227,7 @@ def static_position(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
 
 def global_mean(d: Drawn, c: Coefficient, rows: np.ndarray) -> np.ndarray:
     """The calibration mean of `c`'s family over every layer, slot, input and token."""
-    prof = d.profiles
+    prof = _profiles(d)
     return prof.filled("global", c, (len(rows), *d.evaluation.shape(c)[1:]), lambda: np.asarray(prof.family[c.family]))
 
 

@@ -62,8 +62,8 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     copies = (loaded.external_files if loaded.weights_folder is not None
               and out_dir.resolve() != loaded.weights_folder else ())
     _refuse_targets(paths, loaded.source_files, copies, out_dir)
-    frozen = Freeze(coefficients)(loaded.model)
-    trace = Trace(coefficients)(loaded.model).model
+    frozen = Freeze(tuple(coefficients))(loaded.model)
+    trace = Trace(tuple(coefficients))(loaded.model).model
     created = _make_folders(out_dir)
     try:
         try:
@@ -175,7 +175,9 @@ def _stage_weights(locations: tuple[str, ...], source: Path | None, out_dir: Pat
     """Put each external-data file to place in `out_dir` into `stage` (a copy, cloned where the file
     system can, or with `link` a hard link, else a copy); return those staged. One already in
     `out_dir` (the same file, or the copy made before) stays; another file there is refused."""
-    staged = []
+    staged: list[str] = []
+    if source is None:  # no external weights (`locations` is empty): nothing to place
+        return staged
     for location in locations:
         original, target = source / location, out_dir / location
         if target.exists() or target.is_symlink():  # a broken link too: a copy would land where it points

@@ -74,7 +74,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
         overlap = spare_core(session)
     with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
         start = runner.submit if runner is not None else _run_now
-        in_flight: tuple[Future | _Done, _Batch] | None = None
+        in_flight: tuple[Future | _Done, _Batch, str] | None = None
         for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
             batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
@@ -132,7 +132,7 @@ class _Batch:
     scored: dict[str, np.ndarray] = field(default_factory=dict)
     finished: int = 0  # runs scored or failed
     index: np.ndarray = field(init=False)  # the batch's input numbers
-    weights: np.ndarray | None = None  # their bootstrap weights
+    weights: np.ndarray = field(init=False)  # their bootstrap weights, drawn by the loop for `index`
 
     def __post_init__(self) -> None:
         self.index = np.arange(self.rows.start, self.rows.stop)

@@ -168,6 +168,7 @@ class EveryInputCheck:
     def result(self) -> EveryInputParity | None:
         if self.worst is None:
             return None
+        assert self.kind is not None, "compare sets the kind before the worst difference"
         return EveryInputParity(self.kind, self.inputs, self.values, self.worst[0], self.tolerance, *self.worst[1:])
 
 
@@ -279,8 +280,8 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
         at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
         if diff.size and (worst is None or diff[at] > worst[0]):
             worst = (float(diff[at]), name, tuple(int(i) for i in at), float(live[at]), float(frozen[at]))
-    value, name, at, live_v, frozen_v = worst if worst else (0.0, names[0], (), 0.0, 0.0)
-    parity = Parity(value <= tolerance, value, tolerance, name, at, live_v, frozen_v, len(index))
+    value, name, where, live_v, frozen_v = worst if worst else (0.0, names[0], (), 0.0, 0.0)
+    parity = Parity(value <= tolerance, value, tolerance, name, where, live_v, frozen_v, len(index))
     if not parity.ok:
         raise ParityError(parity)
     return parity

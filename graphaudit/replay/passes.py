@@ -28,21 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 import onnx
 
-D = TypeVar("D")
+# Covariant: a result is read, never written, so a pass giving a subclass's details is a GraphPass of the base.
 D_co = TypeVar("D_co", covariant=True)
+D = TypeVar("D")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class PassResult(Generic[D]):
+class PassResult(Generic[D_co]):
     """The model a pass made, whether it differs from the model handed in, and the pass's details."""
 
     model: onnx.ModelProto = field(repr=False)
     modified: bool
-    details: D
+    details: D_co
 
 
 class GraphPass(Protocol[D_co]):
@@ -55,9 +57,9 @@ class GraphPass(Protocol[D_co]):
 class Step:
     """One pass of a `run_passes` run: the pass, whether it changed the model, and its details."""
 
-    graph_pass: object
+    graph_pass: GraphPass[Any]
     modified: bool
-    details: object
+    details: Any  # what `graph_pass` gave: a step's pass is any kind
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,12 @@ class Steps:
 
     steps: tuple[Step, ...] = ()
 
-    def of(self, kind: type, default: object = None) -> object:
+    @overload
+    def of(self, kind: type[GraphPass[D]]) -> D | None: ...
+    @overload
+    def of(self, kind: type[GraphPass[D]], default: T) -> D | T: ...
+
+    def of(self, kind: type[GraphPass[Any]], default: object = None) -> object:
         """Return the details of the first step whose pass is a `kind`, else `default`."""
         return next((s.details for s in self.steps if isinstance(s.graph_pass, kind)), default)
 

@@ -112,7 +112,7 @@ def _cheap(graph: onnx.GraphProto, nodes, reads, coefficients: Sequence[str]) ->
     values (`Shape` and `Size` read only a shape)."""
     valued = {i.name for i in graph.input} - {t.name for t in graph.initializer}
     valued |= set(coefficients)
-    cheap = set()
+    cheap: set[str] = set()
     for node in nodes:
         if node.op_type in ("Shape", "Size") and not node.domain:
             outputs_valued = False
@@ -143,7 +143,7 @@ def _needed(nodes: list[onnx.NodeProto], reads: dict[int, set[str]], wanted: lis
 def _types(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     """Each value's type (element type at least) by name, as the frozen graph declares them
     (the loader wrote shape inference's findings into it)."""
-    found = {}
+    found: dict[str, onnx.ValueInfoProto] = {}
     for v in (*model.graph.value_info, *model.graph.output):
         if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
             found.setdefault(v.name, v)

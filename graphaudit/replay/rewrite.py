@@ -79,7 +79,8 @@ def _rewritten(model: onnx.ModelProto, kinds: Collection[str],
     outer = {o.name for o in graph.output} | body_reads(graph)  # values read past the main graph's nodes
     softmax_only = _read_only_by_softmax(readers, outer)
     biased = _biased_matmuls(model, original, readers, outer, names) if "matmul_bias" in kinds else _Biased()
-    nodes, made = [], Counter()
+    nodes: list[onnx.NodeProto] = []
+    made: Counter[str] = Counter()
     for node in original:
         new = None
         if id(node) in biased.done:
@@ -183,7 +184,7 @@ def _biased_matmuls(model: onnx.ModelProto, nodes: list[onnx.NodeProto], readers
         add = after[0]
         bias = next((b for b in add.input if b != node.output[0]), None)
         if add.op_type == "Add" and not add.domain and len(add.input) == 2 and node.output[0] in add.input \
-                and found.weights.get(bias) == (found.weights[w][1],):
+                and bias is not None and found.weights.get(bias) == (found.weights[w][1],):
             found.pairs[id(node)] = (add, bias)
     return found
 
@@ -203,7 +204,7 @@ def _matmul_bias(node, add, bias, biased: _Biased, names):
              helper.make_node("Gemm", [rows, w, bias], [product], name=names.fresh(f"{node.name}/gemm"))]
     lead = names.dims[x][:-1]
     key = (lead, e) if all(lead) else None  # a dimension the graph does not name or size is nobody's twin
-    shape = biased.shapes.get(key)
+    shape = biased.shapes.get(key) if key is not None else None
     if shape is None:
         # read the leading dimensions off a graph input that has them (a transformer's input ids),
         # which every part of a cut graph can read (graphaudit.replay.prefix), else off x itself
@@ -255,7 +256,8 @@ def _einsum(node, names):
     if len(free_left) != 1 or len(free_right) != 1 or len(summed) != 1 or alone or set(out) - set(left + right):
         return None
     product = [*batch, free_left[0], free_right[0]]
-    steps, inputs = [], []
+    steps: list[onnx.NodeProto] = []
+    inputs: list[str] = []
     for operand, name, order in ((left, node.input[0], [*batch, free_left[0], summed[0]]),
                                  (right, node.input[1], [*batch, summed[0], free_right[0]])):
         inputs.append(_transposed(name, operand, order, node, names, steps))

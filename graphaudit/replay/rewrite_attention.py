@@ -159,9 +159,10 @@ def _match(softmax, only, readers, outer, dims, types, constants) -> _Match | No
             return None
         chain.append(add)
         scaled = product
-    scale, qk = _scale(scaled, only, constants, chain)
-    if qk is None:
+    found = _scale(scaled, only, constants, chain)
+    if found is None:
         return None
+    scale, qk = found
     q4 = _heads(qk.input[0], [_HEADS_FIRST], only, chain)
     k4 = _heads(qk.input[1], [[0, 2, 3, 1]], only, chain) or _two_transposes(qk.input[1], only, chain)
     after = readers.get(softmax.output[0], [])
@@ -185,11 +186,11 @@ def _match(softmax, only, readers, outer, dims, types, constants) -> _Match | No
     if v_dims[2] != kv_heads or q_dims[3] != k_dims[3] or heads % kv_heads or len(out_dims) != 3 \
             or out_dims[2] != heads * v_dims[3] or q_dims[:2] != out_dims[:2]:
         return None
-    sources = [_source(n, d, dims) for n, d in ((q4, q_dims), (k4, k_dims), (v4, v_dims))]
-    if None in sources:
+    q, k, v = (_source(n, d, dims) for n, d in ((q4, q_dims), (k4, k_dims), (v4, v_dims)))
+    if q is None or k is None or v is None:
         return None
     chain += [weighted, back[0], merge[0]]
-    return _Match(tuple(id(n) for n in chain), id(merge[0]), *sources, mask, scale, heads, kv_heads,
+    return _Match(tuple(id(n) for n in chain), id(merge[0]), q, k, v, mask, scale, heads, kv_heads,
                   merge[0].output[0])
 
 
@@ -198,26 +199,26 @@ def _is_scaled_product(value: str, only) -> bool:
     return node is not None
 
 
-def _scale(value: str, only, constants, chain) -> tuple[float | None, onnx.NodeProto | None]:
-    """The scale of the scores (None: none applied, MatMul straight) and the MatMul of q by kᵀ."""
+def _scale(value: str, only, constants, chain) -> tuple[float, onnx.NodeProto] | None:
+    """The scale of the scores (1.0: none applied, MatMul straight) and the MatMul of q by kᵀ; None if no such."""
     for op in ("Div", "Mul"):
         node = only(value, op)
         if node is None:
             continue
         constant = next((i for i in node.input if i in constants), None)
         if constant is None or (op == "Div" and node.input[1] != constant):
-            return None, None
+            return None
         c = np.float32(constants[constant].reshape(-1)[0])  # one element, of any shape
         product = only(next(i for i in node.input if i != constant), "MatMul")
         if product is None or c == 0 or not np.isfinite(c):
-            return None, None
+            return None
         chain += [node, product]
         return float(np.float32(1) / c) if op == "Div" else float(c), product
     product = only(value, "MatMul")
     if product is not None:
         chain.append(product)
         return 1.0, product
-    return None, None
+    return None
 
 
 def _heads(value: str, perms, only, chain) -> onnx.NodeProto | None:
