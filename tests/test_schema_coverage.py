@@ -112,8 +112,8 @@ def test_the_schemas_fixed_sets_are_the_codes():
     from graphaudit.replay.rewrite import KINDS as REWRITES
     from graphaudit.replay.variance import SHARES
     from graphaudit.verdict.decide import CLAIM_FINDINGS
-    from graphaudit.vocabulary import VERDICTS
     from graphaudit.verdict.findings import ANSWERS
+    from graphaudit.vocabulary import VERDICTS
 
     d = schema()["$defs"]
     static, replay, profile = d["static_fields"]["properties"], d["replay_fields"]["properties"], d["profile_fields"]["properties"]

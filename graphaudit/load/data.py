@@ -62,7 +62,7 @@ class InputData:
         """How these inputs are fed, as a Feeding (for checking them against another model)."""
         return Feeding(dict(self.fixed), dict(self.axes))
 
-    def feeds(self, rows: Sequence[int] | slice) -> dict[str, np.ndarray]:
+    def feeds(self, rows: Sequence[int] | np.ndarray | slice) -> dict[str, np.ndarray]:
         """The inputs of the examples at `rows`, each taken along its example axis, with the
         values fed whole."""
         index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
@@ -78,7 +78,7 @@ class InputData:
             rows = slice(start, min(start + batch_size, self.count))
             yield rows, self.feeds(rows)
 
-    def subset(self, rows: Sequence[int] | slice, source: str | None = None) -> InputData:
+    def subset(self, rows: Sequence[int] | np.ndarray | slice, source: str | None = None) -> InputData:
         """The examples at `rows`, as a new InputData."""
         index = rows if isinstance(rows, slice) else np.asarray(rows, dtype=np.int64)
         arrays = {k: v for k, v in self.feeds(rows).items() if k in self.arrays}
