@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     that is removed however the command ends (SIGTERM and SIGHUP unwind like Ctrl-C)."""
     from graphaudit.files import scratch
 
+    _notes_to_stderr()
     try:
         with scratch.session():
             status = _run(argv)
@@ -78,6 +79,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _notes_to_stderr() -> None:
+    """What the library notes on the way (the logger "graphaudit": e.g. CUDA offered but not usable,
+    so the CPU runs) reaches stderr as one line each."""
+    import logging
+
+    class ToStderr(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            click.echo(f"graphaudit: note: {record.getMessage()}", err=True)  # sys.stderr as it is now
+
+    logger = logging.getLogger("graphaudit")
+    if not any(type(h).__name__ == "ToStderr" for h in logger.handlers):
+        logger.addHandler(ToStderr())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _run(argv: list[str] | None) -> int:
