@@ -27,7 +27,21 @@ COMMANDS = {
     "run": "graphaudit.cli.run:run_cmd",
     "replay": "graphaudit.cli.replay:replay_cmd",
     "freeze": "graphaudit.cli.freeze:freeze_cmd",
+    "report": "graphaudit.cli.report:report_cmd",
 }
+
+# The format an output file's suffix names, where --format does not say.
+SUFFIX_FORMATS = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
+                  ".txt": "text"}
+
+
+def output_format(fmt: str | None, output: str | None, default: str = "text") -> str:
+    """The report format: --format when given, else the one -o's suffix names, else `default`."""
+    if fmt is not None:
+        return fmt
+    if output is not None and output != "-":
+        return SUFFIX_FORMATS.get(os.path.splitext(str(output))[1].lower(), default)
+    return default
 
 REWRITE_HELP = ("Replay the frozen graph's operators as exported. By default, on the CPU, a masked fill (Where "
                 "of an infinite constant before a Softmax) runs as an Add of the mask's bias, a two-operand "
