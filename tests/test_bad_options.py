@@ -120,7 +120,7 @@ def test_invalid_shape(files, capfd, shape, message):
     (["run", "{m}", "--calib", "{c}", "--claim", "compute-savings"],
      r"expected --baseline with --claim compute-savings"),
     (["frobnicate", "{m}"],
-     r"expected a command among demo, freeze, inspect, profile, replay, run, static, found 'frobnicate'"),
+     r"expected a command among demo, freeze, inspect, profile, replay, report, run, static, found 'frobnicate'"),
 ], ids=["replay-batch-size-0", "profile-batch-size-0", "runs-0", "threads-negative", "limit-0", "resamples-0", "run-seed-negative",
         "replay-seed-negative", "unknown-condition", "negative-tolerance", "unknown-format", "unknown-option",
         "missing-option", "claim-without-baseline", "unknown-command"])

@@ -66,6 +66,59 @@ def test_text_is_escaped():
     assert "<b>evil</b>" not in page and "&lt;b&gt;evil&lt;/b&gt;" in page
 
 
+# Run in the page by the browser test only (the report itself has no script): every drawn element
+# of every figure inside its figure's box, as the browser laid it out; no sideways scroll; no
+# resource fetched; the findings written into the DOM for --dump-dom to bring back.
+CHECK = """<script>
+const clipped = [];
+for (const chart of document.querySelectorAll("svg.chart")) {
+  const box = chart.getBoundingClientRect();
+  for (const el of chart.querySelectorAll("rect, line, circle, text")) {
+    const r = el.getBoundingClientRect();
+    if (r.left < box.left - 1 || r.top < box.top - 1 || r.right > box.right + 1 || r.bottom > box.bottom + 1)
+      clipped.push(chart.dataset.chart + ": " + el.tagName + " " + (el.textContent || "").slice(0, 40));
+  }
+}
+const result = {clipped: clipped, scroll: document.documentElement.scrollWidth - window.innerWidth,
+                resources: performance.getEntriesByType("resource").map(e => e.name)};
+document.body.setAttribute("data-check", JSON.stringify(result));
+</script>"""
+
+
+def _browse(browser, tmp_path, page: str, width: int) -> tuple[dict, str]:
+    """What the browser found in `page` at `width` CSS pixels, and its log; a screenshot beside."""
+    import json
+    from html import unescape
+
+    path = tmp_path / f"report-{width}.html"
+    path.write_text(page.replace("</body>", CHECK + "</body>"), encoding="utf-8")
+    command = [browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}",
+               f"--window-size={width},2400", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=3000"]
+    dom = subprocess.run(command + ["--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'data-check="([^"]*)"', dom.stdout)
+    assert found, "the browser ran no check (is JavaScript off?)"
+    shot = tmp_path / f"report-{width}.png"
+    subprocess.run(command + [f"--screenshot={shot}", path.as_uri()], capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000  # a page with figures, not a blank one
+    return json.loads(unescape(found.group(1))), dom.stderr
+
+
+@pytest.mark.parametrize("sample", [featuregate, mudd, earlyexit, dense], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("width", [1100, 420])
+def test_a_browser_shows_every_report_unclipped_loading_nothing_and_without_errors(tmp_path, sample, width):
+    browser = find_browser()
+    if browser is None:
+        pytest.skip("no headless browser found (install Chromium, e.g. `apt-get install chromium`, "
+                    "or set GRAPHAUDIT_BROWSER)")
+    check, log = _browse(browser, tmp_path, render(document(sample()), "html"), width)
+    assert check["clipped"] == [], check["clipped"][:5]
+    assert check["scroll"] <= 0, f"the page scrolls sideways by {check['scroll']} px at {width} px"
+    assert check["resources"] == []
+    console = [line for line in log.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert console == [], console
+
+
 def test_browser_shows_every_figure(tmp_path):
     browser = find_browser()
     if browser is None:

@@ -27,7 +27,21 @@ COMMANDS = {
     "run": "graphaudit.cli.run:run_cmd",
     "replay": "graphaudit.cli.replay:replay_cmd",
     "freeze": "graphaudit.cli.freeze:freeze_cmd",
+    "report": "graphaudit.cli.report:report_cmd",
 }
+
+# The format an output file's suffix names, where --format does not say.
+SUFFIX_FORMATS = {".json": "json", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",
+                  ".txt": "text"}
+
+
+def output_format(fmt: str | None, output: str | None, default: str = "text") -> str:
+    """The report format: --format when given, else the one -o's suffix names, else `default`."""
+    if fmt is not None:
+        return fmt
+    if output is not None and output != "-":
+        return SUFFIX_FORMATS.get(os.path.splitext(str(output))[1].lower(), default)
+    return default
 
 REWRITE_HELP = ("Replay the frozen graph's operators as exported. By default, on the CPU, a masked fill (Where "
                 "of an infinite constant before a Softmax) runs as an Add of the mask's bias, a two-operand "
@@ -65,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     that is removed however the command ends (SIGTERM and SIGHUP unwind like Ctrl-C)."""
     from graphaudit.files import scratch
 
+    _notes_to_stderr()
     try:
         with scratch.session():
             status = _run(argv)
@@ -78,6 +93,22 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         os._exit(status)
     sys.exit(status)
+
+
+def _notes_to_stderr() -> None:
+    """What the library notes on the way (the logger "graphaudit": e.g. CUDA offered but not usable,
+    so the CPU runs) reaches stderr as one line each."""
+    import logging
+
+    class ToStderr(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            click.echo(f"graphaudit: note: {record.getMessage()}", err=True)  # sys.stderr as it is now
+
+    logger = logging.getLogger("graphaudit")
+    if not any(type(h).__name__ == "ToStderr" for h in logger.handlers):
+        logger.addHandler(ToStderr())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def _run(argv: list[str] | None) -> int:

@@ -28,8 +28,11 @@ DEMO_SETTINGS = DemoSettings(runs=10, warmup=2, profile_runs=1, profile_limit=12
 
 
 def default_fixtures() -> Path:
-    """The repository's fixtures/ folder (graphaudit installed from a checkout)."""
-    return Path(__file__).resolve().parents[2] / "fixtures"
+    """The zoo graphaudit ships (graphaudit/zoo in an installed wheel), else the checkout's
+    fixtures/ folder it is made from (an editable install)."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "zoo"
+    return shipped if (shipped / "zoo.json").is_file() else package.parent / "fixtures"
 
 
 def _display(path: Path) -> Path:
@@ -42,7 +45,7 @@ def _display(path: Path) -> Path:
 
 @click.command("demo")
 @click.option("--fixtures", "fixtures", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Folder holding the zoo, one folder per model (default: the checkout's fixtures/).")
+              help="Folder holding the zoo, one folder per model (default: the zoo installed with graphaudit).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
 @output_options(["text", "markdown"], "Table format.", quiet=True)

@@ -9,6 +9,7 @@ sentence saying so.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from graphaudit.profile.what_ran import per_input, profiled_blocks
@@ -38,7 +39,15 @@ th{background:#f3f5f8} .answer{font-weight:bold;white-space:nowrap}
 figure{margin:1em 0} figcaption{color:#5b6573;font-size:.92em} .missing{color:#6b7280;font-style:italic}
 .claim{padding:.4em .8em;border-left:4px solid #a33a2c;background:#fbf1ef}
 .claim.ok{border-color:#1f6f3a;background:#eff8f1} .note{color:#5b6573}
+svg.chart{max-width:100%;height:auto} .scroll{overflow-x:auto;max-width:100%}
+td{overflow-wrap:anywhere} code{font-size:.92em;background:#f3f5f8;padding:0 .2em}
 """
+
+
+def _text(value) -> str:
+    """`value` as HTML text: escaped, its `code spans` as <code>, no backtick left over."""
+    html = re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(str(value)))
+    return html.replace("`", "'")
 
 
 def render_html(doc: dict) -> str:
@@ -47,10 +56,11 @@ def render_html(doc: dict) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>graphaudit: {escape(str(doc.get('model', '?')))}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>graphaudit: {escape(str(doc.get('model', '?')))}</h1>",
-        f'<p class="sub">{escape(head[1])} · {escape(summary_phrase(doc))}</p>',
+        f'<p class="sub">{_text(head[1])} · {_text(summary_phrase(doc))}</p>',
         _verdict(doc),
         _figures(doc),
     ]
@@ -66,17 +76,17 @@ def _verdict(doc: dict) -> str:
     table = verdict_table(doc)
     rows = "".join(
         f'<tr><th>{escape(label)}</th><td class="answer {answer.replace(" ", "-")}">{escape(answer)}</td>'
-        f"<td>{escape(statement)}</td></tr>" for label, answer, statement in table.rows)
+        f"<td>{_text(statement)}</td></tr>" for label, answer, statement in table.rows)
     out = [f'<h2>Verdict</h2><table class="verdict"><tbody>{rows}</tbody></table>']
     for claim, line in zip(doc.get("claims") or [], claim_lines(doc)):
-        out.append(f'<p class="claim{" ok" if claim.get("supported") else ""}">{escape(line)}</p>')
+        out.append(f'<p class="claim{" ok" if claim.get("supported") else ""}">{_text(line)}</p>')
     evidence = evidence_lines(doc)
     if evidence:
         out.append("<h2>Evidence</h2>")
         for label, items in evidence:
-            out.append(f"<h3>{escape(label)}</h3><ul>" + "".join(f"<li>{escape(i)}</li>" for i in items) + "</ul>")
+            out.append(f"<h3>{escape(label)}</h3><ul>" + "".join(f"<li>{_text(i)}</li>" for i in items) + "</ul>")
     for note in doc.get("notes") or []:
-        out.append(f'<p class="note">Note: {escape(note)}</p>')
+        out.append(f'<p class="note">Note: {_text(note)}</p>')
     return "\n".join(out)
 
 
@@ -94,7 +104,7 @@ def _figures(doc: dict) -> str:
             out.append(f'<figure id="{ident}">{body}<figcaption>{escape(caption)}</figcaption></figure>')
         else:
             out.append(f'<figure id="{ident}" class="absent"><figcaption>{escape(caption)}</figcaption>'
-                       f'<p class="missing">{escape(missing)}</p></figure>')
+                       f'<p class="missing">{_text(missing)}</p></figure>')
     return "\n".join(out)
 
 
@@ -200,6 +210,7 @@ def executed_figure(doc: dict) -> tuple[str, str]:
 
 def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in table.rows)
-    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    body = "".join("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    note = f'<p class="note">{_text(table.note)}</p>' if table.note else ""
+    return (f'<h2>{_text(table.title)}</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>{note}")

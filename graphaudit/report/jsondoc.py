@@ -14,6 +14,7 @@ import math
 from importlib import resources
 
 SCHEMA_VERSION = "1.0"
+MAX_DOCUMENT_BYTES = 2**28  # a saved report is kilobytes to a few megabytes; past this it is not one
 
 
 def schema() -> dict:
@@ -42,3 +43,40 @@ def plain(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def read_document(path) -> dict:
+    """The audit document saved at `path` (`graphaudit run --format json`), checked before use:
+    a regular file of JSON text, an object of this schema's major version, with a verdict."""
+    import os
+    import stat
+
+    from graphaudit.errors import GraphAuditError
+    from graphaudit.files.path_kinds import path_kind
+
+    try:
+        info = os.stat(path)
+    except OSError:
+        raise GraphAuditError(f"expected a saved JSON report at {path}, found {path_kind(path)}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise GraphAuditError(f"expected a saved JSON report at {path}, found {path_kind(path)}")
+    if info.st_size > MAX_DOCUMENT_BYTES:
+        raise GraphAuditError(f"expected a saved JSON report of at most {MAX_DOCUMENT_BYTES} bytes at {path}, "
+                              f"found {info.st_size} bytes")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_DOCUMENT_BYTES + 1)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise GraphAuditError(f"expected JSON text in {path}, found text that does not parse "
+                              f"({' '.join(str(err).split())[:120]})") from None
+    if not isinstance(doc, dict):
+        raise GraphAuditError(f"expected a JSON object in {path}, found a {type(doc).__name__}")
+    version = doc.get("version")
+    if not isinstance(version, str) or version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        raise GraphAuditError(f"expected an audit report of schema version {SCHEMA_VERSION.split('.')[0]}.x in "
+                              f"{path}, found version {version!r}")
+    if not isinstance(doc.get("verdict"), dict):
+        raise GraphAuditError(f"expected the report of graphaudit run (with a verdict) in {path}, found a document "
+                              f"with {', '.join(sorted(doc)[:8]) or 'no fields'}")
+    return doc

@@ -11,6 +11,8 @@ from html import escape
 
 PALETTE = ("#3b6fb6", "#e08a2e", "#4f9d69", "#c4504a", "#8a6bb8", "#8c7a5b", "#d17ab0", "#6f7f8f")
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
+CHAR_W = 6.0  # a character's width at FONT, generously: what the margins are sized for
+LABEL_MOST = 28  # characters of a category label; a longer one keeps its end (a block's number and kind)
 
 
 def _svg(width: int, height: int, title: str, body: list[str], kind: str) -> str:
@@ -40,6 +42,10 @@ def _num(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _tail(text: str, most: int) -> str:
+    return text if len(text) <= most else "…" + text[-(most - 1):]
+
+
 def _legend(names: list[str], x: float, y: float) -> list[str]:
     out = []
     for i, name in enumerate(names):
@@ -56,11 +62,21 @@ def bars(categories: list[str], series: dict[str, list[float | None]], *, title:
     values = [v for s in series.values() for v in s if v is not None]
     tops = values + [hi for e in (errors or {}).values() for pair in e if pair for hi in pair[1:]]
     top = max(tops, default=1.0) or 1.0
-    left, right, top_margin = 60, 12 + (110 if len(names) > 1 else 0), 24
+    legend = max((len(n) for n in names), default=0) * CHAR_W + 22 if len(names) > 1 else 0
+    left, right, top_margin = 60, 12 + math.ceil(max(legend, 110 if legend else 0)), 24
+    labels = [_tail(c, LABEL_MOST) for c in categories]  # the full name stays in each bar's tooltip
+    longest = max((len(c) for c in labels), default=0) * CHAR_W
     plot_w = width - left - right
-    # Labels turn 40° when they would not fit under their group side by side.
-    rotate = max((len(c) for c in categories), default=0) * 6.2 > plot_w / max(len(categories), 1) * 0.95
-    bottom = 70 if rotate else 34
+    # Labels turn 40° when they would not fit under their group side by side; the figure then
+    # grows below, and its left margin holds the first label's reach to the left.
+    rotate = longest * 1.03 > plot_w / max(len(categories), 1) * 0.95
+    bottom = 34
+    if rotate:
+        bottom = max(70, math.ceil(16 + longest * math.sin(math.radians(40)) + 6))
+        first = plot_w / max(len(categories), 1) * 0.5
+        left = max(left, math.ceil(longest * math.cos(math.radians(40)) - first + 14))
+        plot_w = width - left - right
+        height += bottom - 70
     plot_h = height - top_margin - bottom
     y = lambda v: top_margin + plot_h - plot_h * v / (top * 1.08)  # noqa: E731
     body = [f'<text x="{left}" y="14" font-weight="bold">{escape(title)}</text>']
@@ -86,11 +102,12 @@ def bars(categories: list[str], series: dict[str, list[float | None]], *, title:
                             'stroke="#222"/>')
         lx = gx + group * 0.4
         ly = top_margin + plot_h + 12
+        label = escape(labels[ci])
         if rotate:
             body.append(f'<text x="{lx:.1f}" y="{ly}" text-anchor="end" transform="rotate(-40 {lx:.1f} {ly})">'
-                        f"{escape(cat)}</text>")
+                        f"{label}</text>")
         else:
-            body.append(f'<text x="{lx:.1f}" y="{ly + 2}" text-anchor="middle">{escape(cat)}</text>')
+            body.append(f'<text x="{lx:.1f}" y="{ly + 2}" text-anchor="middle">{label}</text>')
     body.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(0):.1f}" y2="{y(0):.1f}" stroke="#444"/>')
     if len(names) > 1:
         body += _legend(names, width - right + 8, top_margin + 10)
@@ -180,7 +197,8 @@ def heatmap(rows: list[str], columns: list[str], values: list[list[float | None]
     n_cols = max(len(columns), 1)
     cell_w = (width - left - right) / n_cols
     cell_h = max(10.0, min(22.0, 260 / max(len(rows), 1)))
-    height = int(top_margin + cell_h * len(rows) + 34)
+    scale = 10 * 10 + 14  # the colour scale beside the grid: ten steps and the low end's label
+    height = int(top_margin + max(cell_h * len(rows) + 34, scale))
     body = [f'<text x="8" y="14" font-weight="bold">{escape(title)}</text>']
     for ri, (row, line) in enumerate(zip(rows, values)):
         y0 = top_margin + ri * cell_h

@@ -223,8 +223,12 @@ def detail_tables(doc: dict) -> list[Table]:
 
 
 def _short(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters; a code span the cut opens is closed first."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    return (cut[:-1] + "`…") if cut.count("`") % 2 else cut + "…"
 
 
 # -- the zoo comparison (graphaudit demo) ------------------------------------------------

@@ -14,8 +14,11 @@ keeps ONNX Runtime's own choices, since it measures the model as ONNX Runtime ru
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -61,10 +64,21 @@ RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.
 
 
 def resolve_providers(provider: str) -> list[str]:
-    """Return ONNX Runtime's provider list for `provider` (cpu, cuda or auto)."""
+    """Return ONNX Runtime's provider list for `provider` (cpu, cuda or auto).
+
+    `auto` is CUDA where a CUDA session really runs (`cuda_usable`, probed once), else the CPU,
+    with one note (logged to "graphaudit") saying why when ONNX Runtime offers CUDA but cannot
+    use it; `cuda` where it cannot run is an error.
+    """
     available = ort.get_available_providers()
     if provider == "auto":
-        return [PROVIDERS["cuda"], PROVIDERS["cpu"]] if PROVIDERS["cuda"] in available else [PROVIDERS["cpu"]]
+        if PROVIDERS["cuda"] not in available:
+            return [PROVIDERS["cpu"]]
+        problem = cuda_problem()
+        if problem is None:
+            return [PROVIDERS["cuda"], PROVIDERS["cpu"]]
+        _note_once(f"CUDA is not usable here ({problem}): running on the CPU")
+        return [PROVIDERS["cpu"]]
     if provider not in PROVIDERS:
         raise GraphAuditError(
             f"expected a provider among cpu, cuda, auto, found {provider!r}", exit_code=2
@@ -76,7 +90,47 @@ def resolve_providers(provider: str) -> list[str]:
         raise GraphAuditError(
             f"expected ONNX Runtime with the {name}{hint}, found only {', '.join(available)}"
         )
+    if provider == "cuda" and (problem := cuda_problem()) is not None:
+        raise GraphAuditError(f"expected ONNX Runtime to run on CUDA, found {problem}")
     return [name] + ([PROVIDERS["cpu"]] if provider == "cuda" else [])
+
+
+# One node, one input: a session of it on CUDA runs only where the CUDA libraries and a device are.
+_PROBE = onnx.helper.make_model(
+    onnx.helper.make_graph([onnx.helper.make_node("Neg", ["x"], ["y"])], "cuda_probe",
+                           [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+                           [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])]),
+    opset_imports=[onnx.helper.make_opsetid("", 13)], ir_version=8)
+
+
+@functools.cache
+def cuda_problem() -> str | None:
+    """Why a CUDA session cannot run here, in a few words; None where one runs. Probed once per
+    process, by creating a session of a one-node model on CUDA and running it, with ONNX
+    Runtime's log lines silenced (a missing library is otherwise logged in colour on stderr)."""
+    ort.set_default_logger_severity(_FATAL_ONLY)  # loading the CUDA provider's library logs its failure
+    options = ort.SessionOptions()
+    options.log_severity_level = _FATAL_ONLY
+    try:
+        with denormals.kept(), warnings.catch_warnings():  # ONNX Runtime warns of a provider it lacks
+            warnings.simplefilter("ignore")
+            session = ort.InferenceSession(_PROBE.SerializeToString(), sess_options=options,
+                                           providers=[PROVIDERS["cuda"], PROVIDERS["cpu"]])
+        if session.get_providers()[0] != PROVIDERS["cuda"]:
+            return "ONNX Runtime fell back to the CPU (are the CUDA libraries installed?)"
+        session.run(None, {"x": np.ones(1, np.float32)})
+    except Exception as err:  # noqa: BLE001 - whatever stops a CUDA session is the reason
+        return " ".join(str(err).split())[:200] or type(err).__name__
+    return None
+
+
+_noted: set[str] = set()
+
+
+def _note_once(message: str) -> None:
+    if message not in _noted:
+        _noted.add(message)
+        logging.getLogger("graphaudit").warning(message)
 
 
 def custom_operators(model: onnx.ModelProto) -> list[str]:
