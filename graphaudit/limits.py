@@ -16,6 +16,9 @@ import numpy as np
 
 from graphaudit.errors import GraphAuditError
 
+# Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
+MAX_THREADS = 1024
+
 # protobuf cannot hold a message past 2 GiB, so no ONNX file larger parses (weights past it
 # go in external-data files, which are never the .onnx itself)
 MAX_MODEL_BYTES = 2**31 - 1

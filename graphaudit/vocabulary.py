@@ -22,3 +22,6 @@ BATCH = "batch"  # one entry per input (also the example axis of an --input-axes
 TOKEN = "token"  # one entry per position of an input
 MERGED = f"{BATCH}*{TOKEN}"  # one axis for both, batch-major
 PER_INPUT = (BATCH, TOKEN, MERGED)  # the axes whose size the inputs set; any other is a slot's
+
+# What `graphaudit static --expect` may claim of the graph (analyses.static.contradiction).
+EXPECTED_EXECUTION = ("dynamic", "static")

@@ -150,3 +150,21 @@ def test_the_readme_draws_the_layers_in_their_order():
             drawn += [name.strip("`/").removesuffix(".py") for name in head.split(", ")]
     expected = [name for layer in LAYERS for name in layer if name not in {"_version", "__init__", "__main__"}]
     assert drawn == expected + list(APART)
+
+
+def test_a_commands_help_loads_neither_onnx_nor_onnx_runtime():
+    """Each command module declares its options from light modules and imports the library when it
+    runs: `graphaudit CMD --help` stays well under half a second (benchmarks/cli_help.py)."""
+    import subprocess
+    import sys
+
+    from graphaudit.cli import COMMANDS
+
+    modules = sorted({target.split(":")[0] for target in COMMANDS.values()})
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(sorted({'onnx', 'onnxruntime', 'networkx'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=PACKAGE.parent)
+    assert done.stdout.strip() == "[]", done.stdout

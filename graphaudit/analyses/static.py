@@ -30,8 +30,6 @@ from graphaudit.graph.model import ModelGraph
 from graphaudit.load.model import LoadedModel, load_model
 from graphaudit.vocabulary import SAVES_COMPUTE
 
-EXPECTED_EXECUTION = ("dynamic", "static")  # what `static --expect` may claim of the graph (`contradiction`)
-
 
 @dataclass(frozen=True)
 class BlockReport:

@@ -7,10 +7,8 @@ from typing import TypedDict
 
 import click
 
-from graphaudit.audit import ZOO, audit_zoo
 from graphaudit.cli.options import OutputSettings, output_options
 from graphaudit.progress import ProgressBar
-from graphaudit.report.text import render_demo
 
 
 class DemoSettings(TypedDict):
@@ -56,6 +54,9 @@ def demo(fixtures: Path | None, provider: str, out: OutputSettings) -> None:
     on the first 12 evaluation inputs, 300 bootstrap resamples); `graphaudit run` on one
     model gives the full report.
     """
+    from graphaudit.audit import ZOO, audit_zoo
+    from graphaudit.report.text import render_demo
+
     folder = _display(fixtures or default_fixtures())
     with ProgressBar(quiet=out.quiet) as bar:
         results = audit_zoo(folder, baseline="dense", provider=provider, progress=bar, **DEMO_SETTINGS)

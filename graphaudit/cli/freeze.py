@@ -9,10 +9,6 @@ import click
 
 from graphaudit.cli.options import CoefficientSettings, coefficient_options
 from graphaudit.errors import GraphAuditError
-from graphaudit.load.model import load_for_runtime
-from graphaudit.replay.frozen_files import write_graphs
-from graphaudit.replay.pipeline import resolve
-from graphaudit.report.freeze_text import render_text
 
 
 @click.command("freeze")
@@ -30,6 +26,11 @@ def freeze_cmd(model: str, out_dir: Path, coefficients: CoefficientSettings, lin
     as inputs, controller nodes removed), for replaying the model elsewhere. A model whose
     weights lie in external files keeps them there: both graphs refer to the same files, copied
     into the output folder unread (cloned where the file system can; --link hard-links them)."""
+    from graphaudit.load.model import load_for_runtime
+    from graphaudit.replay.frozen_files import write_graphs
+    from graphaudit.replay.pipeline import resolve
+    from graphaudit.report.freeze_text import render_text
+
     loaded = load_for_runtime(model)
     found = resolve(loaded, coefficients.entries)
     if not found:  # nothing written: a folder without the graphs asked for must not look like success

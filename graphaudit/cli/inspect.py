@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import click
 
-from graphaudit.analyses.summary import summarize
 from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import OutputSettings, output_options
-from graphaudit.load.model import load_for_audit
-from graphaudit.report.inspect_text import render_text
-from graphaudit.report.jsondoc import command_json
 
 
 @click.command("inspect")
@@ -18,6 +14,11 @@ from graphaudit.report.jsondoc import command_json
 @output_options(["text", "json"], "Output format.")
 def inspect_cmd(model: str, graph_only: bool, out: OutputSettings) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
+    from graphaudit.analyses.summary import summarize
+    from graphaudit.load.model import load_for_audit
+    from graphaudit.report.inspect_text import render_text
+    from graphaudit.report.jsondoc import command_json
+
     summary = summarize(load_for_audit(model, graph_only=graph_only))
     if out.fmt == "json":
         click.echo(command_json(summary.to_json()))

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import click
 
-from graphaudit.analyses.static import audit_static
 from graphaudit.cli import check_output
 from graphaudit.cli.options import feeding_options, output_options
-from graphaudit.load.model import load_for_runtime
-from graphaudit.profile import profile_model
+from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
-from graphaudit.profile.session import OPT_LEVELS
-from graphaudit.profile.settings import ProfileSettings
-from graphaudit.report.jsondoc import command_json
-from graphaudit.report.profile_text import render_text
-from graphaudit.runtime.sessions import MAX_THREADS
+from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
 
 
 @click.command("profile")
@@ -36,7 +30,7 @@ from graphaudit.runtime.sessions import MAX_THREADS
 @click.option("--limit", type=int, help="Use only the first N examples of the data.")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
               help="Execution provider; cuda fails when ONNX Runtime has no CUDA.")
-@click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all", show_default=True,
+@click.option("--opt-level", type=click.Choice(list(OPT_LEVEL_NAMES)), default="all", show_default=True,
               help="ORT graph optimisation level; 'disable' maps events one-to-one to nodes.")
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS), help="ORT intra-op threads (default: ORT's choice).")
 @click.option("--block-pattern", help="Regex naming blocks (see graphaudit static); default: found from names.")
@@ -51,6 +45,12 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
 
     Each block's static verdict (graphaudit static) is checked against what ran.
     """
+    from graphaudit.analyses.static import audit_static
+    from graphaudit.load.model import load_for_runtime
+    from graphaudit.profile import profile_model
+    from graphaudit.report.jsondoc import command_json
+    from graphaudit.report.profile_text import render_text
+
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
     settings = ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=budget,

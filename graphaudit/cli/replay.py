@@ -7,18 +7,13 @@ from pathlib import Path
 
 import click
 
-from graphaudit.analyses.output_kinds import parse_output_kinds
 from graphaudit.cli import REWRITE_HELP, output_kind_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
+from graphaudit.limits import MAX_THREADS
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.conditions import check_names
 from graphaudit.replay.conditions import names as condition_names
-from graphaudit.replay.parity import DEFAULT_TOLERANCE
-from graphaudit.replay.pipeline import replay
-from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
-from graphaudit.report.jsondoc import command_json
-from graphaudit.report.replay_text import render_text
-from graphaudit.runtime.sessions import MAX_THREADS
+from graphaudit.replay.settings import DEFAULT_TOLERANCE, MAX_RESAMPLES, ReplaySettings
 
 
 @click.command("replay")
@@ -65,6 +60,11 @@ def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batc
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
+    from graphaudit.analyses.output_kinds import parse_output_kinds
+    from graphaudit.replay.pipeline import replay
+    from graphaudit.report.jsondoc import command_json
+    from graphaudit.report.replay_text import render_text
+
     conditions = _split(conditions_given) or condition_names()
     check_names(conditions, "--conditions")
     settings = ReplaySettings(coefficients=coefficients.entries, conditions=conditions, batch_size=batch_size,

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import click
 
-from graphaudit.analyses.output_kinds import parse_output_kinds
-from graphaudit.audit import AuditSettings, audit
 from graphaudit.cli import REWRITE_HELP, check_output, output_kind_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
-from graphaudit.files.write import replace_file
+from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.settings import ProfileSettings
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
 from graphaudit.report import FORMATS
-from graphaudit.runtime.sessions import MAX_THREADS
 from graphaudit.verdict.decide import CLAIM_FINDINGS, claims_status
 
 EPILOG = """\b
@@ -75,6 +72,10 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
     has coefficient tensors) and the runtime profile, then answers each question in plain
     words with the evidence it rests on.
     """
+    from graphaudit.analyses.output_kinds import parse_output_kinds
+    from graphaudit.audit import AuditSettings, audit
+    from graphaudit.files.write import replace_file
+
     if out.output is not None:  # before the audit, which can take long
         check_output(out.output, "-o", (model, calib, data, baseline))
     settings = AuditSettings(

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import click
 
-from graphaudit.analyses.static import EXPECTED_EXECUTION, audit_static
 from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.errors import UsageError
 from graphaudit.limits import check_shape
-from graphaudit.load.data import data_shapes, input_specs
-from graphaudit.load.model import load_for_audit
-from graphaudit.report.jsondoc import command_json
-from graphaudit.report.static_text import render_text
-from graphaudit.runtime.sessions import custom_operators
+from graphaudit.vocabulary import EXPECTED_EXECUTION
 
 
 @click.command("static")
@@ -40,6 +35,13 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, g
     value-dependent subset of tokens) and branch (can be skipped). Only subset and branch
     can save compute.
     """
+    from graphaudit.analyses.static import audit_static
+    from graphaudit.load.data import data_shapes, input_specs
+    from graphaudit.load.model import load_for_audit
+    from graphaudit.report.jsondoc import command_json
+    from graphaudit.report.static_text import render_text
+    from graphaudit.runtime.sessions import custom_operators
+
     loaded = load_for_audit(model, graph_only=graph_only)
     specs = input_specs(loaded.model, feeding=feeding)  # names the model lacks are refused, --data or not
     given = data_shapes(data, specs, feeding) if data else {}

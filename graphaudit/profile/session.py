@@ -20,6 +20,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
+from graphaudit.profile.settings import OPT_LEVEL_NAMES
 from graphaudit.runtime.sessions import check_threads, create_session
 
 OPT_LEVELS = {
@@ -30,6 +31,7 @@ OPT_LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
+assert tuple(OPT_LEVELS) == OPT_LEVEL_NAMES, "profile.settings names the levels this table maps"
 _PROTOBUF_LIMIT = 2**31 - 1
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from graphaudit.load.feeding import Feeding
 
+OPT_LEVEL_NAMES = ("disable", "basic", "extended", "layout", "all")  # --opt-level, ONNX Runtime's levels in order
 DEFAULT_BUDGET_S = 30.0  # seconds the profile's rounds take at most, where the fewest allow it
 
 

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphaudit.errors import GraphAuditError, UsageError
-from graphaudit.replay.capture import batch_axis
 from graphaudit.vocabulary import BATCH, MERGED, TOKEN
 
 if TYPE_CHECKING:  # only named here: the verdict and the reports read this module without ONNX Runtime
@@ -114,6 +113,8 @@ def token_axis(c: Coefficient) -> int | None:
     t = c.axis(TOKEN)
     if t is None:
         return None
+    from graphaudit.replay.capture import batch_axis  # here: the CLI reads the registry without loading onnx
+
     return t + 1 if t < batch_axis(c) else t
 
 

@@ -28,9 +28,9 @@ from graphaudit.metrics.bootstrap import mix64
 from graphaudit.metrics.outputs import Targets, log_probs_of
 from graphaudit.replay.capture import CoefficientCache, LiveCheck, native
 from graphaudit.replay.conditions import CORRECT, Feed
+from graphaudit.replay.settings import DEFAULT_TOLERANCE  # defined beside the other settings
 from graphaudit.runtime.sessions import replaying
 
-DEFAULT_TOLERANCE = 1e-4
 # A model computing in half precision: the tolerance is this share of its largest live output
 # (8 units in the last place of float16, whose 10-bit fraction rounds at 2^-11 relative): two
 # graphs of the same float16 model, fused differently by ONNX Runtime, round differently.

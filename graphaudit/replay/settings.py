@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from graphaudit.errors import GraphAuditError
 from graphaudit.wording import CONFIDENCE
 
+DEFAULT_TOLERANCE = 1e-4  # largest absolute output difference the parity check accepts, by default
+
 if TYPE_CHECKING:
     from graphaudit.load.feeding import Feeding
 

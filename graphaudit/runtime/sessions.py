@@ -29,6 +29,7 @@ from onnx import numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as _ort_state
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.limits import MAX_THREADS
 from graphaudit.load.external_data import tensor_bytes
 from graphaudit.load.protos import copy_except, node_lists
 from graphaudit.runtime import denormals
@@ -48,8 +49,6 @@ SLOW_CPU_FUSIONS = ("SkipLayerNormFusion",)
 # Session option: whether intra-op threads spin between runs ("0": they sleep)
 NO_SPINNING = "session.intra_op.allow_spinning"
 NO_QDQ_FUSIONS = "session.disable_quant_qdq"  # QuantizeLinear / DequantizeLinear left unfused
-# Most intra-op threads: ONNX Runtime takes a C int and starts every thread it is given
-MAX_THREADS = 1024
 # Inline weights past this many bytes reach ONNX Runtime as arrays, not serialised (weights_apart)
 HANDED_OVER = 2**20
 _NATIVE_TYPES = frozenset({
