@@ -92,3 +92,19 @@ def test_a_command_on_auto_says_it_runs_on_the_cpu_in_one_line_and_succeeds(offe
     err = capsys.readouterr().err
     assert done.value.code == 0, err
     assert err.splitlines() == [err.splitlines()[0]] and err.startswith("graphaudit: note: CUDA is not usable here")
+
+
+def test_every_command_that_runs_a_model_defaults_to_auto():
+    import importlib
+
+    import click
+
+    from graphaudit.cli import COMMANDS
+
+    defaults = {}
+    for name, target in COMMANDS.items():
+        module, attr = target.split(":")
+        for param in getattr(importlib.import_module(module), attr).params:
+            if isinstance(param, click.Option) and "--provider" in param.opts:
+                defaults[name] = param.default
+    assert set(defaults) == {"demo", "profile", "replay", "run"} and set(defaults.values()) == {"auto"}, defaults

@@ -117,7 +117,7 @@ def test_option_groups_hand_the_command_one_object_each():
     @click.command()
     @feeding_options
     @coefficient_options("Coefficients.", "NAME", split=lambda names: tuple(n for v in names for n in v.split(",")))
-    @output_options(["text", "json"], "Output format.", output=True, quiet=True)
+    @output_options(["text", "json"], "Output format.")
     def command(feeding, coefficients, out):
         seen.update(feeding=feeding, coefficients=coefficients, out=out)
 

@@ -46,7 +46,7 @@ def _display(path: Path) -> Path:
               help="Folder holding the zoo, one folder per model (default: the zoo installed with graphaudit).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
-@output_options(["text", "markdown"], "Table format.", quiet=True)
+@output_options(["text", "markdown"], "Table format.")
 def demo(fixtures: Path | None, provider: str, out: OutputSettings) -> None:
     """Audit the bundled zoo (Dense, FeatureGate, MUDD, MoE, EarlyExit) against Dense, side by side.
 
@@ -58,8 +58,9 @@ def demo(fixtures: Path | None, provider: str, out: OutputSettings) -> None:
     from graphaudit.report.text import render_demo
 
     folder = _display(fixtures or default_fixtures())
+    out.check(())
     with ProgressBar(quiet=out.quiet) as bar:
         results = audit_zoo(folder, baseline="dense", provider=provider, progress=bar, **DEMO_SETTINGS)
     missing = [n for n in ZOO if n not in {name for name, _ in results}]
-    click.echo(render_demo([(name, report.to_json()) for name, report in results], folder, missing, "dense",
-                           "github" if out.fmt == "markdown" else "simple"), nl=False)
+    out.emit(render_demo([(name, report.to_json()) for name, report in results], folder, missing, "dense",
+                         "github" if out.fmt == "markdown" else "simple"), nl=False)

@@ -11,7 +11,7 @@ from graphaudit.cli.options import OutputSettings, output_options
 @click.command("inspect")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @graph_only_option
-@output_options(["text", "json"], "Output format.")
+@output_options(["text", "json"], "Output format.", quiet="No line on stderr saying where the report went.")
 def inspect_cmd(model: str, graph_only: bool, out: OutputSettings) -> None:
     """Show MODEL's inputs, outputs, operators, control flow and declared coefficients."""
     from graphaudit.analyses.summary import summarize
@@ -19,8 +19,6 @@ def inspect_cmd(model: str, graph_only: bool, out: OutputSettings) -> None:
     from graphaudit.report.inspect_text import render_text
     from graphaudit.report.jsondoc import command_json
 
+    out.check((model,))
     summary = summarize(load_for_audit(model, graph_only=graph_only))
-    if out.fmt == "json":
-        click.echo(command_json(summary.to_json()))
-    else:
-        click.echo(render_text(summary))
+    out.emit(command_json(summary.to_json()) if out.fmt == "json" else render_text(summary))

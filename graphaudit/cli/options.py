@@ -14,6 +14,7 @@ Importing this module stays light (click only): `graphaudit --version` stays fas
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 
 import click
 
-from graphaudit.cli import axes_option, feeding_of, with_axes
+from graphaudit.cli import SUFFIX_FORMATS, axes_option, check_output, feeding_of, output_format, with_axes
+from graphaudit.errors import UsageError
 
 
 def option_group(into: str, build: Callable[..., Any], *options: Callable) -> Callable:
@@ -91,21 +93,63 @@ def coefficient_options(help: str, metavar: str | None = None,
 
 @dataclass(frozen=True)
 class OutputSettings:
-    """Where and how a command writes its report: --format, -o (None: standard output), -q."""
+    """Where and how a command writes its report: --format (or -o's suffix), -o (None: standard
+    output, as `-o -`), -q and -v."""
 
     fmt: str = "text"
     output: Path | None = None
     quiet: bool = False
+    verbose: bool = False
+
+    def check(self, inputs) -> None:
+        """Refuse, before any work, an -o that is one of `inputs` or cannot be written."""
+        if self.output is not None:
+            check_output(self.output, "-o", inputs)
+
+    def emit(self, text: str, nl: bool = True) -> None:
+        """Write `text` to -o (a fresh file moved into place, never through a link; one line on
+        stderr says where, unless -q), else to standard output."""
+        if self.output is None:
+            click.echo(text, nl=nl)
+            return
+        from graphaudit.files.write import replace_file  # here: `--help` stays light
+
+        body = text + ("\n" if nl else "")
+        replace_file(self.output, lambda fresh: fresh.write_text(body, encoding="utf-8"), "the report")
+        if not self.quiet:
+            click.echo(f"graphaudit: wrote the {self.fmt} report to {self.output}", err=True)
 
 
-def output_options(formats: Iterable[str], help: str, *, output: bool = False, quiet: bool = False) -> Callable:
-    """--format (among `formats`, with the command's `help`), -o when `output`, -q when `quiet`, as the
-    command's `out`, an OutputSettings."""
-    options = [click.option("--format", "fmt", type=click.Choice(list(formats)), default="text", show_default=True,
-                            help=help)]
-    if output:
-        options.append(click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-                                    help="Write the report to this file instead of standard output."))
-    if quiet:
-        options.append(click.option("--quiet", "-q", is_flag=True, help="No progress bar on stderr."))
-    return option_group("out", OutputSettings, *options)
+def output_options(formats: Iterable[str], help: str, *, quiet: str = "No progress bar on stderr.") -> Callable:
+    """--format (among `formats`, with the command's `help`), -o, -q (with the command's `quiet` help)
+    and -v, as the command's `out`, an OutputSettings. Without --format, -o's suffix names the
+    format (.json, .md, .html, .txt), else it is text; a suffix naming a format the command lacks
+    is bad usage."""
+    choices = list(formats)
+
+    def build(fmt, output, quiet, verbose):
+        if quiet and verbose:
+            raise UsageError("expected at most one of -q and -v, found both")
+        target = None if output is None or output == "-" else Path(output)
+        if fmt is None and target is not None:
+            named = SUFFIX_FORMATS.get(target.suffix.lower())
+            if named is not None and named not in choices:
+                raise UsageError(f"expected -o's suffix to name a format among {', '.join(choices)}, found "
+                                 f"{target.suffix} ({named}); give --format, or another suffix")
+        if verbose:
+            from graphaudit.runtime.sessions import show_runtime_logs  # ONNX Runtime, only when asked
+
+            show_runtime_logs()
+            logging.getLogger("graphaudit").setLevel(logging.DEBUG)
+        return OutputSettings(output_format(fmt, output), target, quiet, verbose)
+
+    return option_group(
+        "out", build,
+        click.option("--format", "fmt", type=click.Choice(choices), default=None,
+                     help=f"{help} [default: the one -o's suffix names (.json, .md, .html), else text]"),
+        click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=str),
+                     help="Write the report to this file instead of standard output ('-': standard output)."),
+        click.option("--quiet", "-q", is_flag=True, help=quiet),
+        click.option("--verbose", "-v", is_flag=True,
+                     help="ONNX Runtime's own log lines (warnings and errors) on stderr; they are silenced by "
+                          "default, since each failure it reports also comes back as one line of graphaudit's."))

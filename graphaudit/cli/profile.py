@@ -28,7 +28,7 @@ from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
               help="Examples per run; default 1, which shows per-input decisions (an If decides per batch), "
                    "or the model's own batch when its inputs fix their first dimension.")
 @click.option("--limit", type=int, help="Use only the first N examples of the data.")
-@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
+@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="Execution provider; cuda fails when ONNX Runtime has no CUDA.")
 @click.option("--opt-level", type=click.Choice(list(OPT_LEVEL_NAMES)), default="all", show_default=True,
               help="ORT graph optimisation level; 'disable' maps events one-to-one to nodes.")
@@ -38,7 +38,7 @@ from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
               help="Write a Chrome-trace / Perfetto file with block annotations here.")
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
-@output_options(["text", "json"], "Output format.")
+@output_options(["text", "json"], "Output format.", quiet="No line on stderr saying where the report went.")
 def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budget, batch_size, limit, provider,
                 opt_level, threads, block_pattern, trace, keep_profiles, out) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
@@ -51,6 +51,7 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
     from graphaudit.report.jsondoc import command_json
     from graphaudit.report.profile_text import render_text
 
+    out.check((model, data, baseline))
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
     settings = ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=budget,
@@ -60,4 +61,4 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     report = profile_model(loaded, data, settings, baseline=baseline, static=static)
-    click.echo(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
+    out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))

@@ -43,7 +43,7 @@ from graphaudit.replay.settings import DEFAULT_TOLERANCE, MAX_RESAMPLES, ReplayS
                    "computing in float16, 2^-7 of its largest live output magnitude.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples over inputs for the confidence intervals.")
-@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="cpu", show_default=True,
+@click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider for the capture and the replay.")
 @click.option("--threads", type=click.IntRange(1, MAX_THREADS),
               help="ONNX Runtime intra-op threads (default: ORT's choice, one per physical core). Fewer than "
@@ -54,7 +54,7 @@ from graphaudit.replay.settings import DEFAULT_TOLERANCE, MAX_RESAMPLES, ReplayS
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @output_kind_option
-@output_options(["text", "json"], "Output format.", quiet=True)
+@output_options(["text", "json"], "Output format.")
 def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batch_size, seed, cache_dir, tolerance,
                resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, out) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
@@ -67,12 +67,13 @@ def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batc
 
     conditions = _split(conditions_given) or condition_names()
     check_names(conditions, "--conditions")
+    out.check((model, calib, data))
     settings = ReplaySettings(coefficients=coefficients.entries, conditions=conditions, batch_size=batch_size,
                               seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                               provider=provider, threads=threads, flush_denormals=not keep_denormals,
                               rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding)
     report = replay(model, calib, data, settings, progress=ProgressBar(quiet=out.quiet))
-    click.echo(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
+    out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
 
 
 def _split(values: Sequence[str]) -> tuple[str, ...]:

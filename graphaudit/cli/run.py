@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from graphaudit.cli import REWRITE_HELP, check_output, output_kind_option
+from graphaudit.cli import REWRITE_HELP, output_kind_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
@@ -37,7 +37,7 @@ decide it).
 @click.option("--block-pattern", help="Regular expression naming the blocks (default: found from the graph).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda", "auto"]), default="auto", show_default=True,
               help="ONNX Runtime execution provider.")
-@output_options(FORMATS, "Report format.", output=True, quiet=True)
+@output_options(FORMATS, "Report format.")
 @click.option("--claim", "claims", multiple=True, type=click.Choice(list(CLAIM_FINDINGS)),
               help="Exit with status 3 unless the audit supports this claim, 4 where it is inconclusive (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
@@ -74,10 +74,8 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
     """
     from graphaudit.analyses.output_kinds import parse_output_kinds
     from graphaudit.audit import AuditSettings, audit
-    from graphaudit.files.write import replace_file
 
-    if out.output is not None:  # before the audit, which can take long
-        check_output(out.output, "-o", (model, calib, data, baseline))
+    out.check((model, calib, data, baseline))  # before the audit, which can take long
     settings = AuditSettings(
         replay=ReplaySettings(coefficients=coefficients.entries, seed=seed, resamples=resamples, provider=provider,
                               threads=threads, flush_denormals=not keep_denormals, rewrite=not no_rewrite,
@@ -88,13 +86,7 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
         claims=claims)
     with ProgressBar(quiet=out.quiet) as bar:
         report = audit(model, calib, data, baseline, settings, progress=bar)
-    text = report.render(out.fmt)
-    if out.output is not None:
-        replace_file(out.output, lambda fresh: fresh.write_text(text, encoding="utf-8"), "the report")  # never through a link
-        if not out.quiet:
-            click.echo(f"graphaudit: wrote the {out.fmt} report to {out.output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    out.emit(report.render(out.fmt), nl=False)
     for check in report.claims:
         if not check.supported:
             click.echo(f"graphaudit: claim {check.claim} {check.reason}", err=True)

@@ -24,7 +24,7 @@ from graphaudit.vocabulary import EXPECTED_EXECUTION
               help="An .npz file whose arrays (named after graph inputs) give the input shapes.")
 @feeding_options
 @graph_only_option
-@output_options(["text", "json"], "Output format.")
+@output_options(["text", "json"], "Output format.", quiet="No line on stderr saying where the report went.")
 @click.option("--expect", type=click.Choice(EXPECTED_EXECUTION),
               help="A claim to check: exit with status 3 when the graph contradicts it.")
 @click.pass_context
@@ -42,6 +42,7 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, g
     from graphaudit.report.static_text import render_text
     from graphaudit.runtime.sessions import custom_operators
 
+    out.check((model, data))
     loaded = load_for_audit(model, graph_only=graph_only)
     specs = input_specs(loaded.model, feeding=feeding)  # names the model lacks are refused, --data or not
     given = data_shapes(data, specs, feeding) if data else {}
@@ -50,10 +51,8 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, g
                           shapes=given or None)
     # operators ONNX Runtime lacks: the graph is audited, but replay / profile / run cannot run it
     lacking = custom_operators(loaded.model)
-    if out.fmt == "json":
-        click.echo(command_json({**report.to_json(), "runtime_lacks": lacking}))
-    else:
-        click.echo(render_text(report, lacking))
+    out.emit(command_json({**report.to_json(), "runtime_lacks": lacking}) if out.fmt == "json"
+             else render_text(report, lacking))
     problem = report.contradiction(expect) if expect else None
     if problem:
         click.echo(f"graphaudit: claim refuted: {problem}", err=True)

@@ -21,7 +21,7 @@ from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
-from graphaudit.runtime.sessions import check_threads, create_session
+from graphaudit.runtime.sessions import check_threads, create_session, runtime_log_severity
 
 OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -79,7 +79,7 @@ def session_options(
     so.graph_optimization_level = OPT_LEVELS[opt_level]
     # Sequential execution: node events do not overlap, so node time adds up to busy time.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
+    so.log_severity_level = min(3, runtime_log_severity())  # errors, or more with -v
     if threads is not None:
         check_threads(threads)
     if threads:

@@ -39,6 +39,20 @@ PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 # What ONNX Runtime raises when a run fails on the inputs it was given.
 RUN_ERRORS = (_ort_state.Fail, _ort_state.InvalidArgument, _ort_state.RuntimeException)
 _FATAL_ONLY = 4  # ORT log severity: only fatal errors, which end the process anyway
+_WARNINGS = 2  # ORT log severity: warnings and errors (`-v`)
+_severity = [_FATAL_ONLY]  # what graphaudit's sessions log: set by show_runtime_logs
+
+
+def show_runtime_logs() -> None:
+    """Let ONNX Runtime's own log lines (warnings and errors) reach stderr from now on (`-v`): they
+    are silenced by default, since every failure it reports also comes back as an exception."""
+    _severity[0] = _WARNINGS
+    ort.set_default_logger_severity(_WARNINGS)
+
+
+def runtime_log_severity() -> int:
+    """The log severity graphaudit's ONNX Runtime sessions are made with."""
+    return _severity[0]
 # Session option: the folder external-data locations are relative to, for a model given as bytes
 EXTERNAL_WEIGHTS_FOLDER = "session.model_external_initializers_file_folder_path"
 # Fusions graphaudit's own CPU sessions leave out, each measured slower than what it fuses:
@@ -107,9 +121,9 @@ def cuda_problem() -> str | None:
     """Why a CUDA session cannot run here, in a few words; None where one runs. Probed once per
     process, by creating a session of a one-node model on CUDA and running it, with ONNX
     Runtime's log lines silenced (a missing library is otherwise logged in colour on stderr)."""
-    ort.set_default_logger_severity(_FATAL_ONLY)  # loading the CUDA provider's library logs its failure
+    ort.set_default_logger_severity(_severity[0])  # loading the CUDA provider's library logs its failure
     options = ort.SessionOptions()
-    options.log_severity_level = _FATAL_ONLY
+    options.log_severity_level = _severity[0]
     try:
         with denormals.kept(), warnings.catch_warnings():  # ONNX Runtime warns of a provider it lacks
             warnings.simplefilter("ignore")
@@ -259,7 +273,7 @@ def _options(options: ort.SessionOptions, threads: int | None, weights_folder: P
         options.intra_op_num_threads = threads
     if weights_folder is not None:
         options.add_session_config_entry(EXTERNAL_WEIGHTS_FOLDER, str(weights_folder))
-    options.log_severity_level = _FATAL_ONLY  # failures come back as exceptions, worded once
+    options.log_severity_level = _severity[0]  # failures come back as exceptions, worded once
     return options
 
 
