@@ -2,7 +2,6 @@
 condition registered there alone reaches the command line, the replay, the verdict and the
 reports, and no other module spells a condition's name."""
 
-import ast
 import json
 from pathlib import Path
 
@@ -13,6 +12,8 @@ from click.testing import CliRunner
 from graphaudit.cli import cli
 from graphaudit.replay.conditions import OWN, REGISTRY, Condition
 from graphaudit.verdict.decide import decide
+
+from support.source import string_literals
 
 PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"
 
@@ -62,21 +63,12 @@ def test_the_verdict_words_a_reassignment_as_its_entry_does(with_zeroed):
     assert finding.answer == "no" and "feeding the frozen model zeros for coefficients" in finding.statement
 
 
-def _literals(path: Path) -> set[str]:
-    """The string constants of `path`'s code, docstrings and f-string parts aside."""
-    tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    inside_f = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs and id(n) not in inside_f}
 
 
 def test_no_module_but_the_registrys_spells_a_condition_name():
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         name = path.relative_to(PACKAGE).as_posix()
-        if name != "replay/conditions.py" and (spelled := _literals(path) & set(REGISTRY)):
+        if name != "replay/conditions.py" and (spelled := string_literals(path) & set(REGISTRY)):
             found[name] = sorted(spelled)
     assert not found, f"condition names spelled outside replay/conditions.py: {found}"

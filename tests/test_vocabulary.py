@@ -7,6 +7,8 @@ from graphaudit.report.jsondoc import schema
 from graphaudit.verdict.decide import CLAIM_FINDINGS, FINDINGS
 from graphaudit.vocabulary import BRANCH, MERGED, SAVES_COMPUTE, VERDICTS
 
+from support.source import string_literals
+
 PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"
 
 
@@ -22,15 +24,6 @@ def test_the_schema_lists_the_claims_run_checks():
     assert set(CLAIM_FINDINGS.values()) <= set(FINDINGS)
 
 
-def _literals(path: Path) -> set[str]:
-    """The string constants written in `path`'s code (docstrings and f-string parts aside)."""
-    tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    inside_f = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-            and id(n) not in docs and id(n) not in inside_f}
 
 
 def _assigned(path: Path) -> set[str]:
@@ -55,7 +48,7 @@ def test_no_module_spells_a_verdict_or_the_merged_axis_itself():
     words = set(VERDICTS) | {MERGED}
     allowed = {"analyses/controls.py": {BRANCH}, "analyses/block_verdicts.py": {BRANCH}}
     found = {name: sorted(spelled) for name, path in _outside_vocabulary()
-             if (spelled := (_literals(path) & words) - allowed.get(name, set()))}
+             if (spelled := (string_literals(path) & words) - allowed.get(name, set()))}
     assert not found, f"spelled outside graphaudit/vocabulary.py: {found}"
 
 
