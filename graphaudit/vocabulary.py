@@ -23,5 +23,8 @@ TOKEN = "token"  # one entry per position of an input
 MERGED = f"{BATCH}*{TOKEN}"  # one axis for both, batch-major
 PER_INPUT = (BATCH, TOKEN, MERGED)  # the axes whose size the inputs set; any other is a slot's
 
-# What `graphaudit static --expect` may claim of the graph (analyses.static.contradiction).
-EXPECTED_EXECUTION = ("dynamic", "static")
+# The claims graphaudit checks (`run --claim`, `static --claim`), one name for one idea.
+DYNAMIC_INFERENCE, COMPUTE_SAVINGS, STATIC_EXECUTION = "dynamic-inference", "compute-savings", "static-execution"
+# What the graph alone can refute, with the execution each claims (analyses.static.contradiction).
+STATIC_CLAIMS = {DYNAMIC_INFERENCE: "dynamic", STATIC_EXECUTION: "static"}
+EXPECTED_EXECUTION = tuple(STATIC_CLAIMS.values())  # `static --expect`, the older spelling of --claim

@@ -71,3 +71,18 @@ def test_verbose_lets_onnx_runtimes_log_lines_through(capfd, monkeypatch):
     import onnxruntime as ort
 
     ort.set_default_logger_severity(4)  # as it was for the tests that follow
+
+
+def test_static_and_run_check_a_claim_with_one_option_and_one_name(capfd):
+    """`static --claim dynamic-inference` is `run --claim dynamic-inference` read from the graph alone;
+    the older `static --expect dynamic` gives the same answer."""
+    from graphaudit.verdict.decide import CLAIM_FINDINGS
+    from graphaudit.vocabulary import DYNAMIC_INFERENCE, STATIC_CLAIMS
+
+    assert DYNAMIC_INFERENCE in CLAIM_FINDINGS and DYNAMIC_INFERENCE in STATIC_CLAIMS
+    for claim in (["--claim", "dynamic-inference"], ["--expect", "dynamic"]):
+        assert invoke(["static", MODEL, *claim]) == 3  # FeatureGate's gates skip nothing
+        _out, err = capfd.readouterr()
+        assert err.startswith("graphaudit: claim refuted: expected dynamic execution")
+    assert invoke(["static", MODEL, "--claim", "static-execution"]) == 0
+    capfd.readouterr()

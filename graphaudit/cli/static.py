@@ -8,7 +8,7 @@ from graphaudit.cli import graph_only_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options
 from graphaudit.errors import UsageError
 from graphaudit.limits import check_shape
-from graphaudit.vocabulary import EXPECTED_EXECUTION
+from graphaudit.vocabulary import EXPECTED_EXECUTION, STATIC_CLAIMS
 
 
 @click.command("static")
@@ -25,10 +25,15 @@ from graphaudit.vocabulary import EXPECTED_EXECUTION
 @feeding_options
 @graph_only_option
 @output_options(["text", "json"], "Output format.", quiet="No line on stderr saying where the report went.")
-@click.option("--expect", type=click.Choice(EXPECTED_EXECUTION),
-              help="A claim to check: exit with status 3 when the graph contradicts it.")
+@click.option("--claim", "claims", multiple=True, type=click.Choice(list(STATIC_CLAIMS)),
+              help="A claim to check, as run --claim does: exit with status 3 when the graph contradicts it "
+                   "(repeatable). dynamic-inference: the model itself can skip or shrink some compute; "
+                   "static-execution: it cannot.")
+@click.option("--expect", type=click.Choice(EXPECTED_EXECUTION), hidden=True,
+              help="The older spelling of --claim: dynamic is dynamic-inference, static is static-execution.")
 @click.pass_context
-def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, graph_only, out, expect) -> None:
+def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, graph_only, out, claims,
+               expect) -> None:
     """Audit MODEL's execution statically: blocks, per-block verdicts, coefficients and FLOPs.
 
     Verdicts: always, gated, masked (every path computed, then masked), subset (runs on a
@@ -53,7 +58,8 @@ def static_cmd(ctx, model, block_pattern, coefficients, shapes, data, feeding, g
     lacking = custom_operators(loaded.model)
     out.emit(command_json({**report.to_json(), "runtime_lacks": lacking}) if out.fmt == "json"
              else render_text(report, lacking))
-    problem = report.contradiction(expect) if expect else None
+    asked = [*claims, *(c for c, execution in STATIC_CLAIMS.items() if execution == expect)]
+    problem = next(filter(None, (report.contradiction(STATIC_CLAIMS[c]) for c in dict.fromkeys(asked))), None)
     if problem:
         click.echo(f"graphaudit: claim refuted: {problem}", err=True)
         ctx.exit(3)

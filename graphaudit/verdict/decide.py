@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, compute_savings  # noqa: F401
 from graphaudit.verdict.conditional_execution import CALLER, conditional_execution
 from graphaudit.verdict.findings import ANSWERS, INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding  # noqa: F401
+from graphaudit.vocabulary import COMPUTE_SAVINGS, DYNAMIC_INFERENCE
 from graphaudit.wording import (
     CONFIDENCE,
     TRACED_SIZES,
@@ -44,7 +45,7 @@ from graphaudit.wording import (
 
 FINDINGS = ("coefficient_variation", "functional_dependence", "conditional_execution", "compute_savings")
 # a claim `run --claim` checks -> the finding that answers it
-CLAIM_FINDINGS = {"dynamic-inference": "conditional_execution", "compute-savings": "compute_savings"}
+CLAIM_FINDINGS = {DYNAMIC_INFERENCE: "conditional_execution", COMPUTE_SAVINGS: "compute_savings"}
 
 # Coefficients "vary with the input" when the input and token levels together explain at
 # least this share of their variance (the rest is what a static per-layer profile keeps).
