@@ -249,7 +249,8 @@ def audit(
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline,
-                        replace(settings.profile, threads=threads), static)
+                        replace(settings.profile, threads=threads), static,
+                        lambda stage, done, total: report(f"profile: {stage}", done, total))
     report("profile", 1, 1)
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
@@ -301,10 +302,10 @@ def _replay(loaded, calib, data, settings, static, progress):
     return result if result.coefficients else None
 
 
-def _profile(loaded, data, baseline, settings, static):
+def _profile(loaded, data, baseline, settings, static, progress=None):
     from graphaudit.profile import profile_model
 
-    return profile_model(loaded, data, settings, baseline=baseline, static=static)
+    return profile_model(loaded, data, settings, baseline=baseline, static=static, progress=progress)
 
 
 def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:

@@ -180,3 +180,19 @@ def test_the_profile_lets_its_timing_sessions_go_before_the_evidence_runs(files,
     profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx", runs=1, warmup=0,
                   profile_runs=1, threads=1)
     assert len(opened) >= 3 and alive and alive[0] == 0
+
+
+def test_the_profile_reports_progress_round_by_round():
+    """Each timed round and each profiled round is reported as it ends, against the rounds it will run."""
+    from graphaudit.profile import profile_model
+
+    from support.zoo import FIXTURES
+
+    seen = []
+    model = FIXTURES / "featuregate"
+    profile_model(model / "model.onnx", model / "eval.npz", runs=3, warmup=1, profile_runs=2, limit=2,
+                  opt_level="disable", progress=lambda stage, done, total: seen.append((stage, done, total)))
+    assert [s for s in seen if s[0] == "timed rounds"] == [("timed rounds", 1, None), ("timed rounds", 2, 4),
+                                                              ("timed rounds", 3, 4), ("timed rounds", 4, 4)]
+    assert [s for s in seen if s[0] == "profiled rounds"] == [("profiled rounds", 1, 3), ("profiled rounds", 2, 3),
+                                                                 ("profiled rounds", 3, 3)]

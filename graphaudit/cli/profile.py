@@ -9,6 +9,7 @@ from graphaudit.cli.options import feeding_options, output_options
 from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
+from graphaudit.progress import ProgressBar
 
 
 @click.command("profile")
@@ -38,7 +39,7 @@ from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
               help="Write a Chrome-trace / Perfetto file with block annotations here.")
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
-@output_options(["text", "json"], "Output format.", quiet="No line on stderr saying where the report went.")
+@output_options(["text", "json"], "Output format.", quiet="No progress bar (rounds run) and no line saying where the report went, on stderr.")
 def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budget, batch_size, limit, provider,
                 opt_level, threads, block_pattern, trace, keep_profiles, out) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
@@ -60,5 +61,6 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
                                feeding=feeding)
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
-    report = profile_model(loaded, data, settings, baseline=baseline, static=static)
+    with ProgressBar(quiet=out.quiet) as bar:
+        report = profile_model(loaded, data, settings, baseline=baseline, static=static, progress=bar)
     out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))

@@ -74,11 +74,12 @@ class _BoundRunner:
         self.bindings[i].synchronize_outputs()
 
 
-def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int, first: int = 0) -> np.ndarray:
+def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int, first: int = 0,
+                done: Callable[[], None] | None = None) -> np.ndarray:
     """Nanoseconds per batch, shape (runner, round, batch), warm-up rounds dropped.
 
     `first`: the number of the first round, where these continue rounds already run (the
-    order of the runners alternates with it)."""
+    order of the runners alternates with it). `done`: called after each round, outside the timing."""
     samples = np.zeros((len(runners), warmup + runs, batches), dtype=np.int64)
     for r in range(warmup + runs):
         for b in range(batches):
@@ -87,6 +88,8 @@ def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int,
                 start = time.perf_counter_ns()
                 runners[k](b)
                 samples[k, r, b] = time.perf_counter_ns() - start
+        if done is not None:
+            done()
     return samples[:, warmup:, :]
 
 

@@ -12,6 +12,7 @@ removed after, or one inside `keep_profiles` whose files are moved into it, none
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from graphaudit.profile.session import (
 from graphaudit.profile.settings import ProfileSettings
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.profile.workdir import OPTIMISED, input_files, workdir
+from graphaudit.progress import Progress
 from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
@@ -63,6 +65,7 @@ def profile_model(
     baseline: str | os.PathLike | LoadedModel | None = None,
     block_map: Any | None = None,
     static: Any | None = None,
+    progress: Progress | None = None,
     **options: Any,
 ) -> ProfileReport:
     """Return the ProfileReport of `model` run on `data` (and `baseline` on the same inputs).
@@ -115,11 +118,12 @@ def profile_model(
         # the first round runs every input: where the inputs cannot run, it says so here; its
         # runs' times choose the rounds not given, and it is the first of them
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
-            first = time_rounds(timed, n, 1, 0)
+            first = time_rounds(timed, n, 1, 0, done=_rounds_done(progress, "timed rounds", None))
             rounds = choose_rounds(*(round_seconds(first[k]) for k in range(len(timed))), budget_s=budget,
                                    runs=runs, warmup=warmup, profile_runs=profile_runs)
             runs, warmup, profile_runs = rounds.runs, rounds.warmup, rounds.profile_runs
-            rest = time_rounds(timed, n, warmup + runs - 1, 0, first=1)
+            rest = time_rounds(timed, n, warmup + runs - 1, 0, first=1,
+                               done=_rounds_done(progress, "timed rounds", warmup + runs, start=1))
         samples = np.concatenate([first, rest], axis=1)[:, warmup:]
         del timed[1:]  # the baseline's session: its evidence run opens its own
 
@@ -129,7 +133,8 @@ def profile_model(
         optimised_path = work / OPTIMISED if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
         # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
-        plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup)
+        plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup,
+                                            done=_rounds_done(progress, "profiled rounds", warmup + profile_runs))
         profile = parse_profile(profiled.end_profiling())
         del timed, profiled  # their memory goes before the evidence sessions hold their own
         _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
@@ -283,3 +288,15 @@ def _notes(blocks, execution, renamed: int, no_optimised: str | None) -> tuple[s
         notes.append(f"{no_optimised}; events were mapped by node name only")
     return tuple(notes)
 
+
+def _rounds_done(progress: Progress | None, stage: str, total: int | None, start: int = 0) -> Callable[[], None] | None:
+    """What `time_rounds` calls after each round: `progress(stage, rounds done, total)`."""
+    if progress is None:
+        return None
+    count = [start]
+
+    def done() -> None:
+        count[0] += 1
+        progress(stage, count[0], total)
+
+    return done
