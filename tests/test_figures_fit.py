@@ -108,3 +108,19 @@ def test_a_cut_table_cell_never_leaves_a_code_span_open():
     cut = _short("Gather `node_index_select` picks rows of `view_6` by `val_110` (from NonZero `node_nonzero`)", 72)
     assert len(cut) <= 72 and cut.endswith("…") and cut.count("`") % 2 == 0
     assert _short("plain text that is long enough to be cut somewhere", 20) == "plain text that is …"
+
+
+def test_blocks_that_ran_shade_a_subset_block_by_the_share_of_its_compute_each_input_ran():
+    from graphaudit.report.html import executed_figure
+
+    doc = document(featuregate())
+    profile = doc["profile"]
+    profile["per_input"] = [
+        {"index": 0, "blocks_ran": ["blocks.0", "blocks.1"], "flops": {"blocks.0": 100, "blocks.1": 40}},
+        {"index": 1, "blocks_ran": ["blocks.0", "blocks.1"], "flops": {"blocks.0": 100, "blocks.1": 80}},
+        {"index": 2, "blocks_ran": ["blocks.0"], "flops": {"blocks.0": 100}},
+    ]
+    figure, _ = executed_figure(doc)
+    shares = dict(re.findall(r"<title>(blocks\.1 · \d): ([\d.]+)</title>", figure))
+    assert shares == {"blocks.1 · 0": "0.5", "blocks.1 · 1": "1", "blocks.1 · 2": "0"}  # input 2 ran none of it
+    assert re.findall(r"<title>blocks\.0 · \d: ([\d.]+)</title>", figure) == ["1", "1", "1"]

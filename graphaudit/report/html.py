@@ -196,16 +196,25 @@ def executed_figure(doc: dict) -> tuple[str, str]:
     names = [b.get("name", "?") for b in blocks]
     runs = [r for r in per_input(profile) if "blocks_ran" in r]
     if runs:
-        values: list[list[float | None]] = [[1.0 if name in set(r["blocks_ran"]) else 0.0 for r in runs]
-                                             for name in names]
+        values: list[list[float | None]] = [[_ran_share(name, r, runs) for r in runs] for name in names]
         return svg.heatmap(names, [str(r.get("index", i)) for i, r in enumerate(runs)], values, low=0.0, high=1.0,
-                           title="Blocks that ran (dark) per block (rows) and profiled input (columns)"), ""
+                           title="Block compute run per profiled input (dark: the most any input ran; light: none)"), ""
     fractions = [num(b.get("executed_fraction")) for b in blocks]
     if all(f is None for f in fractions):
         return "", "Not shown: the profile did not report which blocks ran."
     return svg.bars([b.get("name", "?") for b in blocks],
                     {"inputs on which the block ran": [None if f is None else f * 100 for f in fractions]},
                     title="Share of profiled inputs on which each block ran (%)", unit="%"), ""
+
+
+def _ran_share(name: str, run: dict, runs: list[dict]) -> float:
+    """How much of block `name` ran for one input: 0 where it did not run, else its FLOPs that
+    run over the most any input ran (a subset block's rows kept); 1 where no FLOPs were counted."""
+    if name not in set(run["blocks_ran"]):
+        return 0.0
+    done = num((run.get("flops") or {}).get(name))
+    most = max((num((r.get("flops") or {}).get(name)) or 0.0 for r in runs), default=0.0)
+    return 1.0 if done is None or most <= 0 else done / most
 
 
 def _table(table: Table) -> str:
