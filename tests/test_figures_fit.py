@@ -124,3 +124,16 @@ def test_blocks_that_ran_shade_a_subset_block_by_the_share_of_its_compute_each_i
     shares = dict(re.findall(r"<title>(blocks\.1 · \d): ([\d.]+)</title>", figure))
     assert shares == {"blocks.1 · 0": "0.5", "blocks.1 · 1": "1", "blocks.1 · 2": "0"}  # input 2 ran none of it
     assert re.findall(r"<title>blocks\.0 · \d: ([\d.]+)</title>", figure) == ["1", "1", "1"]
+
+
+def test_a_table_cell_cut_short_keeps_its_whole_text_as_a_tooltip():
+    from graphaudit.report.html import _cell
+    from graphaudit.report.tables import Cut, _short
+
+    long = "Gather `node_index_select` picks rows of `view_6` by `val_110` (from NonZero `node_nonzero`) in block 1"
+    cut = _short(long, 72)
+    assert isinstance(cut, Cut) and cut.full == long and str(cut) == cut  # text and Markdown print it as is
+    cell = _cell(cut)
+    assert cell.startswith('<td title="Gather node_index_select picks rows of view_6 by val_110 (from NonZero '
+                           'node_nonzero) in block 1">') and "<code>node_index_select</code>" in cell
+    assert _cell(_short("short enough", 72)) == "<td>short enough</td>"

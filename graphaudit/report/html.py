@@ -16,6 +16,7 @@ from graphaudit.profile.what_ran import per_input, profiled_blocks
 from graphaudit.replay.conditions import CORRECT
 from graphaudit.report import svg
 from graphaudit.report.tables import (
+    Cut,
     Table,
     claim_lines,
     confidence,
@@ -217,9 +218,16 @@ def _ran_share(name: str, run: dict, runs: list[dict]) -> float:
     return 1.0 if done is None or most <= 0 else done / most
 
 
+def _cell(value) -> str:
+    """A table cell; one cut short shows its whole text as a tooltip."""
+    if isinstance(value, Cut):
+        return f'<td title="{escape(value.full.replace("`", ""))}">{_text(value)}</td>'
+    return f"<td>{_text(value)}</td>"
+
+
 def _table(table: Table) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
-    body = "".join("<tr>" + "".join(f"<td>{_text(c)}</td>" for c in row) + "</tr>" for row in table.rows)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in table.rows)
     note = f'<p class="note">{_text(table.note)}</p>' if table.note else ""
     return (f'<h2>{_text(table.title)}</h2><div class="scroll"><table><thead><tr>{head}</tr></thead>'
             f"<tbody>{body}</tbody></table></div>{note}")

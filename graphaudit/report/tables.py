@@ -222,13 +222,25 @@ def detail_tables(doc: dict) -> list[Table]:
     return [t for t in found if t is not None]
 
 
+class Cut(str):
+    """A table cell cut short (`_short`), which still holds the whole text (`full`): the HTML
+    report shows it as the cell's tooltip; text and Markdown print the cell as it is."""
+
+    full: str
+
+    def __new__(cls, shown: str, full: str) -> Cut:
+        cell = super().__new__(cls, shown)
+        cell.full = full
+        return cell
+
+
 def _short(text: str, limit: int) -> str:
     """`text` on one line, cut to `limit` characters; a code span the cut opens is closed first."""
     text = " ".join(str(text).split())
     if len(text) <= limit:
         return text
     cut = text[: limit - 1]
-    return (cut[:-1] + "`…") if cut.count("`") % 2 else cut + "…"
+    return Cut((cut[:-1] + "`…") if cut.count("`") % 2 else cut + "…", text)
 
 
 # -- the zoo comparison (graphaudit demo) ------------------------------------------------
