@@ -9,6 +9,7 @@ line and status 2; nothing else is caught.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 
@@ -95,18 +96,19 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(status)
 
 
+class _NotesToStderr(logging.Handler):
+    """The library's notes (the logger "graphaudit") as `graphaudit: note: ...` lines on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"graphaudit: note: {record.getMessage()}", err=True)  # sys.stderr as it is now
+
+
 def _notes_to_stderr() -> None:
-    """What the library notes on the way (the logger "graphaudit": e.g. CUDA offered but not usable,
-    so the CPU runs) reaches stderr as one line each."""
-    import logging
-
-    class ToStderr(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            click.echo(f"graphaudit: note: {record.getMessage()}", err=True)  # sys.stderr as it is now
-
+    """What the library notes on the way (e.g. CUDA offered but not usable, so the CPU runs)
+    reaches stderr as one line each; once per process, however often the CLI runs in it."""
     logger = logging.getLogger("graphaudit")
-    if not any(type(h).__name__ == "ToStderr" for h in logger.handlers):
-        logger.addHandler(ToStderr())
+    if not any(isinstance(h, _NotesToStderr) for h in logger.handlers):
+        logger.addHandler(_NotesToStderr())
         logger.setLevel(logging.INFO)
         logger.propagate = False
 

@@ -23,15 +23,11 @@ from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
 from graphaudit.runtime.sessions import check_threads, create_session, runtime_log_severity
 
-OPT_LEVELS = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "layout": ort.GraphOptimizationLevel.ORT_ENABLE_LAYOUT,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
+# --opt-level's names (profile.settings, in order) -> ONNX Runtime's levels, in the same order
+_LEVELS = ort.GraphOptimizationLevel
+OPT_LEVELS = dict(zip(OPT_LEVEL_NAMES, (_LEVELS.ORT_DISABLE_ALL, _LEVELS.ORT_ENABLE_BASIC, _LEVELS.ORT_ENABLE_EXTENDED,
+                                         _LEVELS.ORT_ENABLE_LAYOUT, _LEVELS.ORT_ENABLE_ALL), strict=True))
 ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
-assert tuple(OPT_LEVELS) == OPT_LEVEL_NAMES, "profile.settings names the levels this table maps"
 _PROTOBUF_LIMIT = 2**31 - 1
 
 

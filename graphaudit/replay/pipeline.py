@@ -62,7 +62,7 @@ from graphaudit.replay.parity import (
 from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
-from graphaudit.replay.settings import MAX_RESAMPLES, AppliedSettings, ReplaySettings  # noqa: F401 (MAX_RESAMPLES: its old home)
+from graphaudit.replay.settings import AppliedSettings, ReplaySettings
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace, live_decisions, live_note
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (

@@ -197,7 +197,7 @@ def executed_figure(doc: dict) -> tuple[str, str]:
     names = [b.get("name", "?") for b in blocks]
     runs = [r for r in per_input(profile) if "blocks_ran" in r]
     if runs:
-        values: list[list[float | None]] = [[_ran_share(name, r, runs) for r in runs] for name in names]
+        values: list[list[float | None]] = [_ran_shares(name, runs) for name in names]
         return svg.heatmap(names, [str(r.get("index", i)) for i, r in enumerate(runs)], values, low=0.0, high=1.0,
                            title="Block compute run per profiled input (dark: the most any input ran; light: none)"), ""
     fractions = [num(b.get("executed_fraction")) for b in blocks]
@@ -208,14 +208,13 @@ def executed_figure(doc: dict) -> tuple[str, str]:
                     title="Share of profiled inputs on which each block ran (%)", unit="%"), ""
 
 
-def _ran_share(name: str, run: dict, runs: list[dict]) -> float:
-    """How much of block `name` ran for one input: 0 where it did not run, else its FLOPs that
+def _ran_shares(name: str, runs: list[dict]) -> list[float | None]:
+    """How much of block `name` ran for each input: 0 where it did not run, else its FLOPs that
     run over the most any input ran (a subset block's rows kept); 1 where no FLOPs were counted."""
-    if name not in set(run["blocks_ran"]):
-        return 0.0
-    done = num((run.get("flops") or {}).get(name))
-    most = max((num((r.get("flops") or {}).get(name)) or 0.0 for r in runs), default=0.0)
-    return 1.0 if done is None or most <= 0 else done / most
+    done = [num((r.get("flops") or {}).get(name)) for r in runs]
+    most = max((d or 0.0 for d in done), default=0.0)
+    return [0.0 if name not in r["blocks_ran"] else 1.0 if d is None or most <= 0 else d / most
+            for r, d in zip(runs, done, strict=True)]
 
 
 def _cell(value) -> str:

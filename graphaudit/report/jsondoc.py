@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from importlib import resources
+
+from graphaudit.errors import GraphAuditError
+from graphaudit.files.path_kinds import path_kind
 
 SCHEMA_VERSION = "1.0"
 MAX_DOCUMENT_BYTES = 2**28  # a saved report is kilobytes to a few megabytes; past this it is not one
@@ -48,12 +53,6 @@ def plain(value):
 def read_document(path) -> dict:
     """The audit document saved at `path` (`graphaudit run --format json`), checked before use:
     a regular file of JSON text, an object of this schema's major version, with a verdict."""
-    import os
-    import stat
-
-    from graphaudit.errors import GraphAuditError
-    from graphaudit.files.path_kinds import path_kind
-
     try:
         info = os.stat(path)
     except OSError:
