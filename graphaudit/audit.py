@@ -16,6 +16,7 @@ every renderer reads (see graphaudit/report/schema.json).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -53,6 +54,7 @@ class AuditReport:
     notes: tuple[str, ...] = ()
     claims: tuple[ClaimCheck, ...] = ()
     baseline_flops: float | None = None  # the baseline graph's FLOPs per input, at the profiled shape
+    timing: dict = field(default_factory=dict)  # seconds per phase (load_s, static_s, replay_s, profile_s, total_s)
     _parts: dict = field(default_factory=dict, repr=False, compare=False)
 
     def check(self, claim: str) -> ClaimCheck:
@@ -71,6 +73,7 @@ class AuditReport:
             "baseline_flops": self.baseline_flops,
             "verdict": self.verdict.to_json(),
             "claims": [c.to_json() for c in self.claims],
+            "timing": dict(self.timing),
         }
         means = (doc["replay"] or {}).get("coefficient_means")
         if means:
@@ -193,7 +196,9 @@ def audit(
     check_rounds(1, settings.profile.runs, settings.profile.warmup, settings.profile.profile_runs)
 
     report = progress or silent
+    clock = _Clock()
     loaded = load_for_runtime(model)
+    clock.lap("load_s")
     if asked.output_kinds:  # a name or kind given wrong: before anything runs
         from graphaudit.analyses.output_kinds import read_outputs
 
@@ -223,6 +228,7 @@ def audit(
         baseline = base
         baseline_flops = _total_flops(_static(base, None, (), shapes))
     report("static audit", 1, 1)
+    clock.lap("static_s")
 
     why, batch_size = None, asked.batch_size
     if batch_size is None:
@@ -246,12 +252,14 @@ def audit(
         notes.append("no coefficient tensors (none declared in the model's metadata, named with --coefficients "
                       "or detected): the frozen replay did not run, so coefficient variation and functional "
                       "dependence are not measured")
+    clock.lap("replay_s")
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline,
                         replace(settings.profile, threads=threads), static,
                         lambda stage, done, total: report(f"profile: {stage}", done, total))
     report("profile", 1, 1)
+    clock.lap("profile_s")
 
     parts = {"static": _json(static), "replay": _json(replayed), "profile": _json(profiled)}
     verdict = decide(parts["static"], parts["replay"], parts["profile"], baseline_flops=baseline_flops,
@@ -287,6 +295,21 @@ def audit_zoo(folder: str | os.PathLike, *, names: Sequence[str] = ZOO, baseline
                                     data if data.is_file() else None, base if base.is_file() else None,
                                     progress=_prefixed(progress, name), **options)))
     return results
+
+
+class _Clock:
+    """Seconds per phase of one audit, read off perf_counter, and their total."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name], self.last = now - self.last, now
+
+    def laps(self) -> dict[str, float]:
+        return {**self.phases, "total_s": self.last - self.start}
 
 
 def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
