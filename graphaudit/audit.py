@@ -275,7 +275,7 @@ def audit(
     return AuditReport(
         model=_source(model), inputs=inputs, static=static, replay=replayed, profile=profiled, verdict=verdict,
         notes=tuple(notes), claims=tuple(check_claim(verdict, c) for c in claims), baseline_flops=baseline_flops,
-        _parts=parts)
+        timing=clock.laps(), _parts=parts)
 
 
 def audit_zoo(folder: str | os.PathLike, *, names: Sequence[str] = ZOO, baseline: str = "dense",

@@ -392,3 +392,12 @@ def test_a_coefficient_inside_control_flow_stops_the_replay_not_the_audit(tmp_pa
     stopped = doc["verdict"]["functional_dependence"]["statement"]
     assert "the frozen replay stopped: expected coefficient 'gate.b' in the main graph, found it inside the " \
            "then-branch of If `branch`" in stopped
+
+
+def test_the_report_says_how_long_each_phase_took(audited):
+    _, doc = audited("featuregate")
+    timing = doc["timing"]
+    phases = ("load_s", "static_s", "replay_s", "profile_s")
+    assert set(timing) == {*phases, "total_s"} and all(timing[k] >= 0 for k in timing)
+    assert sum(timing[k] for k in phases) == pytest.approx(timing["total_s"])
+    assert timing["replay_s"] >= sum(doc["replay"]["timing"].values()) > 0  # the replay's own phases lie inside
