@@ -9,7 +9,8 @@ its own whose peak resident memory is read from the kernel (`os.wait4`):
 
 1. `graphaudit run MODEL --calib C --data E --provider cpu` with its default rounds;
 2. `graphaudit profile MODEL --data E` with its default rounds (and, with `--old-rounds`,
-   with the fixed rounds it had before: `--runs 20 --warmup 3 --profile-runs 3`);
+   with the fixed rounds it had before, on every image: `--runs 20 --warmup 3 --profile-runs 3
+   --sample N`);
 3. a bare ONNX Runtime script: one session with default options, running the same images
    at the audit's replay batch (read from the audit's report) three times over, and one at
    a time as the profile runs them: what ONNX Runtime needs for the same batch.
@@ -121,8 +122,8 @@ def main() -> None:
         profiles = []
         settings = [("default rounds", [])]
         if args.old_rounds:
-            settings.append(("--runs 20 --warmup 3 --profile-runs 3", ["--runs", "20", "--warmup", "3",
-                                                                       "--profile-runs", "3"]))
+            settings.append((f"--runs 20 --warmup 3 --profile-runs 3 --sample {args.images}",
+                             ["--runs", "20", "--warmup", "3", "--profile-runs", "3", "--sample", str(args.images)]))
         for label, extra in settings:
             wall, peak, out = run_measured([python, "-m", "graphaudit", "profile", str(args.model), "--data",
                                             str(data), "--format", "json", *extra], ROOT)
@@ -141,13 +142,13 @@ def main() -> None:
         print(f"| {label} | {peak:.0f} | {peak / floor:.2f}x | {wall:.1f} |")
     for label, wall, peak, _ in profiles:
         print(f"| graphaudit profile, {label} | {peak:.0f} | {peak / floor:.2f}x | {wall:.1f} |")
-    print("\n| profile | rounds (timed / warm-up / profiled) | a round, s | wall s | wall over a round |")
+    print("\n| profile | rounds (timed / warm-up / profiled) | inputs run | a run, s | wall s |")
     print("|---|---|---|---|---|")
     for label, wall, _, doc in profiles:
-        one = (doc.get("rounds") or {}).get("round_s")
-        one = one or profiles[0][3]["rounds"]["round_s"]  # given rounds: the round measured beside them
-        print(f"| {label} | {doc['runs']} / {doc['warmup']} / {doc['profile_runs']} | {one:.2f} | {wall:.1f} | "
-              f"{wall / one:.1f} |")
+        rounds = doc.get("rounds") or {}
+        one = rounds.get("run_s") or profiles[0][3]["rounds"]["run_s"]  # given rounds: the run measured beside them
+        print(f"| {label} | {doc['runs']} / {doc['warmup']} / {doc['profile_runs']} | {rounds.get('sample')} of "
+              f"{rounds.get('inputs')} | {one:.3f} | {wall:.1f} |")
     for label, _, _, doc in rows:
         print(f"\n{label}: profile rounds {doc['runs']} / {doc['warmup']} / {doc['profile_runs']}"
               + (f" ({doc['rounds']['reason']})" if doc.get("rounds") else " (fixed)"))

@@ -130,6 +130,7 @@ _KEYWORDS = {
     "block_pattern": (("profile", "block_pattern"),), "runs": (("profile", "runs"),),
     "warmup": (("profile", "warmup"),), "profile_runs": (("profile", "profile_runs"),),
     "profile_budget": (("profile", "budget"),), "profile_limit": (("profile", "limit"),),
+    "profile_precision": (("profile", "precision"),), "profile_sample": (("profile", "sample"),),
     **{name: (("replay", name), ("profile", name)) for name in ("provider", "threads", "feeding")},
 }
 
@@ -168,8 +169,10 @@ def audit(
     `rewrite` and `output_kinds` are the replay's (see `replay`); `batch_size` None: 16, or 1
     when the graph has value-dependent control flow (an If or Loop decides once per batch, so
     batching would mix inputs' decisions). `runs`, `warmup` and `profile_runs` are the
-    profiler's rounds (None: chosen from its first round's time to fit `profile_budget`
-    seconds, by default 30); `profile_limit` profiles only the first N inputs; `block_pattern`
+    profiler's rounds, `profile_sample` the inputs it runs on (None: chosen from measured times
+    to fit `profile_budget` seconds, by default 30, the timed rounds stopping once the latency's
+    interval is within `profile_precision`, by default ±2%); `profile_limit` profiles only the
+    first N inputs; `block_pattern`
     names the blocks, for the static audit and the profile. `provider` (default auto), `threads`
     (ONNX Runtime's intra-op threads; None: its choice) and `feeding` (values fed whole to every
     batch and inputs batched on an axis of their own: graphaudit.load.feeding) go to every part.
@@ -193,7 +196,8 @@ def audit(
     from graphaudit.runtime.sessions import FrozenRunError, usable_threads
 
     threads, capped = usable_threads(asked.threads)  # before anything runs
-    check_rounds(1, settings.profile.runs, settings.profile.warmup, settings.profile.profile_runs)
+    check_rounds(1, settings.profile.runs, settings.profile.warmup, settings.profile.profile_runs,
+                 settings.profile.sample)
 
     report = progress or silent
     clock = _Clock()

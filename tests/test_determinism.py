@@ -32,7 +32,11 @@ RUN_TIMING = [
     ("profile", "nodes"),  # nodes by time, slowest first
     ("profile", "per_input", "*", "latency_ms"),
     ("profile", "by_blocks_ran", "*", "latency_ms"),
+    ("profile", "rounds", "run_s"),  # the warm-up run the sample was chosen from
+    ("profile", "rounds", "reached"),  # the interval the timed rounds reached
+    ("profile", "rounds", "reason"),  # says both
     ("verdict", "compute_savings", "statement"),  # quotes the median latency when there is no baseline
+    ("timing",),
 ]
 
 

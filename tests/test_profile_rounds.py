@@ -1,8 +1,10 @@
-"""The profile's rounds: chosen from a round's time to fit a budget, or as given; and what the
-audit holds of ONNX Runtime's memory once a session is done.
+"""The profile's sample and rounds: chosen from measured times to fit a budget, the timed
+rounds stopping at a precision, or as given; and what the audit holds of ONNX Runtime's
+memory once a session is done.
 
-No wall-clock time is asserted: the rule is a pure function of the time it is given, and the
-wiring runs under a fake clock in which every run takes one second.
+No wall-clock time is asserted: the rules are pure functions of the times they are given,
+and the wiring runs under a fake clock in which every run takes one second (or a seeded
+random time around it).
 """
 
 import gc
@@ -17,15 +19,21 @@ import pytest
 import graphaudit.profile.latency as latency
 import graphaudit.profile.profiler as profiler
 from graphaudit.cli import main
-from graphaudit.errors import GraphAuditError
+from graphaudit.errors import UsageError
 from graphaudit.profile import profile_model
 from graphaudit.profile.rounds import (
-    DEFAULT_BUDGET_S,
     FEWEST_RUNS,
+    FEWEST_SAMPLE,
+    MOST_CHOSEN_RUNS,
+    MOST_PROFILE_RUNS,
+    TimedRounds,
     check_budget,
-    choose_rounds,
-    round_seconds,
-    rounds_cost,
+    check_precision,
+    check_rounds,
+    plan_sample,
+    profiled_rounds,
+    sample_cost,
+    spread_order,
 )
 from graphaudit.replay.capture import capture
 
@@ -35,54 +43,96 @@ from support.profile_models import dense_model, dynamic_model, feeds_for
 SECOND = 10**9
 
 
-def test_a_fast_model_keeps_the_most_rounds():
-    rounds = choose_rounds(0.01)
-    assert (rounds.runs, rounds.warmup, rounds.profile_runs) == (20, 3, 3)
-    assert rounds.chosen and rounds.round_s == 0.01 and rounds.budget_s == DEFAULT_BUDGET_S
-    assert rounds.reason.startswith("the most, within the 30 s budget") and "measured time" in rounds.reason
+def test_every_prefix_of_the_spread_order_is_spread_over_the_inputs():
+    assert spread_order(1) == [0]
+    assert spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]
+    for n in (2, 5, 12, 33, 100):
+        order = spread_order(n)
+        assert sorted(order) == list(range(n))
+        for k in range(1, n + 1):
+            gaps = np.diff(sorted(order[:k]) + [n])
+            assert gaps.max() <= 2 * -(-n // k)  # no stretch of the data left out past twice the even step
 
 
-def test_a_slow_model_takes_the_most_rounds_that_fit_the_budget():
-    rounds = choose_rounds(2.0, budget_s=30)
-    assert (rounds.runs, rounds.warmup, rounds.profile_runs) == (6, 2, 1)
-    assert rounds_cost(6, 2, 1, 2.0) <= 30 < rounds_cost(7, 2, 1, 2.0)
-    assert rounds.estimate_s == rounds_cost(6, 2, 1, 2.0)
-    assert rounds.reason.startswith("fewer than the most") and "a round takes 2 s" in rounds.reason
-    # more time each round, never more rounds
-    runs = [choose_rounds(t).runs for t in (0.1, 0.5, 1.0, 2.0, 5.0)]
-    assert runs == sorted(runs, reverse=True) and runs[0] == 20 and runs[-1] == FEWEST_RUNS
+def test_a_fast_model_runs_on_every_input():
+    assert plan_sample(32, 0.001, 0.001) == (32, "every input")
 
 
-def test_a_model_too_slow_for_the_budget_runs_the_fewest_and_says_so():
-    rounds = choose_rounds(10.0)  # a detector at 736 x 736, 12 inputs of 0.8 s
-    assert (rounds.runs, rounds.warmup, rounds.profile_runs) == (3, 2, 1)
-    assert rounds.reason.startswith("the fewest") and "past the 30 s budget" in rounds.reason
+def test_a_slow_model_runs_on_as_many_inputs_as_fit_half_the_budget():
+    per_input = sample_cost(1, 0.5, 0.5)
+    chosen, why = plan_sample(32, 0.5, 0.5, budget_s=120)
+    assert chosen == int(60 // per_input) > FEWEST_SAMPLE
+    assert why.startswith(f"{chosen} of 32 inputs, spread evenly over them: a run takes 1 s")
+
+
+def test_a_model_too_slow_for_the_budget_runs_the_fewest_inputs():
+    assert plan_sample(32, 10.0)[0] == FEWEST_SAMPLE
+    assert plan_sample(3, 10.0)[0] == 3  # fewer inputs than the fewest: all of them
+    assert plan_sample(32, 10.0, sample=7) == (7, "as given")
+    assert plan_sample(5, 10.0, sample=70) == (5, "as given")
 
 
 def test_the_baseline_timed_beside_the_model_counts():
-    alone, beside = choose_rounds(1.0), choose_rounds(1.0, 1.0)
-    assert beside.runs < alone.runs
-    assert rounds_cost(beside.runs, beside.warmup, beside.profile_runs, 1.0, 1.0) <= DEFAULT_BUDGET_S
+    assert plan_sample(100, 0.1, 0.1)[0] < plan_sample(100, 0.1)[0]
 
 
-def test_rounds_given_are_kept():
-    given = choose_rounds(100.0, runs=20, warmup=3, profile_runs=3)
-    assert (given.runs, given.warmup, given.profile_runs) == (20, 3, 3)
-    assert not given.chosen and given.reason == "as given" and given.round_s is None
-    some = choose_rounds(100.0, runs=7)
-    assert (some.runs, some.warmup, some.profile_runs) == (7, 2, 1) and "--runs 7 as given" in some.reason
+def _ns(rows, noise, seed=0):
+    """(rounds, 4 inputs) nanoseconds around 1 ms, with relative `noise`."""
+    rng = np.random.default_rng(seed)
+    return (1e6 * (1 + noise * rng.standard_normal((rows, 4)))).astype(np.int64)
 
 
-def test_a_rounds_time_leaves_out_the_first_runs_start_up():
-    first = np.array([5 * SECOND, SECOND // 100, SECOND // 100, SECOND // 100])
-    assert round_seconds(first) == pytest.approx(0.04)
+def test_timed_rounds_stop_once_the_interval_is_within_the_precision():
+    rule = TimedRounds(None, precision=0.02, budget_s=100)
+    assert all(rule.more(_ns(k, 0.0), _ns(k, 0.0), 0.1) for k in range(1, FEWEST_RUNS))  # the fewest, whatever
+    assert not rule.more(_ns(FEWEST_RUNS, 0.0), _ns(FEWEST_RUNS, 0.0), 0.1)
+    assert (rule.stop, rule.reached) == ("precision", 0.0)
+    assert rule.describe(3) == "timed until the 95% interval was within ±2%: ±0% reached after 3 rounds"
 
 
-@pytest.mark.parametrize("budget", [0, -1.0, float("nan"), float("inf"), True])
+def test_noisy_rounds_run_on_until_the_budget_and_say_they_fell_short():
+    rule = TimedRounds(None, precision=0.001, budget_s=5)
+    assert rule.more(_ns(5, 0.3), _ns(5, 0.3, 1), 4.0)
+    assert not rule.more(_ns(6, 0.3), _ns(6, 0.3, 1), 5.0)
+    assert rule.stop == "budget" and rule.reached > 0.001
+    assert "short of the ±0.1% asked" in rule.describe(6)
+
+
+def test_timed_rounds_stop_at_the_most_where_the_precision_is_never_reached():
+    rule = TimedRounds(None, precision=0.02, budget_s=1e9, halfwidth=lambda m, b: 0.5)
+    done = next(k for k in range(1, 10**4) if not rule.more(np.zeros((k, 1)), None, 0.0))
+    assert done == MOST_CHOSEN_RUNS and rule.stop == "most"
+
+
+def test_timed_rounds_given_are_run_as_given():
+    rule = TimedRounds(7, precision=0.02, budget_s=0.001)
+    assert rule.more(_ns(6, 0.0), None, 100.0) and not rule.more(_ns(7, 0.0), None, 100.0)
+    rule.finish(_ns(7, 0.0), None)
+    assert rule.stop == "given" and rule.describe(7) == "7 timed rounds as given (±0% reached)"
+
+
+def test_profiled_rounds_fit_what_is_left_at_least_one():
+    assert profiled_rounds(100.0, 4, 0.1) == MOST_PROFILE_RUNS
+    assert profiled_rounds(2.5, 4, 0.1) == 2  # a profiled round: 4 runs at up to 3x 0.1 s
+    assert profiled_rounds(0.0, 4, 0.1) == 1
+    assert profiled_rounds(0.0, 4, 0.1, profile_runs=5) == 5
+
+
+@pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf"), True])
 def test_a_budget_must_be_positive_seconds(budget):
-    with pytest.raises(GraphAuditError, match="expected the profile's budget to be a positive number") as info:
+    with pytest.raises(UsageError, match="expected the profile's budget to be a positive number of seconds"):
         check_budget(budget)
-    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("precision", [0, 1, -0.1, float("nan"), True])
+def test_a_precision_must_be_a_fraction(precision):
+    with pytest.raises(UsageError, match="expected the profile's precision to be a relative half-width between 0"):
+        check_precision(precision)
+
+
+def test_a_sample_must_hold_an_input():
+    with pytest.raises(UsageError, match="expected --sample to be a number of inputs of at least 1, found 0"):
+        check_rounds(4, sample=0)
 
 
 @pytest.fixture
@@ -93,65 +143,99 @@ def files(tmp_path):
     return tmp_path
 
 
-@pytest.fixture
-def second_per_run(monkeypatch):
-    """A clock of the profile's timing in which every run takes one second."""
-    ticks = iter(range(0, 10**6 * SECOND, SECOND))  # one second from each reading to the next
+def _clock(monkeypatch, step):
+    ticks = iter(np.cumsum([step() for _ in range(10**6)]).astype(np.int64))
     monkeypatch.setattr(latency, "time", types.SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
 
 
-def test_the_profile_chooses_its_rounds_from_the_first_round(files, second_per_run):
+@pytest.fixture
+def second_per_run(monkeypatch):
+    """A clock of the profile's timing in which every run takes one second."""
+    _clock(monkeypatch, lambda: SECOND)
+
+
+@pytest.fixture
+def noisy_seconds(monkeypatch):
+    """A clock in which each run takes a second, give or take a seeded 30%."""
+    rng = np.random.default_rng(0)
+    _clock(monkeypatch, lambda: int(SECOND * (1 + 0.3 * rng.uniform(-1, 1))))
+
+
+def test_the_profile_stops_its_timed_rounds_at_the_precision(files, second_per_run):
     report = profile_model(files / "dynamic.onnx", files / "data.npz", threads=1)
-    expected = choose_rounds(2.0)  # a round: 2 inputs of a second each
-    assert (report.runs, report.warmup, report.profile_runs) == (expected.runs, expected.warmup,
-                                                                 expected.profile_runs) == (6, 2, 1)
     doc = report.to_json()
-    assert doc["runs"] == 6 and doc["rounds"]["chosen"] and doc["rounds"]["round_s"] == 2.0
-    assert doc["rounds"]["reason"] == expected.reason
-    assert doc["latency_ms"]["median"] == 1000.0
+    rounds = doc["rounds"]
+    assert (doc["runs"], doc["warmup"]) == (FEWEST_RUNS, 2)  # runs of a second each: no spread at all
+    assert rounds["stop"] == "precision" and rounds["reached"] == 0.0 and rounds["precision"] == 0.02
+    assert (rounds["sample"], rounds["inputs"], rounds["run_s"]) == (2, 2, 1.0)
+    # after the warm-up (2 s) and 3 timed rounds of 2 inputs (6 s), 22 s of 30 are left: one profiled
+    # round of 2 inputs at up to 3 s each, and the evidence at 3 s each, fit twice
+    assert doc["profile_runs"] == 2
+    assert doc["latency_ms"]["median"] == 1000.0 and doc["profiling_overhead"] == 1.0
 
 
-def test_the_baseline_beside_the_model_halves_the_budget_of_each(files, second_per_run):
-    report = profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx", threads=1)
-    assert report.runs == choose_rounds(2.0, 2.0).runs == 3
+def test_a_noisy_profile_runs_on_until_its_budget(files, noisy_seconds):
+    report = profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx", threads=1,
+                           precision=0.001, budget=40)
+    rounds = report.to_json()["rounds"]
+    # the timed rounds' share: 40 s less the warm-up (2 x 2 s) and what one profiled round and the
+    # evidence of 2 inputs take at most (2 x (3 + 3 x 2) s = 18 s): 18 s of rounds of 4 runs
+    assert rounds["stop"] == "budget" and rounds["reached"] > 0.001
+    assert report.runs == pytest.approx(18 / 4, abs=1.5) and report.runs >= FEWEST_RUNS
+    assert "short of the ±0.1% asked" in rounds["reason"]
 
 
-def test_given_rounds_win_over_the_budget(files, second_per_run):
-    report = profile_model(files / "dynamic.onnx", files / "data.npz", runs=2, warmup=1, profile_runs=1,
+def test_a_slow_profile_runs_on_a_sample_spread_over_the_inputs(files, second_per_run):
+    np.savez(files / "many.npz", x=feeds_for(12))
+    doc = profile_model(files / "dynamic.onnx", files / "many.npz", threads=1).to_json()
+    # a run takes a second: 9 s per input for the fewest rounds, 15 s (half the budget) fit one: the fewest, 4
+    assert (doc["rounds"]["sample"], doc["rounds"]["inputs"], doc["examples"]) == (FEWEST_SAMPLE, 12, 12)
+    assert [entry["rows"] for entry in doc["per_input"]] == [[0, 1], [2, 3], [4, 5], [8, 9]]
+    assert doc["rounds"]["reason"].startswith("sample: 4 of 12 inputs, spread evenly over them")
+
+
+def test_given_rounds_and_sample_win_over_the_budget(files, second_per_run):
+    report = profile_model(files / "dynamic.onnx", files / "data.npz", runs=2, warmup=1, profile_runs=1, sample=1,
                            budget=0.001, threads=1)
     assert (report.runs, report.warmup, report.profile_runs) == (2, 1, 1)
-    assert report.to_json()["rounds"] == {"runs": 2, "warmup": 1, "profile_runs": 1, "chosen": False,
-                                          "reason": "as given", "round_s": None, "budget_s": None,
-                                          "estimate_s": None}
+    rounds = report.to_json()["rounds"]
+    assert rounds == {"runs": 2, "warmup": 1, "profile_runs": 1, "chosen": False, "sample": 1, "inputs": 2,
+                      "reason": "sample: as given; 2 timed rounds as given (±0% reached); 1 profiled round (as given)",
+                      "run_s": None, "budget_s": None, "precision": None, "reached": 0.0, "stop": "given"}
 
 
-def test_cli_states_the_rounds_and_why(files, second_per_run, capsys):
+def test_cli_states_the_sample_and_rounds_and_why(files, second_per_run, capsys):
     args = ["profile", str(files / "dynamic.onnx"), "--data", str(files / "data.npz"), "--threads", "1"]
     with pytest.raises(SystemExit) as info:
         main(args + ["--budget", "60"])
     out = capsys.readouterr().out
     assert info.value.code == 0
-    assert "; 17 timed rounds after 2 warm-up, 3 profiled" in out
-    assert "rounds: fewer than the most (20 timed after 3 warm-up, 3 profiled) to fit the 60 s budget" in out
+    assert "inputs: 2 batches of 1 from" in out and "; 3 timed rounds after 2 warm-up, 3 profiled" in out
+    assert ("rounds: sample: every input; timed until the 95% interval was within ±2%: ±0% reached after 3 "
+            "rounds; 3 profiled rounds (the most); chosen from measured times") in out
     with pytest.raises(SystemExit) as info:
-        main(args + ["--runs", "2", "--warmup", "0", "--profile-runs", "1", "--format", "json"])
+        main(args + ["--runs", "2", "--warmup", "0", "--profile-runs", "1", "--sample", "1", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
-    assert info.value.code == 0 and (doc["runs"], doc["warmup"]) == (2, 0) and doc["rounds"]["reason"] == "as given"
-    with pytest.raises(SystemExit) as info:
-        main(args + ["--budget", "0"])
-    assert info.value.code == 2
-    assert "expected the profile's budget to be a positive number of seconds, found 0.0" in capsys.readouterr().err
+    assert info.value.code == 0 and (doc["runs"], doc["warmup"], doc["inputs"]) == (2, 0, 1)
+    assert doc["rounds"]["stop"] == "given"
+    for bad, message in ((["--budget", "0"], "expected the profile's budget to be a positive number of seconds, "
+                                             "found 0.0"),
+                         (["--precision", "2"], "expected the profile's precision to be a relative half-width"),
+                         (["--sample", "0"], "expected --sample to be a number of inputs of at least 1, found 0")):
+        with pytest.raises(SystemExit) as info:
+            main(args + bad)
+        assert info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_run_reports_the_profiles_rounds(files, second_per_run, capsys):
+def test_run_reports_the_profiles_sample_and_rounds(files, second_per_run, capsys):
     np.savez(files / "calib.npz", x=feeds_for(4))
     with pytest.raises(SystemExit) as info:
         main(["run", str(files / "dynamic.onnx"), "--calib", str(files / "calib.npz"), "--data",
               str(files / "data.npz"), "--provider", "cpu", "--threads", "1", "-q", "--profile-budget", "20",
-              "--format", "json"])
+              "--profile-precision", "0.05", "--profile-sample", "1", "--format", "json"])
     assert info.value.code == 0
-    profile = json.loads(capsys.readouterr().out)["profile"]
-    assert profile["rounds"]["budget_s"] == 20 and profile["runs"] == choose_rounds(2.0, budget_s=20).runs
+    rounds = json.loads(capsys.readouterr().out)["profile"]["rounds"]
+    assert (rounds["budget_s"], rounds["precision"], rounds["sample"], rounds["inputs"]) == (20, 0.05, 1, 2)
 
 
 def test_the_captures_live_outputs_hold_no_memory_of_the_session():
@@ -183,7 +267,8 @@ def test_the_profile_lets_its_timing_sessions_go_before_the_evidence_runs(files,
 
 
 def test_the_profile_reports_progress_round_by_round():
-    """Each timed round and each profiled round is reported as it ends, against the rounds it will run."""
+    """Each timed round and each profiled round is reported as it ends, against the rounds it will run
+    where they are known."""
     from graphaudit.profile import profile_model
 
     from support.zoo import FIXTURES
@@ -192,7 +277,35 @@ def test_the_profile_reports_progress_round_by_round():
     model = FIXTURES / "featuregate"
     profile_model(model / "model.onnx", model / "eval.npz", runs=3, warmup=1, profile_runs=2, limit=2,
                   opt_level="disable", progress=lambda stage, done, total: seen.append((stage, done, total)))
-    assert [s for s in seen if s[0] == "timed rounds"] == [("timed rounds", 1, None), ("timed rounds", 2, 4),
-                                                              ("timed rounds", 3, 4), ("timed rounds", 4, 4)]
-    assert [s for s in seen if s[0] == "profiled rounds"] == [("profiled rounds", 1, 3), ("profiled rounds", 2, 3),
-                                                                 ("profiled rounds", 3, 3)]
+    assert [s for s in seen if s[0] == "timed rounds"] == [("timed rounds", 1, 3), ("timed rounds", 2, 3),
+                                                              ("timed rounds", 3, 3)]
+    assert [s for s in seen if s[0] == "profiled rounds"] == [("profiled rounds", 1, 2), ("profiled rounds", 2, 2)]
+    seen.clear()
+    profile_model(model / "model.onnx", model / "eval.npz", warmup=1, profile_runs=1, limit=2, opt_level="disable",
+                  progress=lambda stage, done, total: seen.append((stage, done, total)))
+    timed = [s for s in seen if s[0] == "timed rounds"]  # chosen as they go: no total known before
+    assert len(timed) >= FEWEST_RUNS and timed == [("timed rounds", k, None) for k in range(1, len(timed) + 1)]
+
+
+@pytest.mark.parametrize("with_baseline", [False, True])
+def test_sessions_timed_in_alternation_do_not_spin(files, with_baseline, monkeypatch):
+    """Each session has its own intra-op threads: spinning after a run, they would take the cores
+    the other session's next run needs. A model timed alone keeps ONNX Runtime's default."""
+    made, session_options = [], profiler.session_options
+
+    def recorded(*args, **kwargs):
+        options = session_options(*args, **kwargs)
+        if "spinning" not in kwargs:
+            made.append("untimed")
+        else:  # an entry not set is ONNX Runtime's default, which spins
+            try:
+                made.append(options.get_session_config_entry("session.intra_op.allow_spinning"))
+            except RuntimeError:
+                made.append("default")
+        return options
+
+    monkeypatch.setattr(profiler, "session_options", recorded)
+    profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx" if with_baseline else None,
+                  runs=1, warmup=0, profile_runs=1, threads=1)
+    timed = [entry for entry in made if entry != "untimed"]
+    assert timed == (["0", "0"] if with_baseline else ["default"])

@@ -153,3 +153,35 @@ def output_options(formats: Iterable[str], help: str, *, quiet: str = "No progre
         click.option("--verbose", "-v", is_flag=True,
                      help="ONNX Runtime's own log lines (warnings and errors) on stderr; they are silenced by "
                           "default, since each failure it reports also comes back as one line of graphaudit's."))
+
+
+def rounds_options(prefix: str = "") -> Callable:
+    """How much the profile runs: --runs, --warmup, --profile-runs and, each named with `prefix`
+    (`run` says --profile-budget where `profile` says --budget), --budget, --precision and
+    --sample, as the command's `rounds`: a dict of the ProfileSettings fields they set."""
+    from graphaudit.profile import settings as s
+
+    def build(runs, warmup, profile_runs, budget, precision, sample):
+        return {"runs": runs, "warmup": warmup, "profile_runs": profile_runs, "budget": budget,
+                "precision": precision, "sample": sample}
+
+    return option_group(
+        "rounds", build,
+        click.option("--runs", type=int, help=(
+            f"Timed rounds, each running every sampled input once on the model and the baseline (default: until "
+            f"the latency's 95% interval is within --{prefix}precision, at least {s.FEWEST_RUNS}, at most "
+            f"{s.MOST_CHOSEN_RUNS}, within --{prefix}budget).")),
+        click.option("--warmup", type=int, help=(
+            f"Runs of each input shape discarded first in each session (default: {s.DEFAULT_WARMUP}).")),
+        click.option("--profile-runs", type=int, help=(
+            f"Rounds run with ONNX Runtime's profiler on, for the per-node and per-block times (default: "
+            f"{s.MOST_PROFILE_RUNS}, or fewer to fit the budget, at least 1).")),
+        click.option(f"--{prefix}budget", "budget", type=float, default=s.DEFAULT_BUDGET_S, show_default=True,
+                     help="Seconds the profile's runs may take, at the times measured on the way; the fewest "
+                          f"rounds ({s.FEWEST_RUNS} timed, 1 profiled) run whatever they take."),
+        click.option(f"--{prefix}precision", "precision", type=float, default=s.DEFAULT_PRECISION, show_default=True,
+                     help="Timed rounds stop once the 95% interval of the latency ratio to the baseline (without "
+                          "one, of the latency) is within this fraction of it (0.02: ±2%)."),
+        click.option(f"--{prefix}sample", "sample", type=int, help=(
+            "Inputs (batches) profiled, spread evenly over the data (default: every input where the fewest "
+            f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}).")))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from graphaudit.cli import check_output
-from graphaudit.cli.options import feeding_options, output_options
+from graphaudit.cli.options import feeding_options, output_options, rounds_options
 from graphaudit.limits import MAX_THREADS
-from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
 from graphaudit.progress import ProgressBar
 
@@ -19,12 +18,7 @@ from graphaudit.progress import ProgressBar
 @feeding_options
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs, timed in alternation with MODEL.")
-@click.option("--runs", type=int, help="Timed rounds, each running every batch once (default: " + ROUNDS_DEFAULT + ").")
-@click.option("--warmup", type=int, help="Rounds run first and discarded (default: 3, or 2 when fewer rounds fit).")
-@click.option("--profile-runs", type=int, help="Rounds run with the profiler on (default: 3, or one per 5 timed rounds).")
-@click.option("--budget", type=float, default=DEFAULT_BUDGET_S, show_default=True,
-              help="Seconds the profile's rounds may take, at the first round's time, where --runs, --warmup or "
-                   "--profile-runs are not given.")
+@rounds_options()
 @click.option("--batch-size", type=int,
               help="Examples per run; default 1, which shows per-input decisions (an If decides per batch), "
                    "or the model's own batch when its inputs fix their first dimension.")
@@ -40,7 +34,7 @@ from graphaudit.progress import ProgressBar
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
 @output_options(["text", "json"], "Output format.", quiet="No progress bar (rounds run) and no line saying where the report went, on stderr.")
-def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budget, batch_size, limit, provider,
+def profile_cmd(model, data, feeding, baseline, rounds, batch_size, limit, provider,
                 opt_level, threads, block_pattern, trace, keep_profiles, out) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
 
@@ -55,8 +49,7 @@ def profile_cmd(model, data, feeding, baseline, runs, warmup, profile_runs, budg
     out.check((model, data, baseline))
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
-    settings = ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=budget,
-                               batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
+    settings = ProfileSettings(**rounds, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
                                limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
                                feeding=feeding)
     loaded = load_for_runtime(model)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import click
 
 from graphaudit.cli import REWRITE_HELP, output_kind_option
-from graphaudit.cli.options import coefficient_options, feeding_options, output_options
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options, rounds_options
 from graphaudit.limits import MAX_THREADS
-from graphaudit.profile.rounds import DEFAULT_BUDGET_S, ROUNDS_DEFAULT
 from graphaudit.profile.settings import ProfileSettings
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
@@ -18,8 +17,8 @@ EPILOG = """\b
 Exit status: 0 when the audit ran (and every --claim is supported), 1 for a problem with
 the model or data, 2 for bad usage, 3 when the audit refutes a --claim or did not measure
 what it needs, 4 when none is refuted but one is inconclusive (compute-savings: the
-latency ratio's interval over the timed rounds straddles the threshold; more --runs may
-decide it).
+latency ratio's interval over the timed rounds straddles the threshold; a smaller
+--profile-precision or more --runs may decide it).
 """
 
 
@@ -42,13 +41,7 @@ decide it).
               help="Exit with status 3 unless the audit supports this claim, 4 where it is inconclusive (repeatable).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the replay's permutations and bootstrap.")
-@click.option("--runs", type=int, help="Timed rounds of the profile (default: " + ROUNDS_DEFAULT + ").")
-@click.option("--warmup", type=int, help="Profile rounds run first and discarded (default: 3, or 2 when fewer fit).")
-@click.option("--profile-runs", type=int,
-              help="Rounds run with ONNX Runtime's profiler on (default: 3, or one per 5 timed rounds).")
-@click.option("--profile-budget", type=float, default=DEFAULT_BUDGET_S, show_default=True,
-              help="Seconds the profile's rounds may take, at the first round's time, where --runs, --warmup or "
-                   "--profile-runs are not given.")
+@rounds_options("profile-")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")
@@ -63,8 +56,8 @@ decide it).
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
 @output_kind_option
 @click.pass_context
-def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_pattern, provider, out, claims, seed, runs,
-            warmup, profile_runs, profile_budget, limit, resamples, threads, keep_denormals, no_rewrite,
+def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_pattern, provider, out, claims, seed, rounds,
+            limit, resamples, threads, keep_denormals, no_rewrite,
             output_kinds) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
@@ -80,8 +73,7 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
         replay=ReplaySettings(coefficients=coefficients.entries, seed=seed, resamples=resamples, provider=provider,
                               threads=threads, flush_denormals=not keep_denormals, rewrite=not no_rewrite,
                               output_kinds=parse_output_kinds(output_kinds), feeding=feeding),
-        profile=ProfileSettings(runs=runs, warmup=warmup, profile_runs=profile_runs, budget=profile_budget,
-                                provider=provider, threads=threads, limit=limit, block_pattern=block_pattern,
+        profile=ProfileSettings(**rounds, provider=provider, threads=threads, limit=limit, block_pattern=block_pattern,
                                 feeding=feeding),
         claims=claims)
     with ProgressBar(quiet=out.quiet) as bar:

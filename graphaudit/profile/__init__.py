@@ -4,7 +4,7 @@
 The pieces, in the order the data flows:
 
 - session.py   — ORT sessions: optimisation level, profiler files in a temp folder, unique names
-- rounds.py    — how many rounds: as given, or chosen from the first round's time to fit a budget
+- rounds.py    — which inputs, how many rounds: as given, or chosen from measured times; when timing stops
 - latency.py   — un-profiled wall-clock timing (perf_counter_ns, warm-ups dropped, I/O binding on CUDA)
 - events.py    — profiler JSON (both layouts) → node events grouped per run, self times
 - mapping.py   — event names → graph nodes (one-to-one, or through ORT's optimised model) → blocks
@@ -22,7 +22,7 @@ import importlib
 _HOMES = {
     "BaselineComparison": "baseline", "NodeEvent": "events", "Profile": "events", "Run": "events",
     "parse_profile": "events", "Spread": "latency", "profile_model": "profiler", "ProfileReport": "report",
-    "Rounds": "rounds", "choose_rounds": "rounds",
+    "Rounds": "rounds",
 }
 __all__ = sorted(_HOMES)
 

@@ -2,7 +2,8 @@
 
 The baseline must take exactly the model's inputs (names, element types, fixed sizes);
 anything else is refused before any timing. Both are timed on the same inputs, interleaved
-(see latency.time_rounds). The ratio is that of the whole workload: the sum over inputs of
+(see latency.time_rounds), their sessions' intra-op threads blocking between runs: spinning,
+one session's idle threads took the cores the other's next run needed. The ratio is that of the whole workload: the sum over inputs of
 each input's median latency, model over baseline. Its spread (median, 10th and 90th
 percentiles) comes from a seeded bootstrap that resamples both the inputs and the rounds,
 so it holds the variation between inputs and the noise of the measurement. The verdict's
@@ -24,8 +25,9 @@ from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, s
 from graphaudit.wording import pct
 
 RESAMPLES = 500
-RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline; spread from a "
-                "bootstrap over inputs and rounds (seed 0)")
+RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline, timed in alternation "
+                "with ONNX Runtime's intra-op threads blocking between runs (not spinning on the cores the other "
+                "session's run needs); spread from a bootstrap over inputs and rounds (seed 0)")
 INTERVAL_LEVEL = 0.95
 INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the same for both models and every "
                    "input kept (seed 0): the noise of the measurement on this workload, not the drift of a "
@@ -121,13 +123,30 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
 
     A resampled round is the same round for both, as they were timed in pairs. One round has
     no spread to resample: its interval is NaN, which decides nothing."""
-    rounds = model_ns.shape[0]
+    return _over_rounds(lambda m, b: _workload(m) / _workload(b), (model_ns, baseline_ns), level, resamples, seed)
+
+
+def workload_interval(model_ns: np.ndarray, level: float = INTERVAL_LEVEL, resamples: int = RESAMPLES,
+                      seed: int = 0) -> Interval:
+    """The `level` interval of the workload's latency (each input's median over rounds, summed)
+    from (round, batch) nanoseconds: the bootstrap of `ratio_interval`, for a model timed alone."""
+    return _over_rounds(_workload, (model_ns,), level, resamples, seed)
+
+
+def _workload(ns: np.ndarray) -> np.ndarray:
+    """Each resample's workload time from (resample, round, batch) nanoseconds."""
+    return np.median(ns, axis=1).sum(axis=1)
+
+
+def _over_rounds(statistic, arrays: tuple[np.ndarray, ...], level: float, resamples: int, seed: int) -> Interval:
+    """The `level` interval of `statistic` over a seeded bootstrap of the rounds (axis 0) of
+    `arrays`, the same rounds drawn for each; NaN ends from one round."""
+    rounds, inputs = arrays[0].shape
     if rounds < 2:
         return Interval(float("nan"), float("nan"), level, rounds)
     picks = np.random.default_rng(seed).integers(0, rounds, (resamples, rounds))
     boot = np.concatenate([  # a few resamples at a time: (resamples, rounds, inputs) at once can be large
-        np.median(model_ns[chunk], axis=1).sum(axis=1) / np.median(baseline_ns[chunk], axis=1).sum(axis=1)
-        for chunk in np.array_split(picks, max(1, picks.size * model_ns.shape[1] // 2**22))])
+        statistic(*(a[chunk] for a in arrays)) for chunk in np.array_split(picks, max(1, picks.size * inputs // 2**22))])
     tail = (1 - level) / 2 * 100
     low, high = np.percentile(boot, [tail, 100 - tail])
     return Interval(float(low), float(high), level, rounds)

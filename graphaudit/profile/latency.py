@@ -93,6 +93,30 @@ def time_rounds(runners: Sequence[Runner], batches: int, runs: int, warmup: int,
     return samples[:, warmup:, :]
 
 
+def warm_up(runners: Sequence[Runner], batches: Sequence[int], runs: int) -> list[int]:
+    """Run each runner `runs` times on each of `batches`, interleaved; the nanoseconds of each
+    runner's last run (0 where none ran)."""
+    last = [0] * len(runners)
+    for b in batches:
+        for _ in range(runs):
+            for k, runner in enumerate(runners):
+                start = time.perf_counter_ns()
+                runner(b)
+                last[k] = time.perf_counter_ns() - start
+    return last
+
+
+def first_of_each_shape(shapes: Sequence[object], seen: set | frozenset = frozenset()) -> list[int]:
+    """The index of the first batch of each distinct input shape in `shapes`, past those `seen`:
+    the batches a session warms up on (ONNX Runtime plans its memory per shape)."""
+    found, firsts = set(seen), []
+    for i, shape in enumerate(shapes):
+        if shape not in found:
+            found.add(shape)
+            firsts.append(i)
+    return firsts
+
+
 def per_input_ms(samples: np.ndarray) -> np.ndarray:
     """Each input's latency in ms: its median over rounds, from (round, batch) nanoseconds.
 

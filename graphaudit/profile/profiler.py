@@ -1,10 +1,12 @@
 """`profile_model`: time, profile and read the execution of a model on given inputs.
 
-Three sessions, each with one job: an un-profiled one for latency (interleaved with the
-baseline's, when there is one), a profiled one at the same optimisation level for per-node
-and per-block shares (its rounds interleaved with un-profiled ones, for the overhead), and,
-unless that level is already ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL, run once
-per input, for the execution evidence (every event one node).
+Three sessions, each with one job, all on the same sample of the inputs (profile/rounds.py):
+an un-profiled one for latency (interleaved with the baseline's, when there is one), its
+timed rounds going on until the latency's interval is as tight as asked or the budget is
+spent; a profiled one at the same optimisation level for per-node and per-block shares (its
+overhead read against the timed rounds of the same inputs); and, unless that level is already
+ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL, run once per sampled input, for the
+execution evidence (every event one node).
 Profiler files and ORT's optimised model go to a fresh folder (`workdir`): a temporary one,
 removed after, or one inside `keep_profiles` whose files are moved into it, none onto an input.
 """
@@ -35,10 +37,33 @@ from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import Run, parse_profile
 from graphaudit.profile.execution import read_execution
-from graphaudit.profile.latency import batch_latency_ms, make_runner, per_input_ms, time_rounds
+from graphaudit.profile.latency import (
+    Runner,
+    batch_latency_ms,
+    first_of_each_shape,
+    make_runner,
+    per_input_ms,
+    time_rounds,
+    warm_up,
+)
 from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one, through_optimised
 from graphaudit.profile.report import ProfileReport
-from graphaudit.profile.rounds import check_budget, check_rounds, choose_rounds, round_seconds
+from graphaudit.profile.rounds import (
+    DEFAULT_WARMUP,
+    EVIDENCE_COST,
+    FIX_THEM,
+    MOST_CHOSEN_RUNS,
+    MOST_PROFILE_RUNS,
+    PROFILED_COST,
+    Rounds,
+    TimedRounds,
+    check_budget,
+    check_precision,
+    check_rounds,
+    plan_sample,
+    profiled_rounds,
+    spread_order,
+)
 from graphaudit.profile.session import (
     ORT_LEVEL_NAMES,
     RunnableModel,
@@ -77,8 +102,9 @@ def profile_model(
     None: 1, or the model's own batch when its inputs fix their first dimension (another size is
     then a UsageError; inputs past the last whole batch are left out, with a note). `feeding`:
     values fed whole to every run and inputs batched on an axis of their own
-    (graphaudit.load.feeding). `runs`, `warmup`, `profile_runs` None: chosen from the first
-    round's time to fit `budget` seconds (`rounds.choose_rounds`; the report says which and why).
+    (graphaudit.load.feeding). `sample`, `runs`, `profile_runs` None: chosen from measured times
+    to fit `budget` seconds, the timed rounds stopping at `precision` (profile/rounds.py; the
+    report says what ran and why); `warmup` None: 2 runs per input shape and session.
     """
     asked = ProfileSettings.of(settings, **options)
     runs, warmup, profile_runs, budget = asked.runs, asked.warmup, asked.profile_runs, asked.budget
@@ -89,7 +115,9 @@ def profile_model(
     _check_counts(**{k: v for k, v in given.items() if v is not None},
                   **({"warmup": (warmup, 0)} if warmup is not None else {}))
     check_budget(budget)
-    check_rounds(1, runs, warmup, profile_runs)  # before the model is read; the runs it times, once batched
+    check_precision(asked.precision)
+    check_rounds(1, runs, warmup, profile_runs, asked.sample)  # before the model is read; again once batched
+    warmup = DEFAULT_WARMUP if warmup is None else warmup
     session_options(opt_level)  # an unknown level is refused before anything runs
     threads, capped = usable_threads(threads)
     loaded, inputs, base = _load(model, data, baseline, limit, feeding)
@@ -97,70 +125,91 @@ def profile_model(
     batch_size = check_batch_size(specs, batch_size) or 1
     inputs, cut = whole_batches(inputs, fixed_batch(specs))
     providers = resolve_providers(provider)
-    check_rounds(-(-inputs.count // batch_size), runs, warmup)
+    n = -(-inputs.count // batch_size)
+    check_rounds(min(n, asked.sample or n), runs, warmup)
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
-    rows = [(s.start, s.stop) for s, _ in batches]
     feed_shapes = [tuple((k, tuple(v.shape)) for k, v in sorted(feed.items())) for feed in feeds]
     runnable = runnable_model(loaded)
     mg = build_graph(runnable.model)
     blocks = assign_blocks(mg, block_map, block_pattern)
     flop_counter = _flop_counter()
-    n = len(feeds)
+    order = spread_order(n)
 
     data_file = [Path(data)] if isinstance(data, (str, os.PathLike)) else []
     with workdir(keep_profiles, [*input_files(loaded, base), *data_file]) as work:
         # latency: un-profiled, interleaved with the baseline's
-        timed = [make_runner(open_session(runnable, providers, session_options(opt_level, threads)), feeds)]
+        spinning = base is None  # sessions timed in alternation must not spin on each other's cores
+        sessions = [open_session(runnable, providers, session_options(opt_level, threads, spinning=spinning))]
         if base is not None:
             base_runnable = runnable_model(base)
-            timed.append(make_runner(open_session(base_runnable, providers, session_options(opt_level, threads)), feeds))
-        # the first round runs every input: where the inputs cannot run, it says so here; its
-        # runs' times choose the rounds not given, and it is the first of them
+            sessions.append(open_session(base_runnable, providers,
+                                         session_options(opt_level, threads, spinning=spinning)))
+        # the first input's warm-up runs: where the inputs cannot run, they say so here, and the
+        # last one's times plan the sample
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
-            first = time_rounds(timed, n, 1, 0, done=_rounds_done(progress, "timed rounds", None))
-            rounds = choose_rounds(*(round_seconds(first[k]) for k in range(len(timed))), budget_s=budget,
-                                   runs=runs, warmup=warmup, profile_runs=profile_runs)
-            runs, warmup, profile_runs = rounds.runs, rounds.warmup, rounds.profile_runs
-            rest = time_rounds(timed, n, warmup + runs - 1, 0, first=1,
-                               done=_rounds_done(progress, "timed rounds", warmup + runs, start=1))
-        samples = np.concatenate([first, rest], axis=1)[:, warmup:]
-        del timed[1:]  # the baseline's session: its evidence run opens its own
+            probe = [make_runner(s, [feeds[order[0]]]) for s in sessions]
+            run_s = [float(t) / 1e9 for t in warm_up(probe, [0], max(warmup, 1))]
+            model_s, baseline_s = run_s[0], sum(run_s[1:])
+            sample, sample_why = plan_sample(n, model_s, baseline_s, budget_s=budget, sample=asked.sample,
+                                             profile_runs=profile_runs)
+            del probe  # its runners hold the sessions: they go with the others
+            chosen = sorted(order[:sample])
+            picked = [feeds[i] for i in chosen]
+            timed = [make_runner(s, picked) for s in sessions]
+            shapes = [feed_shapes[i] for i in chosen]
+            others = first_of_each_shape(shapes, seen={feed_shapes[order[0]]})
+            warm_up(timed, others, warmup)
+            # the timed rounds' budget: what the warm-up, one profiled round and the evidence leave
+            warm_s = (max(warmup, 1) + warmup * len(others)) * (model_s + baseline_s)
+            after = sample * (PROFILED_COST * model_s + EVIDENCE_COST * (model_s + baseline_s))
+            stopper = TimedRounds(runs, asked.precision, max(0.0, budget - warm_s - after))
+            samples = _timed_rounds(timed, sample, stopper, progress)
+        spent = warm_s + float(samples.sum()) / 1e9
+        del timed[1:], sessions[1:]  # the baseline's session: its evidence run opens its own
 
         # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
         # saving that graph would have ORT copy gigabytes of external weights with it
         weights = _external_bytes(loaded)
         optimised_path = work / OPTIMISED if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
-        # interleaved with as many un-profiled rounds, so that the overhead is a paired figure
-        plain_ns, profiled_ns = time_rounds([timed[0], make_runner(profiled, feeds)], n, profile_runs, warmup,
-                                            done=_rounds_done(progress, "profiled rounds", warmup + profile_runs))
+        profile_runs = profiled_rounds(budget - spent - sample * EVIDENCE_COST * (model_s + baseline_s), sample,
+                                       model_s, profile_runs)
+        profiled_runner = [make_runner(profiled, picked)]
+        warmed = first_of_each_shape(shapes) if warmup else []
+        warm_up(profiled_runner, warmed, warmup)
+        profiled_ns = time_rounds(profiled_runner, sample, profile_runs, 0,
+                                  done=_rounds_done(progress, "profiled rounds", profile_runs))[0]
         profile = parse_profile(profiled.end_profiling())
-        del timed, profiled  # their memory goes before the evidence sessions hold their own
-        _check_run_count(len(profile.runs), (warmup + profile_runs) * n)
-        timed_runs = profile.runs[warmup * n:]
+        del timed, sessions, profiled, profiled_runner  # their memory goes before the evidence sessions hold their own
+        _check_run_count(len(profile.runs), len(warmed) * warmup + profile_runs * sample)
+        timed_runs = profile.runs[len(warmed) * warmup:]
         names = {ev.name for run in timed_runs for ev in run.events}
         optimised = load_optimised(optimised_path) if optimised_path else None
+        rows = [(batches[i][0].start, batches[i][0].stop) for i in chosen]
         # execution evidence: one run per input at ORT_DISABLE_ALL (the profile above when it was)
         if opt_level == "disable":
             node_map = one_to_one(mg, names)
-            evidence_runs = timed_runs[:n]
+            evidence_runs = timed_runs[:sample]
         else:
             node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
-            evidence_runs = _evidence_runs(runnable, providers, feeds, threads, work / "evidence")
-        execution = read_execution(evidence_runs, rows, feed_shapes, mg, _one_to_one(mg, evidence_runs),
+            evidence_runs = _evidence_runs(runnable, providers, picked, threads, work / "evidence")
+        execution = read_execution(evidence_runs, rows, shapes, mg, _one_to_one(mg, evidence_runs),
                                    blocks, flop_counter, _selections(static, mg))
         base_flops = None
         if base is not None and flop_counter is not None:
             base_mg = build_graph(base_runnable.model)
-            base_runs = _evidence_runs(base_runnable, providers, feeds, threads, work / "baseline")
-            base_flops = read_execution(base_runs, rows, feed_shapes, base_mg, _one_to_one(base_mg, base_runs),
+            base_runs = _evidence_runs(base_runnable, providers, picked, threads, work / "baseline")
+            base_flops = read_execution(base_runs, rows, shapes, base_mg, _one_to_one(base_mg, base_runs),
                                         assign_blocks(base_mg), flop_counter).mean_flops()
-        times = breakdown(timed_runs, node_map, blocks, n)
+        times = breakdown(timed_runs, node_map, blocks, sample)
         trace_path = None
         if trace is not None:
-            events = trace_events(timed_runs, n, node_map, blocks, f"graphaudit profile: {_label(loaded)}")
+            events = trace_events(timed_runs, sample, node_map, blocks, f"graphaudit profile: {_label(loaded)}")
             trace_path = str(write_trace(trace, events, {"model": _label(loaded), "opt_level": opt_level}))
+    stopper.finish(samples[0], samples[1] if len(samples) > 1 else None)
+    rounds = _rounds(stopper, samples.shape[1], warmup, profile_runs, sample, n, sample_why, asked,
+                     model_s + baseline_s, budget)
 
     no_optimised = None
     if opt_level != "disable" and optimised is None:
@@ -181,13 +230,13 @@ def profile_model(
         block_method=blocks.method,
         batch_size=batch_size,
         examples=inputs.count,
-        runs=runs,
+        runs=rounds.runs,
         warmup=warmup,
         profile_runs=profile_runs,
         rounds=rounds,
         latency_ms=batch_latency_ms(samples[0]),
         profiled_latency_ms=batch_latency_ms(profiled_ns),
-        overhead=float(per_input_ms(profiled_ns).sum() / per_input_ms(plain_ns).sum()),
+        overhead=float(per_input_ms(profiled_ns).sum() / per_input_ms(samples[0]).sum()),
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
@@ -198,6 +247,39 @@ def profile_model(
         agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
         threads=threads,
     )
+
+
+def _timed_rounds(runners: list[Runner], batches: int, stopper: TimedRounds,
+                  progress: Progress | None) -> np.ndarray:
+    """Nanoseconds per batch, shape (runner, round, batch), of the rounds `stopper` asks for:
+    given rounds at once, chosen ones round by round until it says they are enough."""
+    if stopper.runs is not None:
+        return time_rounds(runners, batches, stopper.runs, 0, done=_rounds_done(progress, "timed rounds", stopper.runs))
+    held = np.zeros((len(runners), MOST_CHOSEN_RUNS, batches), dtype=np.int64)
+    done = 0
+    while True:
+        held[:, done:done + 1] = time_rounds(runners, batches, 1, 0, first=done)
+        done += 1
+        if progress is not None:
+            progress("timed rounds", done, None)
+        now = held[:, :done]
+        if not stopper.more(now[0], now[1] if len(runners) > 1 else None, float(now.sum()) / 1e9):
+            return now
+
+
+def _rounds(stopper: TimedRounds, runs: int, warmup: int, profile_runs: int, sample: int, inputs: int,
+            sample_why: str, asked: ProfileSettings, run_s: float, budget: float) -> Rounds:
+    """What the profile ran, and why, in words."""
+    chosen = asked.sample is None or asked.runs is None or asked.profile_runs is None
+    profiled = ("as given" if asked.profile_runs is not None else
+                "the most" if profile_runs == MOST_PROFILE_RUNS else "fewer to fit the budget")
+    parts = [f"sample: {sample_why}", stopper.describe(runs),
+             f"{profile_runs} profiled round{'s' if profile_runs != 1 else ''} ({profiled})"]
+    reason = "; ".join(parts) + (f"; chosen from measured times, so another run may choose others ({FIX_THEM})"
+                                 if chosen else "")
+    return Rounds(runs, warmup, profile_runs, reason, sample, inputs, run_s if chosen else None,
+                  budget if chosen else None, asked.precision if asked.runs is None else None, stopper.reached,
+                  stopper.stop)
 
 
 def _selections(static: Any | None, mg) -> dict[str, list[str]]:

@@ -1,56 +1,84 @@
-"""How many rounds a profile runs: as given, or chosen from the time of its first round.
+"""How much a profile runs: which inputs, how many rounds, and when the timing stops.
 
-A round runs every batch once. The profile runs its rounds in three passes (profiler.py):
-warm-up and timed rounds, un-profiled (and the baseline's beside them); warm-up and profiled
-rounds, each interleaved with an un-profiled one; one round for the execution evidence. The
-fixed defaults it had (20 timed after 3 warm-up, 3 profiled: 36 rounds of the model) took
-under a second on the zoo and 157 s on a text detector at 736 x 736 pixels. `choose_rounds`
-keeps them where they fit a time budget and otherwise takes fewer, down to 3 timed rounds (a
-median and a spread), from the time of a round measured on the first one (`round_seconds`):
-the choice rests on a measured time, so another run may choose otherwise. Rounds given are
-kept as they are.
+A profile runs in four passes (profiler.py), each on the same *sample* of the inputs:
+warm-up runs (each session, each input shape); timed rounds of the model and the baseline
+beside it, un-profiled, each round running every sampled input once; profiled rounds, for
+per-node and per-block shares; one run per sampled input at ORT_DISABLE_ALL for the
+execution evidence. The old fixed rounds (20 timed after 3 warm-up, 3 profiled, over every
+input) took under a second on the zoo and 445 s of a 555 s audit at Pythia-160M's shape.
+
+What is not given is chosen from measured times, so another run may choose otherwise:
+
+- the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
+  them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
+  FEWEST_SAMPLE, spread evenly over the data (`spread_order`);
+- the timed rounds (`TimedRounds`): at least FEWEST_RUNS, then on until the 95% interval of
+  the latency ratio to the baseline (without one: of the workload's latency) is within
+  ±precision of it, or the budget left for them is spent, or MOST_CHOSEN_RUNS have run;
+- the profiled rounds (`profiled_rounds`): MOST_PROFILE_RUNS where they fit what is left of
+  the budget, else fewer, at least one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphaudit.errors import UsageError
-from graphaudit.profile.settings import DEFAULT_BUDGET_S
+from graphaudit.profile.settings import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_PRECISION,
+    DEFAULT_WARMUP,
+    FEWEST_RUNS,
+    FEWEST_SAMPLE,
+    MOST_CHOSEN_RUNS,
+    MOST_PROFILE_RUNS,
+)
+from graphaudit.wording import pct
 
-MOST_RUNS, MOST_WARMUP, MOST_PROFILE_RUNS = 20, 3, 3  # the rounds of a model that runs fast
-FEWEST_RUNS = 3  # a median and a spread
-# A new session's first runs are slow: ONNX Runtime plans a shape's memory on the first and
-# allocates the plan on the second, which took as long (a detector at 736 x 736 pixels).
-FEWEST_WARMUP = 2
-ROUNDS_DEFAULT = "20, or as many as fit the budget at the first round's time, at least 3"
-FIX_THEM = "--runs, --warmup and --profile-runs fix them"
+__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "MOST_CHOSEN_RUNS", "MOST_PROFILE_RUNS", "Rounds",
+           "TimedRounds", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
+           "profiled_rounds", "sample_cost", "spread_order"]
+SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
+PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
+EVIDENCE_COST = 3.0  # a run at ORT_DISABLE_ALL with the profiler on, over a plain optimised one (an estimate)
+FIX_THEM = "--sample, --runs and --profile-runs fix them"
 # Rounds of each kind a profile takes at most: 10,000 timed rounds put a median within a
 # fraction of a percent already; more only take time (--runs 1000000000 asked for 238 GiB of timings)
 MOST_ROUNDS = 10_000
 # Runs of the model whose times a profile holds at most (8 bytes each, per model timed)
 MOST_TIMED_RUNS = 10**7
+# Timed rounds after which the interval is computed again: each time about a quarter more
+CHECKPOINTS = frozenset(round(FEWEST_RUNS * 1.25**k) for k in range(40))
 
 
 @dataclass(frozen=True)
 class Rounds:
-    """The rounds a profile runs, why, and the measured time they were chosen from."""
+    """What a profile ran, why, and the measured times it was chosen from."""
 
     runs: int  # timed rounds
-    warmup: int  # rounds run first and discarded, in each pass
+    warmup: int  # runs of each input shape discarded first, in each session
     profile_runs: int  # rounds with the profiler on
     reason: str
-    round_s: float | None = None  # a round of the model and the baseline, as measured; None: all given
+    sample: int = 0  # inputs (batches) profiled
+    inputs: int = 0  # inputs (batches) there were
+    run_s: float | None = None  # one run of the model and the baseline beside it, as measured; None: nothing chosen
     budget_s: float | None = None
-    estimate_s: float | None = None  # what the rounds take at the first round's time
+    precision: float | None = None  # the interval's half-width asked, relative; None: the rounds were given
+    reached: float | None = None  # the half-width the timed rounds reached, relative; None: none (one round)
+    stop: str = "given"  # why the timed rounds stopped: precision | budget | most | given
 
     @property
     def chosen(self) -> bool:
-        """True when some of the rounds were chosen from the first round's time."""
-        return self.round_s is not None
+        """True when something was chosen from a measured time."""
+        return self.run_s is not None
+
+    @property
+    def sampled(self) -> bool:
+        return self.sample < self.inputs
 
     def describe(self) -> str:
         """The rounds in words, with why."""
@@ -59,58 +87,119 @@ class Rounds:
 
     def to_json(self) -> dict:
         return {"runs": self.runs, "warmup": self.warmup, "profile_runs": self.profile_runs, "chosen": self.chosen,
-                "reason": self.reason, "round_s": self.round_s, "budget_s": self.budget_s,
-                "estimate_s": self.estimate_s}
+                "reason": self.reason, "sample": self.sample, "inputs": self.inputs, "run_s": self.run_s,
+                "budget_s": self.budget_s, "precision": self.precision, "reached": self.reached, "stop": self.stop}
 
 
-def rounds_cost(runs: int, warmup: int, profile_runs: int, model_s: float, baseline_s: float = 0.0) -> float:
-    """Seconds the profile's rounds take when a round of the model takes `model_s` (and the
-    baseline's `baseline_s`): timed rounds of both, profiled rounds paired with plain ones, and
-    the evidence round of each (profiling's own overhead left out)."""
+def spread_order(n: int) -> list[int]:
+    """0..n-1 in an order whose every prefix is spread evenly over them: 0, n/2, n/4, 3n/4, ...
+    (the bit-reversed order of the next power of two, cut to n)."""
+    bits = max(1, (n - 1).bit_length())
+    order = [int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits)]
+    return [i for i in order if i < n]
+
+
+def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
+    """Seconds the fewest timed rounds, `profile_runs` profiled rounds and the evidence runs take
+    on `inputs` inputs, when a run of the model takes `model_s` (the baseline's `baseline_s`)."""
     both = model_s + baseline_s
-    return (warmup + runs) * both + (warmup + profile_runs) * 2 * model_s + both
+    return inputs * (FEWEST_RUNS * both + profile_runs * PROFILED_COST * model_s + EVIDENCE_COST * both)
 
 
-def round_seconds(first: np.ndarray) -> float:
-    """Seconds a round takes, from the nanoseconds of each batch's run in the first round: the
-    median run times the batches, so that the first run's own start-up does not count."""
-    return float(np.median(first)) * first.size / 1e9
+def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
+                sample: int | None = None, profile_runs: int | None = None) -> tuple[int, str]:
+    """(inputs to profile, why) out of `inputs`: `sample` where given, else every input where
+    their fewest rounds fit SAMPLE_SHARE of `budget_s`, else as many as do, at least FEWEST_SAMPLE."""
+    if sample is not None:
+        return min(sample, inputs), "as given"
+    share = SAMPLE_SHARE * budget_s
+    per_input = sample_cost(1, model_s, baseline_s, profile_runs or 1)
+    fits = int(share // per_input) if per_input > 0 else inputs
+    if fits >= inputs:
+        return inputs, "every input"
+    chosen = max(min(inputs, FEWEST_SAMPLE), fits)
+    return chosen, (f"{chosen} of {inputs} inputs, spread evenly over them: a run takes {_seconds(model_s + baseline_s)}, "
+                    f"so the fewest rounds of all would take about {_seconds(per_input * inputs)}, past half the "
+                    f"{_seconds(budget_s)} budget")
 
 
-def choose_rounds(model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
-                  runs: int | None = None, warmup: int | None = None, profile_runs: int | None = None) -> Rounds:
-    """The Rounds of a profile whose round takes `model_s` seconds (the baseline's
-    `baseline_s`): the rounds given, and for the others the most that fit `budget_s`.
+def interval_halfwidth(model_ns: np.ndarray, baseline_ns: np.ndarray | None = None) -> float | None:
+    """The half-width, relative to the estimate, of the 95% interval the stopping rule reads:
+    the workload ratio's (profile/baseline.py) from (round, batch) nanoseconds of model and
+    baseline, or without a baseline the workload latency's (each input's median, summed),
+    both from a seeded bootstrap over the rounds. None from one round."""
+    from graphaudit.profile.baseline import ratio_interval, workload_interval
 
-    The most are 20 timed after 3 warm-up, 3 profiled; fewer run after 2 warm-up, with a
-    profiled round for every 5 timed ones (1 to 3); the fewest, 3 timed, run whatever they take."""
-    given = {"runs": runs, "warmup": warmup, "profile_runs": profile_runs}
-    if runs is not None and warmup is not None and profile_runs is not None:
-        return Rounds(runs, warmup, profile_runs, "as given")
-
-    def filled(r: int, w: int, p: int) -> tuple[int, int, int]:
-        return (r if runs is None else runs, w if warmup is None else warmup,
-                p if profile_runs is None else profile_runs)
-
-    ladder = [filled(MOST_RUNS, MOST_WARMUP, MOST_PROFILE_RUNS)]
-    ladder += [filled(r, FEWEST_WARMUP, min(MOST_PROFILE_RUNS, max(1, r // 5)))
-               for r in range(MOST_RUNS - 1, FEWEST_RUNS - 1, -1)]
-    costs = [rounds_cost(*step, model_s, baseline_s) for step in ladder]
-    fits = next((i for i, cost in enumerate(costs) if cost <= budget_s), None)
-    pick = len(ladder) - 1 if fits is None else fits
-    first = model_s + baseline_s
-    took = (f"a round takes {_seconds(first)} (measured on the first), so these take about {_seconds(costs[pick])}, "
-            "the profiler's own cost aside")
-    fixed = [f"--{k.replace('_', '-')} {v}" for k, v in given.items() if v is not None]
-    if fits == 0:
-        why = f"the most, within the {_seconds(budget_s)} budget: {took}"
-    elif fits is not None:
-        why = f"fewer than the most (20 timed after 3 warm-up, 3 profiled) to fit the {_seconds(budget_s)} budget: {took}"
+    if model_ns.shape[0] < 2:
+        return None
+    if baseline_ns is not None:
+        interval = ratio_interval(model_ns, baseline_ns)
+        estimate = float(np.median(model_ns, axis=0).sum() / np.median(baseline_ns, axis=0).sum())
     else:
-        why = f"the fewest: {took}, past the {_seconds(budget_s)} budget"
-    reason = (f"{why}{' (' + ', '.join(fixed) + ' as given)' if fixed else ''}; chosen from a measured time, so "
-              f"another run may choose others ({FIX_THEM})")
-    return Rounds(*ladder[pick], reason, first, budget_s, costs[pick])
+        interval = workload_interval(model_ns)
+        estimate = float(np.median(model_ns, axis=0).sum())
+    if not estimate or math.isnan(interval.low):
+        return None
+    return (interval.high - interval.low) / 2 / estimate
+
+
+class TimedRounds:
+    """The stopping rule of the timed rounds: `more(samples, elapsed_s)` after each round says
+    whether to run another, and `rounds(...)` says what ran and why it stopped.
+
+    Given `runs`, exactly those. Otherwise at least FEWEST_RUNS; then, at each checkpoint
+    (about every quarter more rounds), stop once the interval's half-width is within
+    `precision`, and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
+
+    def __init__(self, runs: int | None, precision: float = DEFAULT_PRECISION, budget_s: float = DEFAULT_BUDGET_S,
+                 halfwidth: Callable[[np.ndarray, np.ndarray | None], float | None] = interval_halfwidth):
+        self.runs, self.precision, self.budget_s, self.halfwidth = runs, precision, budget_s, halfwidth
+        self.reached: float | None = None
+        self.stop = "given"
+
+    def more(self, model_ns: np.ndarray, baseline_ns: np.ndarray | None, elapsed_s: float) -> bool:
+        done = model_ns.shape[0]
+        if self.runs is not None:
+            return done < self.runs
+        if done < FEWEST_RUNS:
+            return True
+        last = elapsed_s >= self.budget_s or done >= MOST_CHOSEN_RUNS
+        if done in CHECKPOINTS or last:
+            self.reached = self.halfwidth(model_ns, baseline_ns)
+            if self.reached is not None and self.reached <= self.precision:
+                self.stop = "precision"
+                return False
+        if last:
+            self.stop = "budget" if elapsed_s >= self.budget_s else "most"
+            return False
+        return True
+
+    def finish(self, model_ns: np.ndarray, baseline_ns: np.ndarray | None) -> None:
+        """Read the half-width the rounds reached, where the last check did not."""
+        if self.runs is not None or self.stop == "given":
+            self.reached = self.halfwidth(model_ns, baseline_ns)
+
+    def describe(self, done: int) -> str:
+        reached = "no interval from one round" if self.reached is None else f"±{pct(self.reached, 1)} reached"
+        if self.runs is not None:
+            return f"{done} timed rounds as given ({reached})"
+        if self.stop == "precision":
+            return f"timed until the 95% interval was within ±{pct(self.precision, None)}: {reached} after {done} rounds"
+        if self.stop == "budget":
+            return (f"timed for the {_seconds(self.budget_s)} of the budget left to them: {reached} after {done} "
+                    f"rounds, short of the ±{pct(self.precision, None)} asked")
+        return (f"timed for the most rounds, {MOST_CHOSEN_RUNS}: {reached}, short of the ±{pct(self.precision, None)} "
+                "asked; the noise is the machine's")
+
+
+def profiled_rounds(left_s: float, sample: int, model_s: float, profile_runs: int | None = None) -> int:
+    """Profiled rounds: `profile_runs` where given, else the most of MOST_PROFILE_RUNS that fit
+    `left_s` seconds at `model_s` a plain run, at least one."""
+    if profile_runs is not None:
+        return profile_runs
+    per_round = sample * PROFILED_COST * model_s
+    fits = int(left_s // per_round) if per_round > 0 else MOST_PROFILE_RUNS
+    return max(1, min(MOST_PROFILE_RUNS, fits))
 
 
 def check_budget(budget_s: float) -> None:
@@ -120,19 +209,28 @@ def check_budget(budget_s: float) -> None:
         raise UsageError(f"expected the profile's budget to be a positive number of seconds, found {budget_s!r}")
 
 
+def check_precision(precision: float) -> None:
+    """Refuse a precision that is not a fraction between 0 and 1."""
+    if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 < precision < 1:
+        raise UsageError("expected the profile's precision to be a relative half-width between 0 and 1 "
+                         f"(0.02: ±2%), found {precision!r}")
+
+
 def _seconds(value: float) -> str:
     return f"{value:.3g} s"
 
 
 def check_rounds(batches: int, runs: int | None = None, warmup: int | None = None,
-                 profile_runs: int | None = None) -> None:
-    """Refuse rounds past MOST_ROUNDS, or timed rounds of `batches` batches past MOST_TIMED_RUNS runs
-    (rounds not given counted at their most, 20 timed after 3 warm-up)."""
+                 profile_runs: int | None = None, sample: int | None = None) -> None:
+    """Refuse rounds past MOST_ROUNDS, or timed rounds of `batches` batches past MOST_TIMED_RUNS
+    runs (timed rounds not given counted at MOST_CHOSEN_RUNS), or a sample of no input."""
     for name, value in (("runs", runs), ("warmup", warmup), ("profile-runs", profile_runs)):
         if value is not None and value > MOST_ROUNDS:
             raise UsageError(f"expected --{name} of at most {MOST_ROUNDS} (more rounds only take time), found {value}")
-    rounds = (MOST_RUNS if runs is None else runs) + (MOST_WARMUP if warmup is None else warmup)
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
+        raise UsageError(f"expected --sample to be a number of inputs of at least 1, found {sample!r}")
+    rounds = MOST_CHOSEN_RUNS if runs is None else runs
     if rounds * batches > MOST_TIMED_RUNS:
         raise UsageError(f"expected at most {MOST_TIMED_RUNS} timed runs of the model, found {rounds} rounds "
-                         f"(warm-up and timed) of {batches} batches: {rounds * batches}; give fewer --runs, a "
-                         "--limit or a larger --batch-size")
+                         f"of {batches} batches: {rounds * batches}; give fewer --runs, a --sample, a --limit or "
+                         "a larger --batch-size")

@@ -21,7 +21,7 @@ from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
-from graphaudit.runtime.sessions import check_threads, create_session, runtime_log_severity
+from graphaudit.runtime.sessions import NO_SPINNING, check_threads, create_session, runtime_log_severity
 
 # --opt-level's names (profile.settings, in order) -> ONNX Runtime's levels, in the same order
 _LEVELS = ort.GraphOptimizationLevel
@@ -65,8 +65,15 @@ def session_options(
     threads: int | None = None,
     profile_prefix: Path | None = None,
     optimised_path: Path | None = None,
+    spinning: bool = True,
 ) -> ort.SessionOptions:
-    """SessionOptions at `opt_level`, sequential, profiling into `profile_prefix` when given."""
+    """SessionOptions at `opt_level`, sequential, profiling into `profile_prefix` when given.
+
+    `spinning` False: the intra-op threads block when a run ends instead of spinning for more
+    work, as sessions timed in alternation need: each has its own threads, and one session's
+    idle threads spinning took the cores the other's next run needed (on two cores, at the
+    70M shape, a run after a switch took 1.5x one after the same session's, and the latency
+    ratio's interval came out 7 times as wide)."""
     if opt_level not in OPT_LEVELS:
         raise GraphAuditError(
             f"expected an optimisation level among {', '.join(OPT_LEVELS)}, found {opt_level!r}", exit_code=2
@@ -80,6 +87,8 @@ def session_options(
         check_threads(threads)
     if threads:
         so.intra_op_num_threads = threads
+    if not spinning:
+        so.add_session_config_entry(NO_SPINNING, "0")
     if profile_prefix is not None:
         so.enable_profiling = True
         so.profile_file_prefix = str(profile_prefix)

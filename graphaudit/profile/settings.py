@@ -15,15 +15,23 @@ if TYPE_CHECKING:
     from graphaudit.load.feeding import Feeding
 
 OPT_LEVEL_NAMES = ("disable", "basic", "extended", "layout", "all")  # --opt-level, ONNX Runtime's levels in order
-DEFAULT_BUDGET_S = 30.0  # seconds the profile's rounds take at most, where the fewest allow it
+DEFAULT_BUDGET_S = 30.0  # seconds the profile's runs take at most, where the fewest allow it
+DEFAULT_PRECISION = 0.02  # the latency interval's half-width, relative, at which timed rounds stop
+# How much a profile runs where it chooses (profile/rounds.py); here, where the CLI's help reads them
+FEWEST_RUNS = 3  # timed rounds at least: a median and a spread
+MOST_CHOSEN_RUNS = 100  # timed rounds at most where the precision decides: past them the noise is the machine's
+MOST_PROFILE_RUNS = 3  # profiled rounds where they fit
+FEWEST_SAMPLE = 4  # inputs a chosen sample holds at least
+DEFAULT_WARMUP = 2  # ORT plans a shape's memory on its first run and allocates the plan on the second
 
 
 @dataclass(frozen=True)
 class ProfileSettings:
     """What the runtime profile is asked to do; None where the profile chooses.
 
-    `runs`, `warmup`, `profile_runs` None: chosen from the first round's time to fit `budget`
-    seconds (`rounds.choose_rounds`). `batch_size` None: 1, or the model's own batch. `limit`:
+    `sample`, `runs`, `profile_runs` None: chosen from measured times to fit `budget` seconds,
+    the timed rounds stopping at `precision` (profile/rounds.py); `warmup` None: 2 runs of each
+    input shape in each session. `batch_size` None: 1, or the model's own batch. `limit`:
     only the first N inputs. `trace`: a Chrome-trace file to write. `keep_profiles`: a folder
     for ONNX Runtime's profiler files. `block_pattern`: the blocks' regex (default: found from
     the graph). `feeding`: how the inputs are fed (graphaudit.load.feeding).
@@ -33,6 +41,8 @@ class ProfileSettings:
     warmup: int | None = None
     profile_runs: int | None = None
     budget: float = DEFAULT_BUDGET_S
+    precision: float = DEFAULT_PRECISION
+    sample: int | None = None
     batch_size: int | None = None
     provider: str = "cpu"
     opt_level: str = "all"

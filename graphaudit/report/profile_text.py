@@ -11,6 +11,12 @@ _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})
 
 
+def _inputs(r: ProfileReport) -> str:
+    ran = len(r.execution.inputs)
+    total = r.rounds.inputs if r.rounds is not None and r.rounds.inputs else ran
+    return f"{ran} batches" if ran == total else f"{ran} of {total} batches (a sample spread evenly over them)"
+
+
 def render_text(r: ProfileReport) -> str:
     """Return the profile report as terminal text."""
     lat, prof = r.latency_ms, r.profiled_latency_ms
@@ -18,7 +24,7 @@ def render_text(r: ProfileReport) -> str:
     per = "input" if r.batch_size == 1 else f"batch of {r.batch_size}"
     lines = [
         f"model: {r.model}  on {r.provider}, {r.opt_level}" + (f", {r.threads} intra-op thread{'s' if r.threads > 1 else ''}" if r.threads else ""),
-        f"inputs: {len(r.execution.inputs)} batches of {r.batch_size} from {r.data}; "
+        f"inputs: {_inputs(r)} of {r.batch_size} from {r.data}; "
         f"{r.runs} timed rounds after {r.warmup} warm-up, {r.profile_runs} profiled",
         *([f"rounds: {r.rounds.reason}"] if r.rounds is not None and r.rounds.chosen else []),
         f"latency per {per}: median {lat.median:.3f} ms (p10 {lat.p10:.3f}, p90 {lat.p90:.3f}, mean {lat.mean:.3f}); "

@@ -213,6 +213,9 @@ def profile_table(doc: dict) -> Table | None:
     if rounds.get("chosen"):
         note += (f"; {rounds.get('runs')} timed rounds after {rounds.get('warmup')} warm-up, "
                  f"{rounds.get('profile_runs')} profiled: {rounds.get('reason')}")
+    if num(rounds.get("inputs")) and num(rounds.get("sample")) and rounds["sample"] < rounds["inputs"]:
+        note += (f"; every figure of the profile comes from {rounds['sample']:.0f} of the {rounds['inputs']:.0f} "
+                 "inputs (batches), spread evenly over them")
     return Table("Runtime profile", ("block", "median ms (profiled)", "share", "executed on"), rows, note)
 
 

@@ -1,0 +1,206 @@
+"""The whole `graphaudit run` at Pythia-like sizes, against the bare ONNX Runtime runs it needs.
+
+    python benchmarks/scale.py [--sizes 70m,160m] [--models featuregate,mudd] [--workdir DIR]
+                               [--calib 32] [--eval 32] [--tokens 128]
+
+Per size and model, the zoo's model is built at that size with random weights (seeded; no
+training: the audit's cost does not depend on what the weights learnt) and exported with the
+project's own exporter, with a Dense model of the same size as the baseline. Calibration and
+evaluation inputs are random token ids (seeded, uniform over the vocabulary). Then, each in a
+process of its own whose wall time and peak resident memory are read from the kernel
+(`os.wait4`), in one run:
+
+1. **the audit**: `python -m graphaudit run MODEL --calib C --data E --baseline DENSE
+   --provider cpu --format json -o REPORT -q`, its phases read from the report's `timing`;
+2. **the floor**: what Frozen-Controller Auditing cannot do without, in bare ONNX Runtime
+   with default session options: the live model (with its coefficients as outputs) run once
+   over the calibration and evaluation inputs (the capture), then the frozen graph (the
+   exporter's, coefficients as inputs) run six times over the evaluation inputs, one pass per
+   replay condition, each fed the captured coefficients; both sessions stay open, the
+   evaluation coefficients held in memory, at the audit's replay batch size. Its time counts
+   these runs only (not reading the files or opening the sessions); its memory is the whole
+   process's peak.
+
+The time ratio is the audit's whole wall time over the floor's runs; the memory ratio is peak
+over peak. Built files are kept in `--workdir` (default: a temporary folder, removed after)
+and reused when present. Downloads nothing; needs the `exporters` extra (torch). Prints
+Markdown for BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {  # Pythia's shapes at 70M and 160M parameters, with a context of 128 tokens
+    "70m": {"vocab": 50304, "d_model": 512, "n_layers": 6, "n_heads": 8, "d_ff": 2048, "context": 128},
+    "160m": {"vocab": 50304, "d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072, "context": 128},
+}
+CONDITIONS = 6  # the replay's conditions: correct, cross_input, token_shuffle, static_layer, static_position, global_mean
+
+BUILD = """
+import json, sys
+import onnx, torch
+sys.path.insert(0, sys.argv[1])
+from exporters.export import export_frozen, export_live
+from exporters.zoo import build_model
+name, cfg, folder = sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]
+torch.manual_seed(0)
+model = build_model(name, **cfg).eval()
+out = f"{folder}/{name}"
+if name == "dense":
+    export_live(model, out + ".onnx")
+else:
+    live = export_live(model, out + ".onnx")
+    names = [c.tensor for c in model.coefficients()]
+    live.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
+    onnx.save_model(live, out + ".floor.onnx")
+    export_frozen(model, out + ".frozen.onnx")
+    json.dump(names, open(out + ".coefficients.json", "w"))
+print(sum(p.numel() for p in model.parameters()))
+"""
+
+FLOOR = """
+import json, sys, time
+import numpy as np, onnxruntime as ort
+live_path, frozen_path, names_path, calib, data, batch, conditions = sys.argv[1:8]
+batch, conditions = int(batch), int(conditions)
+names = json.load(open(names_path))
+calib, data = np.load(calib)["input_ids"], np.load(data)["input_ids"]
+live = ort.InferenceSession(live_path, providers=["CPUExecutionProvider"])
+frozen = ort.InferenceSession(frozen_path, providers=["CPUExecutionProvider"])
+start = time.perf_counter()
+for i in range(0, len(calib), batch):
+    live.run(None, {"input_ids": calib[i:i + batch]})
+captured = []
+for i in range(0, len(data), batch):
+    outputs = live.run(names, {"input_ids": data[i:i + batch]})
+    captured.append(dict(zip(names, outputs)))
+capture = time.perf_counter() - start
+for k in range(conditions):
+    for b, i in enumerate(range(0, len(data), batch)):
+        coefficients = captured[(b + k) % len(captured)]  # another batch's, as the rearranging conditions feed
+        rows = len(data[i:i + batch])
+        feed = {n: v[:rows] if len(v) >= rows else np.resize(v, (rows, *v.shape[1:])) for n, v in coefficients.items()}
+        frozen.run(["logits"], {"input_ids": data[i:i + batch], **feed})
+print(json.dumps({"capture_s": capture, "runs_s": time.perf_counter() - start}))
+"""
+
+
+def run_measured(command: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak resident MiB, stdout) of `command`, its peak read by `os.wait4`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=ROOT)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        if code:
+            raise SystemExit(f"{' '.join(command)} failed ({code}): {err.read().strip()[-1500:]}")
+        return wall, usage.ru_maxrss / 1024, out.read()
+
+
+def build(folder: Path, size: str, name: str) -> int | None:
+    """Export `name` at `size` into `folder` unless it is there; its parameter count when built."""
+    if (folder / f"{name}.onnx").is_file():
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    _, _, out = run_measured([sys.executable, "-c", BUILD, str(ROOT), name, json.dumps(SIZES[size]), str(folder)])
+    return int(out.strip().splitlines()[-1])
+
+
+def token_sets(folder: Path, vocab: int, calib: int, evaluation: int, tokens: int) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    paths = []
+    for label, count in (("calib", calib), ("eval", evaluation)):
+        path = folder / f"{label}-{count}x{tokens}.npz"
+        if not path.is_file():
+            np.savez(path, input_ids=rng.integers(0, vocab, (count, tokens), dtype=np.int64))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def measure(folder: Path, name: str, calib: Path, data: Path) -> dict:
+    report = folder / f"{name}.report.json"
+    wall, peak, _ = run_measured([sys.executable, "-m", "graphaudit", "run", str(folder / f"{name}.onnx"),
+                                  "--calib", str(calib), "--data", str(data), "--baseline", str(folder / "dense.onnx"),
+                                  "--provider", "cpu", "--format", "json", "-o", str(report), "-q"])
+    doc = json.loads(report.read_text())
+    batch = ((doc.get("replay") or {}).get("settings") or {}).get("batch_size") or 16
+    floor_wall, floor_peak, out = run_measured([
+        sys.executable, "-c", FLOOR, str(folder / f"{name}.floor.onnx"), str(folder / f"{name}.frozen.onnx"),
+        str(folder / f"{name}.coefficients.json"), str(calib), str(data), str(batch), str(CONDITIONS)])
+    floor = json.loads(out)
+    return {"wall": wall, "peak": peak, "doc": doc, "batch": batch, "floor_wall": floor_wall,
+            "floor_peak": floor_peak, **floor}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="70m,160m")
+    parser.add_argument("--models", default="featuregate,mudd")
+    parser.add_argument("--workdir", type=Path, help="Keep the exported models here and reuse them.")
+    parser.add_argument("--calib", type=int, default=32)
+    parser.add_argument("--eval", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=128)
+    args = parser.parse_args()
+    sizes = [s for s in args.sizes.split(",") if s]
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        raise SystemExit(f"expected sizes among {', '.join(SIZES)}, found {', '.join(unknown)}")
+    models = [m for m in args.models.split(",") if m]
+    with tempfile.TemporaryDirectory(prefix="graphaudit-scale-") as tmp:
+        root = (args.workdir or Path(tmp)).resolve()
+        rows = []
+        for size in sizes:
+            folder = root / size
+            params = {n: build(folder, size, n) for n in ["dense", *models]}
+            calib, data = token_sets(folder, SIZES[size]["vocab"], args.calib, args.eval, args.tokens)
+            for name in models:
+                result = measure(folder, name, calib, data)
+                rows.append((size, name, params.get(name), result))
+                print(f"{size} {name}: audit {result['wall']:.1f} s, {result['peak']:.0f} MiB; floor "
+                      f"{result['runs_s']:.1f} s, {result['floor_peak']:.0f} MiB", file=sys.stderr)
+    report(rows, args)
+
+
+def report(rows: list, args) -> None:
+    import onnxruntime as ort
+
+    print(f"{args.calib} calibration and {args.eval} evaluation inputs of {args.tokens} random tokens; random "
+          f"weights; ONNX Runtime {ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the end\n")
+    print("| size | model | parameters | audit s | floor s (capture + 6 conditions) | time over floor | "
+          "audit peak MiB | floor peak MiB | memory over floor |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size, name, params, r in rows:
+        count = f"{params / 1e6:.0f}M" if params else "(built before)"
+        print(f"| {size} | {name} | {count} | {r['wall']:.1f} | {r['runs_s']:.1f} (capture {r['capture_s']:.1f}) | "
+              f"{r['wall'] / r['runs_s']:.2f}x | {r['peak']:.0f} | {r['floor_peak']:.0f} | "
+              f"{r['peak'] / r['floor_peak']:.2f}x |")
+    print("\n| size | model | load s | static s | replay s | profile s | replay over floor | profile rounds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size, name, _, r in rows:
+        timing, profile = r["doc"].get("timing") or {}, r["doc"].get("profile") or {}
+        rounds = profile.get("rounds") or {}
+        print(f"| {size} | {name} | {timing.get('load_s', 0):.1f} | {timing.get('static_s', 0):.1f} | "
+              f"{timing.get('replay_s', 0):.1f} | {timing.get('profile_s', 0):.1f} | "
+              f"{timing.get('replay_s', 0) / r['runs_s']:.2f}x | {profile.get('runs')} timed / "
+              f"{profile.get('warmup')} warm-up / {profile.get('profile_runs')} profiled; "
+              f"{rounds.get('reason', '')[:120]} |")
+
+
+if __name__ == "__main__":
+    main()
