@@ -194,3 +194,17 @@ def test_a_parity_tolerance_that_is_not_a_finite_number_is_refused(files, capfd,
     model, calib = files / "gated.onnx", files / "calib.npz"
     refused(capfd, ["replay", model, "--calib", calib, "--tolerance", tolerance, *FAST_REPLAY], [model, calib],
             code=2, match=rf"expected a parity tolerance that is a number of at least 0, found {tolerance}")
+
+
+def test_log_probs_at_a_few_rows_at_a_time_gives_what_the_whole_array_gives(monkeypatch):
+    """The normaliser is taken in chunks of rows (a batch's logits at a 50k vocabulary are
+    412 MB); chunks, a last short one included, change no value."""
+    import graphaudit.metrics.outputs as outputs
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((3, 7, 11), dtype=np.float32) * 5
+    flat = np.arange(21) * 11 + rng.integers(0, 11, 21)
+    whole = log_probs_at(logits, flat)
+    monkeypatch.setattr(outputs, "LOG_NORM_ROWS", 4 * 11)  # 4 rows at a time: 5 chunks of 4 and one of 1
+    np.testing.assert_array_equal(outputs.log_probs_at(logits, flat), whole)
+    np.testing.assert_allclose(whole, log_softmax(logits).reshape(-1)[flat], rtol=1e-5)

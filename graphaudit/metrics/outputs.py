@@ -319,18 +319,30 @@ def column(name: str) -> int:
     return _COL[name]
 
 
+LOG_NORM_ROWS = 2**22  # elements of the logits log_probs_at works on at once (16 MiB of float32)
+
+
 def log_probs_at(logits: np.ndarray, flat: np.ndarray) -> np.ndarray:
-    """log-softmax (last axis) of `logits` at the flat indices `flat`, in float32, one pass over the logits."""
+    """log-softmax (last axis) of `logits` at the flat indices `flat`, in float32, one pass over the logits.
+
+    The normaliser is taken a few rows at a time, in one reused buffer: a whole batch's
+    logits at a 50k vocabulary (412 MB at 16 x 128 tokens) would otherwise be copied once more."""
     classes = logits.shape[-1]
     rows = np.asarray(logits, dtype=np.float32).reshape(-1, classes)
-    top = rows.max(axis=1)
+    step = max(1, LOG_NORM_ROWS // max(classes, 1))
+    log_norm = np.empty(rows.shape[0], dtype=np.float32)
+    buffer = np.empty((min(step, rows.shape[0]), classes), dtype=np.float32)
     # A -inf logit under a finite top is a class of probability 0 (log-probability -inf); a row
     # whose top is infinite (+inf, or every logit -inf) has no log-softmax: NaN, as the replay
     # graph's LogSoftmax gives it. inf - inf is that NaN, not a mistake.
     with np.errstate(invalid="ignore"):
-        shifted = rows - top[:, None]
-        np.exp(shifted, out=shifted)
-        log_norm = top + np.log(shifted.sum(axis=1))
+        for start in range(0, rows.shape[0], step):
+            part = rows[start:start + step]
+            top = part.max(axis=1)
+            shifted = buffer[:len(part)]
+            np.subtract(part, top[:, None], out=shifted)
+            np.exp(shifted, out=shifted)
+            log_norm[start:start + step] = top + np.log(shifted.sum(axis=1))
         return rows.reshape(-1)[flat] - log_norm[flat // classes]
 
 
