@@ -309,3 +309,46 @@ def test_sessions_timed_in_alternation_do_not_spin(files, with_baseline, monkeyp
                   runs=1, warmup=0, profile_runs=1, threads=1)
     timed = [entry for entry in made if entry != "untimed"]
     assert timed == (["0", "0"] if with_baseline else ["default"])
+
+
+def test_the_calibration_capture_keeps_no_live_outputs():
+    """Only the evaluation cache's first batch is compared with the frozen graph's outputs: the
+    calibration cache keeps none (a batch of logits at a 50k vocabulary is 412 MB)."""
+    trace, coefs, data = traced(gated_lm)
+    with capture(trace, coefs, data, batch_size=4) as kept, capture(trace, coefs, data, batch_size=4,
+                                                                    keep_live=False) as bare:
+        assert kept.live and bare.live == {}
+        for c in coefs:
+            np.testing.assert_array_equal(kept.arrays[c.tensor], bare.arrays[c.tensor])
+
+
+def test_the_audit_holds_no_baseline_model_through_the_replay(monkeypatch):
+    """A baseline given as a file is read for its FLOP count, let go, and read again by the profile."""
+    import importlib
+
+    import graphaudit.load.model as model_module
+
+    audit_module = importlib.import_module("graphaudit.audit")  # the package's `audit` is the function
+
+    from support.zoo import FIXTURES
+
+    loads, during = [], []
+    load_for_runtime, replay = model_module.load_for_runtime, audit_module._replay
+
+    def recorded(source, *args, **kwargs):
+        loaded = load_for_runtime(source, *args, **kwargs)
+        loads.append((str(source), weakref.ref(loaded)))
+        return loaded
+
+    def replayed(*args, **kwargs):
+        gc.collect()
+        during.extend(name for name, ref in loads if "dense" in name and ref() is not None)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(model_module, "load_for_runtime", recorded)
+    monkeypatch.setattr(audit_module, "_replay", replayed)
+    model, dense = FIXTURES / "featuregate", FIXTURES / "dense" / "model.onnx"
+    report = audit_module.audit(model / "model.onnx", model / "calib.npz", model / "eval.npz", dense, provider="cpu",
+                                runs=1, warmup=0, profile_runs=1, profile_limit=2, resamples=20)
+    assert any("dense" in name for name, _ in loads) and during == []
+    assert report.profile.baseline is not None  # the profile read it again

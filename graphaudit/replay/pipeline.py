@@ -264,18 +264,20 @@ def replay(
     timing, clock = {}, time.perf_counter()
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
-    trace_session = functools.cache(lambda: create_session(
-        trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=loaded.weights_folder,
-        threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
+    trace_session = functools.cache(functools.partial(
+        create_session, trace, providers, disabled_optimizers=slow_fusions(providers),
+        weights_folder=loaded.weights_folder, threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
     memory_limit = DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit
     with ExitStack() as stack:
         caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=asked.cache_dir,
                                               memory_limit=memory_limit, label=label, providers=providers,
                                               weights_folder=loaded.weights_folder, check=check,
-                                              validate=scored_output, threads=threads, open_session=trace_session))
+                                              validate=scored_output, threads=threads, open_session=trace_session,
+                                              keep_live=label == "evaluation"))  # what the parity check reads
                   for label, d, check in (("calibration", calibration, None),
                                           ("evaluation", evaluation, every_input_summary(evaluation, readings)))]
         trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
+        del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
         timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
         notes: dict[str, str] = {}
         feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
@@ -292,12 +294,15 @@ def replay(
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             ran = replace(ran, tolerance=tolerance, tolerance_note=why or None)
+        session = None
         try:
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
             if not rewrites:
                 raise
+            session = None  # the rewritten graph's session and weights go before the other's come
+            del frozen
             # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
             # fault, not the model's: the graph as exported is checked instead, and decides
             frozen, rewrites = _replayed(Freeze(coefs)(loaded.model).model, task, False)
@@ -306,6 +311,7 @@ def replay(
                 f"({' '.join(str(err).split())[:300]})"))
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
+        del frozen  # its session holds the weights it needs: the proto's copy of them goes
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, asked.resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
