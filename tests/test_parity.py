@@ -159,3 +159,23 @@ def test_a_float16_model_gets_a_tolerance_relative_to_its_outputs(tmp_path):
     given = replay(tmp_path / "half.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz",
                    conditions=("correct",), resamples=10, tolerance=0.5)
     assert given.parity.tolerance == 0.5 and "tolerance_note" not in given.settings  # a given one stands
+
+
+def test_the_largest_difference_taken_a_chunk_at_a_time_is_the_whole_arrays(monkeypatch):
+    """Chunks (a first batch of logits at a 50k vocabulary is 412 MB) change neither the largest
+    difference nor where it is, NaN where a number was counting as infinite."""
+    import numpy as np
+
+    import graphaudit.replay.parity as parity
+
+    rng = np.random.default_rng(0)
+    live = rng.standard_normal((3, 5, 7)).astype(np.float32)
+    frozen = live + rng.standard_normal(live.shape).astype(np.float32) * 1e-3
+    frozen[2, 4, 6] += 0.5  # the worst, in the last chunk
+    whole = parity._largest_difference(frozen, live)
+    monkeypatch.setattr(parity, "DIFFERENCE_CHUNK", 8)
+    assert parity._largest_difference(frozen, live) == whole
+    assert whole[1] == np.ravel_multi_index((2, 4, 6), live.shape)
+    frozen[0, 0, 1] = np.nan
+    assert parity._largest_difference(frozen, live) == (float("inf"), 1)
+    assert parity._largest_difference(np.zeros(0), np.zeros(0)) is None

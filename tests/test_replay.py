@@ -379,6 +379,39 @@ def test_the_loop_sums_what_a_plain_loop_over_every_condition_and_batch_sums(fil
     assert all(stats[name].figure("divergence")[0] > 1e-4 for name in CONDITIONS[1:])
 
 
+def test_the_loop_without_a_worker_holds_no_earlier_output_while_it_runs(files):
+    """Run in this thread, each run is scored before the next starts, and a batch's `correct`
+    output is let go once it is scored (KL reads its probabilities): no run's output is alive
+    when the next run starts (a batch of log-probabilities at a 50k vocabulary is 412 MB)."""
+    import gc
+    import weakref
+
+    loaded = load_model(files / "gated.onnx")
+    coefs = declared_coefficients(loaded.model)
+    specs = input_specs(loaded.model)
+    calib, evaluation = (load_data(files / f"{k}.npz", specs) for k in ("calib", "eval"))
+    trace = Trace(coefs)(loaded.model).model
+    with capture(trace, coefs, calib, batch_size=3) as cal, capture(trace, coefs, evaluation, batch_size=3) as ev:
+        feeds = conditions(CONDITIONS, ev, cal, seed=5)
+        task = task_for(ev.live, next(evaluation.batches(3))[1], {})
+        session = create_session(LogProbs(task.output, task.fetch)(Freeze(coefs)(loaded.model).model).model)
+        outputs, alive = [], []
+
+        class Watched:
+            def __getattr__(self, name):
+                return getattr(session, name)
+
+            def run(self, *args):
+                gc.collect()
+                alive.append(sum(ref() is not None for ref in outputs))
+                result = session.run(*args)
+                outputs.extend(weakref.ref(a) for a in result)
+                return result
+
+        run_conditions(Watched(), feeds, coefs, evaluation, 3, task, PoissonBootstrap(5, 50), overlap=False)
+    assert len(alive) == 4 * len(CONDITIONS) and max(alive) == 0
+
+
 def test_a_run_error_in_the_worker_thread_reaches_the_caller_in_one_line(files):
     loaded = load_model(files / "gated.onnx")
     coefs = declared_coefficients(loaded.model)

@@ -132,15 +132,16 @@ class EveryInputCheck:
     def compare(self, rows: slice, reference: Reference) -> None:
         """Check the inputs at `rows`, whose `correct` output is `reference`; raise ParityError past tolerance."""
         live = self.cache.check_rows(rows)
-        truth = reference.targets
+        truth, output = reference.targets, reference.output
+        assert output is not None, "a batch's correct output is checked before the other conditions are scored"
         if truth is not None:  # logits: the log-probability of each target
             self.kind = LOG_PROBS_KIND
-            frozen = reference.output.reshape(-1)[truth.flat]
+            frozen = output.reshape(-1)[truth.flat]
             diff = _difference(frozen, live)
             diff[~truth.mask] = 0.0  # unscored positions hold NaN on the live side
             self.values += int(truth.count.sum())
         else:  # the output's values, or for logits without targets their log-probabilities
-            frozen = reference.output.reshape(len(live), -1)
+            frozen = output.reshape(len(live), -1)
             kept = kept_positions(frozen.shape[1])
             if reference.probs is not None and not reference.per_value:
                 self.kind = ROW_LOG_PROBS_KIND if kept is None else SAMPLED_LOG_PROBS_KIND
@@ -190,6 +191,23 @@ def _difference(frozen: np.ndarray, live: np.ndarray, nan: float = np.nan) -> np
         same = (f == v) | (np.isnan(f) & np.isnan(v))
         diff[odd] = np.where(same, 0.0, np.where(np.isnan(d), nan, d))
     return diff
+
+
+DIFFERENCE_CHUNK = 2**22  # values _largest_difference compares at once (16 MiB of float32)
+
+
+def _largest_difference(frozen: np.ndarray, live: np.ndarray) -> tuple[float, int] | None:
+    """The largest |frozen - live| (`_difference`, a NaN where a number was counting as infinite)
+    and its flat index, the first where it is largest; None for empty arrays. Taken a chunk at a
+    time: a first batch of logits at a 50k vocabulary is 412 MB, and so would be its difference."""
+    a, b = frozen.reshape(-1), live.reshape(-1)
+    worst: tuple[float, int] | None = None
+    for start in range(0, a.size, DIFFERENCE_CHUNK):
+        diff = _difference(a[start:start + DIFFERENCE_CHUNK], b[start:start + DIFFERENCE_CHUNK], nan=np.inf)
+        at = int(np.argmax(diff))
+        if worst is None or diff[at] > worst[0]:
+            worst = (float(diff[at]), start + at)
+    return worst
 
 
 def every_input_summary(data: InputData, readings: Mapping[str, OutputKind] | None = None) -> LiveCheck:
@@ -276,10 +294,10 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
         if live.shape != frozen.shape:
             raise GraphAuditError(f"expected the frozen output {name!r} shaped like the live one {live.shape}, "
                                   f"found {frozen.shape}")
-        diff = _difference(frozen, live, nan=np.inf)  # a NaN where a number was is as far off as it gets
-        at = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-        if diff.size and (worst is None or diff[at] > worst[0]):
-            worst = (float(diff[at]), name, tuple(int(i) for i in at), float(live[at]), float(frozen[at]))
+        found = _largest_difference(frozen, live)
+        if found is not None and (worst is None or found[0] > worst[0]):
+            at = np.unravel_index(found[1], frozen.shape)
+            worst = (found[0], name, tuple(int(i) for i in at), float(live[at]), float(frozen[at]))
     value, name, where, live_v, frozen_v = worst if worst else (0.0, names[0], (), 0.0, 0.0)
     parity = Parity(value <= tolerance, value, tolerance, name, where, live_v, frozen_v, len(index))
     if not parity.ok:
