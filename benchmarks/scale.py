@@ -3,6 +3,8 @@
     python benchmarks/scale.py [--sizes 70m,160m] [--models featuregate,mudd] [--workdir DIR]
                                [--calib 32] [--eval 32] [--tokens 128]
 
+(`--sizes tiny`: a model of a few thousand parameters, for checking that the script runs.)
+
 Per size and model, the zoo's model is built at that size with random weights (seeded; no
 training: the audit's cost does not depend on what the weights learnt) and exported with the
 project's own exporter, with a Dense model of the same size as the baseline. Calibration and
@@ -45,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIZES = {  # Pythia's shapes at 70M and 160M parameters, with a context of 128 tokens
     "70m": {"vocab": 50304, "d_model": 512, "n_layers": 6, "n_heads": 8, "d_ff": 2048, "context": 128},
     "160m": {"vocab": 50304, "d_model": 768, "n_layers": 12, "n_heads": 12, "d_ff": 3072, "context": 128},
+    "tiny": {"vocab": 256, "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "context": 32},  # a smoke test's
 }
 CONDITIONS = 6  # the replay's conditions: correct, cross_input, token_shuffle, static_layer, static_position, global_mean
 
@@ -83,15 +86,16 @@ start = time.perf_counter()
 for i in range(0, len(calib), batch):
     live.run(None, {"input_ids": calib[i:i + batch]})
 captured = []
-for i in range(0, len(data), batch):
+starts = range(0, len(data), batch)
+for i in starts:
     outputs = live.run(names, {"input_ids": data[i:i + batch]})
     captured.append(dict(zip(names, outputs)))
 capture = time.perf_counter() - start
+sizes = [len(data[i:i + batch]) for i in starts]
 for k in range(conditions):
-    for b, i in enumerate(range(0, len(data), batch)):
-        coefficients = captured[(b + k) % len(captured)]  # another batch's, as the rearranging conditions feed
-        rows = len(data[i:i + batch])
-        feed = {n: v[:rows] if len(v) >= rows else np.resize(v, (rows, *v.shape[1:])) for n, v in coefficients.items()}
+    for b, i in enumerate(starts):
+        other = (b + k) % len(captured)  # another batch's coefficients, as the rearranging conditions feed
+        feed = captured[other if sizes[other] == sizes[b] else b]
         frozen.run(["logits"], {"input_ids": data[i:i + batch], **feed})
 print(json.dumps({"capture_s": capture, "runs_s": time.perf_counter() - start}))
 """

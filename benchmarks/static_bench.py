@@ -1,10 +1,14 @@
-"""How long the static audit takes, against the floor of reading and shape-inferring the file.
+"""How long the static audit takes, against the floor of reading, checking and shape-inferring the file.
 
 For Pythia-shaped graphs of growing depth (hidden 2048, 16 heads, vocabulary 50,432, weights
-as external references to a file that is never written) and a synthetic graph of about
-100,000 nodes, each measured side by side in one run:
+as external references into a sparse file of the right size, so that nothing is written but
+every check finds a regular file) and a synthetic graph of about 100,000 nodes, each measured
+side by side in one run:
 
-- floor: `onnx.load(path, load_external_data=False)` + `onnx.shape_inference.infer_shapes`;
+- floor: `onnx.load(path, load_external_data=False)` + `onnx.checker.check_model(path)` +
+  `onnx.shape_inference.infer_shapes(model)`: what every correct static audit must do (the
+  checker is given the path, as a proto alone cannot find its external weights' file; it
+  parses the file again itself, without reading the weights);
 - audit: `load_model(path, weights=False)` + `audit_static(loaded)`, what
   `graphaudit static --graph-only MODEL` does (the loader also runs the ONNX checker and
   shape inference with data propagation);
@@ -12,7 +16,8 @@ as external references to a file that is never written) and a synthetic graph of
 
 Each is timed with `time.perf_counter_ns` after one discarded warm-up run; the three are
 interleaved in every repetition so that load on the machine hits them alike; medians and
-the spread (min–max) are reported, with the ratio of medians to the floor.
+the spread (min–max) are reported, with the ratio of medians to the floor, and the slope
+of the audit's time over the node count, fitted by least squares over every graph measured.
 
 `--stages` adds, for the Pythia-shaped graph and the big one, the CPU time
 (`time.process_time`, median) of each step of the floor and of the audit, so that the
@@ -39,6 +44,7 @@ the floor is what every other analysis may cost.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -59,14 +65,27 @@ from graphaudit.load import external_data
 from graphaudit.load import model as load
 from graphaudit.load.checker import check_model
 from graphaudit.load.model import load_model
-from graphaudit.testing.synthetic import transformer_graph
+from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 
 DEPTHS = (1, 2, 4, 8, 16, 24)
 INLINE_DEPTHS = (1, 4, 12)  # --inline: hidden 512, vocabulary 8192, weights in the file
 
 
 def floor(path: Path) -> None:
-    shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
+    model = onnx.load(str(path), load_external_data=False)
+    onnx.checker.check_model(str(path))  # by path: a proto alone cannot find its external weights' file
+    shape_inference.infer_shapes(model)
+
+
+def save_with_weights(model: onnx.ModelProto, path: Path) -> None:
+    """Save `model` at `path`, and beside it a sparse file as long as its external weights run."""
+    onnx.save(model, str(path))
+    ends = [int(e["offset"]) + int(e["length"]) for t in model.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL
+            for e in [{kv.key: kv.value for kv in t.external_data}]]
+    if ends:
+        with open(path.parent / WEIGHTS_FILE, "wb") as f:
+            f.truncate(max(ends))
 
 
 def audit(path: Path) -> None:
@@ -134,6 +153,7 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
 
     for _ in range(repeats + 1):  # the first round is a warm-up, dropped below
         model = step("floor: onnx.load", onnx.load, str(path), load_external_data=False)
+        step("floor: check_model", onnx.checker.check_model, str(path))
         step("floor: infer_shapes", shape_inference.infer_shapes, model)
         model, _ = step("load: parse", load._parse_file, path)
         external = step("load: external locations", external_data.external_locations, model)
@@ -170,7 +190,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for layers in (*DEPTHS, args.big_layers):
             path = Path(tmp) / f"pythia_{layers}.onnx"
-            onnx.save(transformer_graph(layers=layers), str(path))
+            save_with_weights(transformer_graph(layers=layers), path)
             repeats = args.repeats if layers <= max(DEPTHS) else max(3, args.repeats // 2)
             result = measure(path, repeats)
             rows.append((layers, result))
@@ -194,6 +214,12 @@ def main() -> None:
         print(f"| {layers} | {r['nodes']:,} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) "
               f"| {a[0] / f[0]:.2f}× | {s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f}) | {s[0] / f[0]:.2f}× "
               f"| {1000 * a[0] / r['nodes']:.1f} |")
+    nodes = [r["nodes"] for _, r in rows]
+    times = [r["audit"][0] for _, r in rows]
+    slope, intercept = _fit(nodes, times)
+    exponent, _ = _fit([math.log(n) for n in nodes], [math.log(t) for t in times])
+    print(f"\naudit time over the node count, least squares over the {len(rows)} graphs: {1000 * slope:.1f} µs per "
+          f"node ({intercept:+.1f} ms); on log scales, time grows as nodes^{exponent:.2f} (1: linear)")
     if inline:
         print()
         print("| inline weights: layers | file MB | nodes | floor ms (min–max) | audit ms (min–max) | audit / floor |")
@@ -216,6 +242,13 @@ def main() -> None:
         print("|---|" + "---:|" * len(steps))
         for name in next(iter(steps.values())):
             print(f"| {name} | " + " | ".join(f"{s[name]:.1f}" for s in steps.values()) + " |")
+
+
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares slope and intercept of ys over xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
 
 
 if __name__ == "__main__":
