@@ -297,12 +297,12 @@ def replay(
         session = None
         try:
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
+            del frozen  # its session holds the weights it needs: the proto's copy of them goes
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
         except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
             if not rewrites:
                 raise
             session = None  # the rewritten graph's session and weights go before the other's come
-            del frozen
             # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
             # fault, not the model's: the graph as exported is checked instead, and decides
             frozen, rewrites = _replayed(Freeze(coefs)(loaded.model).model, task, False)
@@ -310,8 +310,8 @@ def replay(
                 f"the rewritten frozen graph did not run as the live model does, so its operators ran as exported "
                 f"({' '.join(str(err).split())[:300]})"))
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
+            del frozen
             parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
-        del frozen  # its session holds the weights it needs: the proto's copy of them goes
         timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
         boot = PoissonBootstrap(seed, asked.resamples)
         every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
