@@ -25,15 +25,14 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from measured import run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,22 +51,6 @@ for _ in range(repeats):
     times.append(time.perf_counter() - start)
 print(min(times))
 """
-
-
-def run_measured(command: list[str], pythonpath: Path) -> tuple[float, float, str]:
-    """(wall seconds, peak resident MiB, stdout) of `command`, its peak read by `os.wait4`."""
-    env = {**os.environ, "PYTHONPATH": str(pythonpath)}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        # run from the graphaudit measured: `python -m` puts the working folder first on the path
-        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=pythonpath)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        if process.returncode:
-            raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): {err.read().strip()[-800:]}")
-        return wall, usage.ru_maxrss / 1024, out.read()
 
 
 def images(model: Path, size: int, count: int, folder: Path) -> tuple[Path, Path]:

@@ -1,7 +1,7 @@
 """The whole `graphaudit run` at Pythia-like sizes, against the bare ONNX Runtime runs it needs.
 
     python benchmarks/scale.py [--sizes 70m,160m] [--models featuregate,mudd] [--workdir DIR]
-                               [--calib 32] [--eval 32] [--tokens 128]
+                               [--calib 32] [--eval 32] [--tokens 128] [--profile-budget S]
 
 (`--sizes tiny`: a model of a few thousand parameters, for checking that the script runs.)
 
@@ -35,13 +35,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from measured import run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = {  # Pythia's shapes at 70M and 160M parameters, with a context of 128 tokens
@@ -101,27 +100,12 @@ print(json.dumps({"capture_s": capture, "runs_s": time.perf_counter() - start}))
 """
 
 
-def run_measured(command: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak resident MiB, stdout) of `command`, its peak read by `os.wait4`."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=ROOT)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - start
-        code = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
-        if code:
-            raise SystemExit(f"{' '.join(command)} failed ({code}): {err.read().strip()[-1500:]}")
-        return wall, usage.ru_maxrss / 1024, out.read()
-
-
 def build(folder: Path, size: str, name: str) -> int | None:
     """Export `name` at `size` into `folder` unless it is there; its parameter count when built."""
     if (folder / f"{name}.onnx").is_file():
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    _, _, out = run_measured([sys.executable, "-c", BUILD, str(ROOT), name, json.dumps(SIZES[size]), str(folder)])
+    _, _, out = run_measured([sys.executable, "-c", BUILD, str(ROOT), name, json.dumps(SIZES[size]), str(folder)], ROOT)
     return int(out.strip().splitlines()[-1])
 
 
@@ -136,16 +120,17 @@ def token_sets(folder: Path, vocab: int, calib: int, evaluation: int, tokens: in
     return paths[0], paths[1]
 
 
-def measure(folder: Path, name: str, calib: Path, data: Path) -> dict:
+def measure(folder: Path, name: str, calib: Path, data: Path, budget: float | None = None) -> dict:
     report = folder / f"{name}.report.json"
+    given = ["--profile-budget", str(budget)] if budget is not None else []
     wall, peak, _ = run_measured([sys.executable, "-m", "graphaudit", "run", str(folder / f"{name}.onnx"),
                                   "--calib", str(calib), "--data", str(data), "--baseline", str(folder / "dense.onnx"),
-                                  "--provider", "cpu", "--format", "json", "-o", str(report), "-q"])
+                                  "--provider", "cpu", "--format", "json", "-o", str(report), "-q", *given], ROOT)
     doc = json.loads(report.read_text())
     batch = ((doc.get("replay") or {}).get("settings") or {}).get("batch_size") or 16
     floor_wall, floor_peak, out = run_measured([
         sys.executable, "-c", FLOOR, str(folder / f"{name}.floor.onnx"), str(folder / f"{name}.frozen.onnx"),
-        str(folder / f"{name}.coefficients.json"), str(calib), str(data), str(batch), str(CONDITIONS)])
+        str(folder / f"{name}.coefficients.json"), str(calib), str(data), str(batch), str(CONDITIONS)], ROOT)
     floor = json.loads(out)
     return {"wall": wall, "peak": peak, "doc": doc, "batch": batch, "floor_wall": floor_wall,
             "floor_peak": floor_peak, **floor}
@@ -159,6 +144,7 @@ def main() -> None:
     parser.add_argument("--calib", type=int, default=32)
     parser.add_argument("--eval", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--profile-budget", type=float, help="Passed to the audit (default: the audit's own, 30 s).")
     args = parser.parse_args()
     sizes = [s for s in args.sizes.split(",") if s]
     unknown = [s for s in sizes if s not in SIZES]
@@ -173,7 +159,7 @@ def main() -> None:
             params = {n: build(folder, size, n) for n in ["dense", *models]}
             calib, data = token_sets(folder, SIZES[size]["vocab"], args.calib, args.eval, args.tokens)
             for name in models:
-                result = measure(folder, name, calib, data)
+                result = measure(folder, name, calib, data, args.profile_budget)
                 rows.append((size, name, params.get(name), result))
                 print(f"{size} {name}: audit {result['wall']:.1f} s, {result['peak']:.0f} MiB; floor "
                       f"{result['runs_s']:.1f} s, {result['floor_peak']:.0f} MiB", file=sys.stderr)
@@ -183,8 +169,9 @@ def main() -> None:
 def report(rows: list, args) -> None:
     import onnxruntime as ort
 
+    budget = f"--profile-budget {args.profile_budget:g}" if args.profile_budget is not None else "the default budget"
     print(f"{args.calib} calibration and {args.eval} evaluation inputs of {args.tokens} random tokens; random "
-          f"weights; ONNX Runtime {ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
+          f"weights; the audit's profile at {budget}; ONNX Runtime {ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end\n")
     print("| size | model | parameters | audit s | floor s (capture + 6 conditions) | time over floor | "
           "audit peak MiB | floor peak MiB | memory over floor |")

@@ -1,5 +1,6 @@
 """The frozen replay end to end: parity first, every condition, the report, the command."""
 
+import contextlib
 import json
 
 import numpy as np
@@ -338,20 +339,27 @@ def test_labels_add_accuracy(files, tmp_path):
     assert 0 <= doc["conditions"]["correct"]["accuracy"] <= 1 and "accuracy" not in plain["conditions"]["correct"]
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_loop_sums_what_a_plain_loop_over_every_condition_and_batch_sums(files, overlap):
-    """run_conditions, with ONNX Runtime in a worker thread (each run scored while the next one
-    runs) or without: its totals must be those of each condition run and scored one at a time,
-    in float64, batch by batch (4 batches of 3, 3, 3 and 1 inputs, the `correct` output of
-    the same batch as the KL reference)."""
+@contextlib.contextmanager
+def _loop_parts(files):
+    """What run_conditions takes, on the gated model: (loaded, coefficients, evaluation inputs,
+    the conditions' feeds from caches of batches of 3, the task), the caches open meanwhile."""
     loaded = load_model(files / "gated.onnx")
     coefs = declared_coefficients(loaded.model)
     specs = input_specs(loaded.model)
     calib, evaluation = (load_data(files / f"{k}.npz", specs) for k in ("calib", "eval"))
     trace = Trace(coefs)(loaded.model).model
     with capture(trace, coefs, calib, batch_size=3) as cal, capture(trace, coefs, evaluation, batch_size=3) as ev:
-        feeds = conditions(CONDITIONS, ev, cal, seed=5)
-        task = task_for(ev.live, next(evaluation.batches(3))[1], {})
+        yield (loaded, coefs, evaluation, conditions(CONDITIONS, ev, cal, seed=5),
+               task_for(ev.live, next(evaluation.batches(3))[1], {}))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_the_loop_sums_what_a_plain_loop_over_every_condition_and_batch_sums(files, overlap):
+    """run_conditions, with ONNX Runtime in a worker thread (each run scored while the next one
+    runs) or without: its totals must be those of each condition run and scored one at a time,
+    in float64, batch by batch (4 batches of 3, 3, 3 and 1 inputs, the `correct` output of
+    the same batch as the KL reference)."""
+    with _loop_parts(files) as (loaded, coefs, evaluation, feeds, task):
         frozen = Freeze(coefs)(loaded.model).model
         session = create_session(LogProbs(task.output, task.fetch)(frozen).model)
         stats = run_conditions(session, feeds, coefs, evaluation, 3, task, PoissonBootstrap(5, 50), overlap=overlap)
@@ -386,14 +394,7 @@ def test_the_loop_without_a_worker_holds_no_earlier_output_while_it_runs(files):
     import gc
     import weakref
 
-    loaded = load_model(files / "gated.onnx")
-    coefs = declared_coefficients(loaded.model)
-    specs = input_specs(loaded.model)
-    calib, evaluation = (load_data(files / f"{k}.npz", specs) for k in ("calib", "eval"))
-    trace = Trace(coefs)(loaded.model).model
-    with capture(trace, coefs, calib, batch_size=3) as cal, capture(trace, coefs, evaluation, batch_size=3) as ev:
-        feeds = conditions(CONDITIONS, ev, cal, seed=5)
-        task = task_for(ev.live, next(evaluation.batches(3))[1], {})
+    with _loop_parts(files) as (loaded, coefs, evaluation, feeds, task):
         session = create_session(LogProbs(task.output, task.fetch)(Freeze(coefs)(loaded.model).model).model)
         outputs, alive = [], []
 
