@@ -154,3 +154,13 @@ def test_run_exits_4_when_the_claim_is_inconclusive(monkeypatch, tmp_path):
     assert result.exit_code == 4, result.output
     assert "claim compute-savings not established (inconclusive)" in result.output
     assert "4 when none is refuted but one is inconclusive" in CliRunner().invoke(cli, ["run", "--help"]).output
+
+
+def test_the_evidence_says_when_the_rounds_ran_on_a_sample_of_the_inputs():
+    rng = np.random.default_rng(2)
+    profile = profile_of(compare("dense", *rounds(1.30, 0.03, rng)))
+    whole = decide(None, None, {**profile, "rounds": {"sample": 8, "inputs": 8}}).compute_savings
+    sampled = decide(None, None, {**profile, "rounds": {"sample": 4, "inputs": 32}}).compute_savings
+    texts = [" ".join(e.text for e in f.evidence) for f in (whole, sampled)]
+    assert "timed rounds (a bootstrap" in texts[0] and "inputs, spread evenly" not in texts[0]
+    assert "timed rounds, on 4 of the 32 inputs, spread evenly over them (a bootstrap" in texts[1]

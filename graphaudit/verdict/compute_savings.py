@@ -40,9 +40,14 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     rounds = num((baseline.get("ratio_interval") or {}).get("rounds"))
     if rounds is not None:
+        ran = profile.get("rounds") or {}
+        sample, inputs = num(ran.get("sample")), num(ran.get("inputs"))
+        sampled = (f", on {sample:.0f} of the {inputs:.0f} inputs, spread evenly over them"
+                   if sample is not None and inputs is not None and sample < inputs else "")
         evidence.append(Evidence("profile", (
-            f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds (a bootstrap that "
-            "keeps every input), not on its median, so that another run of the same inputs does not turn it")))
+            f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds{sampled} (a "
+            "bootstrap that keeps every input), not on its median, so that another run of the same inputs does not "
+            "turn it")))
     flops_words = ""
     executed = num(profile.get("flops_executed"))
     full = num(((static or {}).get("flops") or {}).get("total"))
