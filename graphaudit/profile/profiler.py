@@ -50,13 +50,12 @@ from graphaudit.profile.mapping import OTHER, NodeMap, assign_blocks, one_to_one
 from graphaudit.profile.report import ProfileReport
 from graphaudit.profile.rounds import (
     DEFAULT_WARMUP,
-    EVIDENCE_COST,
     FIX_THEM,
     MOST_CHOSEN_RUNS,
     MOST_PROFILE_RUNS,
-    PROFILED_COST,
     Rounds,
     TimedRounds,
+    after_timing_s,
     check_budget,
     check_precision,
     check_rounds,
@@ -162,7 +161,7 @@ def profile_model(
             warm_up(timed, others, warmup)
             # the timed rounds' budget: what the warm-up, one profiled round and the evidence leave
             warm_s = (max(warmup, 1) + warmup * len(others)) * (model_s + baseline_s)
-            after = sample * (PROFILED_COST * model_s + EVIDENCE_COST * (model_s + baseline_s))
+            after = after_timing_s(sample, model_s, baseline_s)
             stopper = TimedRounds(runs, asked.precision, max(0.0, budget - warm_s - after))
             samples = _timed_rounds(timed, sample, stopper, progress)
         spent = warm_s + float(samples.sum()) / 1e9
@@ -173,10 +172,10 @@ def profile_model(
         weights = _external_bytes(loaded)
         optimised_path = work / OPTIMISED if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
         profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
-        profile_runs = profiled_rounds(budget - spent - sample * EVIDENCE_COST * (model_s + baseline_s), sample,
-                                       model_s, profile_runs)
+        profile_runs = profiled_rounds(budget - spent - after_timing_s(sample, model_s, baseline_s, profile_runs=0),
+                                       sample, model_s, profile_runs)
         profiled_runner = [make_runner(profiled, picked)]
-        warmed = first_of_each_shape(shapes) if warmup else []
+        warmed = first_of_each_shape(shapes)
         warm_up(profiled_runner, warmed, warmup)
         profiled_ns = time_rounds(profiled_runner, sample, profile_runs, 0,
                                   done=_rounds_done(progress, "profiled rounds", profile_runs))[0]
@@ -256,12 +255,10 @@ def _timed_rounds(runners: list[Runner], batches: int, stopper: TimedRounds,
     if stopper.runs is not None:
         return time_rounds(runners, batches, stopper.runs, 0, done=_rounds_done(progress, "timed rounds", stopper.runs))
     held = np.zeros((len(runners), MOST_CHOSEN_RUNS, batches), dtype=np.int64)
-    done = 0
+    tick, done = _rounds_done(progress, "timed rounds", None), 0
     while True:
-        held[:, done:done + 1] = time_rounds(runners, batches, 1, 0, first=done)
+        held[:, done:done + 1] = time_rounds(runners, batches, 1, 0, first=done, done=tick)
         done += 1
-        if progress is not None:
-            progress("timed rounds", done, None)
         now = held[:, :done]
         if not stopper.more(now[0], now[1] if len(runners) > 1 else None, float(now.sum()) / 1e9):
             return now
@@ -371,11 +368,11 @@ def _notes(blocks, execution, renamed: int, no_optimised: str | None) -> tuple[s
     return tuple(notes)
 
 
-def _rounds_done(progress: Progress | None, stage: str, total: int | None, start: int = 0) -> Callable[[], None] | None:
+def _rounds_done(progress: Progress | None, stage: str, total: int | None) -> Callable[[], None] | None:
     """What `time_rounds` calls after each round: `progress(stage, rounds done, total)`."""
     if progress is None:
         return None
-    count = [start]
+    count = [0]
 
     def done() -> None:
         count[0] += 1

@@ -40,7 +40,7 @@ from graphaudit.profile.settings import (
 from graphaudit.wording import pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "MOST_CHOSEN_RUNS", "MOST_PROFILE_RUNS", "Rounds",
-           "TimedRounds", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
+           "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
            "profiled_rounds", "sample_cost", "spread_order"]
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
 PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
@@ -99,11 +99,17 @@ def spread_order(n: int) -> list[int]:
     return [i for i in order if i < n]
 
 
+def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
+    """Seconds, at most, that `profile_runs` profiled rounds and the evidence runs take on
+    `inputs` inputs after the timed rounds, when a run of the model takes `model_s` (the
+    baseline's `baseline_s`)."""
+    return inputs * (profile_runs * PROFILED_COST * model_s + EVIDENCE_COST * (model_s + baseline_s))
+
+
 def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
     """Seconds the fewest timed rounds, `profile_runs` profiled rounds and the evidence runs take
-    on `inputs` inputs, when a run of the model takes `model_s` (the baseline's `baseline_s`)."""
-    both = model_s + baseline_s
-    return inputs * (FEWEST_RUNS * both + profile_runs * PROFILED_COST * model_s + EVIDENCE_COST * both)
+    on `inputs` inputs."""
+    return inputs * FEWEST_RUNS * (model_s + baseline_s) + after_timing_s(inputs, model_s, baseline_s, profile_runs)
 
 
 def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
@@ -175,8 +181,8 @@ class TimedRounds:
         return True
 
     def finish(self, model_ns: np.ndarray, baseline_ns: np.ndarray | None) -> None:
-        """Read the half-width the rounds reached, where the last check did not."""
-        if self.runs is not None or self.stop == "given":
+        """Read the half-width given rounds reached (chosen ones read it at their last check)."""
+        if self.runs is not None:
             self.reached = self.halfwidth(model_ns, baseline_ns)
 
     def describe(self, done: int) -> str:

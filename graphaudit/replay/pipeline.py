@@ -294,7 +294,6 @@ def replay(
         if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
             tolerance, why = default_tolerance(caches[1])
             ran = replace(ran, tolerance=tolerance, tolerance_note=why or None)
-        session = None
         try:
             session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
             del frozen  # its session holds the weights it needs: the proto's copy of them goes
