@@ -260,6 +260,9 @@ def audit(
                       "or detected): the frozen replay did not run, so coefficient variation and functional "
                       "dependence are not measured")
     clock.lap("replay_s")
+    if asked.ray is not None:
+        notes.append("the replay ran on Ray workers; the profile ran in this process once they had ended, on one "
+                     "machine with no worker beside it, since a neighbour's load would be in its latencies")
 
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, baseline,
@@ -277,6 +280,9 @@ def audit(
               "flush_denormals": asked.flush_denormals, "rewrite": asked.rewrite}
     if feeding:
         inputs["feeding"] = feeding.to_json()
+    if asked.ray is not None:
+        inputs["ray"] = asked.ray or "local"
+        inputs["workers"] = asked.workers
     if is_baseline:
         inputs["is_baseline"] = True
     return AuditReport(

@@ -1,7 +1,7 @@
 # Sourced by the README's two commands: creates (or reuses) the project's virtual environment
-# in .venv and installs graphaudit with ONNX Runtime's CPU build (the [cpu] extra), the exporters
-# and the test and lint tools (the dev extra). Re-runs are cheap: the install is skipped while
-# pyproject.toml and constraints.txt are unchanged.
+# in .venv and installs graphaudit with ONNX Runtime's CPU build (the [cpu] extra), the exporters,
+# Ray (the [ray] extra, for --ray) and the test and lint tools (the dev extra). Re-runs are
+# cheap: the install is skipped while pyproject.toml and constraints.txt are unchanged.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${GRAPHAUDIT_VENV:-$root/.venv}"
@@ -15,7 +15,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     # torch is pinned (constraints.txt): any other version downloads several GB.
     "$venv/bin/python" -m pip install --quiet -c "$root/scripts/constraints.txt" \
-        -e "$root[cpu,exporters,dev]"
+        -e "$root[cpu,exporters,dev,ray]"
     echo "$want" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -10,4 +10,5 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${GRAPHAUDIT_BROWSER:-}" ] && 
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
         || echo "scripts/test.sh: could not install chromium; the browser test will be skipped" >&2
 fi
-exec python -m pytest -n 2 -q "$@"
+# loadgroup: the tests of one xdist_group (the Ray tests: one Ray instance) run in one worker
+exec python -m pytest -n 2 --dist loadgroup -q "$@"

@@ -8,7 +8,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.replay.pipeline import live_decisions, replay
+from graphaudit.replay.pipeline import replay
+from graphaudit.replay.surgery import live_decisions
 
 from support.models import gated_lm, token_ids
 

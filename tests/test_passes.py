@@ -10,10 +10,10 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_for_runtime
 from graphaudit.metrics.outputs import LOG_PROBS, Task
 from graphaudit.replay.passes import PassResult, Steps, run_passes
-from graphaudit.replay.pipeline import replay_passes
 from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.rewrite_attention import RewriteAttention
+from graphaudit.replay.steps import replay_passes
 from graphaudit.replay.surgery import Freeze, LogProbs, Trace
 
 from support.models import gated_lm

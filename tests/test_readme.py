@@ -32,7 +32,7 @@ def test_scripts_share_one_environment_setup_and_pin_torch():
         assert 'source "$(dirname "${BASH_SOURCE[0]}")/env.sh"' in text
     assert "torch==2.13.0" in (ROOT / "scripts" / "constraints.txt").read_text().split()
     env = (ROOT / "scripts" / "env.sh").read_text()
-    assert "-c \"$root/scripts/constraints.txt\"" in env and "[cpu,exporters,dev]" in env  # the CPU runtime: CI and the demo
+    assert "-c \"$root/scripts/constraints.txt\"" in env and "[cpu,exporters,dev,ray]" in env  # the CPU runtime: CI and the demo
     assert "exec graphaudit demo" in (ROOT / "scripts" / "demo.sh").read_text()
     assert "pytest" in (ROOT / "scripts" / "test.sh").read_text()
 

@@ -423,7 +423,7 @@ def _unknown_operator(node):  # an operator ONNX Runtime has no kernel for: the 
 @pytest.mark.skipif(not (FIXTURES / "featuregate" / "model.onnx").is_file(), reason="no zoo fixtures")
 @pytest.mark.parametrize("spoil", [_wrong_scale, _unknown_operator])
 def test_a_rewrite_that_fails_the_parity_check_is_dropped_and_said(monkeypatch, spoil):
-    import graphaudit.replay.pipeline as replay_module
+    import graphaudit.replay.steps as replay_module
 
     class Broken(Rewrite):
         def __call__(self, model, *, owned=False):

@@ -6,7 +6,8 @@ declares a group once; here the group is also parsed once). The groups:
 
 - `feeding_options`: --set and --input-axes, as a graphaudit.load.feeding.Feeding (or None);
 - `coefficient_options`: --coefficients and --axes, as a CoefficientSettings;
-- `output_options`: --format, -o and -q, as an OutputSettings.
+- `output_options`: --format, -o and -q, as an OutputSettings;
+- `ray_options`: --ray and --workers, as the ReplaySettings fields they set (a dict).
 
 Importing this module stays light (click only): `graphaudit --version` stays fast.
 """
@@ -185,3 +186,22 @@ def rounds_options(prefix: str = "") -> Callable:
         click.option(f"--{prefix}sample", "sample", type=int, help=(
             "Inputs (batches) profiled, spread evenly over the data (default: every input where the fewest "
             f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}).")))
+
+
+def _ray_settings(ray: str | None, workers: int | None) -> dict[str, Any]:
+    if workers is not None and ray is None:
+        raise UsageError(f"expected --workers with --ray, found --workers {workers} alone")
+    return {"ray": ray, "workers": workers}
+
+
+# `replay` and `run`: the replay's shards on Ray workers
+ray_options = option_group(
+    "distributed", _ray_settings,
+    click.option("--ray", "ray", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+                 help="Capture and replay on Ray workers, each on a shard of whole batches of the inputs, their "
+                      "statistics added up: with no ADDRESS an embedded local Ray, one worker per core; with one "
+                      "(e.g. ray://head:10001, or auto), that cluster. Needs graphaudit[ray]. The profile still "
+                      "runs in this process, after the workers are done."),
+    click.option("--workers", type=click.IntRange(min=1),
+                 help="Ray workers (shards) with --ray (default: one per CPU core of the cluster, at most one per "
+                      "evaluation batch)."))

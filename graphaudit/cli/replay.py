@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from graphaudit.cli import REWRITE_HELP, output_kind_option
-from graphaudit.cli.options import coefficient_options, feeding_options, output_options
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options, ray_options
 from graphaudit.limits import MAX_THREADS
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.conditions import check_names
@@ -53,10 +53,11 @@ from graphaudit.replay.settings import DEFAULT_TOLERANCE, MAX_RESAMPLES, ReplayS
                    "flush denormal floats (below 1.2e-38) to zero: on x86-64 much faster where masked attention "
                    "scores underflow; it changes only values that small (the zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
+@ray_options
 @output_kind_option
 @output_options(["text", "json"], "Output format.")
 def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batch_size, seed, cache_dir, tolerance,
-               resamples, provider, threads, keep_denormals, no_rewrite, output_kinds, out) -> None:
+               resamples, provider, threads, keep_denormals, no_rewrite, distributed, output_kinds, out) -> None:
     """Replay MODEL with its controller frozen: cache the coefficients, feed them back correct,
     from another input, shuffled over tokens, or as static profiles, and report how much worse
     the model gets (NLL, KL, retained gap) and how the coefficients' variance splits."""
@@ -71,7 +72,8 @@ def replay_cmd(model, calib, data, feeding, coefficients, conditions_given, batc
     settings = ReplaySettings(coefficients=coefficients.entries, conditions=conditions, batch_size=batch_size,
                               seed=seed, cache_dir=cache_dir, tolerance=tolerance, resamples=resamples,
                               provider=provider, threads=threads, flush_denormals=not keep_denormals,
-                              rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding)
+                              rewrite=not no_rewrite, output_kinds=parse_output_kinds(output_kinds), feeding=feeding,
+                              **distributed)
     report = replay(model, calib, data, settings, progress=ProgressBar(quiet=out.quiet))
     out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from graphaudit.cli import REWRITE_HELP, output_kind_option
-from graphaudit.cli.options import coefficient_options, feeding_options, output_options, rounds_options
+from graphaudit.cli.options import coefficient_options, feeding_options, output_options, ray_options, rounds_options
 from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.settings import ProfileSettings
 from graphaudit.progress import ProgressBar
@@ -54,10 +54,11 @@ latency ratio's interval over the timed rounds straddles the threshold; a smalle
                    "faster where masked attention scores underflow; it changes only values that small (the "
                    "zoo's figures came out identical).")
 @click.option("--no-rewrite", is_flag=True, help=REWRITE_HELP)
+@ray_options
 @output_kind_option
 @click.pass_context
 def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_pattern, provider, out, claims, seed, rounds,
-            limit, resamples, threads, keep_denormals, no_rewrite,
+            limit, resamples, threads, keep_denormals, no_rewrite, distributed,
             output_kinds) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
@@ -72,7 +73,7 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
     settings = AuditSettings(
         replay=ReplaySettings(coefficients=coefficients.entries, seed=seed, resamples=resamples, provider=provider,
                               threads=threads, flush_denormals=not keep_denormals, rewrite=not no_rewrite,
-                              output_kinds=parse_output_kinds(output_kinds), feeding=feeding),
+                              output_kinds=parse_output_kinds(output_kinds), feeding=feeding, **distributed),
         profile=ProfileSettings(**rounds, provider=provider, threads=threads, limit=limit, block_pattern=block_pattern,
                                 feeding=feeding),
         claims=claims)

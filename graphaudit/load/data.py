@@ -70,12 +70,14 @@ class InputData:
                  for k, v in self.arrays.items()}
         return {**taken, **self.fixed}
 
-    def batches(self, batch_size: int) -> Iterator[tuple[slice, dict[str, np.ndarray]]]:
-        """Yield (rows, feeds) for consecutive batches of at most `batch_size` examples."""
+    def batches(self, batch_size: int, span: slice | None = None) -> Iterator[tuple[slice, dict[str, np.ndarray]]]:
+        """Yield (rows, feeds) for consecutive batches of at most `batch_size` examples, of the
+        examples at `span` only when given (rows numbered in the whole data)."""
         if batch_size < 1:
             raise GraphAuditError(f"expected a batch size of at least 1, found {batch_size}", exit_code=2)
-        for start in range(0, self.count, batch_size):
-            rows = slice(start, min(start + batch_size, self.count))
+        first, stop = (0, self.count) if span is None else (span.start, min(span.stop, self.count))
+        for start in range(first, stop, batch_size):
+            rows = slice(start, min(start + batch_size, stop))
             yield rows, self.feeds(rows)
 
     def subset(self, rows: Sequence[int] | np.ndarray | slice, source: str | None = None) -> InputData:

@@ -176,6 +176,7 @@ def capture(
     threads: int | None = None,
     open_session: Callable[[], ort.InferenceSession] | None = None,
     keep_live: bool = True,
+    span: slice | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
@@ -189,8 +190,14 @@ def capture(
     `keep_live` False: the first batch's live outputs are not kept (`live` is empty), where
     nothing compares with them (the calibration inputs: a batch of logits at a 50k vocabulary
     is 412 MB at 16 x 128 tokens).
+    `span`: capture the inputs there only (a shard's, graphaudit.replay.shards), numbered in the
+    whole data in every message; the cache holds them from row 0. No `cache_dir` with it.
     """
     coefficients = tuple(coefficients)
+    if span is not None and cache_dir is not None:
+        raise ValueError("a capture of a span of the inputs keeps no cache")
+    inputs = range(data.count)[span] if span is not None else range(data.count)
+    count, offset = len(inputs), inputs.start
     for c in coefficients:
         batch_axis(c)
     key: str | None = None
@@ -203,12 +210,12 @@ def capture(
         folder = Path(cache_dir) / f"{label}-{key[:16]}"
         files = {c.tensor: _file(c) for c in coefficients}
         try:
-            found = kept_cache(folder, key, {**files, _CHECK: _CHECK_FILE}, data.count, set(files))
+            found = kept_cache(folder, key, {**files, _CHECK: _CHECK_FILE}, count, set(files))
         except CacheDamage as damage:
             found, rebuilt = None, str(damage)
         if found is not None:
             arrays, maps, live = found
-            return CoefficientCache(coefficients, arrays, data.count, live, folder, True, _maps=maps)
+            return CoefficientCache(coefficients, arrays, count, live, folder, True, _maps=maps)
         created = cache_folder(folder, cache_dir)
         made.folders = [p for p in created if p == folder]
         made.parents = [p for p in created if p != folder]
@@ -227,7 +234,7 @@ def capture(
             )
         live = {}
         owned = None
-        for rows, feeds in data.batches(batch_size):
+        for rows, feeds in data.batches(batch_size, span):
             with running(f"the model ({label} inputs {rows.start}..{rows.stop - 1})"):
                 outputs = dict(zip(names, session.run(names, feeds)))
             live_outputs = {n: v for n, v in outputs.items() if n not in wanted}
@@ -247,11 +254,11 @@ def capture(
                 else:
                     check = None  # nothing to keep for these outputs: not asked again
                 per_input = sum(v.nbytes for _, v in kept.values()) / (rows.stop - rows.start)
-                if folder is None and per_input * data.count > memory_limit:
+                if folder is None and per_input * count > memory_limit:
                     owned = folder = Path(tempfile.mkdtemp(prefix="graphaudit-cache-"))
                     made.folders.append(owned)
                 for name, (file, first) in kept.items():
-                    shape = (data.count, *first.shape[1:])
+                    shape = (count, *first.shape[1:])
                     if folder is None:
                         arrays[name] = np.empty(shape, dtype=first.dtype)
                         continue
@@ -260,16 +267,17 @@ def capture(
                     made.partials.append(path)
                     arrays[name], maps[name] = new_npy(path, shape, first.dtype)
                     written[name] = (file, path, arrays[name], maps[name])
+            kept_rows = slice(rows.start - offset, rows.stop - offset)
             for c in coefficients:
-                arrays[c.tensor][rows] = _rows_of(c, outputs[c.tensor], rows)
+                arrays[c.tensor][kept_rows] = _rows_of(c, outputs[c.tensor], rows)
             if summary is not None:
-                arrays[_CHECK][rows] = summary
+                arrays[_CHECK][kept_rows] = summary
             for mapping in maps.values():
                 release(mapping)
         if folder is not None and key is not None:  # kept for reuse (a temporary folder is not)
-            seal(folder, key, data.count, written, live, made.partials)
+            seal(folder, key, count, written, live, made.partials)
         made.partials.clear()
-        return CoefficientCache(coefficients, arrays, data.count, live, folder, False, rebuilt, owned, maps)
+        return CoefficientCache(coefficients, arrays, count, live, folder, False, rebuilt, owned, maps)
 
 
 @dataclass

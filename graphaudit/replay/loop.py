@@ -30,7 +30,8 @@ from graphaudit.runtime.sessions import FrozenRunError, replaying, spare_core
 def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coefficients: Sequence[Coefficient],
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
                    progress: Progress | None = None, every: EveryInputCheck | None = None,
-                   overlap: bool | None = None, failures: dict[str, str] | None = None) -> dict[str, ConditionStats]:
+                   overlap: bool | None = None, failures: dict[str, str] | None = None,
+                   span: slice | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
     `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
@@ -44,10 +45,13 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     not run (FrozenRunError: a traced graph holding sizes that fit only the routing it was traced
     with) is left out from then on, its statistics dropped, and where it failed kept here by
     name (the inputs, then ONNX Runtime's objection); without it, that error is raised.
+    `span`: replay the evaluation inputs there only (a shard of whole batches: graphaudit.replay.shards);
+    rows keep their numbers in the whole data, which the feeds and the bootstrap weights are keyed by.
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     failed = failures if failures is not None else {}
-    total = -(-data.count // batch_size)
+    rows_replayed = range(data.count)[span] if span is not None else range(data.count)
+    total = -(-len(rows_replayed) // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     fetch = [task.fetch]
 
@@ -77,7 +81,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     with ThreadPoolExecutor(1, "graphaudit-replay") if overlap else nullcontext() as runner:
         start = runner.submit if runner is not None else _run_now
         in_flight: tuple[Future | _Done, _Batch, str] | None = None
-        for rows, inputs in track(data.batches(batch_size), "replay", progress, total):
+        for rows, inputs in track(data.batches(batch_size, span), "replay", progress, total):
             batch = _Batch(rows, inputs, {k: v[rows] for k, v in data.labels.items()})
             batch.weights = boot.weights(batch.index)  # here, while the last batch's last run runs
             for name, feed in feeds.items():

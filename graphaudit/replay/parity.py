@@ -280,9 +280,11 @@ def default_tolerance(cache: CoefficientCache) -> tuple[float, str | None]:
 
 
 def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],
-                 cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float) -> Parity:
-    """Compare the frozen graph fed `correct` with the live outputs of the first batch; raise on failure."""
-    rows, inputs = next(data.batches(batch_size))
+                 cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float,
+                 span: slice | None = None) -> Parity:
+    """Compare the frozen graph fed `correct` with the live outputs of the first batch (of `span`,
+    a shard's inputs, when given); raise on failure."""
+    rows, inputs = next(data.batches(batch_size, span))
     index = np.arange(rows.start, rows.stop)
     names = [o.name for o in session.get_outputs() if o.name in cache.live]
     fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}

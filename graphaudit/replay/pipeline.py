@@ -33,20 +33,20 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.named_coefficients import split_entry
-from graphaudit.analyses.output_kinds import OutputKind, read_outputs
+from graphaudit.analyses.output_kinds import read_outputs
 from graphaudit.analyses.static import StaticReport, audit_static
-from graphaudit.errors import GraphAuditError
+from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.graph.build import build_graph, shape_of
 from graphaudit.graph.model import ModelGraph
 from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import LoadedModel, load_for_runtime
-from graphaudit.metrics import ConditionStats, Estimate, PoissonBootstrap, Task, difference, retained_gap, task_for
+from graphaudit.metrics import ConditionStats, Estimate, Task, difference, retained_gap
 from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress
 from graphaudit.replay.batching import batches_for
-from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, CoefficientCache, capture
+from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, capture
 from graphaudit.replay.conditions import CORRECT, FLOOR, REGISTRY, gap_profiles, token_axis
 from graphaudit.replay.conditions import conditions as make_conditions
 from graphaudit.replay.conditions import names as condition_names
@@ -56,14 +56,11 @@ from graphaudit.replay.parity import (
     EveryInputCheck,
     Parity,
     check_parity,
-    default_tolerance,
     every_input_summary,
 )
-from graphaudit.replay.passes import GraphPass, run_passes
-from graphaudit.replay.prefix import open_frozen
-from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
-from graphaudit.replay.surgery import Freeze, LogProbs, Trace, live_decisions, live_note
+from graphaudit.replay.steps import Replayed, ReplayJob, frozen_run, task_of
+from graphaudit.replay.surgery import Trace
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (
     PROVIDERS,
@@ -120,7 +117,7 @@ class DataUse:
 _SETTING_NOTES = (("padding", "padding"), ("tolerance_note", "parity"), ("token_shuffle_note", "conditions"),
                   ("failed_conditions_note", "conditions"), ("live_decisions_note", "freezing"),
                   ("rewrite_note", "rewrites"), ("quantized_note", "quantization"), ("cache_note", "cache"),
-                  ("threads_note", "threads"))
+                  ("threads_note", "threads"), ("distributed_note", "workers"))
 
 
 @dataclass(frozen=True)
@@ -260,101 +257,96 @@ def replay(
             f"a quantized model ({qdq} DequantizeLinear nodes): the capture and the replay ran its QuantizeLinear / "
             "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
             "once the graph is cut where the coefficients are exposed and fed"))
-    flush_denormals = asked.flush_denormals
+    job = ReplayJob(coefs, readings, providers, threads, asked.flush_denormals, bool(qdq), batch_size,
+                    DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit, tuple(conditions),
+                    seed, asked.resamples, tokens, tolerance, asked.rewrite and providers[0] == PROVIDERS["cpu"])
+    if asked.ray is not None:
+        from graphaudit.replay.cluster import replay_on_ray  # Ray is an extra: imported only when asked for
+
+        if asked.cache_dir is not None:
+            raise UsageError("expected --cache-dir or --ray, found both: the workers hold their shards' "
+                             "coefficients in memory and keep no cache")
+        done = replay_on_ray(loaded, job, calibration, evaluation, asked.ray, asked.workers, progress)
+        return _report(loaded.name, use, replace(ran, **done.settings), done, evaluation, job, confidence)
+    with ExitStack() as stack:
+        done = _replay_here(loaded, job, calibration, evaluation, asked.cache_dir, stack, progress)
+        calib_cache, eval_cache = done.caches
+        where = "memory" if eval_cache.location is None else "temporary folder" if eval_cache.temporary else str(
+            eval_cache.location)
+        rebuilt = [c.rebuilt for c in done.caches if c.rebuilt]  # the reasons, for the note
+        ran = replace(ran, **done.settings, cache={"location": where, "reused": eval_cache.reused,
+                                                   "bytes": calib_cache.nbytes + eval_cache.nbytes},
+                      cache_note="the kept coefficient cache was damaged and captured again: " + "; ".join(rebuilt)
+                      if rebuilt else None)
+        return _report(loaded.name, use, ran, done, evaluation, job, confidence)
+
+
+def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, evaluation: InputData,
+                 cache_dir: str | os.PathLike | None, stack: ExitStack, progress: Progress | None) -> Replayed:
+    """Capture and replay in this process; the caches stay open in `stack`."""
+    coefs, providers, batch_size = job.coefficients, job.providers, job.batch_size
     timing, clock = {}, time.perf_counter()
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(functools.partial(
         create_session, trace, providers, disabled_optimizers=slow_fusions(providers),
-        weights_folder=loaded.weights_folder, threads=threads, flush_denormals=flush_denormals, qdq_fusions=not qdq))
-    memory_limit = DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit
-    with ExitStack() as stack:
-        caches = [stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=asked.cache_dir,
-                                              memory_limit=memory_limit, label=label, providers=providers,
-                                              weights_folder=loaded.weights_folder, check=check,
-                                              validate=scored_output, threads=threads, open_session=trace_session,
-                                              keep_live=label == "evaluation"))  # what the parity check reads
-                  for label, d, check in (("calibration", calibration, None),
-                                          ("evaluation", evaluation, every_input_summary(evaluation, readings)))]
-        trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
-        del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
-        timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        notes: dict[str, str] = {}
-        feeds = make_conditions(conditions, caches[1], caches[0], seed, tokens, notes)
-        for note in notes.values():  # cross_input's partners, where inputs are padded
-            ran = replace(ran, padding=f"{ran.padding}; {note}")
-        task = _task(caches[1], evaluation, batch_size, readings)
-        frozen = Freeze(coefs)(loaded.model).model
-        live = live_decisions(frozen, coefs)
-        if live:
-            ran = replace(ran, live_decisions=tuple(live), live_decisions_note=live_note(live))
-        rewrite = asked.rewrite and providers[0] == PROVIDERS["cpu"]
-        frozen, rewrites = _replayed(frozen, task, rewrite)
-        ran = replace(ran, rewrites=rewrites)
-        if tolerance is None:  # DEFAULT_TOLERANCE, or wider for a model computing in float16
-            tolerance, why = default_tolerance(caches[1])
-            ran = replace(ran, tolerance=tolerance, tolerance_note=why or None)
-        try:
-            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
-            del frozen  # its session holds the weights it needs: the proto's copy of them goes
-            parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
-        except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
-            if not rewrites:
-                raise
-            session = None  # the rewritten graph's session and weights go before the other's come
-            # a rewrite that ONNX Runtime refuses or that does not give the live outputs is graphaudit's
-            # fault, not the model's: the graph as exported is checked instead, and decides
-            frozen, rewrites = _replayed(Freeze(coefs)(loaded.model).model, task, False)
-            ran = replace(ran, rewrites=rewrites, rewrite_note=(
-                f"the rewritten frozen graph did not run as the live model does, so its operators ran as exported "
-                f"({' '.join(str(err).split())[:300]})"))
-            session = open_frozen(frozen, coefs, providers, loaded.weights_folder, threads, flush_denormals, not qdq)
-            del frozen
-            parity = check_parity(session, feeds[CORRECT], coefs, caches[1], evaluation, batch_size, tolerance)
-        timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        boot = PoissonBootstrap(seed, asked.resamples)
-        every = EveryInputCheck(caches[1], parity) if caches[1].checked else None
-        failed: dict[str, str] = {}
-        stats = run_conditions(session, feeds, coefs, evaluation, batch_size, task, boot, progress, every,
-                               failures=failed)
-        if failed:
-            if set(stats) <= {CORRECT}:  # nothing left to compare with
-                name, where = next(iter(failed.items()))
-                raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
-                                     f"besides correct, found that it runs on none: {name} on {where}; {TRACED_SIZES}")
-            ran = replace(ran, conditions=tuple(stats), failed_conditions=dict(failed),
-                          failed_conditions_note=_failed_note(failed))
-        if stats[CORRECT].figure("nll")[0] is None and task.logits:  # say why, for the reports
-            ran = replace(ran, no_nll=no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None))
-        if every is not None:
-            parity = replace(parity, every_input=every.result())
-        timing["replay_s"], clock = time.perf_counter() - clock, time.perf_counter()
-        variance, means = cache_variance(caches[1], boot, confidence, tokens=tokens[0])
-        timing["variance_s"] = time.perf_counter() - clock
-        where = "memory" if caches[1].location is None else "temporary folder" if caches[1].temporary else str(
-            caches[1].location)
-        rebuilt = [c.rebuilt for c in caches if c.rebuilt]  # the reasons, for the note
-        ran = replace(ran, cache={"location": where, "reused": caches[1].reused,
-                                  "bytes": caches[0].nbytes + caches[1].nbytes},
-                      cache_note="the kept coefficient cache was damaged and captured again: " + "; ".join(rebuilt)
-                      if rebuilt else None)
-    results = tuple(_result(name, s, stats[CORRECT], task, confidence) for name, s in stats.items())
+        weights_folder=loaded.weights_folder, threads=job.threads, flush_denormals=job.flush_denormals,
+        qdq_fusions=not job.quantized))
+    calib_cache, eval_cache = (
+        stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
+                                    memory_limit=job.memory_limit, label=label, providers=providers,
+                                    weights_folder=loaded.weights_folder, check=check, validate=scored_output,
+                                    threads=job.threads, open_session=trace_session,
+                                    keep_live=label == "evaluation"))  # what the parity check reads
+        for label, d, check in (("calibration", calibration, None),
+                                ("evaluation", evaluation, every_input_summary(evaluation, job.readings))))
+    trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
+    del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
+    timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
+    notes: dict[str, str] = {}
+    feeds = make_conditions(job.conditions, eval_cache, calib_cache, job.seed, job.tokens, notes)
+    task = task_of(eval_cache, evaluation, batch_size, job.readings)
+    tolerance, settings = job.tolerance_for(eval_cache)
+    frozen = frozen_run(loaded, job, task, lambda session: check_parity(
+        session, feeds[CORRECT], coefs, eval_cache, evaluation, batch_size, tolerance))
+    settings.update(frozen.settings)
+    timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
+    every = EveryInputCheck(eval_cache, frozen.parity) if eval_cache.checked else None
+    failed: dict[str, str] = {}
+    stats = run_conditions(frozen.session, feeds, coefs, evaluation, batch_size, task, job.bootstrap(), progress,
+                           every, failures=failed)
+    timing["replay_s"] = time.perf_counter() - clock
+    return Replayed((calib_cache, eval_cache), task, frozen.parity, stats, failed,
+                    every.result() if every is not None else None, settings, list(notes.values()), timing)
+
+
+def _report(name: str, use: DataUse, ran: AppliedSettings, done: Replayed, evaluation: InputData, job: ReplayJob,
+            confidence: float) -> ReplayReport:
+    """The ReplayReport of what `done` holds: each condition's figures, the retained gaps, the
+    variance decomposition of the evaluation inputs' coefficients."""
+    for note in done.notes:
+        ran = replace(ran, padding=f"{ran.padding}; {note}")
+    stats, failed, task, parity = done.stats, done.failed, done.task, done.parity
+    if failed:
+        if set(stats) <= {CORRECT}:  # nothing left to compare with
+            condition, where = next(iter(failed.items()))
+            raise FrozenRunError(f"expected the frozen graph to run on the coefficients of some condition "
+                                 f"besides correct, found that it runs on none: {condition} on {where}; "
+                                 f"{TRACED_SIZES}")
+        ran = replace(ran, conditions=tuple(stats), failed_conditions=dict(failed),
+                      failed_conditions_note=_failed_note(failed))
+    if stats[CORRECT].figure("nll")[0] is None and task.logits:  # say why, for the reports
+        ran = replace(ran, no_nll=no_nll_reason(task, evaluation.arrays[task.ids].shape[1] if task.ids else None))
+    if done.every is not None:
+        parity = replace(parity, every_input=done.every)
+    timing, clock = dict(done.timing), time.perf_counter()
+    variance, means = cache_variance(done.caches[1], job.bootstrap(), confidence, tokens=job.tokens[0])
+    timing["variance_s"] = time.perf_counter() - clock
+    results = tuple(_result(c, s, stats[CORRECT], task, confidence) for c, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats[CORRECT], stats[FLOOR], "nll", confidence))
                  for p in gap_profiles() if p in stats and FLOOR in stats)
-    return ReplayReport(loaded.name, coefs, seed, use, task, parity, results, gaps, variance, means, ran, timing)
-
-
-def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """`frozen` (handed over: the copy is the replay's) as the replay runs it (`replay_passes`),
-    and the rewrites made."""
-    result = run_passes(frozen, replay_passes(task, rewrite), owned=True)
-    return result.model, dict(result.details.of(Rewrite, {}))
-
-
-def replay_passes(task: Task, rewrite: bool) -> list[GraphPass]:
-    """The passes that make a frozen graph the one the replay runs: the log-probabilities of a
-    distribution as an output (unless it holds them), and its operators rewritten when `rewrite`."""
-    return [LogProbs(task.output, task.fetch, task.scale), *([Rewrite()] if rewrite else [])]
+    return ReplayReport(name, job.coefficients, job.seed, use, task, parity, results, gaps, variance, means, ran,
+                        timing)
 
 
 def _failed_note(failed: Mapping[str, str]) -> str:
@@ -387,12 +379,6 @@ def check_scored_output(model: onnx.ModelProto, coefficients: Sequence[Coefficie
     if dims is not None and 0 in dims:
         shown = tuple("?" if d is None else d for d in dims)
         raise GraphAuditError(f"expected the scored output {name!r} to hold values, found shape {shown}")
-
-
-def _task(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind]) -> Task:
-    """What the outputs mean, read from the graph (`readings`) and the live outputs of the first batch."""
-    rows, inputs = next(data.batches(batch_size))
-    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()}, readings)
 
 
 def _result(name: str, s: ConditionStats, correct: ConditionStats, task: Task, level: float) -> ConditionResult:

@@ -53,6 +53,8 @@ class ReplaySettings:
     rewrite: bool = True
     output_kinds: Mapping[str, str] | None = None
     feeding: Feeding | None = None
+    ray: str | None = None  # None: this process; "": an embedded local Ray; else a Ray cluster's address
+    workers: int | None = None  # Ray workers (None: one per CPU core the cluster has)
 
     def __post_init__(self) -> None:
         # sequences as tuples, so that a caller's list cannot change the settings afterwards
@@ -65,6 +67,10 @@ class ReplaySettings:
         if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
             raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                                   exit_code=2)
+        if self.workers is not None and self.ray is None:
+            raise GraphAuditError(f"expected --workers with --ray, found --workers {self.workers} alone", exit_code=2)
+        if self.workers is not None and self.workers < 1:
+            raise GraphAuditError(f"expected at least 1 Ray worker, found {self.workers}", exit_code=2)
 
     @classmethod
     def of(cls, settings: ReplaySettings | None = None, **options: Any) -> ReplaySettings:
@@ -106,6 +112,8 @@ class AppliedSettings(Mapping):
     no_nll: str | None = None
     cache: Mapping[str, object] | None = None
     cache_note: str | None = None
+    distributed: Mapping[str, object] | None = None  # Ray: the address, workers, shards and retries
+    distributed_note: str | None = None
 
     def to_json(self) -> dict:
         """The report's `settings` object: every field set, in field order."""

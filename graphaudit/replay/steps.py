@@ -1,0 +1,147 @@
+"""The replay's steps that one process and a shard's worker (graphaudit.replay.shards) run alike.
+
+`ReplayJob` is what both are asked, once the pipeline has read the model, the data and the
+settings, and `Replayed` what both give back (graphaudit.replay.cluster merges the shards' into
+one); `task_of` reads what the outputs mean from the first evaluation batch; `frozen_run`
+builds the frozen graph as the replay runs it, opens its session and checks parity, falling
+back to the graph as exported where a rewrite does not reproduce the live outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.analyses.output_kinds import OutputKind
+from graphaudit.errors import GraphAuditError
+from graphaudit.load.data import InputData
+from graphaudit.load.model import LoadedModel
+from graphaudit.metrics import ConditionStats, PoissonBootstrap, Task, task_for
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.replay.parity import EveryInputParity, Parity, default_tolerance
+from graphaudit.replay.passes import GraphPass, run_passes
+from graphaudit.replay.prefix import open_frozen
+from graphaudit.replay.rewrite import Rewrite
+from graphaudit.replay.surgery import Freeze, LogProbs, live_decisions, live_note
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """How to capture and replay, as the pipeline decided it: the same for every shard."""
+
+    coefficients: tuple[Coefficient, ...]
+    readings: Mapping[str, OutputKind]  # what each output holds (analyses.output_kinds.read_outputs)
+    providers: list[str]
+    threads: int | None
+    flush_denormals: bool
+    quantized: bool  # QDQ pairs: run as written, not fused (runtime.sessions.quantized_pairs)
+    batch_size: int
+    memory_limit: int
+    conditions: tuple[str, ...]
+    seed: int
+    resamples: int
+    tokens: tuple[np.ndarray | None, np.ndarray | None]  # the evaluation and calibration inputs' unpadded positions
+    tolerance: float | None  # None: default_tolerance of the evaluation cache
+    rewrite: bool  # the frozen graph's operators rewritten (on the CPU only)
+
+    def bootstrap(self) -> PoissonBootstrap:
+        return PoissonBootstrap(self.seed, self.resamples)
+
+    def tolerance_for(self, evaluation: CoefficientCache) -> tuple[float, dict[str, Any]]:
+        """The parity tolerance, and the settings that say how it was chosen where none was given."""
+        if self.tolerance is not None:
+            return self.tolerance, {}
+        tolerance, why = default_tolerance(evaluation)  # DEFAULT_TOLERANCE, or wider for a model in float16
+        return tolerance, {"tolerance": tolerance, "tolerance_note": why or None}
+
+
+@dataclass
+class Replayed:
+    """What the capture and the replay loop gave, in one process or merged from shards: each
+    condition's streaming statistics, the parity checks, the calibration and evaluation caches
+    (the evaluation one read by the variance decomposition), the AppliedSettings fields they
+    decided, and notes on the conditions (cross_input's partners where inputs are padded)."""
+
+    caches: tuple[CoefficientCache, CoefficientCache]
+    task: Task
+    parity: Parity
+    stats: dict[str, ConditionStats]
+    failed: dict[str, str]
+    every: EveryInputParity | None
+    settings: dict[str, Any]
+    notes: list[str]
+    timing: dict[str, float]
+
+
+def task_of(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind],
+            span: slice | None = None) -> Task:
+    """What the outputs mean, read from the graph (`readings`) and the live outputs of the first
+    batch (of `span`, where the cache holds a shard's inputs)."""
+    rows, inputs = next(data.batches(batch_size, span))
+    return task_for(cache.live, inputs, {k: v[rows] for k, v in data.labels.items()}, readings)
+
+
+@dataclass
+class FrozenRun:
+    """The frozen graph's session, its parity on the first batch, and the settings that say how
+    it was built (its live decisions, the rewrites made, why they were undone)."""
+
+    session: ort.InferenceSession
+    parity: Parity
+    settings: dict[str, Any]
+
+
+def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
+               check: Callable[[ort.InferenceSession], Parity], rewrite: bool | None = None) -> FrozenRun:
+    """The session of `loaded`'s frozen graph as the replay runs it, checked by `check` (the parity
+    of the first batch: it raises ParityError). `rewrite` None: `job.rewrite`. A rewritten graph
+    that ONNX Runtime refuses or that fails `check` is graphaudit's fault, not the model's: the
+    graph as exported is checked instead, and decides."""
+    coefs = job.coefficients
+    frozen = Freeze(coefs)(loaded.model).model
+    settings: dict[str, Any] = {}
+    live = live_decisions(frozen, coefs)
+    if live:
+        settings.update(live_decisions=tuple(live), live_decisions_note=live_note(live))
+    frozen, rewrites = _replayed(frozen, task, job.rewrite if rewrite is None else rewrite)
+    settings["rewrites"] = rewrites
+
+    def opened(model: onnx.ModelProto) -> ort.InferenceSession:
+        return open_frozen(model, coefs, job.providers, loaded.weights_folder, job.threads, job.flush_denormals,
+                           not job.quantized)
+
+    try:
+        session = opened(frozen)
+        del frozen  # its session holds the weights it needs: the proto's copy of them goes
+        parity = check(session)
+    except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
+        if not rewrites:
+            raise
+        session = None  # the rewritten graph's session and weights go before the other's come
+        frozen, rewrites = _replayed(Freeze(coefs)(loaded.model).model, task, False)
+        settings.update(rewrites=rewrites, rewrite_note=(
+            f"the rewritten frozen graph did not run as the live model does, so its operators ran as exported "
+            f"({' '.join(str(err).split())[:300]})"))
+        session = opened(frozen)
+        del frozen
+        parity = check(session)
+    return FrozenRun(session, parity, settings)
+
+
+def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """`frozen` (handed over: the copy is the replay's) as the replay runs it (`replay_passes`),
+    and the rewrites made."""
+    result = run_passes(frozen, replay_passes(task, rewrite), owned=True)
+    return result.model, dict(result.details.of(Rewrite, {}))
+
+
+def replay_passes(task: Task, rewrite: bool) -> list[GraphPass]:
+    """The passes that make a frozen graph the one the replay runs: the log-probabilities of a
+    distribution as an output (unless it holds them), and its operators rewritten when `rewrite`."""
+    return [LogProbs(task.output, task.fetch, task.scale), *([Rewrite()] if rewrite else [])]
