@@ -9,7 +9,8 @@ random seeded weights, exported by the project's exporter; random token ids), bu
 wall time and peak resident memory of the command's own process, not of Ray's workers),
 `--repeats` times in turn:
 
-- **one process**: `graphaudit replay MODEL --calib C --data E --provider cpu --format json`;
+- **one process**: `graphaudit replay MODEL --calib C --data E --provider cpu --format json`, with
+  ONNX Runtime's threads (one per core) and with `--threads 1` (a Ray worker's share here);
 - **Ray, 1 worker** and **Ray, 2 workers**: the same with `--ray --workers N` (an embedded Ray
   started and stopped by the command).
 
@@ -37,7 +38,7 @@ from measured import run_measured
 from scale import SIZES, build, token_sets
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {"one process": [], "Ray, 1 worker": ["--ray", "--workers", "1"],
+CONFIGS = {"one process": [], "one process, 1 thread": ["--threads", "1"], "Ray, 1 worker": ["--ray", "--workers", "1"],
            "Ray, 2 workers": ["--ray", "--workers", "2"]}
 HOW_IT_RAN = {"distributed", "distributed_note", "threads", "threads_note", "cache"}
 
@@ -114,7 +115,7 @@ def report(runs: dict[str, list[dict]], args) -> None:
         wall = median(name, lambda r: r["wall"])
         difference = max(largest_difference(first, r["doc"]) for r in runs[name])
         cells = [name, f"{wall:.1f}", f"{alone / wall:.2f}×", f"{median(name, timing('capture_s')):.1f}"]
-        if name == "one process":  # its replay_s leaves out the first batch's parity run, which the workers' hold
+        if not name.startswith("Ray"):  # its replay_s leaves out the first batch's parity run, which the workers' hold
             cells += [f"{median(name, lambda r: r['timing']['replay_s'] + r['timing']['parity_s']):.1f}", "–", "–",
                       "–"]
         else:

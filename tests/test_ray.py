@@ -11,8 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +48,6 @@ def ray_here(tmp_path_factory):
              _temp_dir=str(folder))
     yield ray
     ray.shutdown()
-    import shutil
-
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -190,7 +192,7 @@ def test_run_with_an_embedded_ray_leaves_nothing_behind(tmp_path):
     out = tmp_path / "audit.json"
     env = {**os.environ, "TMPDIR": str(scratch)}  # too long for Ray's sockets: its folder goes in /tmp
     env.pop(CRASH_VARIABLE, None)
-    before = set(Path("/tmp").glob("graphaudit-ray-*"))
+    before = set(Path("/tmp").glob("ray-*"))
     done = subprocess.run([sys.executable, "-m", "graphaudit", "run", model, "--calib", calib, "--data", data,
                            "--baseline", baseline, "--runs", "3", "--warmup", "1", "--profile-runs", "1",
                            "--resamples", "20", "-q", "-o", out, "--workers", "2", "--ray"],
@@ -203,4 +205,60 @@ def test_run_with_an_embedded_ray_leaves_nothing_behind(tmp_path):
     assert any("the profile ran in this process" in note for note in doc["notes"])
     assert doc["verdict"]  # the audit went on to its answers
     assert list(scratch.iterdir()) == []
-    assert set(Path("/tmp").glob("graphaudit-ray-*")) <= before
+    assert set(Path("/tmp").glob("ray-*")) <= before
+
+
+def _commands_naming(text: str) -> list[str]:
+    """The command lines of running processes that name `text` (Ray's own name their session folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # ended meanwhile
+                continue
+            if text in line:
+                found.append(line)
+    return found
+
+
+def test_a_replay_on_an_embedded_ray_stopped_with_sigterm_leaves_no_process_and_no_file():
+    model, calib, data = _zoo("mudd")
+    # TMPDIR /tmp: graphaudit's folder there is short enough for Ray's sockets, so Ray's files go inside it
+    env = {**os.environ, "TMPDIR": "/tmp"}
+    env.pop(CRASH_VARIABLE, None)
+    before = set(Path("/tmp").glob("graphaudit-*"))
+    process = subprocess.Popen([sys.executable, "-m", "graphaudit", "replay", model, "--calib", calib, "--data",
+                                data, "--resamples", "20", "-q", "--batch-size", "1", "--workers", "2", "--ray"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while True:
+        mine = [p for p in set(Path("/tmp").glob("graphaudit-*")) - before if list(p.glob("ray-*/session_*"))]
+        if mine:
+            break
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no Ray started in 120 s"
+        time.sleep(0.05)
+    (folder,) = mine
+    while not _commands_naming(str(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # Ray's processes up, its workers starting or capturing
+    assert process.poll() is None, "the replay ended before it could be stopped"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    # Ray's ray.wait raises a KeyboardInterrupt of its own for graphaudit's Terminated: still 143 and SIGTERM
+    assert "Traceback" not in err and err.strip() == "graphaudit: aborted (SIGTERM); temporary files removed", err
+    deadline = time.monotonic() + 20  # Ray's processes end with the one that started them
+    while _commands_naming(str(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _commands_naming(str(folder)) == []
+    assert not folder.exists()
+
+
+def test_workers_remove_the_model_files_they_were_sent(ray_here, tmp_path):
+    model, calib, data = _zoo("featuregate")
+    workers_tmp = Path(ray.get(ray.remote(lambda: tempfile.gettempdir()).remote()))
+    before = set(workers_tmp.glob("graphaudit-model-*"))
+    replay(model, calib, data, resamples=RESAMPLES, batch_size=8, ray="auto", workers=2)  # shipped as files
+    assert set(workers_tmp.glob("graphaudit-model-*")) <= before

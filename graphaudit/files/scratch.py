@@ -44,8 +44,12 @@ class Terminated(KeyboardInterrupt):
 
 
 def exit_status(interrupt: BaseException | None) -> int:
-    """The exit status for a command stopped by `interrupt`: 128 + its signal (130 for Ctrl-C)."""
-    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+    """The exit status for a command stopped by `interrupt`: 128 + its signal (130 for Ctrl-C). A
+    plain KeyboardInterrupt counts as the last signal handled, where there was one: a library may
+    catch the Terminated that SIGTERM raised and raise a KeyboardInterrupt of its own (Ray's
+    `ray.wait` does)."""
+    signum = getattr(interrupt, "signum", None)
+    return 128 + (signum if signum is not None else _received[-1] if _received else signal.SIGINT)
 
 
 def track(path: str | os.PathLike) -> None:
@@ -125,6 +129,7 @@ def _make_root() -> Path | None:
 
 _holding = 0  # how many _held blocks the main thread is in
 _pending: list[int] = []  # the signal that arrived inside one, raised when the outermost ends
+_received: list[int] = []  # the last signal handled (empty: none yet)
 
 
 def _interrupt(signum: int) -> KeyboardInterrupt:
@@ -132,6 +137,7 @@ def _interrupt(signum: int) -> KeyboardInterrupt:
 
 
 def _on_signal(signum, frame) -> None:
+    _received[:] = [signum]
     if _holding:
         _pending[:] = _pending or [signum]
         return

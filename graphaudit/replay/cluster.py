@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -57,9 +59,10 @@ RAY_MISSING = "expected Ray for --ray, found it is not installed: pip install 'g
 CRASH_VARIABLE = "GRAPHAUDIT_RAY_CRASH"
 ATTEMPTS = 2  # a shard's workers: the first, and the one that does it again
 POLL_S = 0.25  # how often the progress of the workers is read while they run
-# the longest temporary folder an embedded Ray's files may go in: its sockets' paths add about 85
-# bytes to it (graphaudit-ray-XXXXXXXX/session_<date>_<time>_<pid>/sockets/plasma_store) of the 107 allowed
-RAY_FOLDER_ROOM = 20
+CLOSE_S = 10.0  # how long the actors may take to remove their files before they are ended
+# the longest temporary folder an embedded Ray's files may go in: its sockets' paths add up to 79
+# bytes to it (/ray-XXXXXXXX/session_<date>_<time>_<6 digits>_<pid>/sockets/plasma_store) of the 107 allowed
+RAY_FOLDER_ROOM = 28
 
 
 def import_ray() -> Any:
@@ -211,9 +214,16 @@ class _Pool:
         return submit(k, worker)
 
     def close(self) -> None:
-        """End every actor (on a cluster they would outlive the connection otherwise)."""
-        for worker in [*self.workers, self._tally]:
+        """Have every actor remove what it wrote (`ShardWorker.close`: a model shipped as files), then
+        end it: on a cluster the actors would outlive the connection otherwise."""
+        closing = []
+        for worker in self.workers:
             with contextlib.suppress(Exception):  # one already gone
+                closing.append(worker.close.remote())
+        with contextlib.suppress(Exception):  # a dead actor's answer is an error: it has nothing to close
+            self.ray.wait(closing, num_returns=len(closing), timeout=CLOSE_S)
+        for worker in [*self.workers, self._tally]:
+            with contextlib.suppress(Exception):
                 self.ray.kill(worker)
 
 
@@ -242,17 +252,42 @@ def _connected(ray: Any, address: str) -> Iterator[tuple[int, int]]:
         try:
             if address == "":
                 folder = stack.enter_context(scratch.tracked(_ray_folder()))
-                ray.init(num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.ERROR, _temp_dir=str(folder),
-                         runtime_env={"env_vars": {"TMPDIR": tempfile.gettempdir()}})
+                _init(ray, num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False,
+                      logging_level=logging.ERROR, _temp_dir=str(folder),
+                      runtime_env={"env_vars": {"TMPDIR": tempfile.gettempdir()}})
             else:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+                _init(ray, address=address, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, OSError, RuntimeError, ValueError) as err:
             ray.shutdown()  # whatever it had started
             where = f"a Ray cluster at {address}" if address else "a local Ray instance"
             raise GraphAuditError(f"expected {where} to start, found {_cause(err)}") from None
         stack.callback(ray.shutdown)  # before its folder goes
         yield _cpus(ray)
+
+
+def _init(ray: Any, **options: Any) -> None:
+    """`ray.init(**options)`, the signal handlers set before it set again after it: it makes SIGTERM
+    a `sys.exit(15)` of its own, where graphaudit's (graphaudit.files.scratch) stops the command in
+    one line with status 143. A SIGTERM while it starts is handed to the handler it replaced."""
+    signals = scratch.SIGNALS if threading.current_thread() is threading.main_thread() else ()
+    handlers = {s: signal.getsignal(s) for s in signals}
+    try:
+        ray.init(**options)
+    except SystemExit as stop:  # only Ray's own SIGTERM handler exits inside ray.init
+        previous = handlers.get(signal.SIGTERM)
+        if stop.code != signal.SIGTERM or not callable(previous):
+            raise
+        _restore(handlers)
+        previous(signal.SIGTERM, None)
+        raise
+    finally:
+        _restore(handlers)
+
+
+def _restore(handlers: dict) -> None:
+    for s, handler in handlers.items():
+        if handler is not None:
+            signal.signal(s, handler)
 
 
 def _ray_folder() -> Path:
@@ -262,7 +297,7 @@ def _ray_folder() -> Path:
     base = tempfile.gettempdir()
     if len(base) > RAY_FOLDER_ROOM:
         base = "/tmp"
-    return Path(tempfile.mkdtemp(prefix="graphaudit-ray-", dir=base))
+    return Path(tempfile.mkdtemp(prefix="ray-", dir=base))
 
 
 def _cpus(ray: Any) -> tuple[int, int]:

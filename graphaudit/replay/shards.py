@@ -1,4 +1,4 @@
-"""The replay split by input into shards, and the shards' statistics merged (docs/design.md).
+"""The replay split by input into shards, and their statistics merged (docs/design.md, "Sharded replay").
 
 A shard (`plan_shards`) is a run of whole evaluation batches and a run of whole calibration
 batches, so every batch holds the inputs it holds when one process replays them all: each
