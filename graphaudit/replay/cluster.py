@@ -197,21 +197,34 @@ class _Pool:
         return [answers[k] for k in range(len(self.shards))]
 
     def _again(self, k: int, step: str, submit: Callable[[int, Any], Any], err: Exception) -> Any:
-        """Shard k's work submitted to a new actor (captured again first, for a replay)."""
-        self._attempts[k] += 1
-        if self._attempts[k] >= ATTEMPTS:
-            raise GraphAuditError(f"expected {self.shards[k].describe()} to {step} on a Ray worker, found that it "
-                                  f"failed {ATTEMPTS} times: {_cause(err)}")
-        self.retries += 1
-        with contextlib.suppress(Exception):  # a dead actor is already gone
-            self.ray.kill(self.workers[k])
-        self.ray.get(self._tally.record.remote(k, 0))
-        worker = self.workers[k] = self._start(self.shards[k])
-        if step == "replay":  # its live outputs and the data are the new actor's too, once it has captured
-            recaptured = self.ray.get(worker.capture.remote(self.calibration, self.evaluation))
+        """Shard k's work submitted to a new actor (captured again first, for a replay), once: a
+        shard whose second worker fails too fails the audit."""
+        while True:
+            self._attempts[k] += 1
+            if self._attempts[k] >= ATTEMPTS:
+                raise GraphAuditError(f"expected {self.shards[k].describe()} to {step} on a Ray worker, found "
+                                      f"that it failed {ATTEMPTS} times: {_cause(err)}")
+            self.retries += 1
+            self._end(self.workers[k])
+            self.ray.get(self._tally.record.remote(k, 0))
+            worker = self.workers[k] = self._start(self.shards[k])
+            if step != "replay":
+                return submit(k, worker)
+            try:  # its live outputs and the data are the new actor's too, once it has captured
+                recaptured = self.ray.get(worker.capture.remote(self.calibration, self.evaluation))
+            except self.ray.exceptions.RayError as again:
+                err = again
+                continue
             if isinstance(recaptured, Refusal):
                 recaptured.raise_it()
-        return submit(k, worker)
+            return submit(k, worker)
+
+    def _end(self, worker: Any) -> None:
+        """End an actor that failed, once it has removed its files where it still can."""
+        with contextlib.suppress(Exception):  # a dead actor: nothing to remove, nothing to end
+            self.ray.wait([worker.close.remote()], timeout=CLOSE_S)
+        with contextlib.suppress(Exception):
+            self.ray.kill(worker)
 
     def close(self) -> None:
         """Have every actor remove what it wrote (`ShardWorker.close`: a model shipped as files), then
