@@ -31,6 +31,7 @@ from graphaudit.replay.pipeline import replay
 from graphaudit.replay.shards import ModelFiles, plan_shards
 
 from support.cli import FAST_REPLAY, refused
+from support.json_schema import undescribed, validate
 from support.models import float_data, float_gated
 from support.zoo import FIXTURES, ZOO
 
@@ -203,6 +204,8 @@ def test_run_with_an_embedded_ray_leaves_nothing_behind(tmp_path):
     assert doc["inputs"]["ray"] == "local" and doc["inputs"]["workers"] == 2
     assert doc["replay"]["settings"]["distributed"]["workers"] == 2
     assert any("the profile ran in this process" in note for note in doc["notes"])
+    validate(doc)  # the fields --ray adds are in the schema, described
+    assert undescribed(doc) == []
     assert doc["verdict"]  # the audit went on to its answers
     assert list(scratch.iterdir()) == []
     assert set(Path("/tmp").glob("ray-*")) <= before
@@ -222,7 +225,8 @@ def _commands_naming(text: str) -> list[str]:
     return found
 
 
-def test_a_replay_on_an_embedded_ray_stopped_with_sigterm_leaves_no_process_and_no_file():
+@pytest.mark.parametrize("delay", [0.0, 1.5])  # while Ray starts; once its workers capture or replay
+def test_a_replay_on_an_embedded_ray_stopped_with_sigterm_leaves_no_process_and_no_file(delay):
     model, calib, data = _zoo("mudd")
     # TMPDIR /tmp: graphaudit's folder there is short enough for Ray's sockets, so Ray's files go inside it
     env = {**os.environ, "TMPDIR": "/tmp"}
@@ -242,7 +246,7 @@ def test_a_replay_on_an_embedded_ray_stopped_with_sigterm_leaves_no_process_and_
     (folder,) = mine
     while not _commands_naming(str(folder)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # Ray's processes up, its workers starting or capturing
+    time.sleep(delay)
     assert process.poll() is None, "the replay ended before it could be stopped"
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
@@ -253,7 +257,7 @@ def test_a_replay_on_an_embedded_ray_stopped_with_sigterm_leaves_no_process_and_
     while _commands_naming(str(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _commands_naming(str(folder)) == []
-    assert not folder.exists()
+    assert not folder.exists(), sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))[:20]
 
 
 def test_workers_remove_the_model_files_they_were_sent(ray_here, tmp_path):

@@ -9,7 +9,8 @@ command ends. SIGTERM and SIGHUP unwind like Ctrl-C (a KeyboardInterrupt: every 
 A signal cannot unwind Python's main thread while it waits in native code that never returns
 (an ONNX Runtime run of a `Loop` with 2^62 trips), so a watcher thread, woken through Python's
 signal wakeup descriptor, removes every path `track` names and ends the process itself (status
-128 + the signal) when the main thread has not ended GRACE_S after the signal, or at a second one.
+128 + the signal) when the main thread has not ended GRACE_S after the signal (longer inside
+`grace`), or at a second one.
 Only SIGKILL, which no process can catch, leaves the folder behind.
 """
 
@@ -50,6 +51,28 @@ def exit_status(interrupt: BaseException | None) -> int:
     `ray.wait` does)."""
     signum = getattr(interrupt, "signum", None)
     return 128 + (signum if signum is not None else _received[-1] if _received else signal.SIGINT)
+
+
+_graces: list[float] = []  # longer graces asked for by `grace`, innermost last
+
+
+@contextlib.contextmanager
+def grace(seconds: float) -> Iterator[None]:
+    """While the block runs, the main thread may take `seconds` (not GRACE_S) to unwind after a
+    signal before the watcher ends the process: for what takes that long to stop cleanly (an
+    embedded Ray's processes, which write into graphaudit's folder until they have ended)."""
+    with _lock:
+        _graces.append(seconds)
+    try:
+        yield
+    finally:
+        with _lock:
+            _graces.remove(seconds)
+
+
+def _grace_s() -> float:
+    with _lock:
+        return max([GRACE_S, *_graces])
 
 
 def track(path: str | os.PathLike) -> None:
@@ -190,7 +213,7 @@ class _SignalGuard:
         first: int | None = None  # the first signal received, and when
         since = 0.0
         while True:
-            self._read.settimeout(None if first is None else max(0.0, since + GRACE_S - time.monotonic()))
+            self._read.settimeout(None if first is None else max(0.0, since + _grace_s() - time.monotonic()))
             try:
                 received = self._read.recv(64)
             except TimeoutError:  # the main thread did not unwind in time: it waits in native code

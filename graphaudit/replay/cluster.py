@@ -60,6 +60,8 @@ CRASH_VARIABLE = "GRAPHAUDIT_RAY_CRASH"
 ATTEMPTS = 2  # a shard's workers: the first, and the one that does it again
 POLL_S = 0.25  # how often the progress of the workers is read while they run
 CLOSE_S = 10.0  # how long the actors may take to remove their files before they are ended
+ENDED_S = 2.0  # how long an embedded Ray's processes may take to end after ray.shutdown, before they are killed
+STOP_GRACE_S = 15.0  # how long a command stopped by a signal may take to end an embedded Ray (scratch.grace)
 # the longest temporary folder an embedded Ray's files may go in: its sockets' paths add up to 79
 # bytes to it (/ray-XXXXXXXX/session_<date>_<time>_<6 digits>_<pid>/sockets/plasma_store) of the 107 allowed
 RAY_FOLDER_ROOM = 28
@@ -89,6 +91,7 @@ def replay_on_ray(loaded: LoadedModel, job: ReplayJob, calibration: InputData, e
         model: str | ModelFiles = str(loaded.path) if address == "" and loaded.path is not None \
             else ModelFiles.of(loaded)
         pool = _Pool(ray, ray.put(model), job, shards, _crash_spec())
+        ended = False
         try:
             captured = pool.run("capture", lambda k, worker: worker.capture.remote(pool.calibration,
                                                                                    pool.evaluation),
@@ -106,8 +109,9 @@ def replay_on_ray(loaded: LoadedModel, job: ReplayJob, calibration: InputData, e
                                ("worker_capture_s", [c.timing["capture_s"] for c in captured]),
                                ("worker_replay_s", [r.timing["replay_s"] for r in replayed])):
                 timing[key] = max(parts)
-        finally:
-            pool.close()
+            ended = True
+        finally:  # stopped or failed: the actors are ended at once (an embedded Ray's files go with graphaudit's)
+            pool.close(graceful=ended)
     stats, failed = merge_stats(replayed)
     settings = {**first.tolerance_settings, **replayed[0].settings, "threads": threads,
                 "distributed": {"engine": "ray", "address": address or "local", "workers": len(shards),
@@ -226,11 +230,12 @@ class _Pool:
         with contextlib.suppress(Exception):
             self.ray.kill(worker)
 
-    def close(self) -> None:
-        """Have every actor remove what it wrote (`ShardWorker.close`: a model shipped as files), then
-        end it: on a cluster the actors would outlive the connection otherwise."""
+    def close(self, graceful: bool = True) -> None:
+        """End every actor (on a cluster they would outlive the connection otherwise), `graceful`:
+        once it has removed what it wrote (`ShardWorker.close`: a model shipped as files). Not
+        after a failure or a signal: an actor still replaying would answer only once done."""
         closing = []
-        for worker in self.workers:
+        for worker in self.workers if graceful else ():
             with contextlib.suppress(Exception):  # one already gone
                 closing.append(worker.close.remote())
         with contextlib.suppress(Exception):  # a dead actor's answer is an error: it has nothing to close
@@ -261,20 +266,25 @@ def _connected(ray: Any, address: str) -> Iterator[tuple[int, int]]:
     if ray.is_initialized():  # the caller's own Ray: used as it is, and left running
         yield _cpus(ray)
         return
+    folder = None
     with contextlib.ExitStack() as stack:
         try:
             if address == "":
+                # stopping the actors and Ray's own processes takes 1.5-2.5 s: longer than a signal's grace
+                stack.enter_context(scratch.grace(STOP_GRACE_S))
                 folder = stack.enter_context(scratch.tracked(_ray_folder()))
+                # last: once Ray's processes, which write into it until they end, have ended
+                stack.callback(_ended, folder)
+            stack.callback(ray.shutdown)  # set before it starts: a signal may stop it half started
+            if folder is not None:
                 _init(ray, num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False,
                       logging_level=logging.ERROR, _temp_dir=str(folder),
                       runtime_env={"env_vars": {"TMPDIR": tempfile.gettempdir()}})
             else:
                 _init(ray, address=address, log_to_driver=False, logging_level=logging.ERROR)
-        except (ConnectionError, OSError, RuntimeError, ValueError) as err:
-            ray.shutdown()  # whatever it had started
+        except (ConnectionError, OSError, RuntimeError, ValueError) as err:  # the stack stops what it started
             where = f"a Ray cluster at {address}" if address else "a local Ray instance"
             raise GraphAuditError(f"expected {where} to start, found {_cause(err)}") from None
-        stack.callback(ray.shutdown)  # before its folder goes
         yield _cpus(ray)
 
 
@@ -301,6 +311,37 @@ def _restore(handlers: dict) -> None:
     for s, handler in handlers.items():
         if handler is not None:
             signal.signal(s, handler)
+
+
+def _ended(folder: Path, timeout: float = ENDED_S) -> None:
+    """Ray's processes for `folder` ended: they name it on their command lines (an embedded Ray's
+    session folder), and may write their logs there until they end. `ray.shutdown` stops them;
+    those it cannot (a Ray that a signal stopped half started is not yet its to stop) are killed
+    after `timeout` seconds. Nothing to do where there is no /proc."""
+    if not Path("/proc").is_dir():
+        return
+    deadline = time.monotonic() + timeout
+    while (left := _naming(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while _naming(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _naming(folder: Path) -> list[int]:
+    """The processes whose command line names `folder` (this one's never does)."""
+    name, found = os.fsencode(folder), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if name in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # ended meanwhile, or not ours to read
+                continue
+    return found
 
 
 def _ray_folder() -> Path:

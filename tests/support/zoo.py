@@ -48,7 +48,12 @@ def quantized_featuregate(target: Path, form: str) -> None:
         def get_next(self):
             return next(self.feeds, None)
 
+    # from a copy beside `target`: the quantizer writes `<model>-inferred.onnx` next to its input, which two
+    # tests quantizing the fixture at once would write and delete under each other
+    source = Path(target).with_name(Path(target).stem + "-float.onnx")
+    shutil.copyfile(FIXTURES / "featuregate" / "model.onnx", source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantization.quantize_static(str(FIXTURES / "featuregate" / "model.onnx"), str(target), Reader(),
+        quantization.quantize_static(str(source), str(target), Reader(),
                                      quant_format=getattr(quantization.QuantFormat, form))
+    source.unlink()
