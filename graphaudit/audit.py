@@ -260,7 +260,7 @@ def audit(
                       "or detected): the frozen replay did not run, so coefficient variation and functional "
                       "dependence are not measured")
     clock.lap("replay_s")
-    if asked.ray is not None:
+    if replayed is not None and replayed.settings.get("distributed"):
         notes.append("the replay ran on Ray workers; the profile ran in this process once they had ended, on one "
                      "machine with no worker beside it, since a neighbour's load would be in its latencies")
 

@@ -35,7 +35,7 @@ from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.output_kinds import read_outputs
 from graphaudit.analyses.static import StaticReport, audit_static
-from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph, shape_of
 from graphaudit.graph.model import ModelGraph
 from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_specs, load_data, padding
@@ -263,9 +263,6 @@ def replay(
     if asked.ray is not None:
         from graphaudit.replay.cluster import replay_on_ray  # Ray is an extra: imported only when asked for
 
-        if asked.cache_dir is not None:
-            raise UsageError("expected --cache-dir or --ray, found both: the workers hold their shards' "
-                             "coefficients in memory and keep no cache")
         done = replay_on_ray(loaded, job, calibration, evaluation, asked.ray, asked.workers, progress)
         return _report(loaded.name, use, replace(ran, **done.settings), done, evaluation, job, confidence)
     with ExitStack() as stack:

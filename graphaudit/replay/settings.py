@@ -67,6 +67,9 @@ class ReplaySettings:
         if tolerance is not None and (not math.isfinite(tolerance) or tolerance < 0):
             raise GraphAuditError(f"expected a parity tolerance that is a number of at least 0, found {tolerance}",
                                   exit_code=2)
+        if self.ray is not None and self.cache_dir is not None:
+            raise GraphAuditError("expected --cache-dir or --ray, found both: the workers hold their shards' "
+                                  "coefficients in memory and keep no cache", exit_code=2)
         if self.workers is not None and self.ray is None:
             raise GraphAuditError(f"expected --workers with --ray, found --workers {self.workers} alone", exit_code=2)
         if self.workers is not None and self.workers < 1:
