@@ -27,6 +27,8 @@ RUN_TIMING = [
     ("profile", "unmapped_share"),
     ("profile", "blocks", "*", "median_ms"),
     ("profile", "blocks", "*", "mean_ms"),
+    ("profile", "blocks", "*", "p10_ms"),
+    ("profile", "blocks", "*", "p90_ms"),
     ("profile", "blocks", "*", "share"),
     ("profile", "ops"),  # operators by time, slowest first
     ("profile", "nodes"),  # nodes by time, slowest first

@@ -50,6 +50,16 @@ def test_page_is_self_contained_with_every_figure():
     assert page.count('class="point"') == 5  # one ΔNLL interval per non-correct condition
 
 
+def test_per_block_latency_sets_the_baselines_blocks_beside_the_models_with_both_spreads():
+    page = render(document(featuregate()), "html")
+    latency = re.search(r'<figure id="latency"[^>]*>(.*?)</figure>', page, re.S).group(1)
+    per_block = re.findall(r"<svg\b.*?</svg>", latency, re.S)[0]
+    assert "p10–p90 over inputs" in per_block
+    assert per_block.count('class="bar"') == 8  # 4 blocks, model and baseline
+    assert per_block.count('stroke="#222"') == 8  # a p10–p90 line on every bar
+    assert "blocks.0 · baseline: 0.3" in per_block and "blocks.0 · model: 0.4" in per_block
+
+
 def test_missing_measurements_are_said_not_drawn():
     page = render(document(dense()), "html")
     counts = figures(page)

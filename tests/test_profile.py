@@ -56,6 +56,18 @@ def test_report_json_has_the_documented_fields(report):
     assert doc["node_time_kind"] == "kernel" and doc["profile_layout"] == "current"
 
 
+def test_blocks_have_their_spread_over_inputs_and_the_baseline_its_own_blocks(report):
+    doc = report.to_json()
+    for block in doc["blocks"]:  # each input's median over rounds, then percentiles over the inputs
+        assert block["p10_ms"] <= block["median_ms"] <= block["p90_ms"], block
+    base = doc["baseline"]["blocks"]
+    assert base, "the baseline's blocks, profiled as the model's"
+    assert {b["name"] for b in base} >= {"(other)"} or len(base) >= 1
+    for block in base:
+        assert block["p10_ms"] <= block["median_ms"] <= block["p90_ms"], block
+    assert 0 < sum(b["share"] for b in base) <= 1.0 + 1e-9  # the baseline's own run time, not the model's
+
+
 def test_report_says_which_blocks_ran_for_which_inputs(report):
     assert report.block("block1/M")["executed_fraction"] == 0.5
     assert report.block("block0")["executed_fraction"] == 1.0

@@ -21,6 +21,7 @@ import numpy as np
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputSpec
+from graphaudit.profile.breakdown import GroupTime
 from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
 from graphaudit.wording import pct
 
@@ -58,6 +59,7 @@ class BaselineComparison:
     ratio_spread: Spread  # bootstrap over inputs and rounds
     flops_executed: float | None = None  # the baseline's mean FLOPs per input
     ratio_interval: Interval | None = None  # bootstrap over rounds: what the verdict decides on
+    blocks: tuple[GroupTime, ...] | None = None  # its time per block, profiled as the model's was
 
     @property
     def slower_pct(self) -> float:
@@ -73,7 +75,8 @@ class BaselineComparison:
                 "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio,
                 "ratio_spread": self.ratio_spread.to_json(), "ratio_method": RATIO_METHOD,
                 "slower_pct": self.slower_pct, "flops_executed": self.flops_executed,
-                "ratio_interval": None if self.ratio_interval is None else self.ratio_interval.to_json()}
+                "ratio_interval": None if self.ratio_interval is None else self.ratio_interval.to_json(),
+                "blocks": None if self.blocks is None else [b.to_json() for b in self.blocks]}
 
 
 def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec], name: str) -> None:
@@ -102,8 +105,9 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
 
 
 def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_executed: float | None = None,
-            resamples: int = RESAMPLES, seed: int = 0) -> BaselineComparison:
-    """The comparison from (round, batch) nanosecond samples of model and baseline."""
+            resamples: int = RESAMPLES, seed: int = 0, blocks: Sequence[GroupTime] | None = None) -> BaselineComparison:
+    """The comparison from (round, batch) nanosecond samples of model and baseline; `blocks`: the
+    baseline's time per block (breakdown.breakdown of its profiled rounds)."""
     ratio = float(per_input_ms(model_ns).sum() / per_input_ms(baseline_ns).sum())
     rng = np.random.default_rng(seed)
     rounds, inputs = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
@@ -113,7 +117,8 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
         i = rng.integers(0, inputs, inputs)[None, :]
         boot[k] = per_input_ms(model_ns[r, i]).sum() / per_input_ms(baseline_ns[r, i]).sum()
     return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed,
-                              ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed))
+                              ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed),
+                              None if blocks is None else tuple(blocks))
 
 
 def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float = INTERVAL_LEVEL,

@@ -6,7 +6,8 @@ launched when the profile has kernel events. Runs come in rounds over the same
 inputs; each figure is first reduced to its median over rounds for each input, so that one
 preempted kernel does not skew it, and then:
 
-- `median_ms` / `mean_ms`: median / mean over inputs;
+- `median_ms` / `mean_ms`: median / mean over inputs, and for blocks and operator types
+  `p10_ms` / `p90_ms`, the 10th and 90th percentiles over inputs: the spread between inputs;
 - `share`: the sum over inputs over the same sum of run durations.
 
 Coverage is, in the same way, the time covered by node events over run time: what the
@@ -50,6 +51,12 @@ class GroupTime:
     median_ms: float
     mean_ms: float
     share: float
+    p10_ms: float = float("nan")  # over inputs
+    p90_ms: float = float("nan")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "median_ms": self.median_ms, "p10_ms": self.p10_ms, "p90_ms": self.p90_ms,
+                "mean_ms": self.mean_ms, "share": self.share}
 
 
 @dataclass(frozen=True)
@@ -116,5 +123,7 @@ def _group(per_node, key_of, names, total_us) -> list[GroupTime]:
     groups = []
     for name in names:
         t = _per_input(sums[name]) if name in sums else np.zeros(1)
-        groups.append(GroupTime(name, float(np.median(t)) / 1e3, float(t.mean()) / 1e3, float(t.sum()) / total_us))
+        p10, p90 = np.percentile(t, [10, 90]) / 1e3
+        groups.append(GroupTime(name, float(np.median(t)) / 1e3, float(t.mean()) / 1e3, float(t.sum()) / total_us,
+                                float(p10), float(p90)))
     return groups

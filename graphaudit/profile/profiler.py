@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from graphaudit.errors import UsageError
 from graphaudit.graph.build import build_graph
@@ -35,7 +37,7 @@ from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
 from graphaudit.profile.breakdown import breakdown
-from graphaudit.profile.events import Run, parse_profile
+from graphaudit.profile.events import Profile, Run, parse_profile
 from graphaudit.profile.execution import read_execution
 from graphaudit.profile.latency import (
     Runner,
@@ -73,7 +75,7 @@ from graphaudit.profile.session import (
 )
 from graphaudit.profile.settings import ProfileSettings
 from graphaudit.profile.trace import trace_events, write_trace
-from graphaudit.profile.workdir import OPTIMISED, input_files, workdir
+from graphaudit.profile.workdir import BASELINE_OPTIMISED, OPTIMISED, input_files, workdir
 from graphaudit.progress import Progress
 from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
 
@@ -170,34 +172,32 @@ def profile_model(
         # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
         # saving that graph would have ORT copy gigabytes of external weights with it
         weights = _external_bytes(loaded)
-        optimised_path = work / OPTIMISED if opt_level != "disable" and weights <= OPTIMISED_COPY_LIMIT else None
-        profiled = open_session(runnable, providers, session_options(opt_level, threads, work / "profile", optimised_path))
         profile_runs = profiled_rounds(budget - spent - after_timing_s(sample, model_s, baseline_s, profile_runs=0),
-                                       sample, model_s, profile_runs)
-        profiled_runner = [make_runner(profiled, picked)]
-        warmed = first_of_each_shape(shapes)
-        warm_up(profiled_runner, warmed, warmup)
-        profiled_ns = time_rounds(profiled_runner, sample, profile_runs, 0,
-                                  done=_rounds_done(progress, "profiled rounds", profile_runs))[0]
-        profile = parse_profile(profiled.end_profiling())
-        del timed, sessions, profiled, profiled_runner  # their memory goes before the evidence sessions hold their own
-        _check_run_count(len(profile.runs), len(warmed) * warmup + profile_runs * sample)
-        timed_runs = profile.runs[len(warmed) * warmup:]
-        names = {ev.name for run in timed_runs for ev in run.events}
-        optimised = load_optimised(optimised_path) if optimised_path else None
+                                       sample, model_s + baseline_s, profile_runs)
+        del timed, sessions  # their memory goes before the profiled sessions hold their own
+        mine = _profiled(runnable, mg, providers, opt_level, threads, picked, shapes, warmup, profile_runs,
+                         work / "profile", work / OPTIMISED if weights <= OPTIMISED_COPY_LIMIT else None,
+                         _rounds_done(progress, "profiled rounds", profile_runs))
+        profile, profiled_ns, timed_runs, node_map, optimised = mine
+        base_blocks = None
+        if base is not None:  # the baseline's blocks, profiled alike, to set beside the model's
+            base_mg = build_graph(base_runnable.model)
+            theirs = _profiled(base_runnable, base_mg, providers, opt_level, threads, picked, shapes, warmup,
+                               profile_runs, work / "baseline-profile",
+                               work / BASELINE_OPTIMISED if _external_bytes(base) <= OPTIMISED_COPY_LIMIT else None,
+                               _rounds_done(progress, "baseline's profiled rounds", profile_runs))
+            base_blocks = breakdown(theirs.timed_runs, theirs.node_map, assign_blocks(base_mg), sample).blocks
+            del theirs
         rows = [(batches[i][0].start, batches[i][0].stop) for i in chosen]
         # execution evidence: one run per input at ORT_DISABLE_ALL (the profile above when it was)
         if opt_level == "disable":
-            node_map = one_to_one(mg, names)
             evidence_runs = timed_runs[:sample]
         else:
-            node_map = through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
             evidence_runs = _evidence_runs(runnable, providers, picked, threads, work / "evidence")
         execution = read_execution(evidence_runs, rows, shapes, mg, _one_to_one(mg, evidence_runs),
                                    blocks, flop_counter, _selections(static, mg))
         base_flops = None
         if base is not None and flop_counter is not None:
-            base_mg = build_graph(base_runnable.model)
             base_runs = _evidence_runs(base_runnable, providers, picked, threads, work / "baseline")
             base_flops = read_execution(base_runs, rows, shapes, base_mg, _one_to_one(base_mg, base_runs),
                                         assign_blocks(base_mg), flop_counter).mean_flops()
@@ -213,7 +213,7 @@ def profile_model(
     no_optimised = None
     if opt_level != "disable" and optimised is None:
         no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
-                        "external weights with it" if optimised_path is None else "ORT saved no optimised model")
+                        "external weights with it" if weights > OPTIMISED_COPY_LIMIT else "ORT saved no optimised model")
     notes = _notes(blocks, execution, runnable.renamed, no_optimised) + tuple(n for n in (cut, capped) if n)
     return ProfileReport(
         model=_label(loaded),
@@ -239,13 +239,52 @@ def profile_model(
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
-        baseline=compare(_label(base), samples[0], samples[1], base_flops) if base is not None else None,
+        baseline=compare(_label(base), samples[0], samples[1], base_flops, blocks=base_blocks) if base is not None
+        else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,
         agreements=compare_verdicts(static, execution.blocks) if static is not None else (),
         threads=threads,
     )
+
+
+@dataclass
+class _Profiled:
+    """A model's profiled rounds: the parsed profile, their times, the runs after the warm-up, the
+    events' map onto the graph's nodes, and ORT's optimised graph where it was saved."""
+
+    profile: Profile
+    ns: np.ndarray
+    timed_runs: list[Run]
+    node_map: NodeMap
+    optimised: onnx.ModelProto | None
+
+    def __iter__(self):
+        return iter((self.profile, self.ns, self.timed_runs, self.node_map, self.optimised))
+
+
+def _profiled(runnable: RunnableModel, mg, providers, opt_level: str, threads: int | None, picked, shapes,
+              warmup: int, profile_runs: int, prefix: Path, optimised_path: Path | None,
+              done: Callable[[], None] | None) -> _Profiled:
+    """`profile_runs` rounds of `runnable` over `picked` with ONNX Runtime's profiler on, after
+    `warmup` runs of each input shape, at `opt_level`; its events mapped through ORT's optimised
+    graph (saved at `optimised_path`, None: not saved) onto `mg`'s nodes."""
+    optimised_path = optimised_path if opt_level != "disable" else None
+    session = open_session(runnable, providers, session_options(opt_level, threads, prefix, optimised_path))
+    runner = [make_runner(session, picked)]
+    warmed = first_of_each_shape(shapes)
+    warm_up(runner, warmed, warmup)
+    ns = time_rounds(runner, len(picked), profile_runs, 0, done=done)[0]
+    profile = parse_profile(session.end_profiling())
+    del runner, session
+    _check_run_count(len(profile.runs), len(warmed) * warmup + profile_runs * len(picked))
+    timed_runs = list(profile.runs[len(warmed) * warmup:])
+    names = {ev.name for run in timed_runs for ev in run.events}
+    optimised = load_optimised(optimised_path) if optimised_path else None
+    node_map = one_to_one(mg, names) if opt_level == "disable" else \
+        through_optimised(mg, optimised or runnable.model, ORT_LEVEL_NAMES[opt_level], names)
+    return _Profiled(profile, ns, timed_runs, node_map, optimised)
 
 
 def _timed_rounds(runners: list[Runner], batches: int, stopper: TimedRounds,

@@ -80,8 +80,7 @@ class ProfileReport:
         entries = []
         for t in self.breakdown.blocks:
             ex = executed.get(t.name)
-            entry = {"name": t.name, "median_ms": t.median_ms, "mean_ms": t.mean_ms, "share": t.share,
-                     "executed_fraction": ex.executed_fraction if ex else None}
+            entry = {**t.to_json(), "executed_fraction": ex.executed_fraction if ex else None}
             if ex is not None:
                 entry.update({k: v for k, v in ex.to_json().items() if k not in entry})
             if t.name in agreed:

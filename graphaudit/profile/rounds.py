@@ -102,8 +102,8 @@ def spread_order(n: int) -> list[int]:
 def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
     """Seconds, at most, that `profile_runs` profiled rounds and the evidence runs take on
     `inputs` inputs after the timed rounds, when a run of the model takes `model_s` (the
-    baseline's `baseline_s`)."""
-    return inputs * (profile_runs * PROFILED_COST * model_s + EVIDENCE_COST * (model_s + baseline_s))
+    baseline's `baseline_s`: it is profiled and run for evidence alike)."""
+    return inputs * (profile_runs * PROFILED_COST + EVIDENCE_COST) * (model_s + baseline_s)
 
 
 def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:

@@ -21,6 +21,7 @@ from graphaudit.files.write import refuse_input, shown, target_kind
 from graphaudit.load.model import LoadedModel
 
 OPTIMISED = "optimised.onnx"  # ORT's optimised model; its weights go beside it, as OPTIMISED + ".data"
+BASELINE_OPTIMISED = "baseline-optimised.onnx"  # the baseline's, alike
 _WHAT = "the profiles"
 
 
@@ -36,7 +37,7 @@ def workdir(keep: str | os.PathLike | None, inputs: Sequence[Path]) -> Iterator[
     keep = Path(keep)
     try:
         keep.mkdir(parents=True, exist_ok=True)
-        for name in (OPTIMISED, OPTIMISED + ".data"):
+        for name in (OPTIMISED, OPTIMISED + ".data", BASELINE_OPTIMISED, BASELINE_OPTIMISED + ".data"):
             _check(keep / name, inputs)
         stage = tempfile.mkdtemp(prefix=".graphaudit-profile-", dir=keep)
     except OSError as err:

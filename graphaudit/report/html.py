@@ -161,11 +161,17 @@ def latency_figure(doc: dict) -> tuple[str, str]:
     blocks = profiled_blocks(profile)
     names = [b.get("name", "?") for b in blocks]
     series = {"model": [num(b.get("median_ms")) for b in blocks]}
+    errors = {"model": [_block_spread(b) for b in blocks]}
     base = profile.get("baseline") or {}
-    base_blocks = {b.get("name"): num(b.get("median_ms")) for b in base.get("blocks") or []}
-    if base_blocks:
-        series["baseline"] = [base_blocks.get(n) for n in names]
-    charts = [svg.bars(names, series, title="Median time per block (ms)", unit="")]
+    base_blocks = {b.get("name"): b for b in base.get("blocks") or []}
+    if base_blocks:  # the baseline's blocks of the same names beside the model's (a Dense model's layers)
+        names += [n for n in base_blocks if n not in names and not str(n).startswith("(")]
+        series = {"model": series["model"] + [None] * (len(names) - len(blocks)),
+                  "baseline": [num((base_blocks.get(n) or {}).get("median_ms")) for n in names]}
+        errors = {"model": errors["model"] + [None] * (len(names) - len(blocks)),
+                  "baseline": [_block_spread(base_blocks.get(n) or {}) for n in names]}
+    charts = [svg.bars(names, series, errors=errors, unit="",
+                       title="Median time per block (ms, p10–p90 over inputs)")]
     lat = profile.get("latency_ms") or {}
     base_latency = base.get("latency_ms")
     if median(base_latency) is not None:
@@ -175,6 +181,10 @@ def latency_figure(doc: dict) -> tuple[str, str]:
                                totals, errors=spread, height=200,
                                title=f"Whole-model median latency (ms, p10–p90), ratio {num(base.get('ratio'), 0):.2f}×"))
     return "".join(charts), ""
+
+
+def _block_spread(block: dict) -> tuple[float, float] | None:
+    return _p10_p90({"p10": block.get("p10_ms"), "p90": block.get("p90_ms")})
 
 
 def _p10_p90(spread) -> tuple[float, float] | None:

@@ -43,7 +43,8 @@ OTHER = {"name": "(other)", "median_ms": 0.05, "share": 0.01, "executed_fraction
 def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=4):
     """Shaped like ProfileReport.to_json(): blocks with execution evidence, inputs, baseline."""
     names = [f"blocks.{i}" for i in range(len(fractions))]
-    blocks = [{"name": name, "median_ms": 0.4 + 0.1 * i, "mean_ms": 0.4 + 0.1 * i, "share": 0.2,
+    blocks = [{"name": name, "median_ms": 0.4 + 0.1 * i, "p10_ms": 0.36 + 0.09 * i, "p90_ms": 0.48 + 0.12 * i,
+               "mean_ms": 0.4 + 0.1 * i, "share": 0.2,
                "executed_fraction": f, "nodes": 20, "inputs": inputs, "inputs_executed": round(f * inputs),
                "node_fraction": {"min": 1.0 if f == 1 else 0.0, "median": 1.0, "max": 1.0, "total": 20.0},
                "executed_flops": {"min": 1e6 * (i + 1) * ((f < 1 and 0) or 1), "median": 1e6 * (i + 1),
@@ -63,7 +64,10 @@ def profile_doc(fractions=(1.0, 1.0, 1.0, 1.0), ratio=1.31, base_ms=2.0, inputs=
                 "latency_spread_ms": {"median": base_ms, "p10": base_ms * 0.9, "p90": base_ms * 1.1, "n": 20},
                 "ratio": ratio, "ratio_spread": {"median": ratio, "p10": ratio - 0.05, "p90": ratio + 0.05, "n": 20},
                 "ratio_interval": {"low": ratio - 0.02, "high": ratio + 0.02, "level": 0.95, "rounds": 20},
-                "slower_pct": (ratio - 1) * 100}}
+                "slower_pct": (ratio - 1) * 100,
+                "blocks": [{"name": name, "median_ms": 0.3 + 0.05 * i, "p10_ms": 0.28 + 0.05 * i,
+                            "p90_ms": 0.35 + 0.05 * i, "mean_ms": 0.3 + 0.05 * i, "share": 0.22}
+                           for i, name in enumerate(names)]}}
 
 
 def featuregate():
