@@ -34,6 +34,7 @@ from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.analyses.named_coefficients import split_entry
 from graphaudit.analyses.output_kinds import read_outputs
+from graphaudit.analyses.routing import Choice, router_choices, routing_shares
 from graphaudit.analyses.static import StaticReport, audit_static
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.build import build_graph, shape_of
@@ -137,6 +138,8 @@ class ReplayReport:
     coefficient_means: tuple[tuple[str, tuple[int, ...], tuple[np.ndarray, ...]], ...] = field(default=(), repr=False)
     settings: Mapping[str, object] = field(default_factory=dict)  # an AppliedSettings, from `replay`
     timing: Mapping[str, float] = field(default_factory=dict)
+    # per family of routing coefficients: how often each expert was chosen (analyses.routing.routing_shares)
+    routing: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def controller(self) -> bool:
@@ -170,6 +173,7 @@ class ReplayReport:
                                   for family, layers, values in self.coefficient_means},
             "settings": dict(self.settings),
             "timing": dict(self.timing),
+            "routing": {family: dict(entry) for family, entry in self.routing.items()},
         }
 
 
@@ -257,6 +261,7 @@ def replay(
             f"a quantized model ({qdq} DequantizeLinear nodes): the capture and the replay ran its QuantizeLinear / "
             "DequantizeLinear pairs as written, not fused into ONNX Runtime's integer kernels, which round apart "
             "once the graph is cut where the coefficients are exposed and fed"))
+    routers = router_choices(loaded.model, coefs)  # which coefficients a TopK or ArgMax chooses among
     job = ReplayJob(coefs, readings, providers, threads, asked.flush_denormals, bool(qdq), batch_size,
                     DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit, tuple(conditions),
                     seed, asked.resamples, tokens, tolerance, asked.rewrite and providers[0] == PROVIDERS["cpu"])
@@ -264,7 +269,7 @@ def replay(
         from graphaudit.replay.cluster import replay_on_ray  # Ray is an extra: imported only when asked for
 
         done = replay_on_ray(loaded, job, calibration, evaluation, asked.ray, asked.workers, progress)
-        return _report(loaded.name, use, replace(ran, **done.settings), done, evaluation, job, confidence)
+        return _report(loaded.name, use, replace(ran, **done.settings), done, evaluation, job, confidence, routers)
     with ExitStack() as stack:
         done = _replay_here(loaded, job, calibration, evaluation, asked.cache_dir, stack, progress)
         calib_cache, eval_cache = done.caches
@@ -275,7 +280,7 @@ def replay(
                                                    "bytes": calib_cache.nbytes + eval_cache.nbytes},
                       cache_note="the kept coefficient cache was damaged and captured again: " + "; ".join(rebuilt)
                       if rebuilt else None)
-        return _report(loaded.name, use, ran, done, evaluation, job, confidence)
+        return _report(loaded.name, use, ran, done, evaluation, job, confidence, routers)
 
 
 def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, evaluation: InputData,
@@ -318,9 +323,10 @@ def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, ev
 
 
 def _report(name: str, use: DataUse, ran: AppliedSettings, done: Replayed, evaluation: InputData, job: ReplayJob,
-            confidence: float) -> ReplayReport:
+            confidence: float, routers: Mapping[str, Choice]) -> ReplayReport:
     """The ReplayReport of what `done` holds: each condition's figures, the retained gaps, the
-    variance decomposition of the evaluation inputs' coefficients."""
+    variance decomposition of the evaluation inputs' coefficients, how often each expert of a
+    router (`routers`) was chosen."""
     for note in done.notes:
         ran = replace(ran, padding=f"{ran.padding}; {note}")
     stats, failed, task, parity = done.stats, done.failed, done.task, done.parity
@@ -338,12 +344,13 @@ def _report(name: str, use: DataUse, ran: AppliedSettings, done: Replayed, evalu
         parity = replace(parity, every_input=done.every)
     timing, clock = dict(done.timing), time.perf_counter()
     variance, means = cache_variance(done.caches[1], job.bootstrap(), confidence, tokens=job.tokens[0])
+    routing = routing_shares(done.caches[1], routers, tokens=job.tokens[0])
     timing["variance_s"] = time.perf_counter() - clock
     results = tuple(_result(c, s, stats[CORRECT], task, confidence) for c, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats[CORRECT], stats[FLOOR], "nll", confidence))
                  for p in gap_profiles() if p in stats and FLOOR in stats)
     return ReplayReport(name, job.coefficients, job.seed, use, task, parity, results, gaps, variance, means, ran,
-                        timing)
+                        timing, routing)
 
 
 def _failed_note(failed: Mapping[str, str]) -> str:

@@ -29,6 +29,9 @@ from graphaudit.report.tables import (
     summary_phrase,
     verdict_table,
 )
+from graphaudit.wording import pct
+
+ROUTED_LAYERS_SHOWN = 4  # a router's layers drawn per position (the JSON holds every layer)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#1d2430;padding:0 1em}
@@ -93,7 +96,8 @@ def _verdict(doc: dict) -> str:
 
 def _figures(doc: dict) -> str:
     figures = [
-        ("coefficient-means", "Coefficient means per layer and token", coefficient_means_figure(doc)),
+        ("coefficient-means", "Coefficient means per layer and token; for a router, how often each expert is chosen",
+         coefficient_means_figure(doc)),
         ("variance-shares", "Variance shares", variance_figure(doc)),
         ("delta-nll", f"ΔNLL per replay condition, with {confidence(doc)} intervals", delta_nll_figure(doc)),
         ("latency", "Latency per block, against the baseline", latency_figure(doc)),
@@ -111,18 +115,39 @@ def _figures(doc: dict) -> str:
 
 def coefficient_means_figure(doc: dict) -> tuple[str, str]:
     means = doc.get("coefficient_means") or {}
-    if not means:
+    routing = (doc.get("replay") or {}).get("routing") or {}
+    if not means and not routing:
         why = ("no coefficients were captured" if doc.get("replay") is None
                else "the replay did not report per-layer, per-token coefficient means")
         return "", f"Not shown: {why}."
-    charts = []
+    charts = [chart for family, r in routing.items() for chart in routing_charts(family, r)]
     for family, m in means.items():
+        if family in routing:  # a router's mean is 1/E by construction: how often each expert is chosen says more
+            continue
         values = m.get("values") or []
         tokens = max((len(r) for r in values), default=0)
         charts.append(svg.heatmap([f"layer {layer}" for layer in m.get("layers") or range(len(values))],
                                   [str(t) for t in range(tokens)], values,
                                   title=f"{family}: mean coefficient by layer (rows) and token position (columns)"))
     return "".join(charts), ""
+
+
+def routing_charts(family: str, routing: dict, most_layers: int = ROUTED_LAYERS_SHOWN) -> list[str]:
+    """A router family's choices: the share of tokens each expert took, per layer, and for the first
+    `most_layers` layers per position too (the JSON has them all)."""
+    layers = routing.get("layers") or []
+    ks, shares = routing.get("k") or [], routing.get("share") or []
+    even = {k / e for k, e in zip(ks, routing.get("experts") or []) if e}
+    split = f"; an even split is {pct(next(iter(even)))}" if len(even) == 1 else ""
+    experts = max((len(row) for row in shares), default=0)
+    charts = [svg.heatmap([f"layer {layer}" for layer in layers], [f"e{e}" for e in range(experts)], shares, low=0,
+                          title=f"{family}: share of tokens routed to each expert (top-{ks[0] if ks else '?'}){split}")]
+    for layer, grid in list(zip(layers, routing.get("by_position") or []))[:most_layers]:
+        positions = max((len(row) for row in grid), default=0)
+        charts.append(svg.heatmap([f"e{e}" for e in range(len(grid))], [str(t) for t in range(positions)], grid,
+                                  low=0, high=1, title=f"{family} layer {layer}: share of inputs routing each "
+                                                       "token position (columns) to each expert (rows)"))
+    return charts
 
 
 def variance_figure(doc: dict) -> tuple[str, str]:

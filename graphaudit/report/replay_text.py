@@ -70,6 +70,13 @@ def render_text(r: ReplayReport) -> str:
                       ("eta2_layer", "layer_slot_share", "input_share", "token_share"))) for f, s in r.variance]
         lines += ["", tabulate(rows, headers=["family", "η² layer", "(layer, slot)", "input", "token"],
                                disable_numparse=True)]
+    for family, routing in r.routing.items():  # how often each expert was chosen: a router's mean is 1/E
+        rows = [(f"{family} {layer}", k, *(_share(v) for v in shares))
+                for layer, k, shares in zip(routing["layers"], routing["k"], routing["share"])]
+        experts = max((len(shares) for shares in routing["share"]), default=0)
+        lines += ["", "share of tokens routed to each expert (a layer's add up to k):",
+                  tabulate(rows, headers=["router layer", "k", *(f"e{e}" for e in range(experts))],
+                           disable_numparse=True)]
     lines += ["", f"seed {r.seed}; {r.settings.get('resamples')} bootstrap resamples over inputs; "
                   f"NLL in nats ({r.task.kind}, output {r.task.output!r})"]
     return "\n".join(lines)
