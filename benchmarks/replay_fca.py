@@ -3,6 +3,7 @@
     python benchmarks/replay_fca.py [--models featuregate,mudd] [--repeats 7] [--batch-size 16]
                                     [--torch-batch-sizes 1,4,16] [--threads 1] [--inputs 128]
                                     [--skip overhead,torch,memory] [--widths 256,512 [--vocab V]]
+                                    [--shapes 70m,160m]
 
 1. overhead: `run_conditions` (the replay loop: every condition's feeds built from the
    cache, ORT run of the frozen graph plus its log-softmax output, metrics, the parity of
@@ -33,7 +34,8 @@
    cache in memory (default limit) and memory-mapped (limit 0).
 `--widths` adds, to comparisons 1 and 2, untrained copies of each model at those widths
 (exported to a temporary folder, fed the fixture's data): how the overhead and the speed-up
-change as the matrix products grow against the scored output and the per-run work.
+change as the matrix products grow against the scored output and the per-run work. `--shapes`
+adds copies at the scale benchmark's whole shapes (depth, width, heads, d_ff, vocabulary).
 Prints Markdown tables for BENCHMARKS.md.
 """
 
@@ -129,21 +131,39 @@ class Setup:
 
 
 class Wider:
-    """An untrained zoo model at another width, exported to `folder` (PyTorch module kept for the hooks)."""
+    """An untrained zoo model at another width, exported to `folder` (PyTorch module kept for the hooks);
+    `shape`: one of the scale benchmark's (benchmarks/scale.py, SIZES: Pythia's 70M or 160M), whole."""
 
-    def __init__(self, name: str, width: int, vocab: int, folder: Path):
+    def __init__(self, name: str, width: int, vocab: int, folder: Path, shape: str | None = None):
         from exporters.export import export_live
         from exporters.zoo import build_model
 
-        self.width, self.vocab = width, vocab
-        self.config = {"d_model": width, "d_ff": 2 * width, "n_heads": max(1, width // 16), "vocab": vocab}
+        if shape is not None:
+            from scale import SIZES
+
+            self.config = dict(SIZES[shape])
+            width, vocab = self.config["d_model"], self.config["vocab"]
+        else:
+            self.config = {"d_model": width, "d_ff": 2 * width, "n_heads": max(1, width // 16), "vocab": vocab}
+        self.width, self.vocab, self.shape = width, vocab, shape
+        torch_seed()
         self.module = build_model(name, **self.config).eval()
-        self.path = folder / f"{name}_{width}_{vocab}.onnx"
+        self.path = folder / f"{name}_{shape or width}_{vocab}.onnx"
         export_live(self.module, self.path)
 
     @property
     def label(self) -> str:
+        if self.shape is not None:
+            c = self.config
+            return (f"the {self.shape} shape ({c['n_layers']} layers, width {c['d_model']}, d_ff {c['d_ff']}, "
+                    f"vocab {c['vocab']}), untrained")
         return f"width {self.width}, vocab {self.vocab}, untrained"
+
+
+def torch_seed() -> None:
+    import torch
+
+    torch.manual_seed(0)
 
 
 def timed(fn) -> float:
@@ -359,6 +379,9 @@ def main() -> None:
                         help="comma-separated model widths at which to add untrained copies of each model (d_ff twice "
                              "the width, 16 dimensions per head) to the overhead and torch comparisons")
     parser.add_argument("--vocab", type=int, default=0, help="vocabulary of those copies (default 16 x the width)")
+    parser.add_argument("--shapes", default="",
+                        help="comma-separated shapes of benchmarks/scale.py (70m, 160m: Pythia's layers, width, heads, "
+                             "d_ff and vocabulary) at which to add untrained copies, like --widths")
     parser.add_argument("--keep-denormals", action="store_true",
                         help="run every ONNX Runtime session with its default floating-point mode instead of "
                              "flushing denormals to zero as replay() does (graphaudit.runtime.denormals)")
@@ -381,7 +404,8 @@ def main() -> None:
     flush = not args.keep_denormals
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths)]:
+            shapes = [Wider(name, 0, 0, Path(tmp), shape) for shape in args.shapes.split(",") if shape]
+            for wider in [None, *(Wider(name, w, args.vocab or 16 * w, Path(tmp)) for w in widths), *shapes]:
                 if "overhead" not in skip:
                     results["overhead"] += overhead(Setup(name, args.batch_size, args.threads, wider=wider, flush_denormals=flush,
                                                           cut=not args.no_cut, rewrite=not args.no_rewrite),
