@@ -266,3 +266,26 @@ def test_workers_remove_the_model_files_they_were_sent(ray_here, tmp_path):
     before = set(workers_tmp.glob("graphaudit-model-*"))
     replay(model, calib, data, resamples=RESAMPLES, batch_size=8, ray="auto", workers=2)  # shipped as files
     assert set(workers_tmp.glob("graphaudit-model-*")) <= before
+
+
+def test_a_parity_failure_on_a_later_shard_alone_fails_the_audit_as_in_one_process(ray_here, tmp_path):
+    model, calib, data = _zoo("mudd")
+    ids = np.load(data)["input_ids"]
+    halves = [ids[:16], ids[16:]]
+    worst = []  # each half's largest every-input difference (last bits of the log-probabilities)
+    for k, half in enumerate(halves):
+        np.savez(tmp_path / f"half{k}.npz", input_ids=half)
+        parity = replay(model, calib, tmp_path / f"half{k}.npz", resamples=RESAMPLES, batch_size=4,
+                        tolerance=1.0).parity
+        assert parity.max_abs_diff == 0 and parity.every_input is not None  # the first batches agree exactly
+        worst.append(parity.every_input.max_abs_diff)
+    if worst[0] == worst[1]:
+        pytest.skip(f"both halves differ from the live model by {worst[0]:g} at most here: no tolerance between")
+    first, second = (0, 1) if worst[0] < worst[1] else (1, 0)  # the half that differs more goes second: shard 1
+    np.savez(tmp_path / "eval.npz", input_ids=np.concatenate([halves[first], halves[second]]))
+    tolerance = (worst[first] + worst[second]) / 4  # twice that on log-probabilities: between the two
+    for ray_given in (None, ""):
+        with pytest.raises(GraphAuditError, match=r"every input within .* at input (1[6-9]|2\d|3[01]),") as err:
+            replay(model, calib, tmp_path / "eval.npz", resamples=RESAMPLES, batch_size=4, tolerance=tolerance,
+                   ray=ray_given, workers=2 if ray_given is not None else None)
+        assert f"{worst[second]:.3g}" in str(err.value)
