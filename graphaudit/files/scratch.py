@@ -117,6 +117,7 @@ def session() -> Iterator[Path | None]:
     the signals handled (in the main thread), for the length of the block; removed after. A signal
     that lands while the folder is being made or removed takes effect once that is done, so the
     folder is never made without being tracked, nor left half removed."""
+    _received.clear()  # a signal of an earlier command run in this process is not this one's
     guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     root = None
