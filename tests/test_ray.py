@@ -29,6 +29,7 @@ from graphaudit.load.model import load_for_runtime
 from graphaudit.replay.cluster import CRASH_VARIABLE, RAY_MISSING
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.shards import ModelFiles, plan_shards
+from graphaudit.report.jsondoc import command_json
 
 from support.cli import FAST_REPLAY, refused
 from support.json_schema import undescribed, validate
@@ -90,6 +91,9 @@ def test_two_workers_give_the_json_of_one_process(ray_here, name):
     assert ran["workers"] == 2 and ran["retries"] == 0 and ran["shards"][0][0] == 0
     assert ran["shards"][-1][1] == alone["data"]["evaluation_inputs"]
     assert "2 workers" in sharded["settings"]["distributed_note"]
+    doc = json.loads(command_json(sharded))  # as `graphaudit replay --format json` writes it
+    validate(doc, "replay")
+    assert undescribed(doc, "replay") == []
 
 
 def test_a_worker_killed_mid_replay_is_replaced_and_the_result_is_the_same(ray_here, monkeypatch):
