@@ -43,7 +43,6 @@ from graphaudit.replay.shards import (
     ModelFiles,
     Refusal,
     Shard,
-    ShardReplay,
     ShardWorker,
     merge_arrays,
     merge_every,
@@ -51,7 +50,7 @@ from graphaudit.replay.shards import (
     merged_cache,
     plan_shards,
 )
-from graphaudit.replay.steps import Replayed, ReplayJob
+from graphaudit.replay.steps import Replayed, ReplayedConditions, ReplayJob
 from graphaudit.runtime.sessions import usable_cores
 from graphaudit.wording import counted
 
@@ -107,7 +106,7 @@ def replay_on_ray(loaded: LoadedModel, job: ReplayJob, calibration: InputData, e
             # the slowest worker's own times: what is over them in capture_s and replay_s is Ray's
             for key, parts in (("worker_load_s", [c.timing["load_s"] for c in captured]),
                                ("worker_capture_s", [c.timing["capture_s"] for c in captured]),
-                               ("worker_replay_s", [r.timing["replay_s"] for r in replayed])):
+                               ("worker_replay_s", [r.timing["parity_s"] + r.timing["replay_s"] for r in replayed])):
                 timing[key] = max(parts)
             ended = True
         finally:  # stopped or failed: the actors are ended at once (an embedded Ray's files go with graphaudit's)
@@ -126,7 +125,7 @@ def replay_on_ray(loaded: LoadedModel, job: ReplayJob, calibration: InputData, e
 
 
 def _replay_all(pool: _Pool, merged: tuple[Any, Any], first: Captured, rewrite: bool, total: int,
-                progress: Progress | None) -> list[ShardReplay]:
+                progress: Progress | None) -> list[ReplayedConditions]:
     """Every shard replayed; where a rewritten frozen graph did not reproduce the live outputs on
     some shard, every shard replayed with the graph as exported, as one process would have."""
     def call(rewritten: bool) -> Callable:

@@ -49,18 +49,14 @@ from graphaudit.progress import Progress
 from graphaudit.replay.batching import batches_for
 from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, capture
 from graphaudit.replay.conditions import CORRECT, FLOOR, REGISTRY, gap_profiles, token_axis
-from graphaudit.replay.conditions import conditions as make_conditions
 from graphaudit.replay.conditions import names as condition_names
-from graphaudit.replay.loop import run_conditions
 from graphaudit.replay.parity import (
     DEFAULT_TOLERANCE,
-    EveryInputCheck,
     Parity,
-    check_parity,
     every_input_summary,
 )
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
-from graphaudit.replay.steps import Replayed, ReplayJob, frozen_run, task_of
+from graphaudit.replay.steps import Replayed, ReplayJob, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (
@@ -304,22 +300,12 @@ def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, ev
                                 ("evaluation", evaluation, every_input_summary(evaluation, job.readings))))
     trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
     del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
-    timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
-    notes: dict[str, str] = {}
-    feeds = make_conditions(job.conditions, eval_cache, calib_cache, job.seed, job.tokens, notes)
+    timing["capture_s"] = time.perf_counter() - clock
     task = task_of(eval_cache, evaluation, batch_size, job.readings)
     tolerance, settings = job.tolerance_for(eval_cache)
-    frozen = frozen_run(loaded, job, task, lambda session: check_parity(
-        session, feeds[CORRECT], coefs, eval_cache, evaluation, batch_size, tolerance))
-    settings.update(frozen.settings)
-    timing["parity_s"], clock = time.perf_counter() - clock, time.perf_counter()
-    every = EveryInputCheck(eval_cache, frozen.parity) if eval_cache.checked else None
-    failed: dict[str, str] = {}
-    stats = run_conditions(frozen.session, feeds, coefs, evaluation, batch_size, task, job.bootstrap(), progress,
-                           every, failures=failed)
-    timing["replay_s"] = time.perf_counter() - clock
-    return Replayed((calib_cache, eval_cache), task, frozen.parity, stats, failed,
-                    every.result() if every is not None else None, settings, list(notes.values()), timing)
+    done = replay_conditions(loaded, job, calib_cache, eval_cache, evaluation, task, tolerance, progress)
+    return Replayed((calib_cache, eval_cache), task, done.parity, done.stats, done.failed, done.every,
+                    {**settings, **done.settings}, done.notes, {**timing, **done.timing})
 
 
 def _report(name: str, use: DataUse, ran: AppliedSettings, done: Replayed, evaluation: InputData, job: ReplayJob,
@@ -344,8 +330,8 @@ def _report(name: str, use: DataUse, ran: AppliedSettings, done: Replayed, evalu
         parity = replace(parity, every_input=done.every)
     timing, clock = dict(done.timing), time.perf_counter()
     variance, means = cache_variance(done.caches[1], job.bootstrap(), confidence, tokens=job.tokens[0])
-    routing = routing_shares(done.caches[1], routers, tokens=job.tokens[0])
     timing["variance_s"] = time.perf_counter() - clock
+    routing = routing_shares(done.caches[1], routers, tokens=job.tokens[0])
     results = tuple(_result(c, s, stats[CORRECT], task, confidence) for c, s in stats.items())
     gaps = tuple((p, retained_gap(stats[p], stats[CORRECT], stats[FLOOR], "nll", confidence))
                  for p in gap_profiles() if p in stats and FLOOR in stats)

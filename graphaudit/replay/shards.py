@@ -17,7 +17,8 @@ graphaudit.replay.cluster; nothing here imports Ray):
 2. `replay`: given every shard's coefficients merged in input order (`merged_cache`), it makes
    the same conditions one process makes (profiles from all calibration inputs, cross_input's
    partners among all evaluation inputs), opens the frozen graph, checks parity on its first
-   batch and on every input it replays, and gives back its conditions' streaming statistics.
+   batch and on every input it replays, and gives back its conditions' streaming statistics:
+   graphaudit.replay.steps.replay_conditions, as one process runs it.
 
 Neither step sends an output back. A refusal of the model or the data (a GraphAuditError) comes
 back as a `Refusal`, to be raised as it is; anything else is the worker's failure, retried.
@@ -44,11 +45,8 @@ from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Task
 from graphaudit.metrics.outputs import scored_output
 from graphaudit.replay.capture import CoefficientCache, capture
-from graphaudit.replay.conditions import CORRECT
-from graphaudit.replay.conditions import conditions as make_conditions
-from graphaudit.replay.loop import run_conditions
-from graphaudit.replay.parity import EveryInputCheck, EveryInputParity, Parity, check_parity, every_input_summary
-from graphaudit.replay.steps import ReplayJob, frozen_run, task_of
+from graphaudit.replay.parity import EveryInputParity, every_input_summary
+from graphaudit.replay.steps import ReplayedConditions, ReplayJob, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.runtime.sessions import create_session, slow_fusions
 
@@ -134,19 +132,6 @@ class Captured:
     timing: dict[str, float]  # load_s (the model read and checked), capture_s: the worker's own
 
 
-@dataclass
-class ShardReplay:
-    """One shard's replay: each condition's statistics over its inputs, and its parity checks."""
-
-    stats: dict[str, ConditionStats]
-    failed: dict[str, str]
-    parity: Parity
-    every: EveryInputParity | None
-    settings: dict[str, Any]  # how its frozen graph was built (frozen_run)
-    notes: list[str]
-    timing: dict[str, float]  # replay_s: the worker's own, opening the frozen graph's session included
-
-
 class ShardWorker:
     """The worker of one shard (see the module's docstring); `close()` removes what it wrote."""
 
@@ -166,7 +151,7 @@ class ShardWorker:
 
     def replay(self, calibration: Mapping[str, np.ndarray], evaluation: Mapping[str, np.ndarray], task: Task,
                tolerance: float, rewrite: bool, report: Callable[[int], object] | None = None,
-               crash_after: int | None = None) -> ShardReplay | Refusal:
+               crash_after: int | None = None) -> ReplayedConditions | Refusal:
         """`report(inputs done)` after each batch; `crash_after`: end this process with SIGKILL after
         that many batches (the retry test's worker that dies)."""
         try:
@@ -220,20 +205,10 @@ class ShardWorker:
 
     def _replay(self, calibration: Mapping[str, np.ndarray], evaluation: Mapping[str, np.ndarray], task: Task,
                 tolerance: float, rewrite: bool, report: Callable[[int], object] | None,
-                crash_after: int | None) -> ShardReplay:
+                crash_after: int | None) -> ReplayedConditions:
         job, shard, data = self.job, self.shard, self._evaluation
-        clock = time.perf_counter()
         if data is None or self._live is None:
             raise RuntimeError(f"{shard.describe()} was asked to replay before it captured")
-        coefs = job.coefficients
-        calib_cache = merged_cache(coefs, calibration)
-        eval_cache = merged_cache(coefs, evaluation, live=self._live)
-        notes: dict[str, str] = {}
-        feeds = make_conditions(job.conditions, eval_cache, calib_cache, job.seed, job.tokens, notes)
-        frozen = frozen_run(self._model_loaded(), job, task, lambda session: check_parity(
-            session, feeds[CORRECT], coefs, eval_cache, data, job.batch_size, tolerance, shard.evaluation), rewrite)
-        every = EveryInputCheck(eval_cache, frozen.parity) if eval_cache.checked else None
-        failed: dict[str, str] = {}
 
         def progress(stage: str, done: int, total: int | None) -> None:
             if report is not None:
@@ -242,10 +217,9 @@ class ShardWorker:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         # one run at a time: the worker's threads are its share of the machine's cores
-        stats = run_conditions(frozen.session, feeds, coefs, data, job.batch_size, task, job.bootstrap(), progress,
-                               every, overlap=False, failures=failed, span=shard.evaluation)
-        return ShardReplay(stats, failed, frozen.parity, every.result() if every is not None else None,
-                           frozen.settings, list(notes.values()), {"replay_s": time.perf_counter() - clock})
+        return replay_conditions(self._model_loaded(), job, merged_cache(job.coefficients, calibration),
+                                 merged_cache(job.coefficients, evaluation, live=self._live), data, task, tolerance,
+                                 progress, span=shard.evaluation, rewrite=rewrite, overlap=False)
 
 
 def merged_cache(coefficients: Sequence, arrays: Mapping[str, np.ndarray],
@@ -261,7 +235,7 @@ def merge_arrays(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndar
     return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]} if parts else {}
 
 
-def merge_stats(shards: Sequence[ShardReplay]) -> tuple[dict[str, ConditionStats], dict[str, str]]:
+def merge_stats(shards: Sequence[ReplayedConditions]) -> tuple[dict[str, ConditionStats], dict[str, str]]:
     """Each condition's statistics added up over the shards, and the conditions that failed on any
     shard (left out of every shard, as one process leaves them out from where they fail)."""
     failed: dict[str, str] = {}

@@ -4,11 +4,13 @@
 settings, and `Replayed` what both give back (graphaudit.replay.cluster merges the shards' into
 one); `task_of` reads what the outputs mean from the first evaluation batch; `frozen_run`
 builds the frozen graph as the replay runs it, opens its session and checks parity, falling
-back to the graph as exported where a rewrite does not reproduce the live outputs.
+back to the graph as exported where a rewrite does not reproduce the live outputs;
+`replay_conditions` makes the conditions from the caches and replays them through it.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +25,12 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputData
 from graphaudit.load.model import LoadedModel
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Task, task_for
+from graphaudit.progress import Progress
 from graphaudit.replay.capture import CoefficientCache
-from graphaudit.replay.parity import EveryInputParity, Parity, default_tolerance
+from graphaudit.replay.conditions import CORRECT
+from graphaudit.replay.conditions import conditions as make_conditions
+from graphaudit.replay.loop import run_conditions
+from graphaudit.replay.parity import EveryInputCheck, EveryInputParity, Parity, check_parity, default_tolerance
 from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
@@ -132,6 +138,46 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
         del frozen
         parity = check(session)
     return FrozenRun(session, parity, settings)
+
+
+@dataclass
+class ReplayedConditions:
+    """Every condition replayed on the evaluation inputs (a shard's, or all): each one's streaming
+    statistics, those ONNX Runtime would not run, the parity checks, how the frozen graph was
+    built (frozen_run's settings), the conditions' notes, and `parity_s` (the conditions made,
+    the frozen graph opened and checked) and `replay_s` (the loop)."""
+
+    stats: dict[str, ConditionStats]
+    failed: dict[str, str]
+    parity: Parity
+    every: EveryInputParity | None
+    settings: dict[str, Any]
+    notes: list[str]
+    timing: dict[str, float]
+
+
+def replay_conditions(loaded: LoadedModel, job: ReplayJob, calibration: CoefficientCache,
+                      evaluation: CoefficientCache, data: InputData, task: Task, tolerance: float,
+                      progress: Progress | None = None, *, span: slice | None = None, rewrite: bool | None = None,
+                      overlap: bool | None = None) -> ReplayedConditions:
+    """The conditions made from the caches (profiles from `calibration`, rearrangements of
+    `evaluation`), the frozen graph opened (`frozen_run`) and checked on the first batch of `data`
+    (of `span`, a shard's inputs, when given), and every condition replayed on every input there
+    (`run_conditions`, whose `overlap` it is)."""
+    coefs, clock = job.coefficients, time.perf_counter()
+    notes: dict[str, str] = {}
+    feeds = make_conditions(job.conditions, evaluation, calibration, job.seed, job.tokens, notes)
+    frozen = frozen_run(loaded, job, task, lambda session: check_parity(
+        session, feeds[CORRECT], coefs, evaluation, data, job.batch_size, tolerance, span), rewrite)
+    timing = {"parity_s": time.perf_counter() - clock}
+    clock = time.perf_counter()
+    every = EveryInputCheck(evaluation, frozen.parity) if evaluation.checked else None
+    failed: dict[str, str] = {}
+    stats = run_conditions(frozen.session, feeds, coefs, data, job.batch_size, task, job.bootstrap(), progress,
+                           every, overlap=overlap, failures=failed, span=span)
+    timing["replay_s"] = time.perf_counter() - clock
+    return ReplayedConditions(stats, failed, frozen.parity, every.result() if every is not None else None,
+                              frozen.settings, list(notes.values()), timing)
 
 
 def _replayed(frozen: onnx.ModelProto, task: Task, rewrite: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
