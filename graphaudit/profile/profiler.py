@@ -178,15 +178,16 @@ def profile_model(
         mine = _profiled(runnable, mg, providers, opt_level, threads, picked, shapes, warmup, profile_runs,
                          work / "profile", work / OPTIMISED if weights <= OPTIMISED_COPY_LIMIT else None,
                          _rounds_done(progress, "profiled rounds", profile_runs))
-        profile, profiled_ns, timed_runs, node_map, optimised = mine
+        profile, timed_runs, node_map, optimised = mine.profile, mine.timed_runs, mine.node_map, mine.optimised
         base_blocks = None
         if base is not None:  # the baseline's blocks, profiled alike, to set beside the model's
             base_mg = build_graph(base_runnable.model)
+            base_assigned = assign_blocks(base_mg)
             theirs = _profiled(base_runnable, base_mg, providers, opt_level, threads, picked, shapes, warmup,
                                profile_runs, work / "baseline-profile",
                                work / BASELINE_OPTIMISED if _external_bytes(base) <= OPTIMISED_COPY_LIMIT else None,
                                _rounds_done(progress, "baseline's profiled rounds", profile_runs))
-            base_blocks = breakdown(theirs.timed_runs, theirs.node_map, assign_blocks(base_mg), sample).blocks
+            base_blocks = breakdown(theirs.timed_runs, theirs.node_map, base_assigned, sample).blocks
             del theirs
         rows = [(batches[i][0].start, batches[i][0].stop) for i in chosen]
         # execution evidence: one run per input at ORT_DISABLE_ALL (the profile above when it was)
@@ -200,7 +201,7 @@ def profile_model(
         if base is not None and flop_counter is not None:
             base_runs = _evidence_runs(base_runnable, providers, picked, threads, work / "baseline")
             base_flops = read_execution(base_runs, rows, shapes, base_mg, _one_to_one(base_mg, base_runs),
-                                        assign_blocks(base_mg), flop_counter).mean_flops()
+                                        base_assigned, flop_counter).mean_flops()
         times = breakdown(timed_runs, node_map, blocks, sample)
         trace_path = None
         if trace is not None:
@@ -234,8 +235,8 @@ def profile_model(
         profile_runs=profile_runs,
         rounds=rounds,
         latency_ms=batch_latency_ms(samples[0]),
-        profiled_latency_ms=batch_latency_ms(profiled_ns),
-        overhead=float(per_input_ms(profiled_ns).sum() / per_input_ms(samples[0]).sum()),
+        profiled_latency_ms=batch_latency_ms(mine.ns),
+        overhead=float(per_input_ms(mine.ns).sum() / per_input_ms(samples[0]).sum()),
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
@@ -256,12 +257,9 @@ class _Profiled:
 
     profile: Profile
     ns: np.ndarray
-    timed_runs: list[Run]
+    timed_runs: tuple[Run, ...]
     node_map: NodeMap
     optimised: onnx.ModelProto | None
-
-    def __iter__(self):
-        return iter((self.profile, self.ns, self.timed_runs, self.node_map, self.optimised))
 
 
 def _profiled(runnable: RunnableModel, mg, providers, opt_level: str, threads: int | None, picked, shapes,
@@ -279,7 +277,7 @@ def _profiled(runnable: RunnableModel, mg, providers, opt_level: str, threads: i
     profile = parse_profile(session.end_profiling())
     del runner, session
     _check_run_count(len(profile.runs), len(warmed) * warmup + profile_runs * len(picked))
-    timed_runs = list(profile.runs[len(warmed) * warmup:])
+    timed_runs = tuple(profile.runs[len(warmed) * warmup:])
     names = {ev.name for run in timed_runs for ev in run.events}
     optimised = load_optimised(optimised_path) if optimised_path else None
     node_map = one_to_one(mg, names) if opt_level == "disable" else \
