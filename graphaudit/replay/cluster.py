@@ -89,12 +89,10 @@ def replay_on_ray(loaded: LoadedModel, job: ReplayJob, calibration: InputData, e
         job = replace(job, threads=threads)
         model: str | ModelFiles = str(loaded.path) if address == "" and loaded.path is not None \
             else ModelFiles.of(loaded)
-        pool = _Pool(ray, ray.put(model), job, shards, _crash_spec())
+        pool = _Pool(ray, ray.put(model), job, shards, _crash_spec(), (calibration, evaluation))
         ended = False
         try:
-            captured = pool.run("capture", lambda k, worker: worker.capture.remote(pool.calibration,
-                                                                                   pool.evaluation),
-                                evaluation.count, progress=None, data=(calibration, evaluation))
+            captured = pool.run("capture", pool.capture, evaluation.count, progress=None)
             first = captured[0]
             timing["capture_s"], clock = time.perf_counter() - clock, time.perf_counter()
             calib_arrays = merge_arrays([c.calibration for c in captured])
@@ -147,18 +145,21 @@ class _Pool:
     """The actors of the shards, each replaced once where it dies (`run`), and their progress."""
 
     def __init__(self, ray: Any, model: Any, job: ReplayJob, shards: Sequence[Shard],
-                 crash: tuple[int, int, int] | None):
+                 crash: tuple[int, int, int] | None, data: tuple[InputData, InputData]):
         self.ray, self.model, self.job, self.shards, self.crash = ray, model, job, list(shards), crash
+        self._data = ray.put(data[0]), ray.put(data[1])  # the calibration and evaluation inputs, put once
         self.retries = 0
         self._attempts = [0] * len(shards)
         self._actor = ray.remote(ShardWorker).options(num_cpus=job.threads, max_restarts=0, max_task_retries=0)
         self._tally = ray.remote(_Tally).options(num_cpus=0).remote(len(shards))
         self.workers = [self._start(s) for s in shards]
-        self.calibration: Any = None
-        self.evaluation: Any = None
 
     def _start(self, shard: Shard) -> Any:
         return self._actor.remote(self.model, self.job, shard)
+
+    def capture(self, k: int, worker: Any) -> Any:
+        """Shard k's capture, submitted to `worker`."""
+        return worker.capture.remote(*self._data)
 
     def reporter(self, k: int) -> Callable[[int], object]:
         tally = self._tally
@@ -168,13 +169,10 @@ class _Pool:
         crash = self.crash
         return crash[1] if crash is not None and crash[0] == k and self._attempts[k] < crash[2] else None
 
-    def run(self, step: str, submit: Callable[[int, Any], Any], total: int, progress: Progress | None,
-            data: tuple[InputData, InputData] | None = None) -> list[Any]:
+    def run(self, step: str, submit: Callable[[int, Any], Any], total: int, progress: Progress | None) -> list[Any]:
         """`submit(k, actor)` for every shard k, their answers in shard order. A shard whose actor
         dies gets a new actor, which captures its shard again before a replay."""
         ray = self.ray
-        if data is not None:
-            self.calibration, self.evaluation = ray.put(data[0]), ray.put(data[1])
         pending = {submit(k, w): k for k, w in enumerate(self.workers)}
         answers: dict[int, Any] = {}
         shown = -1
@@ -214,7 +212,7 @@ class _Pool:
             if step != "replay":
                 return submit(k, worker)
             try:  # its live outputs and the data are the new actor's too, once it has captured
-                recaptured = self.ray.get(worker.capture.remote(self.calibration, self.evaluation))
+                recaptured = self.ray.get(self.capture(k, worker))
             except self.ray.exceptions.RayError as again:
                 err = again
                 continue
