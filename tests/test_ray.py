@@ -293,3 +293,13 @@ def test_a_parity_failure_on_a_later_shard_alone_fails_the_audit_as_in_one_proce
             replay(model, calib, tmp_path / "eval.npz", resamples=RESAMPLES, batch_size=4, tolerance=tolerance,
                    ray=ray_given, workers=2 if ray_given is not None else None)
         assert f"{worst[second]:.3g}" in str(err.value)
+
+
+def test_a_shard_with_no_calibration_inputs_gives_the_same_json(ray_here, tmp_path):
+    model, calib, data = _zoo("featuregate")
+    np.savez(tmp_path / "calib.npz", input_ids=np.load(calib)["input_ids"][:4])  # one batch: shard 1 has none
+    alone = replay(model, tmp_path / "calib.npz", data, resamples=RESAMPLES, batch_size=4).to_json()
+    sharded = replay(model, tmp_path / "calib.npz", data, resamples=RESAMPLES, batch_size=4, ray="",
+                     workers=2).to_json()
+    assert sharded["settings"]["distributed"]["workers"] == 2
+    _assert_same(_what_it_found(alone), _what_it_found(sharded))

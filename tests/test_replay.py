@@ -303,7 +303,7 @@ def test_evaluation_inputs_that_are_calibration_inputs_are_named(files, tmp_path
 def test_a_difference_on_a_later_input_stops_the_replay(files, monkeypatch, threads):
     """Fault injection: the kept live log-probability of input 9's third target (batch 3 of 3) is
     moved by 0.01, as a frozen graph that departs from the live model on that input alone would be."""
-    import graphaudit.replay.pipeline as module
+    import graphaudit.replay.steps as module
 
     original = module.every_input_summary
 

@@ -43,20 +43,19 @@ from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Estimate, Task, difference, retained_gap
-from graphaudit.metrics.outputs import no_nll_reason, scored_name, scored_output
+from graphaudit.metrics.outputs import no_nll_reason, scored_name
 from graphaudit.metrics.stats import estimate
 from graphaudit.progress import Progress
 from graphaudit.replay.batching import batches_for
-from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT, capture
+from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT
 from graphaudit.replay.conditions import CORRECT, FLOOR, REGISTRY, gap_profiles, token_axis
 from graphaudit.replay.conditions import names as condition_names
 from graphaudit.replay.parity import (
     DEFAULT_TOLERANCE,
     Parity,
-    every_input_summary,
 )
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
-from graphaudit.replay.steps import Replayed, ReplayJob, replay_conditions, task_of
+from graphaudit.replay.steps import Replayed, ReplayJob, captures, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (
@@ -290,14 +289,8 @@ def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, ev
         create_session, trace, providers, disabled_optimizers=slow_fusions(providers),
         weights_folder=loaded.weights_folder, threads=job.threads, flush_denormals=job.flush_denormals,
         qdq_fusions=not job.quantized))
-    calib_cache, eval_cache = (
-        stack.enter_context(capture(trace, coefs, d, batch_size=batch_size, cache_dir=cache_dir,
-                                    memory_limit=job.memory_limit, label=label, providers=providers,
-                                    weights_folder=loaded.weights_folder, check=check, validate=scored_output,
-                                    threads=job.threads, open_session=trace_session,
-                                    keep_live=label == "evaluation"))  # what the parity check reads
-        for label, d, check in (("calibration", calibration, None),
-                                ("evaluation", evaluation, every_input_summary(evaluation, job.readings))))
+    calib_cache, eval_cache = (stack.enter_context(c) for c in captures(trace, loaded, job, calibration, evaluation,
+                                                                        trace_session, cache_dir=cache_dir))
     trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
     del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
     timing["capture_s"] = time.perf_counter() - clock

@@ -26,6 +26,7 @@ back as a `Refusal`, to be raised as it is; anything else is the worker's failur
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -43,10 +44,9 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputData
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Task
-from graphaudit.metrics.outputs import scored_output
-from graphaudit.replay.capture import CoefficientCache, capture
-from graphaudit.replay.parity import EveryInputParity, every_input_summary
-from graphaudit.replay.steps import ReplayedConditions, ReplayJob, replay_conditions, task_of
+from graphaudit.replay.capture import CoefficientCache
+from graphaudit.replay.parity import EveryInputParity
+from graphaudit.replay.steps import ReplayedConditions, ReplayJob, captures, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.runtime.sessions import create_session, slow_fusions
 
@@ -184,21 +184,15 @@ class ShardWorker:
         session = create_session(trace, job.providers, disabled_optimizers=slow_fusions(job.providers),
                                  weights_folder=loaded.weights_folder, threads=job.threads,
                                  flush_denormals=job.flush_denormals, qdq_fusions=not job.quantized)
-        kept: list[dict[str, np.ndarray]] = []
-        for label, data, span, check in (
-                ("calibration", calibration, shard.calibration, None),
-                ("evaluation", evaluation, shard.evaluation, every_input_summary(evaluation, job.readings))):
-            if span.stop == span.start:  # fewer calibration batches than shards
-                kept.append({})
-                continue
-            with capture(trace, job.coefficients, data, batch_size=job.batch_size, memory_limit=job.memory_limit,
-                         label=label, check=check, validate=scored_output, open_session=lambda: session,
-                         keep_live=label == "evaluation", span=span) as cache:
-                kept.append({k: np.array(v) for k, v in cache.arrays.items()})  # out of a spilled cache's files
-                if label == "evaluation":
-                    self._live = dict(cache.live)
-                    task = task_of(cache, evaluation, job.batch_size, job.readings, span)
-                    tolerance, settings = job.tolerance_for(cache)
+        with contextlib.ExitStack() as stack:
+            calib_cache, eval_cache = (stack.enter_context(c) for c in captures(
+                trace, loaded, job, calibration, evaluation, lambda: session, spans=(shard.calibration,
+                                                                                     shard.evaluation)))
+            kept = [{k: np.array(v) for k, v in c.arrays.items()}  # out of a spilled cache's files
+                    for c in (calib_cache, eval_cache)]
+            self._live = dict(eval_cache.live)
+            task = task_of(eval_cache, evaluation, job.batch_size, job.readings, shard.evaluation)
+            tolerance, settings = job.tolerance_for(eval_cache)
         self._evaluation = evaluation
         timing["capture_s"] = time.perf_counter() - clock
         return Captured(kept[0], kept[1], task, tolerance, settings, timing)

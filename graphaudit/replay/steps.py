@@ -5,13 +5,15 @@ settings, and `Replayed` what both give back (graphaudit.replay.cluster merges t
 one); `task_of` reads what the outputs mean from the first evaluation batch; `frozen_run`
 builds the frozen graph as the replay runs it, opens its session and checks parity, falling
 back to the graph as exported where a rewrite does not reproduce the live outputs;
-`replay_conditions` makes the conditions from the caches and replays them through it.
+`captures` runs the trace graph over both data sets, and `replay_conditions` makes the
+conditions from the caches and replays them through the frozen graph.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +27,20 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputData
 from graphaudit.load.model import LoadedModel
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Task, task_for
+from graphaudit.metrics.outputs import scored_output
 from graphaudit.progress import Progress
-from graphaudit.replay.capture import CoefficientCache
+from graphaudit.replay.capture import CoefficientCache, capture
 from graphaudit.replay.conditions import CORRECT
 from graphaudit.replay.conditions import conditions as make_conditions
 from graphaudit.replay.loop import run_conditions
-from graphaudit.replay.parity import EveryInputCheck, EveryInputParity, Parity, check_parity, default_tolerance
+from graphaudit.replay.parity import (
+    EveryInputCheck,
+    EveryInputParity,
+    Parity,
+    check_parity,
+    default_tolerance,
+    every_input_summary,
+)
 from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
@@ -83,6 +93,23 @@ class Replayed:
     settings: dict[str, Any]
     notes: list[str]
     timing: dict[str, float]
+
+
+def captures(trace: onnx.ModelProto, loaded: LoadedModel, job: ReplayJob, calibration: InputData,
+             evaluation: InputData, open_session: Callable[[], ort.InferenceSession], *,
+             cache_dir: str | os.PathLike | None = None,
+             spans: tuple[slice | None, slice | None] = (None, None)) -> Iterator[CoefficientCache]:
+    """The calibration inputs' capture, then the evaluation inputs' (with the every-input summary
+    of the live outputs and the first batch's live outputs, which the parity checks read), each
+    run when the caller takes it, so that it can hold the first before the second runs; `spans`:
+    a shard's inputs of each (graphaudit.replay.capture.capture)."""
+    for label, data, span, check in (
+            ("calibration", calibration, spans[0], None),
+            ("evaluation", evaluation, spans[1], every_input_summary(evaluation, job.readings))):
+        yield capture(trace, job.coefficients, data, batch_size=job.batch_size, cache_dir=cache_dir,
+                      memory_limit=job.memory_limit, label=label, providers=job.providers,
+                      weights_folder=loaded.weights_folder, check=check, validate=scored_output, threads=job.threads,
+                      open_session=open_session, keep_live=label == "evaluation", span=span)
 
 
 def task_of(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind],
