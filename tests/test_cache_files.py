@@ -225,6 +225,20 @@ def test_live_outputs_named_like_savez_arguments_are_kept_and_reused(tmp_path, m
         np.testing.assert_array_equal(kept[name], values)
 
 
+def test_a_string_output_is_not_kept_and_the_cache_is_reused(tmp_path):
+    """Only numeric live outputs are kept: a string one would be pickled into the kept cache, which
+    reading refuses, so the cache would be captured again on every run."""
+    trace, coefs, data = traced(gated_lm, count=6)
+    trace.graph.node.append(onnx.helper.make_node("Constant", [], ["label"], value=onnx.helper.make_tensor(
+        "label", onnx.TensorProto.STRING, [1], [b"gated"])))
+    trace.graph.output.append(onnx.helper.make_tensor_value_info("label", onnx.TensorProto.STRING, [1]))
+    with capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path, check=CHECK) as first:
+        assert "label" not in first.live and "logits" in first.live
+    with capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path, check=CHECK) as again:
+        assert again.reused and again.rebuilt is None
+        assert sorted(again.live) == sorted(first.live)
+
+
 def test_nan_in_a_cached_array_is_rebuilt_even_with_its_digest_recomputed(clean, cache):
     path = _npy(clean, cache, 1)
     array = np.load(path, mmap_mode="r+")

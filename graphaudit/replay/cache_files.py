@@ -298,7 +298,7 @@ def _write_npz(f: BinaryIO, arrays: Mapping[str, np.ndarray]) -> None:
     with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name, array in arrays.items():
             with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=True)
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
 
 
 def _file_digest(f: BinaryIO) -> str:

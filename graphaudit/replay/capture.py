@@ -52,6 +52,7 @@ from graphaudit.vocabulary import BATCH, MERGED
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
 _CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
 _CHECK_FILE = "live_check.npy"
+_NUMERIC = "biufc"  # numpy's kinds of the live outputs kept: booleans, integers, floats, complex numbers
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,11 @@ def capture(
             _check_finite(coefficients, outputs, rows, label)
             summary = check.summarise(live_outputs, feeds, rows) if check is not None else None
             if not arrays:
-                # tensors, not sequences; copied, as a view of the run's outputs would hold the session's memory
-                live = {n: detached(v) for n, v in live_outputs.items() if isinstance(v, np.ndarray)} \
-                    if keep_live else {}
+                # numeric tensors (the parity check compares numbers; strings would be pickled in a kept
+                # cache, which is never read back), not sequences; copied, as a view of the run's outputs
+                # would hold the session's memory
+                live = {n: detached(v) for n, v in live_outputs.items()
+                        if isinstance(v, np.ndarray) and v.dtype.kind in _NUMERIC} if keep_live else {}
                 # batch-first rows of every array kept, by its key and file name
                 kept = {c.tensor: (_file(c), batch_first(c, outputs[c.tensor], rows.stop - rows.start))
                         for c in coefficients}
