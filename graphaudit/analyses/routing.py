@@ -50,8 +50,7 @@ def router_choices(model: onnx.ModelProto, coefficients: Iterable[Coefficient]) 
                       for a in n.attribute if a.name == "value"})
     found = {}
     for c in coefficients:
-        size = c.axes and len(c.axes)
-        choice = _chooser(c.tensor, size or 0, consumers, constants)
+        choice = _chooser(c.tensor, len(c.axes), consumers, constants)
         if choice is not None:
             found[c.tensor] = choice
     return found
@@ -105,7 +104,7 @@ def routing_shares(cache, choices: Mapping[str, Choice], tokens: np.ndarray | No
     seen = {c.tensor: np.zeros(cache.shape(c)[1], dtype=np.float64) for c in routed}
     for rows, values in cache.chunks(chunk) if routed else ():
         for c in routed:
-            v = np.asarray(values[c.tensor], dtype=np.float64)
+            v = np.asarray(values[c.tensor])  # compared only: in its own type
             k = min(choices[c.tensor].k, v.shape[-1])
             top = np.argpartition(-v, k - 1, axis=-1)[..., :k]  # (inputs, positions, k)
             chosen = np.zeros(v.shape, dtype=bool)
