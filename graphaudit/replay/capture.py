@@ -112,6 +112,12 @@ class CoefficientCache:
             rows = np.arange(start, min(start + size, self.count))
             yield rows, {c.tensor: self.rows(c, slice(rows[0], rows[-1] + 1)) for c in self.coefficients}
 
+    def parity_checked(self) -> None:
+        """Let go of the first batch's live outputs once the parity check has read them: nothing
+        after it does, and at a 50k vocabulary they are a batch of logits (257 MB at 10 x 128
+        tokens) held through the whole replay loop. The kept cache's copy on disk stays."""
+        self.live = {}
+
     @property
     def temporary(self) -> bool:
         """True when the arrays live in a temporary folder that `close()` removes."""

@@ -31,7 +31,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
                    progress: Progress | None = None, every: EveryInputCheck | None = None,
                    overlap: bool | None = None, failures: dict[str, str] | None = None,
-                   span: slice | None = None) -> dict[str, ConditionStats]:
+                   span: slice | None = None, first: np.ndarray | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
     `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
@@ -47,6 +47,8 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     name (the inputs, then ONNX Runtime's objection); without it, that error is raised.
     `span`: replay the evaluation inputs there only (a shard of whole batches: graphaudit.replay.shards);
     rows keep their numbers in the whole data, which the feeds and the bootstrap weights are keyed by.
+    `first`: the output `task.fetch` of the first batch's `correct` run, made already (the parity
+    check's run, fed the same coefficients): scored as that run, not run again.
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     failed = failures if failures is not None else {}
@@ -99,7 +101,10 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                     # output too (a batch of log-probabilities at a 50k vocabulary is 412 MB)
                     finish(*in_flight)
                     in_flight = None
-                submitted = start(session.run, fetch, fed), batch, name
+                if name == CORRECT and first is not None:
+                    submitted, first = (_Done([first]), batch, name), None
+                else:
+                    submitted = start(session.run, fetch, fed), batch, name
                 if in_flight is not None:
                     finish(*in_flight)
                 in_flight = submitted

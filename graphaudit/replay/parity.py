@@ -284,12 +284,22 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
                  span: slice | None = None) -> Parity:
     """Compare the frozen graph fed `correct` with the live outputs of the first batch (of `span`,
     a shard's inputs, when given); raise on failure."""
+    return checked_first_batch(session, correct, coefficients, cache, data, batch_size, tolerance, span)[0]
+
+
+def checked_first_batch(session: ort.InferenceSession, correct: Feed, coefficients: Sequence[Coefficient],
+                        cache: CoefficientCache, data: InputData, batch_size: int, tolerance: float,
+                        span: slice | None = None, also: str | None = None) -> tuple[Parity, np.ndarray | None]:
+    """`check_parity`, and the output `also` of the same run (None when not asked for): the
+    replay loop scores the first batch's `correct` run from it instead of running it again."""
     rows, inputs = next(data.batches(batch_size, span))
     index = np.arange(rows.start, rows.stop)
     names = [o.name for o in session.get_outputs() if o.name in cache.live]
+    fetched = [*names, also] if also is not None and also not in names else names
     fed = {c.tensor: native(c, correct(c, index)) for c in coefficients}
     with replaying(CORRECT, rows):
-        outputs = dict(zip(names, session.run(names, {**inputs, **fed})))
+        outputs = dict(zip(fetched, session.run(fetched, {**inputs, **fed})))
+    kept = outputs[also] if also is not None else None
     worst = None
     for name in names:
         live, frozen = np.asarray(cache.live[name]), np.asarray(outputs[name])
@@ -304,4 +314,4 @@ def check_parity(session: ort.InferenceSession, correct: Feed, coefficients: Seq
     parity = Parity(value <= tolerance, value, tolerance, name, where, live_v, frozen_v, len(index))
     if not parity.ok:
         raise ParityError(parity)
-    return parity
+    return parity, kept

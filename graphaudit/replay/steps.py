@@ -37,7 +37,7 @@ from graphaudit.replay.parity import (
     EveryInputCheck,
     EveryInputParity,
     Parity,
-    check_parity,
+    checked_first_batch,
     default_tolerance,
     every_input_summary,
 )
@@ -128,12 +128,15 @@ class FrozenRun:
     session: ort.InferenceSession
     parity: Parity
     settings: dict[str, Any]
+    first: np.ndarray | None = None  # the check's run's output that the loop scores (its first `correct` run)
 
 
 def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
-               check: Callable[[ort.InferenceSession], Parity], rewrite: bool | None = None) -> FrozenRun:
+               check: Callable[[ort.InferenceSession], tuple[Parity, np.ndarray | None]],
+               rewrite: bool | None = None) -> FrozenRun:
     """The session of `loaded`'s frozen graph as the replay runs it, checked by `check` (the parity
-    of the first batch: it raises ParityError). `rewrite` None: `job.rewrite`. A rewritten graph
+    of the first batch: it raises ParityError; it hands back that run's output the loop scores, or
+    None). `rewrite` None: `job.rewrite`. A rewritten graph
     that ONNX Runtime refuses or that fails `check` is graphaudit's fault, not the model's: the
     graph as exported is checked instead, and decides."""
     coefs = job.coefficients
@@ -152,7 +155,7 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
     try:
         session = opened(frozen)
         del frozen  # its session holds the weights it needs: the proto's copy of them goes
-        parity = check(session)
+        parity, first = check(session)
     except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
         if not rewrites:
             raise
@@ -163,8 +166,8 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
             f"({' '.join(str(err).split())[:300]})"))
         session = opened(frozen)
         del frozen
-        parity = check(session)
-    return FrozenRun(session, parity, settings)
+        parity, first = check(session)
+    return FrozenRun(session, parity, settings, first)
 
 
 @dataclass
@@ -194,14 +197,16 @@ def replay_conditions(loaded: LoadedModel, job: ReplayJob, calibration: Coeffici
     coefs, clock = job.coefficients, time.perf_counter()
     notes: dict[str, str] = {}
     feeds = make_conditions(job.conditions, evaluation, calibration, job.seed, job.tokens, notes)
-    frozen = frozen_run(loaded, job, task, lambda session: check_parity(
-        session, feeds[CORRECT], coefs, evaluation, data, job.batch_size, tolerance, span), rewrite)
+    frozen = frozen_run(loaded, job, task, lambda session: checked_first_batch(
+        session, feeds[CORRECT], coefs, evaluation, data, job.batch_size, tolerance, span, also=task.fetch), rewrite)
     timing = {"parity_s": time.perf_counter() - clock}
+    evaluation.parity_checked()
     clock = time.perf_counter()
     every = EveryInputCheck(evaluation, frozen.parity) if evaluation.checked else None
     failed: dict[str, str] = {}
+    first, frozen.first = frozen.first, None  # the loop alone holds it, to let it go once scored
     stats = run_conditions(frozen.session, feeds, coefs, data, job.batch_size, task, job.bootstrap(), progress,
-                           every, overlap=overlap, failures=failed, span=span)
+                           every, overlap=overlap, failures=failed, span=span, first=first)
     timing["replay_s"] = time.perf_counter() - clock
     return ReplayedConditions(stats, failed, frozen.parity, every.result() if every is not None else None,
                               frozen.settings, list(notes.values()), timing)
