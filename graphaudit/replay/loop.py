@@ -9,7 +9,7 @@ time, in the order of the loop either way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -31,7 +31,8 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                    data: InputData, batch_size: int, task: Task, boot: PoissonBootstrap,
                    progress: Progress | None = None, every: EveryInputCheck | None = None,
                    overlap: bool | None = None, failures: dict[str, str] | None = None,
-                   span: slice | None = None, first: np.ndarray | None = None) -> dict[str, ConditionStats]:
+                   span: slice | None = None,
+                   first: Callable[[], np.ndarray | None] | None = None) -> dict[str, ConditionStats]:
     """Replay every condition on every batch; return each condition's streaming statistics.
 
     `overlap`: run ONNX Runtime in a worker thread (its `run` lets go of Python's lock) while
@@ -47,8 +48,9 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     name (the inputs, then ONNX Runtime's objection); without it, that error is raised.
     `span`: replay the evaluation inputs there only (a shard of whole batches: graphaudit.replay.shards);
     rows keep their numbers in the whole data, which the feeds and the bootstrap weights are keyed by.
-    `first`: the output `task.fetch` of the first batch's `correct` run, made already (the parity
-    check's run, fed the same coefficients): scored as that run, not run again.
+    `first`: hands over the output `task.fetch` of the first batch's `correct` run, made already
+    (the parity check's run, fed the same coefficients), or None: scored as that run, not run
+    again. Handed over, not passed: an argument would stay held by the caller through the loop.
     """
     stats = {name: ConditionStats.empty(boot.resamples) for name in feeds}
     failed = failures if failures is not None else {}
@@ -56,6 +58,7 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
     total = -(-len(rows_replayed) // batch_size)
     laid_out: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}  # a profile's array, laid out once
     fetch = [task.fetch]
+    ran = first() if first is not None else None
 
     def finish(run: Future | _Done, batch: _Batch, name: str) -> None:
         try:
@@ -101,14 +104,16 @@ def run_conditions(session: ort.InferenceSession, feeds: Mapping[str, Feed], coe
                     # output too (a batch of log-probabilities at a 50k vocabulary is 412 MB)
                     finish(*in_flight)
                     in_flight = None
-                if name == CORRECT and first is not None:
-                    submitted, first = (_Done([first]), batch, name), None
+                run: Future | _Done
+                if name == CORRECT and ran is not None:
+                    run, ran = _Done([ran]), None
                 else:
-                    submitted = start(session.run, fetch, fed), batch, name
+                    run = start(session.run, fetch, fed)
+                submitted = run, batch, name
                 if in_flight is not None:
                     finish(*in_flight)
                 in_flight = submitted
-                del submitted  # in_flight alone holds the run, to let it go once scored
+                del submitted, run  # in_flight alone holds the run, to let it go once scored
         if in_flight is not None:
             finish(*in_flight)
     return {name: s for name, s in stats.items() if name not in failed}

@@ -130,6 +130,12 @@ class FrozenRun:
     settings: dict[str, Any]
     first: np.ndarray | None = None  # the check's run's output that the loop scores (its first `correct` run)
 
+    def handed_first(self) -> np.ndarray | None:
+        """`first`, handed over once: the loop alone holds it then, to let it go once scored (a batch
+        of log-probabilities at a 50k vocabulary)."""
+        first, self.first = self.first, None
+        return first
+
 
 def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
                check: Callable[[ort.InferenceSession], tuple[Parity, np.ndarray | None]],
@@ -204,9 +210,8 @@ def replay_conditions(loaded: LoadedModel, job: ReplayJob, calibration: Coeffici
     clock = time.perf_counter()
     every = EveryInputCheck(evaluation, frozen.parity) if evaluation.checked else None
     failed: dict[str, str] = {}
-    first, frozen.first = frozen.first, None  # the loop alone holds it, to let it go once scored
     stats = run_conditions(frozen.session, feeds, coefs, data, job.batch_size, task, job.bootstrap(), progress,
-                           every, overlap=overlap, failures=failed, span=span, first=first)
+                           every, overlap=overlap, failures=failed, span=span, first=frozen.handed_first)
     timing["replay_s"] = time.perf_counter() - clock
     return ReplayedConditions(stats, failed, frozen.parity, every.result() if every is not None else None,
                               frozen.settings, list(notes.values()), timing)
