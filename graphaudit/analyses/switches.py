@@ -96,25 +96,26 @@ def _signature(mg: ModelGraph, node: Node, bodies: tuple[str, ...], weights: Map
     by name (the weights both branches share), the weights its own branch holds (an initializer,
     a Constant node, as they are or reshaped) by their content, and its branch's other values
     only as local."""
-    def local(scope: str) -> bool:
-        return any(scope == key or scope.startswith(key + "/") for key in bodies)
+    return (node.domain, node.op_type, tuple(_input(mg, ref, bodies, weights) for ref in node.inputs))
 
-    def value(ref: TensorRef | None, depth: int = 0):
-        if ref is None:
-            return ""
-        if not local(ref.scope):
-            return str(ref)
-        if ref in weights:
-            return weights[ref]
-        producer = mg.producer(ref)
-        if producer is None or depth > _DEPTH or is_counted(producer):
-            return "local"
-        if producer.op_type == "Constant":
-            return _digest(b"".join(a.name.encode() + (_unnamed(a.t) if a.HasField("t") else a.SerializeToString())
-                                    for a in producer.proto.attribute))
-        return (producer.op_type, tuple(value(r, depth + 1) for r in producer.inputs))
 
-    return (node.domain, node.op_type, tuple(value(ref) for ref in node.inputs))
+def _input(mg: ModelGraph, ref: TensorRef | None, bodies: tuple[str, ...], weights: Mapping[TensorRef, str],
+           depth: int = 0):
+    """How `_signature` reads one input `ref`. A function of its own, not a closure calling itself:
+    that would hold itself, and `mg`, in a reference cycle only the cyclic collector frees."""
+    if ref is None:
+        return ""
+    if not any(ref.scope == key or ref.scope.startswith(key + "/") for key in bodies):
+        return str(ref)
+    if ref in weights:
+        return weights[ref]
+    producer = mg.producer(ref)
+    if producer is None or depth > _DEPTH or is_counted(producer):
+        return "local"
+    if producer.op_type == "Constant":
+        return _digest(b"".join(a.name.encode() + (_unnamed(a.t) if a.HasField("t") else a.SerializeToString())
+                                for a in producer.proto.attribute))
+    return (producer.op_type, tuple(_input(mg, r, bodies, weights, depth + 1) for r in producer.inputs))
 
 
 def _branch_weights(mg: ModelGraph, node: Node) -> dict[TensorRef, str]:
