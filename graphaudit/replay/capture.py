@@ -46,7 +46,7 @@ from graphaudit.replay.cache_files import (
     release,
     seal,
 )
-from graphaudit.runtime.sessions import create_session, detached, running, slow_fusions
+from graphaudit.runtime.sessions import STUB_LOCATION, create_session, detached, running, slow_fusions
 from graphaudit.vocabulary import BATCH, MERGED
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
@@ -184,6 +184,7 @@ def capture(
     open_session: Callable[[], ort.InferenceSession] | None = None,
     keep_live: bool = True,
     span: slice | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
 ) -> CoefficientCache:
     """Run `trace` over `data` in batches and return the cache of its coefficient tensors.
 
@@ -199,6 +200,8 @@ def capture(
     is 412 MB at 16 x 128 tokens).
     `span`: capture the inputs there only (a shard's, graphaudit.replay.shards), numbered in the
     whole data in every message; the cache holds them from row 0. No `cache_dir` with it.
+    `weights`: the arrays of the weights `trace` holds as stubs (`runtime.sessions.weights_apart`),
+    handed to its session and digested into a kept cache's key.
     """
     coefficients = tuple(coefficients)
     if span is not None and cache_dir is not None:
@@ -213,7 +216,7 @@ def capture(
     rebuilt = None
     if cache_dir is not None:
         # The key digests the whole trace graph, weights included: made only for a cache kept for reuse.
-        key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None)
+        key = _key(trace, coefficients, data, batch_size, weights_folder, check.name if check else None, weights)
         folder = Path(cache_dir) / f"{label}-{key[:16]}"
         files = {c.tensor: _file(c) for c in coefficients}
         try:
@@ -231,7 +234,7 @@ def capture(
     with made:
         session = open_session() if open_session is not None else create_session(
             trace, providers, disabled_optimizers=slow_fusions(providers), weights_folder=weights_folder,
-            threads=threads)
+            threads=threads, weights=weights)
         names = [o.name for o in session.get_outputs()]
         wanted = {c.tensor for c in coefficients}
         missing = wanted - set(names)
@@ -382,13 +385,18 @@ def _file(c: Coefficient) -> str:
 
 
 def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
-         weights_folder: Path | None = None, check: str | None = None) -> str:
-    """A digest of everything the cached values depend on."""
+         weights_folder: Path | None = None, check: str | None = None,
+         weights: Mapping[str, np.ndarray] | None = None) -> str:
+    """A digest of everything the cached values depend on (`weights`: those `trace` holds as stubs)."""
     digest = hashlib.sha256()
     digest.update(trace.SerializeToString(deterministic=True))
+    for name, values in sorted((weights or {}).items()):  # a stub says where a weight went, not what it holds
+        array = np.ascontiguousarray(values)
+        digest.update(f"{name}:{array.dtype.str}:{array.shape}".encode())
+        digest.update(array.reshape(-1).view(np.uint8).data)  # the bytes as they are, not copied
     if weights_folder is not None:
         # The proto holds only where external weights lie; a rewritten file must not reuse a cache.
-        for location in external_locations(trace):
+        for location in (x for x in external_locations(trace) if x != STUB_LOCATION):
             stat = (weights_folder / location).stat()
             digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())

@@ -55,7 +55,7 @@ from graphaudit.replay.parity import (
     Parity,
 )
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
-from graphaudit.replay.steps import Replayed, ReplayJob, captures, replay_conditions, task_of
+from graphaudit.replay.steps import Replayed, ReplayJob, captures, held_apart, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (
@@ -283,20 +283,23 @@ def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, ev
     """Capture and replay in this process; the caches stay open in `stack`."""
     coefs, providers, batch_size = job.coefficients, job.providers, job.batch_size
     timing, clock = {}, time.perf_counter()
+    loaded, weights = held_apart(loaded)
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(functools.partial(
         create_session, trace, providers, disabled_optimizers=slow_fusions(providers),
         weights_folder=loaded.weights_folder, threads=job.threads, flush_denormals=job.flush_denormals,
-        qdq_fusions=not job.quantized))
+        qdq_fusions=not job.quantized, weights=weights))
     calib_cache, eval_cache = (stack.enter_context(c) for c in captures(trace, loaded, job, calibration, evaluation,
-                                                                        trace_session, cache_dir=cache_dir))
+                                                                        trace_session, cache_dir=cache_dir,
+                                                                        weights=weights))
     trace_session.cache_clear()  # its weights go before the frozen graph's session holds its own
-    del trace_session, trace  # and so does the trace graph, a copy of the model's weights too
+    del trace_session, trace  # and so does the trace graph
     timing["capture_s"] = time.perf_counter() - clock
     task = task_of(eval_cache, evaluation, batch_size, job.readings)
     tolerance, settings = job.tolerance_for(eval_cache)
-    done = replay_conditions(loaded, job, calib_cache, eval_cache, evaluation, task, tolerance, progress)
+    done = replay_conditions(loaded, job, calib_cache, eval_cache, evaluation, task, tolerance, progress,
+                             weights=weights)
     return Replayed((calib_cache, eval_cache), task, done.parity, done.stats, done.failed, done.every,
                     {**settings, **done.settings}, done.notes, {**timing, **done.timing})
 

@@ -46,7 +46,7 @@ from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Task
 from graphaudit.replay.capture import CoefficientCache
 from graphaudit.replay.parity import EveryInputParity
-from graphaudit.replay.steps import ReplayedConditions, ReplayJob, captures, replay_conditions, task_of
+from graphaudit.replay.steps import ReplayedConditions, ReplayJob, captures, held_apart, replay_conditions, task_of
 from graphaudit.replay.surgery import Trace
 from graphaudit.runtime.sessions import create_session, slow_fusions
 
@@ -141,7 +141,8 @@ class ShardWorker:
         self._live: Mapping[str, np.ndarray] | None = None
         self._evaluation: InputData | None = None
         self._model = model
-        self._loaded: LoadedModel | None = None
+        self._loaded: LoadedModel | None = None  # its large inline weights held apart, in `_weights`
+        self._weights: dict[str, np.ndarray] = {}
 
     def capture(self, calibration: InputData, evaluation: InputData) -> Captured | Refusal:
         try:
@@ -161,6 +162,7 @@ class ShardWorker:
 
     def close(self) -> None:
         self._loaded = self._live = self._evaluation = None
+        self._weights = {}
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
@@ -171,7 +173,7 @@ class ShardWorker:
             if isinstance(model, ModelFiles):
                 self._folder = Path(tempfile.mkdtemp(prefix="graphaudit-model-"))
                 model = str(model.write(self._folder))
-            self._loaded = load_for_runtime(model)
+            self._loaded, self._weights = held_apart(load_for_runtime(model))
         return self._loaded
 
     def _capture(self, calibration: InputData, evaluation: InputData) -> Captured:
@@ -183,11 +185,12 @@ class ShardWorker:
         trace = Trace(job.coefficients)(loaded.model).model
         session = create_session(trace, job.providers, disabled_optimizers=slow_fusions(job.providers),
                                  weights_folder=loaded.weights_folder, threads=job.threads,
-                                 flush_denormals=job.flush_denormals, qdq_fusions=not job.quantized)
+                                 flush_denormals=job.flush_denormals, qdq_fusions=not job.quantized,
+                                 weights=self._weights)
         with contextlib.ExitStack() as stack:
             calib_cache, eval_cache = (stack.enter_context(c) for c in captures(
-                trace, loaded, job, calibration, evaluation, lambda: session, spans=(shard.calibration,
-                                                                                     shard.evaluation)))
+                trace, loaded, job, calibration, evaluation, lambda: session,
+                spans=(shard.calibration, shard.evaluation), weights=self._weights))
             kept = [{k: np.array(v) for k, v in c.arrays.items()}  # out of a spilled cache's files
                     for c in (calib_cache, eval_cache)]
             self._live = dict(eval_cache.live)
@@ -213,7 +216,8 @@ class ShardWorker:
         # one run at a time: the worker's threads are its share of the machine's cores
         return replay_conditions(self._model_loaded(), job, merged_cache(job.coefficients, calibration),
                                  merged_cache(job.coefficients, evaluation, live=self._live), data, task, tolerance,
-                                 progress, span=shard.evaluation, rewrite=rewrite, overlap=False)
+                                 progress, span=shard.evaluation, rewrite=rewrite, overlap=False,
+                                 weights=self._weights)
 
 
 def merged_cache(coefficients: Sequence, arrays: Mapping[str, np.ndarray],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.surgery import Freeze, LogProbs, live_decisions, live_note
+from graphaudit.runtime.sessions import weights_apart
 
 
 @dataclass(frozen=True)
@@ -95,21 +96,33 @@ class Replayed:
     timing: dict[str, float]
 
 
+def held_apart(loaded: LoadedModel) -> tuple[LoadedModel, dict[str, np.ndarray]]:
+    """`loaded` with its large inline weights taken out (stubs in its proto: `weights_apart`), and
+    their arrays. Taken out once for the whole replay, the trace and frozen graphs cut from it copy
+    no weight, and their sessions are handed the same arrays: each graph was a copy of the model's
+    weights until its session had taken its own, and the frozen graph's was the peak of a whole
+    audit at the 160M shape (650 MB beside the model's, the arrays and the session's)."""
+    skeleton, names, arrays = weights_apart(loaded.model)
+    return (replace(loaded, model=skeleton), dict(zip(names, arrays))) if names else (loaded, {})
+
+
 def captures(trace: onnx.ModelProto, loaded: LoadedModel, job: ReplayJob, calibration: InputData,
              evaluation: InputData, open_session: Callable[[], ort.InferenceSession], *,
              cache_dir: str | os.PathLike | None = None,
-             spans: tuple[slice | None, slice | None] = (None, None)) -> Iterator[CoefficientCache]:
+             spans: tuple[slice | None, slice | None] = (None, None),
+             weights: Mapping[str, np.ndarray] | None = None) -> Iterator[CoefficientCache]:
     """The calibration inputs' capture, then the evaluation inputs' (with the every-input summary
     of the live outputs and the first batch's live outputs, which the parity checks read), each
     run when the caller takes it, so that it can hold the first before the second runs; `spans`:
-    a shard's inputs of each (graphaudit.replay.capture.capture)."""
+    a shard's inputs of each (graphaudit.replay.capture.capture); `weights`: those `trace` holds
+    as stubs (`held_apart`)."""
     for label, data, span, check in (
             ("calibration", calibration, spans[0], None),
             ("evaluation", evaluation, spans[1], every_input_summary(evaluation, job.readings))):
         yield capture(trace, job.coefficients, data, batch_size=job.batch_size, cache_dir=cache_dir,
                       memory_limit=job.memory_limit, label=label, providers=job.providers,
                       weights_folder=loaded.weights_folder, check=check, validate=scored_output, threads=job.threads,
-                      open_session=open_session, keep_live=label == "evaluation", span=span)
+                      open_session=open_session, keep_live=label == "evaluation", span=span, weights=weights)
 
 
 def task_of(cache: CoefficientCache, data: InputData, batch_size: int, readings: Mapping[str, OutputKind],
@@ -139,10 +152,11 @@ class FrozenRun:
 
 def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
                check: Callable[[ort.InferenceSession], tuple[Parity, np.ndarray | None]],
-               rewrite: bool | None = None) -> FrozenRun:
+               rewrite: bool | None = None, weights: Mapping[str, np.ndarray] | None = None) -> FrozenRun:
     """The session of `loaded`'s frozen graph as the replay runs it, checked by `check` (the parity
     of the first batch: it raises ParityError; it hands back that run's output the loop scores, or
-    None). `rewrite` None: `job.rewrite`. A rewritten graph
+    None). `rewrite` None: `job.rewrite`. `weights`: those `loaded` holds as stubs (`held_apart`).
+    A rewritten graph
     that ONNX Runtime refuses or that fails `check` is graphaudit's fault, not the model's: the
     graph as exported is checked instead, and decides."""
     coefs = job.coefficients
@@ -156,7 +170,7 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
 
     def opened(model: onnx.ModelProto) -> ort.InferenceSession:
         return open_frozen(model, coefs, job.providers, loaded.weights_folder, job.threads, job.flush_denormals,
-                           not job.quantized)
+                           not job.quantized, weights)
 
     try:
         session = opened(frozen)
@@ -195,16 +209,17 @@ class ReplayedConditions:
 def replay_conditions(loaded: LoadedModel, job: ReplayJob, calibration: CoefficientCache,
                       evaluation: CoefficientCache, data: InputData, task: Task, tolerance: float,
                       progress: Progress | None = None, *, span: slice | None = None, rewrite: bool | None = None,
-                      overlap: bool | None = None) -> ReplayedConditions:
+                      overlap: bool | None = None, weights: Mapping[str, np.ndarray] | None = None) -> ReplayedConditions:
     """The conditions made from the caches (profiles from `calibration`, rearrangements of
     `evaluation`), the frozen graph opened (`frozen_run`) and checked on the first batch of `data`
     (of `span`, a shard's inputs, when given), and every condition replayed on every input there
-    (`run_conditions`, whose `overlap` it is)."""
+    (`run_conditions`, whose `overlap` it is). `weights`: those `loaded` holds as stubs (`held_apart`)."""
     coefs, clock = job.coefficients, time.perf_counter()
     notes: dict[str, str] = {}
     feeds = make_conditions(job.conditions, evaluation, calibration, job.seed, job.tokens, notes)
     frozen = frozen_run(loaded, job, task, lambda session: checked_first_batch(
-        session, feeds[CORRECT], coefs, evaluation, data, job.batch_size, tolerance, span, also=task.fetch), rewrite)
+        session, feeds[CORRECT], coefs, evaluation, data, job.batch_size, tolerance, span, also=task.fetch), rewrite,
+        weights)
     timing = {"parity_s": time.perf_counter() - clock}
     evaluation.parity_checked()
     clock = time.perf_counter()

@@ -70,7 +70,7 @@ _NATIVE_TYPES = frozenset({
     onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
     onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
 })
-_NO_FILE = "graphaudit: weights handed over as arrays"  # the location a weight taken out declares
+STUB_LOCATION = "graphaudit: weights handed over as arrays"  # the location a weight taken out declares
 # Operator domains ONNX Runtime implements kernels for (everything else is custom).
 RUNTIME_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc",
                              "com.ms.internal.nhwc", "ai.onnx.preview.training", "com.microsoft.experimental"})
@@ -303,7 +303,7 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
             continue
         stub = skeleton.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
         stub.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", _NO_FILE), ("offset", "0"), ("length", str(tensor_bytes(tensor)))):
+        for key, value in (("location", STUB_LOCATION), ("offset", "0"), ("length", str(tensor_bytes(tensor)))):
             stub.external_data.add(key=key, value=value)
     return skeleton, [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
 
@@ -311,7 +311,7 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
 def _is_stub(tensor: onnx.TensorProto) -> bool:
     """Whether `tensor` is a weight `weights_apart` took out (its data handed over as an array)."""
     return tensor.data_location == onnx.TensorProto.EXTERNAL and any(
-        e.key == "location" and e.value == _NO_FILE for e in tensor.external_data)
+        e.key == "location" and e.value == STUB_LOCATION for e in tensor.external_data)
 
 
 def detached(value: np.ndarray) -> np.ndarray:

@@ -1,0 +1,85 @@
+"""The replay takes a model's large inline weights out once (`steps.held_apart`): the trace and
+frozen graphs it cuts hold stubs, never a copy of a weight, their sessions are handed the same
+arrays, the figures are those of graphs that copy them, and a kept cache's key still reads the
+weights' values."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from graphaudit.replay import pipeline, steps
+from graphaudit.replay.pipeline import replay
+from graphaudit.runtime.sessions import HANDED_OVER
+
+from support.models import gated_lm, token_ids
+
+
+def _with_a_large_weight(scale: float = 1.0) -> onnx.ModelProto:
+    """`gated_lm` whose logits move by the mean of `big`, a weight past HANDED_OVER."""
+    model = gated_lm()
+    rng = np.random.default_rng(5)
+    big = (rng.standard_normal(HANDED_OVER // 4 + 16) * scale).astype(np.float32)
+    graph = model.graph
+    head = next(n for n in graph.node if n.name == "head")
+    head.output[0] = "logits.head"
+    graph.initializer.append(numpy_helper.from_array(big, "big"))
+    graph.node.extend([helper.make_node("ReduceMean", ["big"], ["big.mean"], name="big/mean", keepdims=0),
+                       helper.make_node("Add", ["logits.head", "big.mean"], ["logits"], name="big/add")])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.fixture()
+def files(tmp_path):
+    onnx.save(_with_a_large_weight(), tmp_path / "big.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(8, seed=2))
+    return tmp_path
+
+
+def _heavy(model: onnx.ModelProto) -> list[str]:
+    return [t.name for t in model.graph.initializer if len(t.raw_data) > HANDED_OVER]
+
+
+def _figures(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k not in ("timing", "settings")}
+
+
+def test_no_graph_the_replay_cuts_copies_a_large_weight_and_the_figures_stay(files, monkeypatch):
+    args = (files / "big.onnx", files / "calib.npz", files / "eval.npz")
+    handed: list[tuple[list[str], list[str]]] = []  # (inline heavy weights, weights handed over) per session
+    create, open_frozen = pipeline.create_session, steps.open_frozen
+
+    def trace_session(model, *args, weights=None, **kwargs):
+        handed.append((_heavy(model), sorted(weights or {})))
+        return create(model, *args, weights=weights, **kwargs)
+
+    def frozen_session(model, *args):
+        handed.append((_heavy(model), sorted(args[-1] or {})))
+        return open_frozen(model, *args)
+
+    monkeypatch.setattr(pipeline, "create_session", trace_session)
+    monkeypatch.setattr(steps, "open_frozen", frozen_session)
+    held = replay(*args, batch_size=4, resamples=50).to_json()
+    assert handed == [([], ["big"]), ([], ["big"])]  # the trace's session, then the frozen graph's
+    assert held["parity"]["ok"]
+
+    monkeypatch.setattr(pipeline, "held_apart", lambda loaded: (loaded, {}))
+    handed.clear()
+    copied = replay(*args, batch_size=4, resamples=50).to_json()
+    assert handed == [(["big"], []), (["big"], [])]  # each graph a copy of the weight, as before
+    assert _figures(held) == _figures(copied)
+
+
+def test_a_kept_cache_is_captured_again_when_a_large_weight_changes(files, tmp_path):
+    cache = tmp_path / "cache"
+    args = (files / "calib.npz", files / "eval.npz")
+
+    def reused(model: onnx.ModelProto) -> bool:
+        onnx.save(model, files / "big.onnx")
+        doc = replay(files / "big.onnx", *args, batch_size=4, resamples=20, cache_dir=cache).to_json()
+        return doc["settings"]["cache"]["reused"]
+
+    assert [reused(_with_a_large_weight()), reused(_with_a_large_weight())] == [False, True]
+    assert reused(_with_a_large_weight(scale=2.0)) is False  # the same graph, another weight
