@@ -12,19 +12,23 @@ otherwise. The first batch checks what the graph says (`confirmed`): probabiliti
 not sum to 1 over the last axis were normalised over another one, and are values.
 
 A pure analysis of the ModelProto (no shape inference, no run), in `analyses` beside the
-other readings of the graph; the replay's scoring (`metrics.outputs`) is what uses it.
+other readings of the graph; the replay's scoring (`metrics.outputs`) is what uses it. Given the
+graph model the caller has built, it looks up the few values it follows there, instead of
+indexing every node and declared type of the proto again (38 ms at 18,000 nodes).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 import onnx
 
 from graphaudit.errors import UsageError
+from graphaudit.graph.model import ModelGraph, TensorRef
 
 LOGITS, PROBS, LOGPROBS, REGRESSION = "logits", "probs", "logprobs", "regression"
 KINDS = (LOGITS, PROBS, LOGPROBS, REGRESSION)
@@ -78,12 +82,19 @@ class OutputKind:
                 "given": self.given}
 
 
-def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None) -> dict[str, OutputKind]:
+def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None,
+                 graph_model: ModelGraph | None = None) -> dict[str, OutputKind]:
     """Return, per graph output of `model`, what it holds; `given` (output -> kind, the user's
-    --output-kind) overrides the graph's reading, checked against the outputs and KINDS."""
+    --output-kind) overrides the graph's reading, checked against the outputs and KINDS.
+    `graph_model`: `model`'s, when the caller has built it (the same readings, looked up there)."""
     graph = model.graph
-    producers = {o: n for n in graph.node for o in n.output if o}
-    ranks = _declared_ranks(graph)
+    producers: Mapping[str, onnx.NodeProto]
+    ranks: Mapping[str, int]
+    if graph_model is None:
+        producers = {o: n for n in graph.node for o in n.output if o}
+        ranks = _declared_ranks(graph)
+    else:
+        producers, ranks = _Producers(graph_model), _Ranks(graph_model)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     readings = {o.name: _read(o.name, producers, ranks, opset) for o in graph.output}
     for name, kind in (given or {}).items():
@@ -226,8 +237,8 @@ def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Map
         if attr.type != onnx.AttributeProto.GRAPH or index >= len(attr.g.output):
             continue
         inner = {o: n for n in attr.g.node for o in n.output if o}
-        found.append(_read(attr.g.output[index].name, {**producers, **inner}, {**ranks, **_declared_ranks(attr.g)},
-                           opset, depth + 1))
+        found.append(_read(attr.g.output[index].name, _Within(inner, producers),
+                           _Within(_declared_ranks(attr.g), ranks), opset, depth + 1))
     same = {(r.kind, r.per_value, r.last_axis) for r in found}
     if len(found) < 2 or len(same) != 1:
         return OutputKind(output, None, f"its branches of If node {label}{behind} do not agree on what it holds",
@@ -240,6 +251,63 @@ def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Map
 def _attr(node: onnx.NodeProto, name: str):
     found = next((a for a in node.attribute if a.name == name), None)
     return None if found is None else onnx.helper.get_attribute_value(found)
+
+
+_V = TypeVar("_V")
+
+
+class _Within(Mapping[str, _V]):
+    """A body's own names over those of the graphs around it (read, never copied)."""
+
+    def __init__(self, inner: Mapping[str, _V], outer: Mapping[str, _V]) -> None:
+        self.inner, self.outer = inner, outer
+
+    def __getitem__(self, name: str) -> _V:
+        return self.inner[name] if name in self.inner else self.outer[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**dict.fromkeys(self.outer), **dict.fromkeys(self.inner)})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Producers(Mapping[str, onnx.NodeProto]):
+    """The node that makes each main-graph value, looked up in the graph model."""
+
+    def __init__(self, mg: ModelGraph) -> None:
+        self.mg = mg
+
+    def __getitem__(self, name: str) -> onnx.NodeProto:
+        info = self.mg.tensors.get(TensorRef(name))
+        if info is None or info.kind != "node_output" or info.producer is None:
+            raise KeyError(name)
+        return self.mg.nodes[info.producer].proto
+
+    def __iter__(self) -> Iterator[str]:
+        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and info.kind == "node_output")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Ranks(Mapping[str, int]):
+    """The rank of each main-graph value whose type gives a shape, looked up in the graph model."""
+
+    def __init__(self, mg: ModelGraph) -> None:
+        self.mg = mg
+
+    def __getitem__(self, name: str) -> int:
+        info = self.mg.tensors.get(TensorRef(name))
+        if info is None or info.shape is None:
+            raise KeyError(name)
+        return len(info.shape)
+
+    def __iter__(self) -> Iterator[str]:
+        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and info.shape is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:

@@ -241,7 +241,7 @@ def _audit(loaded: LoadedModel, block_pattern, coefficients, shapes, mg: ModelGr
         repairs=loaded.repairs,
         decisions=tuple(replace(d, blocks=_blocks_inside(mg, d.node, verdicts)) for d in verdicts.decisions),
         model_decides=verdicts.model_decides,
-        outputs=tuple(read_outputs(loaded.model).values()),
+        outputs=tuple(read_outputs(loaded.model, graph_model=mg).values()),
     )
 
 

@@ -218,8 +218,8 @@ def replay(
     seed, tolerance, feeding, confidence = asked.seed, asked.tolerance, asked.feeding, asked.confidence
     threads, threads_note = usable_threads(asked.threads)
     loaded = load_for_runtime(model)
-    readings = read_outputs(loaded.model, asked.output_kinds)  # a name or kind given wrong: before anything runs
     graph = build_graph(loaded.model)
+    readings = read_outputs(loaded.model, asked.output_kinds, graph)  # a name or kind given wrong: before anything runs
     if static is None and asked.batch_size is None:  # its blocks and coefficients, and whether the model decides
         static = audit_static(loaded, coefficients=asked.coefficients, graph=graph)
     coefs = resolve(loaded, asked.coefficients, graph, static=static)
