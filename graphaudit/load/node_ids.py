@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 import onnx
 
+from graphaudit.load.protos import BODY_OPS
+
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 
 
@@ -74,7 +76,9 @@ class Occurrences:
             if caller is not None:
                 self.callers[len(found) - 1] = caller
             subgraphs: tuple = ()
-            for attr in proto.attribute:
+            # only a control-flow or a custom operator holds a body: the test skips reading the
+            # attributes of every other node (a third of this pass, at 18,000 nodes)
+            for attr in proto.attribute if proto.op_type in BODY_OPS or proto.domain else ():
                 kind = attr.type
                 if kind == _GRAPH:
                     subgraphs += ((attr.name, (attr.g,)),)
