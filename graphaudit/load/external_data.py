@@ -57,16 +57,21 @@ def external_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     return scan(model)[0]
 
 
-def scan(model: onnx.ModelProto) -> tuple[list[onnx.TensorProto], bool]:
+def scan(model: onnx.ModelProto, payload: bytes | None = None) -> tuple[list[onnx.TensorProto], bool]:
     """The tensors stored outside the model, in onnx's order, and whether any of them lies
-    outside the main graph's initializers (in a subgraph, a node attribute or a function)."""
+    outside the main graph's initializers (in a subgraph, a node attribute or a function).
+    `payload`: the model's encoding, when the caller has it (the file it was parsed from)."""
     graph = model.graph
+    main = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    # Every external tensor's encoding holds _EXTERNAL_MARK: a file with as many as the main
+    # graph's initializers has no other (one count over a file of external references).
+    if main and payload is not None and payload.count(_EXTERNAL_MARK) == len(main):
+        return main, False
     # Walking every attribute of every node in Python costs about as much as shape inference
     # of the graph. Where the nodes' and functions' bytes hold no _EXTERNAL_MARK (the usual
     # case), only the main graph's initializers can be external; a chance match costs the walk.
     nested = b"".join([n.SerializeToString() for n in graph.node]
                       + [f.SerializeToString() for f in model.functions])
-    main = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     if _EXTERNAL_MARK not in nested:
         return main, False
     every = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]

@@ -134,7 +134,7 @@ def load_model(
         model, typed = _typed_outputs(model)
     if imports or dropped or moved or typed:
         data = None  # the file's bytes are no longer the model's encoding
-    tensors, nested = external_data.scan(model)
+    tensors, nested = external_data.scan(model, data)
     external = external_data.locations(tensors, path)
     if external and base is not None:
         for location in external:
