@@ -171,8 +171,20 @@ def test_profile_leaves_large_external_weights_out_of_the_optimised_model(extern
     report = profile_model(external / "model.onnx", external / "eval.npz", runs=2, warmup=1, profile_runs=1,
                            limit=4, threads=1)
     assert any(note.startswith("the optimised model was not saved, as ORT would have copied its 0.0 GiB of "
-                               "external weights") and note.endswith("events were mapped by node name only")
+                               "weights") and note.endswith("events were mapped by node name only")
                for note in report.notes)
+    assert report.execution.blocks and all(b.inputs_executed == 4 for b in report.execution.blocks)
+
+
+@pytest.mark.parametrize("limit, saved", [(2**30, True), (2**10, False)])
+def test_inline_weights_count_against_the_optimised_models_limit(limit, saved, monkeypatch):
+    """ONNX Runtime writes a model's inline weights beside its optimised graph as well: they count."""
+    import graphaudit.profile.profiler as profiler
+
+    monkeypatch.setattr(profiler, "OPTIMISED_COPY_LIMIT", limit)  # the zoo model's weights: tens of KiB
+    report = profile_model(ZOO / "model.onnx", ZOO / "eval.npz", runs=2, warmup=1, profile_runs=1, limit=4, threads=1)
+    skipped = [n for n in report.notes if n.startswith("the optimised model was not saved")]
+    assert bool(skipped) is not saved, skipped
     assert report.execution.blocks and all(b.inputs_executed == 4 for b in report.execution.blocks)
 
 

@@ -33,6 +33,7 @@ from graphaudit.load.data import (
     load_data,
     whole_batches,
 )
+from graphaudit.load.external_data import tensor_bytes
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
@@ -170,8 +171,8 @@ def profile_model(
         del timed[1:], sessions[1:]  # the baseline's session: its evidence run opens its own
 
         # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
-        # saving that graph would have ORT copy gigabytes of external weights with it
-        weights = _external_bytes(loaded)
+        # saving that graph would have ORT copy gigabytes of weights with it
+        weights = _weight_bytes(loaded)
         profile_runs = profiled_rounds(budget - spent - after_timing_s(sample, model_s, baseline_s, profile_runs=0),
                                        sample, model_s + baseline_s, profile_runs)
         del timed, sessions  # their memory goes before the profiled sessions hold their own
@@ -185,7 +186,7 @@ def profile_model(
             base_assigned = assign_blocks(base_mg)
             theirs = _profiled(base_runnable, base_mg, providers, opt_level, threads, picked, shapes, warmup,
                                profile_runs, work / "baseline-profile",
-                               work / BASELINE_OPTIMISED if _external_bytes(base) <= OPTIMISED_COPY_LIMIT else None,
+                               work / BASELINE_OPTIMISED if _weight_bytes(base) <= OPTIMISED_COPY_LIMIT else None,
                                _rounds_done(progress, "baseline's profiled rounds", profile_runs))
             base_blocks = breakdown(theirs.timed_runs, theirs.node_map, base_assigned, sample).blocks
             del theirs
@@ -214,7 +215,7 @@ def profile_model(
     no_optimised = None
     if opt_level != "disable" and optimised is None:
         no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
-                        "external weights with it" if weights > OPTIMISED_COPY_LIMIT else "ORT saved no optimised model")
+                        "weights with it" if weights > OPTIMISED_COPY_LIMIT else "ORT saved no optimised model")
     notes = _notes(blocks, execution, runnable.renamed, no_optimised) + tuple(n for n in (cut, capped) if n)
     return ProfileReport(
         model=_label(loaded),
@@ -385,11 +386,15 @@ def _check_run_count(found: int, expected: int) -> None:
         raise RuntimeError(f"expected {expected} model_run events in the profile, found {found}")
 
 
-def _external_bytes(loaded: LoadedModel) -> int:
-    """Bytes of the external weight files ONNX Runtime maps for `loaded` (0 when they are in the proto)."""
+def _weight_bytes(loaded: LoadedModel) -> int:
+    """Bytes of the weights ONNX Runtime would write beside its optimised model of `loaded`: the
+    external weight files it maps, and the initializers the proto holds (it writes those to the
+    side file too), sized from their types and shapes, unread."""
+    inline = sum(tensor_bytes(t) or 0 for t in loaded.model.graph.initializer
+                 if t.data_location != onnx.TensorProto.EXTERNAL)
     if loaded.weights_folder is None:
-        return 0
-    return sum((loaded.weights_folder / name).stat().st_size for name in loaded.external_files)
+        return inline
+    return inline + sum((loaded.weights_folder / name).stat().st_size for name in loaded.external_files)
 
 
 def _notes(blocks, execution, renamed: int, no_optimised: str | None) -> tuple[str, ...]:
