@@ -466,12 +466,12 @@ def test_one_trace_session_serves_both_captures_and_no_key_is_made_without_a_cac
     (what no coefficient reaches, run once per batch, and the rest: graphaudit.replay.prefix), and
     digests nothing unless it keeps the cache for reuse."""
     import graphaudit.replay.capture as capture_module
-    import graphaudit.replay.pipeline as replay_module
     import graphaudit.replay.prefix as prefix_module
+    import graphaudit.replay.steps as steps_module
 
     made = []
-    real = replay_module.create_session
-    for module in (replay_module, prefix_module):  # the trace graph's session, the frozen graph's
+    real = steps_module.create_session
+    for module in (steps_module, prefix_module):  # the trace graph's session, the frozen graph's
         monkeypatch.setattr(module, "create_session", lambda model, *a, **k: made.append(model) or real(model, *a, **k))
     monkeypatch.setattr(capture_module, "create_session", lambda *a, **k: pytest.fail("capture made its own session"))
     monkeypatch.setattr(capture_module, "_key", lambda *a, **k: pytest.fail("a cache key was digested"))

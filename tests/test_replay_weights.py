@@ -49,7 +49,7 @@ def _figures(doc: dict) -> dict:
 def test_no_graph_the_replay_cuts_copies_a_large_weight_and_the_figures_stay(files, monkeypatch):
     args = (files / "big.onnx", files / "calib.npz", files / "eval.npz")
     handed: list[tuple[list[str], list[str]]] = []  # (inline heavy weights, weights handed over) per session
-    create, open_frozen = pipeline.create_session, steps.open_frozen
+    create, open_frozen = steps.create_session, steps.open_frozen
 
     def trace_session(model, *args, weights=None, **kwargs):
         handed.append((_heavy(model), sorted(weights or {})))
@@ -59,7 +59,7 @@ def test_no_graph_the_replay_cuts_copies_a_large_weight_and_the_figures_stay(fil
         handed.append((_heavy(model), sorted(args[-1] or {})))
         return open_frozen(model, *args)
 
-    monkeypatch.setattr(pipeline, "create_session", trace_session)
+    monkeypatch.setattr(steps, "create_session", trace_session)
     monkeypatch.setattr(steps, "open_frozen", frozen_session)
     held = replay(*args, batch_size=4, resamples=50).to_json()
     assert handed == [([], ["big"]), ([], ["big"])]  # the trace's session, then the frozen graph's

@@ -55,16 +55,22 @@ from graphaudit.replay.parity import (
     Parity,
 )
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
-from graphaudit.replay.steps import Replayed, ReplayJob, captures, held_apart, replay_conditions, task_of
+from graphaudit.replay.steps import (
+    Replayed,
+    ReplayJob,
+    captures,
+    held_apart,
+    open_trace,
+    replay_conditions,
+    task_of,
+)
 from graphaudit.replay.surgery import Trace
 from graphaudit.replay.variance import cache_variance
 from graphaudit.runtime.sessions import (
     PROVIDERS,
     FrozenRunError,
-    create_session,
     quantized_pairs,
     resolve_providers,
-    slow_fusions,
     usable_threads,
 )
 from graphaudit.wording import TRACED_SIZES, listed
@@ -281,15 +287,12 @@ def replay(
 def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, evaluation: InputData,
                  cache_dir: str | os.PathLike | None, stack: ExitStack, progress: Progress | None) -> Replayed:
     """Capture and replay in this process; the caches stay open in `stack`."""
-    coefs, providers, batch_size = job.coefficients, job.providers, job.batch_size
+    coefs, batch_size = job.coefficients, job.batch_size
     timing, clock = {}, time.perf_counter()
     loaded, weights = held_apart(loaded)
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
-    trace_session = functools.cache(functools.partial(
-        create_session, trace, providers, disabled_optimizers=slow_fusions(providers),
-        weights_folder=loaded.weights_folder, threads=job.threads, flush_denormals=job.flush_denormals,
-        qdq_fusions=not job.quantized, weights=weights))
+    trace_session = functools.cache(functools.partial(open_trace, trace, loaded, job, weights))
     calib_cache, eval_cache = (stack.enter_context(c) for c in captures(trace, loaded, job, calibration, evaluation,
                                                                         trace_session, cache_dir=cache_dir,
                                                                         weights=weights))

@@ -46,9 +46,16 @@ from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Task
 from graphaudit.replay.capture import CoefficientCache
 from graphaudit.replay.parity import EveryInputParity
-from graphaudit.replay.steps import ReplayedConditions, ReplayJob, captures, held_apart, replay_conditions, task_of
+from graphaudit.replay.steps import (
+    ReplayedConditions,
+    ReplayJob,
+    captures,
+    held_apart,
+    open_trace,
+    replay_conditions,
+    task_of,
+)
 from graphaudit.replay.surgery import Trace
-from graphaudit.runtime.sessions import create_session, slow_fusions
 
 
 @dataclass(frozen=True)
@@ -183,10 +190,7 @@ class ShardWorker:
         timing = {"load_s": time.perf_counter() - clock}
         clock = time.perf_counter()
         trace = Trace(job.coefficients)(loaded.model).model
-        session = create_session(trace, job.providers, disabled_optimizers=slow_fusions(job.providers),
-                                 weights_folder=loaded.weights_folder, threads=job.threads,
-                                 flush_denormals=job.flush_denormals, qdq_fusions=not job.quantized,
-                                 weights=self._weights)
+        session = open_trace(trace, loaded, job, self._weights)
         with contextlib.ExitStack() as stack:
             calib_cache, eval_cache = (stack.enter_context(c) for c in captures(
                 trace, loaded, job, calibration, evaluation, lambda: session,

@@ -5,7 +5,7 @@ settings, and `Replayed` what both give back (graphaudit.replay.cluster merges t
 one); `task_of` reads what the outputs mean from the first evaluation batch; `frozen_run`
 builds the frozen graph as the replay runs it, opens its session and checks parity, falling
 back to the graph as exported where a rewrite does not reproduce the live outputs;
-`captures` runs the trace graph over both data sets, and `replay_conditions` makes the
+`captures` runs the trace graph (its session: `open_trace`) over both data sets, and `replay_conditions` makes the
 conditions from the caches and replays them through the frozen graph.
 """
 
@@ -45,7 +45,7 @@ from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.surgery import Freeze, LogProbs, live_decisions, live_note
-from graphaudit.runtime.sessions import weights_apart
+from graphaudit.runtime.sessions import create_session, slow_fusions, weights_apart
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,15 @@ def held_apart(loaded: LoadedModel) -> tuple[LoadedModel, dict[str, np.ndarray]]
     audit at the 160M shape (650 MB beside the model's, the arrays and the session's)."""
     skeleton, names, arrays = weights_apart(loaded.model)
     return (replace(loaded, model=skeleton), dict(zip(names, arrays))) if names else (loaded, {})
+
+
+def open_trace(trace: onnx.ModelProto, loaded: LoadedModel, job: ReplayJob,
+               weights: Mapping[str, np.ndarray] | None = None) -> ort.InferenceSession:
+    """The session of the trace graph `trace`, cut from `loaded`, that both captures run;
+    `weights`: those `loaded` holds as stubs (`held_apart`)."""
+    return create_session(trace, job.providers, disabled_optimizers=slow_fusions(job.providers),
+                          weights_folder=loaded.weights_folder, threads=job.threads,
+                          flush_denormals=job.flush_denormals, qdq_fusions=not job.quantized, weights=weights)
 
 
 def captures(trace: onnx.ModelProto, loaded: LoadedModel, job: ReplayJob, calibration: InputData,
