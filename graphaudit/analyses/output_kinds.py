@@ -20,7 +20,7 @@ indexing every node and declared type of the proto again (38 ms at 18,000 nodes)
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from graphaudit.errors import UsageError
-from graphaudit.graph.model import ModelGraph, TensorRef
+from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
 LOGITS, PROBS, LOGPROBS, REGRESSION = "logits", "probs", "logprobs", "regression"
 KINDS = (LOGITS, PROBS, LOGPROBS, REGRESSION)
@@ -94,7 +94,10 @@ def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None,
         producers = {o: n for n in graph.node for o in n.output if o}
         ranks = _declared_ranks(graph)
     else:
-        producers, ranks = _Producers(graph_model), _Ranks(graph_model)
+        nodes = graph_model.nodes  # the node that makes each value, and the rank of each whose shape is known
+        producers = _MainValues(graph_model, lambda info: nodes[info.producer].proto
+                                if info.kind == "node_output" and info.producer is not None else None)
+        ranks = _MainValues(graph_model, lambda info: None if info.shape is None else len(info.shape))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     readings = {o.name: _read(o.name, producers, ranks, opset) for o in graph.output}
     for name, kind in (given or {}).items():
@@ -272,39 +275,21 @@ class _Within(Mapping[str, _V]):
         return sum(1 for _ in self)
 
 
-class _Producers(Mapping[str, onnx.NodeProto]):
-    """The node that makes each main-graph value, looked up in the graph model."""
+class _MainValues(Mapping[str, _V]):
+    """What `of` reads of each main-graph value in the graph model (None: nothing), by name."""
 
-    def __init__(self, mg: ModelGraph) -> None:
-        self.mg = mg
+    def __init__(self, mg: ModelGraph, of: Callable[[TensorInfo], _V | None]) -> None:
+        self.mg, self.of = mg, of
 
-    def __getitem__(self, name: str) -> onnx.NodeProto:
+    def __getitem__(self, name: str) -> _V:
         info = self.mg.tensors.get(TensorRef(name))
-        if info is None or info.kind != "node_output" or info.producer is None:
+        found = None if info is None else self.of(info)
+        if found is None:
             raise KeyError(name)
-        return self.mg.nodes[info.producer].proto
+        return found
 
     def __iter__(self) -> Iterator[str]:
-        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and info.kind == "node_output")
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _Ranks(Mapping[str, int]):
-    """The rank of each main-graph value whose type gives a shape, looked up in the graph model."""
-
-    def __init__(self, mg: ModelGraph) -> None:
-        self.mg = mg
-
-    def __getitem__(self, name: str) -> int:
-        info = self.mg.tensors.get(TensorRef(name))
-        if info is None or info.shape is None:
-            raise KeyError(name)
-        return len(info.shape)
-
-    def __iter__(self) -> Iterator[str]:
-        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and info.shape is not None)
+        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and self.of(info) is not None)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
