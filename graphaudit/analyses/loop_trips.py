@@ -91,7 +91,8 @@ def constant_values(mg: ModelGraph, initializers: Mapping[str, np.ndarray]) -> V
             if node is None or node.domain not in ("", "ai.onnx"):
                 return None
             if node.op_type in ("Identity", "Cast") and node.inputs and node.inputs[0] is not None:
-                casts += [node] if node.op_type == "Cast" else []
+                if node.op_type == "Cast":
+                    casts.append(node)
                 ref = node.inputs[0]
                 continue
             found = _constant_node(node) if node.op_type == "Constant" else None

@@ -165,9 +165,8 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
     """The session of `loaded`'s frozen graph as the replay runs it, checked by `check` (the parity
     of the first batch: it raises ParityError; it hands back that run's output the loop scores, or
     None). `rewrite` None: `job.rewrite`. `weights`: those `loaded` holds as stubs (`held_apart`).
-    A rewritten graph
-    that ONNX Runtime refuses or that fails `check` is graphaudit's fault, not the model's: the
-    graph as exported is checked instead, and decides."""
+    A rewritten graph that ONNX Runtime refuses or that fails `check` is graphaudit's fault, not
+    the model's: the graph as exported is checked instead, and decides."""
     coefs = job.coefficients
     frozen = Freeze(coefs)(loaded.model).model
     settings: dict[str, Any] = {}
@@ -183,7 +182,7 @@ def frozen_run(loaded: LoadedModel, job: ReplayJob, task: Task,
 
     try:
         session = opened(frozen)
-        del frozen  # its session holds the weights it needs: the proto's copy of them goes
+        del frozen  # its session holds what it needs (the weights the proto still holds inline: copied)
         parity, first = check(session)
     except GraphAuditError as err:  # ParityError, FrozenRunError, a session ONNX Runtime refuses
         if not rewrites:
