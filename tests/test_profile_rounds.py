@@ -21,11 +21,11 @@ import graphaudit.profile.profiler as profiler
 from graphaudit.cli import main
 from graphaudit.errors import UsageError
 from graphaudit.profile import profile_model
+from graphaudit.profile.events import parse_profile
 from graphaudit.profile.rounds import (
     FEWEST_RUNS,
     FEWEST_SAMPLE,
     MOST_CHOSEN_RUNS,
-    MOST_PROFILE_RUNS,
     TimedRounds,
     check_budget,
     check_precision,
@@ -111,11 +111,9 @@ def test_timed_rounds_given_are_run_as_given():
     assert rule.stop == "given" and rule.describe(7) == "7 timed rounds as given (±0% reached)"
 
 
-def test_profiled_rounds_fit_what_is_left_at_least_one():
-    assert profiled_rounds(100.0, 4, 0.1) == MOST_PROFILE_RUNS
-    assert profiled_rounds(2.5, 4, 0.1) == 2  # a profiled round: 4 runs at up to 3x 0.1 s
-    assert profiled_rounds(0.0, 4, 0.1) == 1
-    assert profiled_rounds(0.0, 4, 0.1, profile_runs=5) == 5
+def test_profiled_rounds_are_as_few_as_give_each_node_the_fewest_runs():
+    assert [profiled_rounds(sample) for sample in (1, 2, 3, 4, 32)] == [FEWEST_RUNS, 2, 1, 1, 1]
+    assert profiled_rounds(32, profile_runs=5) == 5
 
 
 @pytest.mark.parametrize("budget", [0, -1, float("nan"), float("inf"), True])
@@ -168,8 +166,7 @@ def test_the_profile_stops_its_timed_rounds_at_the_precision(files, second_per_r
     assert (doc["runs"], doc["warmup"]) == (FEWEST_RUNS, 2)  # runs of a second each: no spread at all
     assert rounds["stop"] == "precision" and rounds["reached"] == 0.0 and rounds["precision"] == 0.02
     assert (rounds["sample"], rounds["inputs"], rounds["run_s"]) == (2, 2, 1.0)
-    # after the warm-up (2 s) and 3 timed rounds of 2 inputs (6 s), 22 s of 30 are left: one profiled
-    # round of 2 inputs at up to 3 s each, and the evidence at 3 s each, fit twice
+    # two inputs: two profiled rounds give each node three profiled runs or more
     assert doc["profile_runs"] == 2
     assert doc["latency_ms"]["median"] == 1000.0 and doc["profiling_overhead"] == 1.0
 
@@ -178,10 +175,10 @@ def test_a_noisy_profile_runs_on_until_its_budget(files, noisy_seconds):
     report = profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx", threads=1,
                            precision=0.001, budget=40)
     rounds = report.to_json()["rounds"]
-    # the timed rounds' share: 40 s less the warm-up (2 x 2 s) and what one profiled round and the
-    # evidence of 2 inputs take at most (2 x (3 + 3 x 2) s = 18 s): 18 s of rounds of 4 runs
+    # the timed rounds' share: 40 s less the warm-up (2 x 2 s), the 2 profiled rounds of 2 inputs
+    # (8 s) and what the evidence of 2 inputs takes at most (2 x 3 x 2 s = 12 s): 16 s of rounds of 4 runs
     assert rounds["stop"] == "budget" and rounds["reached"] > 0.001
-    assert report.runs == pytest.approx(18 / 4, abs=1.5) and report.runs >= FEWEST_RUNS
+    assert report.runs == pytest.approx(16 / 4, abs=1.5) and report.runs >= FEWEST_RUNS
     assert "short of the ±0.1% asked" in rounds["reason"]
 
 
@@ -210,9 +207,9 @@ def test_cli_states_the_sample_and_rounds_and_why(files, second_per_run, capsys)
         main(args + ["--budget", "60"])
     out = capsys.readouterr().out
     assert info.value.code == 0
-    assert "inputs: 2 batches of 1 from" in out and "; 3 timed rounds after 2 warm-up, 3 profiled" in out
+    assert "inputs: 2 batches of 1 from" in out and "; 3 timed rounds after 2 warm-up, 2 profiled" in out
     assert ("rounds: sample: every input; timed until the 95% interval was within ±2%: ±0% reached after 3 "
-            "rounds; 3 profiled rounds (the most); chosen from measured times") in out
+            "rounds; 2 profiled rounds (each node profiled in 4 runs); chosen from measured times") in out
     with pytest.raises(SystemExit) as info:
         main(args + ["--runs", "2", "--warmup", "0", "--profile-runs", "1", "--sample", "1", "--format", "json"])
     doc = json.loads(capsys.readouterr().out)
@@ -309,6 +306,44 @@ def test_sessions_timed_in_alternation_do_not_spin(files, with_baseline, monkeyp
                   runs=1, warmup=0, profile_runs=1, threads=1)
     timed = [entry for entry in made if entry != "untimed"]
     assert timed == (["0", "0"] if with_baseline else ["default"])
+
+
+def test_each_model_has_one_session_for_its_profiled_and_then_its_timed_rounds(files, monkeypatch):
+    """The profiled rounds and the timed ones share a session at the asked level, the profiler
+    ended between them: each model's file is opened once for both (at Pythia-160M's shape the
+    sessions were a third of the profile), and the timed rounds run unprofiled."""
+    opened, open_session = [], profiler.open_session
+
+    def recorded(model, providers, options):
+        session = open_session(model, providers, options)
+        entry = {"level": options.graph_optimization_level.name, "profiled": options.enable_profiling,
+                 "saved": bool(options.optimized_model_filepath), "runs": 0, "in_profile": None}
+        run, end = session.run, session.end_profiling
+
+        def counted(*args, **kwargs):
+            entry["runs"] += 1
+            return run(*args, **kwargs)
+
+        def ended():
+            path = end()
+            entry["in_profile"] = len(parse_profile(path).runs)
+            return path
+
+        session.run, session.end_profiling = counted, ended
+        opened.append(entry)
+        return session
+
+    monkeypatch.setattr(profiler, "open_session", recorded)
+    report = profile_model(files / "dynamic.onnx", files / "data.npz", baseline=files / "dense.onnx", runs=4,
+                           warmup=1, threads=1)
+    assert [(e["level"], e["profiled"], e["saved"]) for e in opened] == [
+        ("ORT_ENABLE_ALL", True, True), ("ORT_ENABLE_ALL", True, True),
+        ("ORT_DISABLE_ALL", True, False), ("ORT_DISABLE_ALL", True, False)]
+    # 2 inputs: a warm-up run, 2 profiled rounds (3 runs of each node at least), then 4 timed rounds
+    assert report.profile_runs == 2 and report.runs == 4
+    for entry in opened[:2]:
+        assert (entry["runs"], entry["in_profile"]) == (1 + 2 * 2 + 4 * 2, 1 + 2 * 2)
+    assert [(e["runs"], e["in_profile"]) for e in opened[2:]] == [(2, 2), (2, 2)]  # the evidence: a run per input
 
 
 def test_the_calibration_capture_keeps_no_live_outputs():

@@ -175,8 +175,9 @@ def rounds_options(prefix: str = "") -> Callable:
         click.option("--warmup", type=int, help=(
             f"Runs of each input shape discarded first in each session (default: {s.DEFAULT_WARMUP}).")),
         click.option("--profile-runs", type=int, help=(
-            f"Rounds run with ONNX Runtime's profiler on, for the per-node and per-block times (default: "
-            f"{s.MOST_PROFILE_RUNS}, or fewer to fit the budget, at least 1).")),
+            "Rounds run with ONNX Runtime's profiler on, for the per-node and per-block times (default: as "
+            f"few as give each node {s.FEWEST_RUNS} profiled runs: one where {s.FEWEST_RUNS} inputs or more are "
+            "sampled).")),
         click.option(f"--{prefix}budget", "budget", type=float, default=s.DEFAULT_BUDGET_S, show_default=True,
                      help="Seconds the profile's runs may take, at the times measured on the way; the fewest "
                           f"rounds ({s.FEWEST_RUNS} timed, 1 profiled) run whatever they take."),

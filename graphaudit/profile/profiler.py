@@ -1,12 +1,14 @@
 """`profile_model`: time, profile and read the execution of a model on given inputs.
 
-Three sessions, each with one job, all on the same sample of the inputs (profile/rounds.py):
-an un-profiled one for latency (interleaved with the baseline's, when there is one), its
-timed rounds going on until the latency's interval is as tight as asked or the budget is
-spent; a profiled one at the same optimisation level for per-node and per-block shares (its
-overhead read against the timed rounds of the same inputs); and, unless that level is already
-ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL, run once per sampled input, for the
-execution evidence (every event one node).
+Two sessions per model, all on the same sample of the inputs (profile/rounds.py). One at the
+asked optimisation level runs the profiled rounds, for per-node and per-block shares, then,
+its profiler ended, the timed rounds for latency (interleaved with the baseline's, when there
+is one), going on until the latency's interval is as tight as asked or the budget is spent;
+the profiled rounds' overhead is read against the timed rounds of the same inputs. Unless
+that level is already ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL runs once per
+sampled input, for the execution evidence (every event one node). Each session reads the
+model's file once: a session of one job each made three, and at Pythia-160M's shape the
+sessions were a third of the profile.
 Profiler files and ORT's optimised model go to a fresh folder (`workdir`): a temporary one,
 removed after, or one inside `keep_profiles` whose files are moved into it, none onto an input.
 """
@@ -55,7 +57,6 @@ from graphaudit.profile.rounds import (
     DEFAULT_WARMUP,
     FIX_THEM,
     MOST_CHOSEN_RUNS,
-    MOST_PROFILE_RUNS,
     Rounds,
     TimedRounds,
     after_timing_s,
@@ -140,13 +141,19 @@ def profile_model(
 
     data_file = [Path(data)] if isinstance(data, (str, os.PathLike)) else []
     with workdir(keep_profiles, [*input_files(loaded, base), *data_file]) as work:
-        # latency: un-profiled, interleaved with the baseline's
+        # one session per model, the profiler on for its profiled rounds and off for its timed
+        # ones; ORT's optimised graph saved for the event mapping, unless saving it would have
+        # ORT copy gigabytes of weights with it
         spinning = base is None  # sessions timed in alternation must not spin on each other's cores
-        sessions = [open_session(runnable, providers, session_options(opt_level, threads, spinning=spinning))]
+        weights = _weight_bytes(loaded)
+        models = [(runnable, work / "profile", work / OPTIMISED if weights <= OPTIMISED_COPY_LIMIT else None)]
         if base is not None:
             base_runnable = runnable_model(base)
-            sessions.append(open_session(base_runnable, providers,
-                                         session_options(opt_level, threads, spinning=spinning)))
+            models.append((base_runnable, work / "baseline-profile",
+                           work / BASELINE_OPTIMISED if _weight_bytes(base) <= OPTIMISED_COPY_LIMIT else None))
+        saved = [where if opt_level != "disable" else None for _, _, where in models]
+        sessions = [open_session(source, providers, session_options(opt_level, threads, prefix, where, spinning=spinning))
+                    for (source, prefix, _), where in zip(models, saved)]
         # the first input's warm-up runs: where the inputs cannot run, they say so here, and the
         # last one's times plan the sample
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
@@ -158,36 +165,32 @@ def profile_model(
             del probe  # its runners hold the sessions: they go with the others
             chosen = sorted(order[:sample])
             picked = [feeds[i] for i in chosen]
-            timed = [make_runner(s, picked) for s in sessions]
+            runners = [make_runner(s, picked) for s in sessions]
             shapes = [feed_shapes[i] for i in chosen]
             others = first_of_each_shape(shapes, seen={feed_shapes[order[0]]})
-            warm_up(timed, others, warmup)
-            # the timed rounds' budget: what the warm-up, one profiled round and the evidence leave
+            warm_up(runners, others, warmup)
             warm_s = (max(warmup, 1) + warmup * len(others)) * (model_s + baseline_s)
-            after = after_timing_s(sample, model_s, baseline_s)
-            stopper = TimedRounds(runs, asked.precision, max(0.0, budget - warm_s - after))
-            samples = _timed_rounds(timed, sample, stopper, progress)
-        spent = warm_s + float(samples.sum()) / 1e9
-        del timed[1:], sessions[1:]  # the baseline's session: its evidence run opens its own
-
-        # per-node time: profiled at the same level, mapped through ORT's optimised graph, unless
-        # saving that graph would have ORT copy gigabytes of weights with it
-        weights = _weight_bytes(loaded)
-        profile_runs = profiled_rounds(budget - spent - after_timing_s(sample, model_s, baseline_s, profile_runs=0),
-                                       sample, model_s + baseline_s, profile_runs)
-        del timed, sessions  # their memory goes before the profiled sessions hold their own
-        mine = _profiled(runnable, mg, providers, opt_level, threads, picked, shapes, warmup, profile_runs,
-                         work / "profile", work / OPTIMISED if weights <= OPTIMISED_COPY_LIMIT else None,
-                         _rounds_done(progress, "profiled rounds", profile_runs))
+            warm_runs = max(warmup, 1) + warmup * len(others)
+            # per-node time: the profiled rounds, then the profiler off for the timed ones
+            profile_runs = profiled_rounds(sample, profile_runs)
+            profiled_ns = time_rounds(runners, sample, profile_runs, 0,
+                                      done=_rounds_done(progress, "profiled rounds", profile_runs))
+            files = [session.end_profiling() for session in sessions]
+            # the timed rounds' budget: what the warm-up, the profiled rounds and the evidence leave
+            spent = warm_s + float(profiled_ns.sum()) / 1e9
+            after = after_timing_s(sample, model_s, baseline_s, profile_runs=0)
+            stopper = TimedRounds(runs, asked.precision, max(0.0, budget - spent - after))
+            samples = _timed_rounds(runners, sample, stopper, progress)
+        del runners, sessions  # their memory goes before the evidence sessions hold their own
+        mine = _profiled(files[0], profiled_ns[0], runnable, mg, opt_level, saved[0], warm_runs, profile_runs,
+                         sample)
         profile, timed_runs, node_map, optimised = mine.profile, mine.timed_runs, mine.node_map, mine.optimised
         base_blocks = None
         if base is not None:  # the baseline's blocks, profiled alike, to set beside the model's
             base_mg = build_graph(base_runnable.model)
             base_assigned = assign_blocks(base_mg)
-            theirs = _profiled(base_runnable, base_mg, providers, opt_level, threads, picked, shapes, warmup,
-                               profile_runs, work / "baseline-profile",
-                               work / BASELINE_OPTIMISED if _weight_bytes(base) <= OPTIMISED_COPY_LIMIT else None,
-                               _rounds_done(progress, "baseline's profiled rounds", profile_runs))
+            theirs = _profiled(files[1], profiled_ns[1], base_runnable, base_mg, opt_level, saved[1], warm_runs,
+                               profile_runs, sample)
             base_blocks = breakdown(theirs.timed_runs, theirs.node_map, base_assigned, sample).blocks
             del theirs
         rows = [(batches[i][0].start, batches[i][0].stop) for i in chosen]
@@ -263,22 +266,15 @@ class _Profiled:
     optimised: onnx.ModelProto | None
 
 
-def _profiled(runnable: RunnableModel, mg, providers, opt_level: str, threads: int | None, picked, shapes,
-              warmup: int, profile_runs: int, prefix: Path, optimised_path: Path | None,
-              done: Callable[[], None] | None) -> _Profiled:
-    """`profile_runs` rounds of `runnable` over `picked` with ONNX Runtime's profiler on, after
-    `warmup` runs of each input shape, at `opt_level`; its events mapped through ORT's optimised
-    graph (saved at `optimised_path`, None: not saved) onto `mg`'s nodes."""
-    optimised_path = optimised_path if opt_level != "disable" else None
-    session = open_session(runnable, providers, session_options(opt_level, threads, prefix, optimised_path))
-    runner = [make_runner(session, picked)]
-    warmed = first_of_each_shape(shapes)
-    warm_up(runner, warmed, warmup)
-    ns = time_rounds(runner, len(picked), profile_runs, 0, done=done)[0]
-    profile = parse_profile(session.end_profiling())
-    del runner, session
-    _check_run_count(len(profile.runs), len(warmed) * warmup + profile_runs * len(picked))
-    timed_runs = tuple(profile.runs[len(warmed) * warmup:])
+def _profiled(file: str, ns: np.ndarray, runnable: RunnableModel, mg, opt_level: str, optimised_path: Path | None,
+              warm_runs: int, profile_runs: int, sample: int) -> _Profiled:
+    """The profiled rounds of `runnable` read from ONNX Runtime's profiler `file`: `warm_runs`
+    warm-up runs, then `profile_runs` rounds over `sample` inputs, timed at `ns`; the events
+    mapped through ORT's optimised graph (saved at `optimised_path`, None: not saved) onto `mg`'s
+    nodes."""
+    profile = parse_profile(file)
+    _check_run_count(len(profile.runs), warm_runs + profile_runs * sample)
+    timed_runs = tuple(profile.runs[warm_runs:])
     names = {ev.name for run in timed_runs for ev in run.events}
     optimised = load_optimised(optimised_path) if optimised_path else None
     node_map = one_to_one(mg, names) if opt_level == "disable" else \
@@ -307,7 +303,7 @@ def _rounds(stopper: TimedRounds, runs: int, warmup: int, profile_runs: int, sam
     """What the profile ran, and why, in words."""
     chosen = asked.sample is None or asked.runs is None or asked.profile_runs is None
     profiled = ("as given" if asked.profile_runs is not None else
-                "the most" if profile_runs == MOST_PROFILE_RUNS else "fewer to fit the budget")
+                f"each node profiled in {profile_runs * sample} run{'s' if profile_runs * sample != 1 else ''}")
     parts = [f"sample: {sample_why}", stopper.describe(runs),
              f"{profile_runs} profiled round{'s' if profile_runs != 1 else ''} ({profiled})"]
     reason = "; ".join(parts) + (f"; chosen from measured times, so another run may choose others ({FIX_THEM})"

@@ -1,22 +1,23 @@
 """How much a profile runs: which inputs, how many rounds, and when the timing stops.
 
-A profile runs in four passes (profiler.py), each on the same *sample* of the inputs:
-warm-up runs (each session, each input shape); timed rounds of the model and the baseline
-beside it, un-profiled, each round running every sampled input once; profiled rounds, for
-per-node and per-block shares; one run per sampled input at ORT_DISABLE_ALL for the
-execution evidence. The old fixed rounds (20 timed after 3 warm-up, 3 profiled, over every
-input) took under a second on the zoo and 445 s of a 555 s audit at Pythia-160M's shape.
+A profile runs in four passes (profiler.py), each on the same *sample* of the inputs, the first
+three in one session per model: warm-up runs (each input shape); profiled rounds, for per-node
+and per-block shares; timed rounds of the model and the baseline beside it, once the profiler
+is off, each round running every sampled input once; one run per sampled input at
+ORT_DISABLE_ALL for the execution evidence. The old fixed rounds (20 timed after 3 warm-up,
+3 profiled, over every input) took under a second on the zoo and 445 s of a 555 s audit at
+Pythia-160M's shape.
 
 What is not given is chosen from measured times, so another run may choose otherwise:
 
 - the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
   them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
   FEWEST_SAMPLE, spread evenly over the data (`spread_order`);
+- the profiled rounds (`profiled_rounds`): as few as give each node FEWEST_RUNS profiled runs,
+  one round where the sample holds that many inputs;
 - the timed rounds (`TimedRounds`): at least FEWEST_RUNS, then on until the 95% interval of
   the latency ratio to the baseline (without one: of the workload's latency) is within
-  ±precision of it, or the budget left for them is spent, or MOST_CHOSEN_RUNS have run;
-- the profiled rounds (`profiled_rounds`): MOST_PROFILE_RUNS where they fit what is left of
-  the budget, else fewer, at least one.
+  ±precision of it, or the budget left for them is spent, or MOST_CHOSEN_RUNS have run.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ from graphaudit.profile.settings import (
     FEWEST_RUNS,
     FEWEST_SAMPLE,
     MOST_CHOSEN_RUNS,
-    MOST_PROFILE_RUNS,
 )
 from graphaudit.wording import pct
 
-__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "MOST_CHOSEN_RUNS", "MOST_PROFILE_RUNS", "Rounds",
+__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
            "profiled_rounds", "sample_cost", "spread_order"]
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
@@ -101,7 +101,7 @@ def spread_order(n: int) -> list[int]:
 
 def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
     """Seconds, at most, that `profile_runs` profiled rounds and the evidence runs take on
-    `inputs` inputs after the timed rounds, when a run of the model takes `model_s` (the
+    `inputs` inputs beside the timed rounds, when a run of the model takes `model_s` (the
     baseline's `baseline_s`: it is profiled and run for evidence alike)."""
     return inputs * (profile_runs * PROFILED_COST + EVIDENCE_COST) * (model_s + baseline_s)
 
@@ -198,14 +198,14 @@ class TimedRounds:
                 "asked; the noise is the machine's")
 
 
-def profiled_rounds(left_s: float, sample: int, model_s: float, profile_runs: int | None = None) -> int:
-    """Profiled rounds: `profile_runs` where given, else the most of MOST_PROFILE_RUNS that fit
-    `left_s` seconds at `model_s` a plain run, at least one."""
+def profiled_rounds(sample: int, profile_runs: int | None = None) -> int:
+    """Profiled rounds over `sample` inputs: `profile_runs` where given, else as few as give each
+    node FEWEST_RUNS profiled runs (a median that drops a run another process preempted), one
+    round where the sample holds that many inputs. The per-node shares need no more: each run
+    profiles every node, and what they cost the timed rounds measure, unprofiled."""
     if profile_runs is not None:
         return profile_runs
-    per_round = sample * PROFILED_COST * model_s
-    fits = int(left_s // per_round) if per_round > 0 else MOST_PROFILE_RUNS
-    return max(1, min(MOST_PROFILE_RUNS, fits))
+    return -(-FEWEST_RUNS // max(1, sample))
 
 
 def check_budget(budget_s: float) -> None:

@@ -18,9 +18,8 @@ OPT_LEVEL_NAMES = ("disable", "basic", "extended", "layout", "all")  # --opt-lev
 DEFAULT_BUDGET_S = 30.0  # seconds the profile's runs take at most, where the fewest allow it
 DEFAULT_PRECISION = 0.02  # the latency interval's half-width, relative, at which timed rounds stop
 # How much a profile runs where it chooses (profile/rounds.py); here, where the CLI's help reads them
-FEWEST_RUNS = 3  # timed rounds at least: a median and a spread
+FEWEST_RUNS = 3  # timed rounds at least, and profiled runs of each node: a median and a spread
 MOST_CHOSEN_RUNS = 100  # timed rounds at most where the precision decides: past them the noise is the machine's
-MOST_PROFILE_RUNS = 3  # profiled rounds where they fit
 FEWEST_SAMPLE = 4  # inputs a chosen sample holds at least
 DEFAULT_WARMUP = 2  # ORT plans a shape's memory on its first run and allocates the plan on the second
 
