@@ -152,3 +152,16 @@ def test_a_rewrite_that_fails_leaves_no_manifest_over_half_written_files(tmp_pat
     assert not again.reused and again.location == folder and (folder / "manifest.json").is_file()
     again.close()
     assert capture(trace, coefs, data, batch_size=4, cache_dir=tmp_path).reused
+
+
+def test_an_output_is_refused_for_a_nan_and_not_for_infinities():
+    """The live outputs' check reads a batch's minimum first: a NaN anywhere makes it NaN, an
+    infinity of either sign does not (a log-probability of -inf is a probability of 0)."""
+    check = capture_module._check_finite
+    logits = np.zeros((2, 3, 5), dtype=np.float32)
+    logits[0, 0, :2] = (np.inf, -np.inf)
+    check([], {"logits": logits, "empty": np.zeros((0, 5), np.float32)}, slice(4, 6), "data")
+    logits[1, 2, 4] = np.nan
+    with pytest.raises(GraphAuditError, match=r"expected no NaN in the output 'logits', found 1 NaN values for "
+                                              r"data inputs 4\.\.5"):
+        check([], {"logits": logits}, slice(4, 6), "data")
