@@ -225,15 +225,12 @@ def audit(
     report("static audit", 0, 1)
     shapes = _shapes(loaded, data if data is not None else calib, feeding)
     static = _static(loaded, block_pattern, coefficients, shapes)
-    baseline_flops = None
+    baseline_flops, base = None, None
     if baseline is not None:
         base = load_for_runtime(baseline)
         _check_baseline_inputs(loaded, base)
         baseline_flops = _total_flops(_static(base, None, (), shapes))
-        if not isinstance(baseline, (str, os.PathLike)):
-            baseline = base
-        # a file is read again by the profile: its weights are not held through the replay
-        del base
+        base = _held_for_profile(baseline, base)
     report("static audit", 1, 1)
     clock.lap("static_s")
 
@@ -265,7 +262,7 @@ def audit(
                      "machine with no worker beside it, since a neighbour's load would be in its latencies")
 
     report("profile", 0, 1)
-    profiled = _profile(loaded, data if data is not None else calib, baseline,
+    profiled = _profile(loaded, data if data is not None else calib, base,
                         replace(settings.profile, threads=threads), static,
                         lambda stage, done, total: report(f"profile: {stage}", done, total))
     report("profile", 1, 1)
@@ -336,6 +333,19 @@ def _replay(loaded, calib, data, settings, static, progress):
 
     result = replay(loaded, calib, data, settings, static=static, progress=progress)
     return result if result.coefficients else None
+
+
+def _held_for_profile(baseline, base: LoadedModel):
+    """What the profile is handed of the baseline `base`, loaded from `baseline`: its graph alone
+    where the profile's sessions read its file (the proto read twice took a second or two at
+    Pythia-160M's shape; its weights, 650 MB there, held through the replay, would be its peak);
+    else the file again, or the LoadedModel the caller gave."""
+    from graphaudit.profile.session import reads_its_file
+    from graphaudit.runtime.sessions import without_weights
+
+    if reads_its_file(base):
+        return replace(base, model=without_weights(base.model))
+    return baseline if isinstance(baseline, (str, os.PathLike)) else base
 
 
 def _profile(loaded, data, baseline, settings, static, progress=None):

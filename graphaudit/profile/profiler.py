@@ -35,7 +35,6 @@ from graphaudit.load.data import (
     load_data,
     whole_batches,
 )
-from graphaudit.load.external_data import tensor_bytes
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
 from graphaudit.profile.baseline import check_same_inputs, compare
@@ -79,7 +78,7 @@ from graphaudit.profile.settings import ProfileSettings
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.profile.workdir import BASELINE_OPTIMISED, OPTIMISED, input_files, workdir
 from graphaudit.progress import Progress
-from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
+from graphaudit.runtime.sessions import resolve_providers, running, usable_threads, weight_bytes
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
 OPTIMISED_COPY_LIMIT = 2**30
@@ -385,9 +384,8 @@ def _check_run_count(found: int, expected: int) -> None:
 def _weight_bytes(loaded: LoadedModel) -> int:
     """Bytes of the weights ONNX Runtime would write beside its optimised model of `loaded`: the
     external weight files it maps, and the initializers the proto holds (it writes those to the
-    side file too), sized from their types and shapes, unread."""
-    inline = sum(tensor_bytes(t) or 0 for t in loaded.model.graph.initializer
-                 if t.data_location != onnx.TensorProto.EXTERNAL)
+    side file too, and those held apart as stubs alike), sized from their types and shapes, unread."""
+    inline = sum(weight_bytes(t) for t in loaded.model.graph.initializer)
     if loaded.weights_folder is None:
         return inline
     return inline + sum((loaded.weights_folder / name).stat().st_size for name in loaded.external_files)

@@ -41,12 +41,20 @@ class RunnableModel:
     weights_folder: Path | None = None  # where external weights left on disk lie
 
 
+def reads_its_file(loaded: LoadedModel) -> bool:
+    """Whether the profile's sessions of `loaded` read its file: every node name is unique, and
+    nothing was inlined or repaired at load (the file is still as written). Then its proto is
+    only read, never handed to ORT, and needs no weight (`runtime.sessions.without_weights`)."""
+    if loaded.path is None or loaded.inlined_calls or loaded.repairs:
+        return False
+    counts = Counter(n.name for n in all_nodes(loaded.model.graph))
+    return all(name and count == 1 for name, count in counts.items())
+
+
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
-    """The model to hand ORT: its file when every node name is unique (and nothing was inlined or
-    repaired at load: the file is still as written), else a renamed copy."""
-    names = [n.name for n in all_nodes(loaded.model.graph)]
-    counts = Counter(names)
-    if loaded.path is not None and not loaded.inlined_calls and not loaded.repairs and all(name and counts[name] == 1 for name in names):
+    """The model to hand ORT: its file where the sessions can read it (`reads_its_file`), else a
+    copy whose nodes are renamed."""
+    if reads_its_file(loaded):
         return RunnableModel(str(loaded.path), loaded.model, 0, loaded.weights_folder)
     copy = onnx.ModelProto()
     copy.CopyFrom(loaded.model)

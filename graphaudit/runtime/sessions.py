@@ -289,11 +289,34 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
     arrays in, so a value inference reads (a Reshape's shape, an Unsqueeze's axes: a few
     integers) must stay, and does at any sensible `over`. `model` itself comes back when none go."""
     over = HANDED_OVER if over is None else over
-    heavy = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
-             and t.data_type in _NATIVE_TYPES and (tensor_bytes(t) or 0) > over]
+    heavy = _heavy(model, over)
     if not heavy:
         return model, [], []
-    moved = {t.name for t in heavy}
+    return _stubbed(model, {t.name for t in heavy}), [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
+
+
+def without_weights(model: onnx.ModelProto, over: int | None = None) -> onnx.ModelProto:
+    """`model` with the weights `weights_apart` takes out left as its stubs, and no array made:
+    a graph to read, for a model whose sessions read its file (`model` itself when none go)."""
+    heavy = _heavy(model, HANDED_OVER if over is None else over)
+    return _stubbed(model, {t.name for t in heavy}) if heavy else model
+
+
+def weight_bytes(tensor: onnx.TensorProto) -> int:
+    """The bytes of an initializer held in the proto, or held apart as a stub (`weights_apart`);
+    0 for one stored in an external file, or of a type without a fixed size."""
+    held = tensor.data_location != onnx.TensorProto.EXTERNAL or _is_stub(tensor)
+    return (tensor_bytes(tensor) or 0) if held else 0
+
+
+def _heavy(model: onnx.ModelProto, over: int) -> list[onnx.TensorProto]:
+    return [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+            and t.data_type in _NATIVE_TYPES and (tensor_bytes(t) or 0) > over]
+
+
+def _stubbed(model: onnx.ModelProto, moved: set[str]) -> onnx.ModelProto:
+    """A copy of `model` whose initializers named in `moved` are stubs of external data at
+    STUB_LOCATION, their types and shapes kept."""
     skeleton = onnx.ModelProto()
     copy_except(model, skeleton, "graph")
     copy_except(model.graph, skeleton.graph, "initializer")
@@ -305,7 +328,7 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
         stub.data_location = onnx.TensorProto.EXTERNAL
         for key, value in (("location", STUB_LOCATION), ("offset", "0"), ("length", str(tensor_bytes(tensor)))):
             stub.external_data.add(key=key, value=value)
-    return skeleton, [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
+    return skeleton
 
 
 def _is_stub(tensor: onnx.TensorProto) -> bool:
