@@ -168,8 +168,8 @@ def profile_model(
             shapes = [feed_shapes[i] for i in chosen]
             others = first_of_each_shape(shapes, seen={feed_shapes[order[0]]})
             warm_up(runners, others, warmup)
-            warm_s = (max(warmup, 1) + warmup * len(others)) * (model_s + baseline_s)
-            warm_runs = max(warmup, 1) + warmup * len(others)
+            warm_runs = max(warmup, 1) + warmup * len(others)  # of each session
+            warm_s = warm_runs * (model_s + baseline_s)
             # per-node time: the profiled rounds, then the profiler off for the timed ones
             profile_runs = profiled_rounds(sample, profile_runs)
             profiled_ns = time_rounds(runners, sample, profile_runs, 0,

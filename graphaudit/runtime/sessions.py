@@ -288,7 +288,6 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
     Runtime replaces before it would read one. ONNX Runtime infers shapes before it puts the
     arrays in, so a value inference reads (a Reshape's shape, an Unsqueeze's axes: a few
     integers) must stay, and does at any sensible `over`. `model` itself comes back when none go."""
-    over = HANDED_OVER if over is None else over
     heavy = _heavy(model, over)
     if not heavy:
         return model, [], []
@@ -298,7 +297,7 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
 def without_weights(model: onnx.ModelProto, over: int | None = None) -> onnx.ModelProto:
     """`model` with the weights `weights_apart` takes out left as its stubs, and no array made:
     a graph to read, for a model whose sessions read its file (`model` itself when none go)."""
-    heavy = _heavy(model, HANDED_OVER if over is None else over)
+    heavy = _heavy(model, over)
     return _stubbed(model, {t.name for t in heavy}) if heavy else model
 
 
@@ -309,7 +308,10 @@ def weight_bytes(tensor: onnx.TensorProto) -> int:
     return (tensor_bytes(tensor) or 0) if held else 0
 
 
-def _heavy(model: onnx.ModelProto, over: int) -> list[onnx.TensorProto]:
+def _heavy(model: onnx.ModelProto, over: int | None) -> list[onnx.TensorProto]:
+    """The main graph's inline initializers past `over` bytes (None: HANDED_OVER) whose element
+    type NumPy holds natively: those `weights_apart` takes out."""
+    over = HANDED_OVER if over is None else over
     return [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
             and t.data_type in _NATIVE_TYPES and (tensor_bytes(t) or 0) > over]
 
