@@ -225,11 +225,12 @@ def audit(
     report("static audit", 0, 1)
     shapes = _shapes(loaded, data if data is not None else calib, feeding)
     static = _static(loaded, block_pattern, coefficients, shapes)
-    baseline_flops, base = None, None
+    baseline_flops, base, base_static = None, None, None
     if baseline is not None:
         base = load_for_runtime(baseline)
         _check_baseline_inputs(loaded, base)
-        baseline_flops = _total_flops(_static(base, None, (), shapes))
+        base_static = _static(base, None, (), shapes)  # the profile's too: its FLOPs where they are what runs
+        baseline_flops = _total_flops(base_static)
         base = _held_for_profile(baseline, base)
     report("static audit", 1, 1)
     clock.lap("static_s")
@@ -264,7 +265,7 @@ def audit(
     report("profile", 0, 1)
     profiled = _profile(loaded, data if data is not None else calib, base,
                         replace(settings.profile, threads=threads), static,
-                        lambda stage, done, total: report(f"profile: {stage}", done, total))
+                        lambda stage, done, total: report(f"profile: {stage}", done, total), base_static)
     report("profile", 1, 1)
     clock.lap("profile_s")
 
@@ -348,10 +349,11 @@ def _held_for_profile(baseline, base: LoadedModel):
     return baseline if isinstance(baseline, (str, os.PathLike)) else base
 
 
-def _profile(loaded, data, baseline, settings, static, progress=None):
+def _profile(loaded, data, baseline, settings, static, progress=None, baseline_static=None):
     from graphaudit.profile import profile_model
 
-    return profile_model(loaded, data, settings, baseline=baseline, static=static, progress=progress)
+    return profile_model(loaded, data, settings, baseline=baseline, static=static, baseline_static=baseline_static,
+                         progress=progress)
 
 
 def _shapes(loaded: LoadedModel, data, feeding=None) -> dict[str, tuple[int, ...]] | None:

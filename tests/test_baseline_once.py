@@ -14,6 +14,7 @@ from graphaudit.load import model as load_module
 from graphaudit.load.model import load_for_runtime
 from graphaudit.profile import profile_model
 from graphaudit.profile import profiler as profiler_module
+from graphaudit.profile.baseline import COUNTED
 from graphaudit.runtime.sessions import HANDED_OVER, STUB_LOCATION
 
 from support.models import gated_lm, token_ids
@@ -83,3 +84,28 @@ def test_a_profile_of_the_baselines_graph_alone_is_the_profile_of_the_baseline(f
     same = [{k: v for k, v in doc.items() if k != "blocks" and not any(t in k for t in timed)} for doc in docs]
     assert same[0] == same[1] and set(same[0]) >= {"model", "flops_executed"} and same[0]["flops_executed"]
     assert [b["name"] for b in docs[0]["blocks"]] == [b["name"] for b in docs[1]["blocks"]]
+
+
+def test_the_baselines_static_audit_is_made_once_and_stands_for_its_executed_flops(files, monkeypatch):
+    """The audit hands the profile the baseline's static audit it made for its FLOP count: nothing
+    in that graph depends on input values, so its count is what each input executes, and the
+    baseline has no evidence session of its own (at Pythia-160M's shape it took 2 s)."""
+    audited, evidence = [], []
+    static, evidence_runs = audit_module._static, profiler_module._evidence_runs
+
+    def counted(loaded, *args):
+        audited.append(loaded.path)
+        return static(loaded, *args)
+
+    def recorded(runnable, providers, feeds, threads, prefix):
+        evidence.append(prefix.name)
+        return evidence_runs(runnable, providers, feeds, threads, prefix)
+
+    monkeypatch.setattr(audit_module, "_static", counted)
+    monkeypatch.setattr(profiler_module, "_evidence_runs", recorded)
+    report = audit(files / "model.onnx", files / "calib.npz", files / "eval.npz", baseline=files / "dense.onnx",
+                   provider="cpu", runs=2, warmup=1, threads=1)
+    assert audited.count(files / "dense.onnx") == 1
+    assert evidence == ["evidence"]  # the model's alone
+    assert report.profile.baseline.flops_source == COUNTED
+    assert report.profile.baseline.flops_executed == report.baseline_flops > 0

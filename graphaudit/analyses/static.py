@@ -136,6 +136,22 @@ class StaticReport:
         return self.model_decides or self.data_dependent_compute
 
     @property
+    def fixed_work(self) -> bool:
+        """Whether every run fed the counted shapes executes the whole FLOP count: each node
+        counted once at a size those shapes fix, and nothing the input values decide (no
+        conditional If or Loop, whoever decides it; no selection, capacity or loop; no compute
+        node of unknown size)."""
+        flops = self.flops
+        if flops is None or self.dynamic or self.conditional_execution or self.outside_blocks:
+            return False
+        if any(d.conditional for d in self.decisions):
+            return False
+        # `basis` empty: the total needed no word on how it was counted (a branch, a trip count,
+        # every row selected, a node left out), so it is every node once
+        return (not flops.basis and flops.skippable == 0 and not flops.skippable_uncounted and not flops.every_row
+                and not flops.loops and flops.capacity is None and not flops.count.unknown_shape)
+
+    @property
     def deciders(self) -> dict[str, str]:
         """If / Loop id -> who decides it (caller, shape, constant, model)."""
         return {d.node: d.decided_by for d in self.decisions}

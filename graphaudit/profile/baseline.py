@@ -10,12 +10,19 @@ so it holds the variation between inputs and the noise of the measurement. The v
 interval (`ratio_interval`, 95%) resamples only the rounds: the inputs are the workload the
 ratio is about, so what another run on them may change is the measurement's noise, and a
 saving is decided only where that interval lies on one side of the threshold.
+
+The baseline's executed FLOPs are measured as the model's are (one run per input, profiled at
+ORT_DISABLE_ALL), except where its static count already is them (`counted_flops`): a graph in
+which nothing depends on input values runs every node once at the sizes its input shapes fix,
+so on inputs of the shapes it was counted at it executes its whole count, and measuring it
+again (its file read once more, each input run under the profiler) would count it twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +40,10 @@ INTERVAL_LEVEL = 0.95
 INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the same for both models and every "
                    "input kept (seed 0): the noise of the measurement on this workload, not the drift of a "
                    "machine's load between runs; none from a single round")
+# where the baseline's executed FLOPs come from
+MEASURED = "measured"
+COUNTED = "counted from its graph: nothing in it depends on input values"
+FLOPS_SOURCES = (MEASURED, COUNTED)
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class BaselineComparison:
     ratio: float  # model / baseline, whole workload
     ratio_spread: Spread  # bootstrap over inputs and rounds
     flops_executed: float | None = None  # the baseline's mean FLOPs per input
+    flops_source: str | None = None  # MEASURED or COUNTED; None: no FLOPs
     ratio_interval: Interval | None = None  # bootstrap over rounds: what the verdict decides on
     blocks: tuple[GroupTime, ...] | None = None  # its time per block, profiled as the model's was
 
@@ -74,7 +86,7 @@ class BaselineComparison:
         return {"model": self.model, "latency_ms": self.latency_ms.median,
                 "latency_spread_ms": self.latency_ms.to_json(), "ratio": self.ratio,
                 "ratio_spread": self.ratio_spread.to_json(), "ratio_method": RATIO_METHOD,
-                "slower_pct": self.slower_pct, "flops_executed": self.flops_executed,
+                "slower_pct": self.slower_pct, "flops_executed": self.flops_executed, "flops_source": self.flops_source,
                 "ratio_interval": None if self.ratio_interval is None else self.ratio_interval.to_json(),
                 "blocks": None if self.blocks is None else [b.to_json() for b in self.blocks]}
 
@@ -105,9 +117,11 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
 
 
 def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_executed: float | None = None,
-            resamples: int = RESAMPLES, seed: int = 0, blocks: Sequence[GroupTime] | None = None) -> BaselineComparison:
+            resamples: int = RESAMPLES, seed: int = 0, blocks: Sequence[GroupTime] | None = None,
+            flops_source: str | None = None) -> BaselineComparison:
     """The comparison from (round, batch) nanosecond samples of model and baseline; `blocks`: the
-    baseline's time per block (breakdown.breakdown of its profiled rounds)."""
+    baseline's time per block (breakdown.breakdown of its profiled rounds); `flops_source`: where
+    `flops_executed` came from (MEASURED, COUNTED)."""
     ratio = float(per_input_ms(model_ns).sum() / per_input_ms(baseline_ns).sum())
     rng = np.random.default_rng(seed)
     rounds, inputs = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
@@ -116,9 +130,26 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
         r = rng.integers(0, rounds, rounds)[:, None]
         i = rng.integers(0, inputs, inputs)[None, :]
         boot[k] = per_input_ms(model_ns[r, i]).sum() / per_input_ms(baseline_ns[r, i]).sum()
-    return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed,
+    return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed, flops_source,
                               ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed),
                               None if blocks is None else tuple(blocks))
+
+
+def counted_flops(static: Any | None, feed_shapes: Sequence[tuple[tuple[str, tuple[int, ...]], ...]]) -> float | None:
+    """The FLOPs each run fed `feed_shapes` executes, from the static count of `static` (the
+    baseline's StaticReport), where that count is what every such run executes; None where they
+    must be measured.
+
+    It is where nothing in the graph depends on input values (`StaticReport.fixed_work`) and
+    every run is fed exactly the shapes it was counted at: a run is one input, or the model's
+    fixed batch, both for the count (`audit._shapes`) and for `flops_executed` (per run, mean
+    over runs), so another batch or sequence length is another shape and is measured."""
+    if static is None or not static.fixed_work or not static.flops.shapes:  # no shapes: counted at none given
+        return None
+    counted_at = dict(static.flops.shapes)
+    if not feed_shapes or any(dict(shapes) != counted_at for shapes in feed_shapes):
+        return None
+    return float(static.flops.total)
 
 
 def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float = INTERVAL_LEVEL,

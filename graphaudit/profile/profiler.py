@@ -6,9 +6,11 @@ its profiler ended, the timed rounds for latency (interleaved with the baseline'
 is one), going on until the latency's interval is as tight as asked or the budget is spent;
 the profiled rounds' overhead is read against the timed rounds of the same inputs. Unless
 that level is already ORT_DISABLE_ALL, a profiled one at ORT_DISABLE_ALL runs once per
-sampled input, for the execution evidence (every event one node). Each session reads the
-model's file once: a session of one job each made three, and at Pythia-160M's shape the
-sessions were a third of the profile.
+sampled input, for the execution evidence (every event one node); the baseline's, whose one
+use is its executed FLOPs, only where the static count handed in (`baseline_static`) is not
+already them (baseline.counted_flops; at Pythia-160M's shape it took 2 s of a 64 s audit).
+Each session reads the model's file once: a session of one job each made three, and at
+Pythia-160M's shape the sessions were a third of the profile.
 Profiler files and ORT's optimised model go to a fresh folder (`workdir`): a temporary one,
 removed after, or one inside `keep_profiles` whose files are moved into it, none onto an input.
 """
@@ -37,7 +39,7 @@ from graphaudit.load.data import (
 )
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
-from graphaudit.profile.baseline import check_same_inputs, compare
+from graphaudit.profile.baseline import COUNTED, MEASURED, check_same_inputs, compare, counted_flops
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import Profile, Run, parse_profile
 from graphaudit.profile.execution import read_execution
@@ -92,6 +94,7 @@ def profile_model(
     baseline: str | os.PathLike | LoadedModel | None = None,
     block_map: Any | None = None,
     static: Any | None = None,
+    baseline_static: Any | None = None,
     progress: Progress | None = None,
     **options: Any,
 ) -> ProfileReport:
@@ -100,7 +103,9 @@ def profile_model(
     `settings` (a ProfileSettings) says how; keywords `options` name its fields one by one
     (`profile_model(m, data, runs=5)`), over `settings` when both are given. Blocks come from
     `block_map` if given, else from the static block finder (with the settings' `block_pattern`);
-    a StaticReport given as `static` has its block verdicts checked against what ran. `batch_size`
+    a StaticReport given as `static` has its block verdicts checked against what ran; the baseline's
+    as `baseline_static` stands for its executed FLOPs where it is them (baseline.counted_flops),
+    and its evidence runs are left out. `batch_size`
     None: 1, or the model's own batch when its inputs fix their first dimension (another size is
     then a UsageError; inputs past the last whole batch are left out, with a note). `feeding`:
     values fed whole to every run and inputs batched on an axis of their own
@@ -200,11 +205,14 @@ def profile_model(
             evidence_runs = _evidence_runs(runnable, providers, picked, threads, work / "evidence")
         execution = read_execution(evidence_runs, rows, shapes, mg, _one_to_one(mg, evidence_runs),
                                    blocks, flop_counter, _selections(static, mg))
-        base_flops = None
+        base_flops, base_source = None, None
         if base is not None and flop_counter is not None:
-            base_runs = _evidence_runs(base_runnable, providers, picked, threads, work / "baseline")
-            base_flops = read_execution(base_runs, rows, shapes, base_mg, _one_to_one(base_mg, base_runs),
-                                        base_assigned, flop_counter).mean_flops()
+            base_flops, base_source = counted_flops(baseline_static, shapes), COUNTED
+            if base_flops is None:  # its graph or the inputs' shapes leave what it executes open
+                base_runs = _evidence_runs(base_runnable, providers, picked, threads, work / "baseline")
+                base_flops = read_execution(base_runs, rows, shapes, base_mg, _one_to_one(base_mg, base_runs),
+                                            base_assigned, flop_counter).mean_flops()
+                base_source = MEASURED if base_flops is not None else None
         times = breakdown(timed_runs, node_map, blocks, sample)
         trace_path = None
         if trace is not None:
@@ -243,8 +251,8 @@ def profile_model(
         input_latency_ms=tuple(float(x) for x in np.median(samples[0], axis=0) / 1e6),
         breakdown=times,
         execution=execution,
-        baseline=compare(_label(base), samples[0], samples[1], base_flops, blocks=base_blocks) if base is not None
-        else None,
+        baseline=compare(_label(base), samples[0], samples[1], base_flops, blocks=base_blocks,
+                         flops_source=base_source) if base is not None else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,

@@ -37,6 +37,9 @@ def render_text(r: ProfileReport) -> str:
                      + (f"; {pct(b.ratio_interval.level, 0, small=False)} interval over rounds {b.ratio_interval.low:.3f}–"
                         f"{b.ratio_interval.high:.3f}" if b.ratio_interval is not None and b.ratio_interval.rounds > 1
                         else "") + f"): {b.describe()}")
+        if b.flops_executed is not None:
+            lines.append(f"baseline FLOPs per {per}: {_count(b.flops_executed)}"
+                         + (f" ({b.flops_source})" if b.flops_source else ""))
     lines += [
         f"node times: {NODE_TIME_KINDS[r.node_time_kind]}",
         f"mapping: {r.mapping}" + (f" ({r.fused_nodes} fused or replaced nodes)" if r.fused_nodes else ""),
