@@ -13,6 +13,7 @@ value_info, bodies' inputs), where inference then writes what it finds.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TypeGuard
 
 import onnx
@@ -45,10 +46,12 @@ def is_fixed_shape(shape: tuple[int | str | None, ...] | None) -> TypeGuard[tupl
     return shape is not None and all(isinstance(d, int) for d in shape)
 
 
-def name_free_dims(model: onnx.ModelProto) -> int:
+def name_free_dims(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None) -> int:
     """How many free dimensions of `model`'s graph inputs were given a symbol of their own (the
-    model is changed in place: the caller owns it); free spellings elsewhere are cleared."""
-    taken = {d.dim_param for g in graphs(model.graph) for v in (*g.input, *g.output, *g.value_info)
+    model is changed in place: the caller owns it); free spellings elsewhere are cleared.
+    `every`: the model's graphs, as `protos.graphs` lists them, where the caller has them."""
+    every = every or list(graphs(model.graph))
+    taken = {d.dim_param for g in every for v in (*g.input, *g.output, *g.value_info)
              if v.type.HasField("tensor_type") for d in v.type.tensor_type.shape.dim if d.dim_param}
     weights = {t.name for t in model.graph.initializer}
     named = 0
@@ -63,7 +66,7 @@ def name_free_dims(model: onnx.ModelProto) -> int:
                 taken.add(symbol)
                 dim.dim_param = symbol
                 named += 1
-    for graph in graphs(model.graph):
+    for graph in every:
         values = (*graph.output, *graph.value_info, *(graph.input if graph is not model.graph else ()))
         for value in values:
             if value.type.HasField("tensor_type"):

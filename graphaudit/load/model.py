@@ -124,14 +124,19 @@ def load_model(
         base = path.resolve().parent
     _require_graph(model, path)
     _check_versions(model, path)
-    _check_text(model, path)
-    imports, dropped = repair.add_runtime_imports(model), repair.drop_untyped_value_info(model)
+    # The graph and its bodies, listed once for the passes below that read each (one walk of
+    # every node: ten of them were a sixth of a static audit at 18,000 nodes), and listed again
+    # wherever nodes are moved, added or copied.
+    every = list(graphs(model.graph))
+    _check_text(model, path, every)
+    imports, dropped = repair.add_runtime_imports(model, every), repair.drop_untyped_value_info(model, every)
     moved = 0
     typed: tuple[str, ...] = ()
     if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
         if not in_order(model.graph) and not order_problem(model):
             moved = sort_nodes(model.graph)
         model, typed = _typed_outputs(model)
+        every = list(graphs(model.graph))
     if imports or dropped or moved or typed:
         data = None  # the file's bytes are no longer the model's encoding
     tensors, nested = external_data.scan(model, data)
@@ -150,9 +155,10 @@ def load_model(
             check_model(checkable, path, external if nested else (), payload=payload)
         except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
             moved = sort_nodes(model.graph)
+            every = list(graphs(model.graph))
             check_model(_for_checker(model, None)[0], path, external if nested else ())
     del data  # what follows works on the parsed model
-    name_free_dims(model)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
+    name_free_dims(model, every)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
     inlined_calls = 0
     inlined_functions: tuple[str, ...] = ()
     if inline and model.functions:  # before inference, which then types the inlined bodies' values too
@@ -160,9 +166,10 @@ def load_model(
         if found is not None:
             inlined_functions = tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions)
             model, inlined_calls = found
+            every = list(graphs(model.graph))
     inferred_ok, inferred_error = True, None
     if infer_shapes:
-        model, inferred_ok, inferred_error = _infer_shapes(model)
+        model, inferred_ok, inferred_error = _infer_shapes(model, every)
     if weights and external:
         assert base is not None  # require_files above refused external weights without a folder
         _load_external(model, base, path)
@@ -268,14 +275,15 @@ def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
         )
 
 
-def _check_text(model: onnx.ModelProto, path: Path | None) -> None:
-    """Refuse names and metadata that are not UTF-8: protobuf hands them back as bytes, not text."""
+def _check_text(model: onnx.ModelProto, path: Path | None, every: list[onnx.GraphProto]) -> None:
+    """Refuse names and metadata that are not UTF-8: protobuf hands them back as bytes, not text
+    (`every`: the model's graphs, as `graphs` lists them)."""
     where = f" in {path}" if path else ""
     try:
         # `+` and str.join raise TypeError on bytes: one pass over the nodes (about 0.6 s per million).
-        for nodes in node_lists(model):
+        for nodes in node_lists(model, every):
             "".join([n.name + n.op_type + n.domain for n in nodes])
-        for graph in graphs(model.graph):
+        for graph in every:
             "".join([v.name for field in (graph.input, graph.output, graph.initializer, graph.value_info)
                      for v in field])
         "".join([p.key for p in model.metadata_props] + [o.domain for o in model.opset_import])
@@ -328,19 +336,22 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
         ) from None
 
 
-def _infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+def _infer_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | None = None
+                  ) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
     (`_inferred`); where a value name repeats across bodies, inferred with each body's values
-    under names of their own (`protos.rename_body_values`), given back after."""
-    back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph) else {}
-    result = _inferred(model)
+    under names of their own (`protos.rename_body_values`), given back after. `every`: the
+    model's graphs, as `graphs` lists them, where the caller has them."""
+    every = every if every is not None else list(graphs(model.graph))
+    back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph, every) else {}
+    result = _inferred(model, every)
     if back:
         for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
             restore_names(graph, back)
     return result
 
 
-def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None]:
+def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto]) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
 
     Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
@@ -364,7 +375,8 @@ def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, bool, str | None
             return model, False, brief(err)
     if skeleton is model:
         return inferred, True, None
-    for mine, found in zip(graphs(model.graph), graphs(inferred.graph)):  # the same bodies, in the same order
+    # the same bodies, in the same order (inference adds none: a graph without any has one)
+    for mine, found in zip(every, graphs(inferred.graph) if len(every) > 1 else [inferred.graph]):
         del mine.value_info[:]
         mine.value_info.extend(found.value_info)
         for output, typed in zip(mine.output, found.output):

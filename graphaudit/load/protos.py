@@ -27,18 +27,18 @@ def has_bodies(graph: onnx.GraphProto) -> bool:
     return any(node.op_type in BODY_OPS or node.domain for node in graph.node)
 
 
-def names_repeat_across_graphs(graph: onnx.GraphProto) -> bool:
+def names_repeat_across_graphs(graph: onnx.GraphProto, every: Sequence[onnx.GraphProto] | None = None) -> bool:
     """Whether a value name is made in more than one of the graphs nested in `graph` (each If
     branch of a decoder merged with its cached twin makes `/decoder/Mul_1_output_0`).
 
     ONNX's shape inference with data propagation keys the values it propagates by name across
     bodies: with a name repeated, one branch's value shapes the other's (ONNX Runtime then
     refuses the shapes written in); `rename_body_values` gives each body's values names of
-    their own first."""
-    if not has_bodies(graph):
+    their own first. `every`: `graph` and its bodies, as `graphs` lists them, where the caller has them."""
+    if not (len(every) > 1 if every is not None else has_bodies(graph)):
         return False
     seen: set[str] = set()
-    for body in graphs(graph):
+    for body in every if every is not None else graphs(graph):
         made = {name for node in body.node for name in node.output if name} | {v.name for v in body.input}
         if not seen.isdisjoint(made):
             return True
@@ -101,9 +101,11 @@ def _renamed_nodes(nodes, names: Mapping[str, str], rename) -> None:
             rename(body, names)
 
 
-def node_lists(model: onnx.ModelProto) -> Iterator[Sequence[onnx.NodeProto]]:
-    """The nodes of the main graph, of every nested body and of every local function."""
-    for graph in graphs(model.graph):
+def node_lists(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None
+               ) -> Iterator[Sequence[onnx.NodeProto]]:
+    """The nodes of the main graph, of every nested body and of every local function (`every`:
+    the main graph and its bodies, as `graphs` lists them, where the caller has them)."""
+    for graph in every if every is not None else graphs(model.graph):
         yield graph.node
     for function in model.functions:
         yield function.node

@@ -29,14 +29,16 @@ import onnx
 from graphaudit.load.protos import graphs
 
 
-def add_runtime_imports(model: onnx.ModelProto) -> list[str]:
+def add_runtime_imports(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None) -> list[str]:
     """The opset imports added to `model` (in place) for domains its nodes use but it does not
     import, where ONNX Runtime knows the domain, at the version ONNX Runtime gives it, as
-    `domain version`; none when the model imports no opset at all (ONNX Runtime refuses it)."""
+    `domain version`; none when the model imports no opset at all (ONNX Runtime refuses it).
+    `every`: the model's graphs, as `protos.graphs` lists them, where the caller has them."""
     if not model.opset_import:
         return []
     imported = {"" if o.domain == "ai.onnx" else o.domain for o in model.opset_import}
-    used = {"" if node.domain == "ai.onnx" else node.domain for graph in graphs(model.graph) for node in graph.node}
+    used = {"" if node.domain == "ai.onnx" else node.domain for graph in every or graphs(model.graph)
+            for node in graph.node}
     missing = sorted(used - imported)
     if not missing:
         return []
@@ -51,10 +53,11 @@ def add_runtime_imports(model: onnx.ModelProto) -> list[str]:
     return added
 
 
-def drop_untyped_value_info(model: onnx.ModelProto) -> int:
-    """How many `value_info` entries without a type were dropped from `model`'s graphs, in place."""
+def drop_untyped_value_info(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None) -> int:
+    """How many `value_info` entries without a type were dropped from `model`'s graphs, in place
+    (`every`: those graphs, as `protos.graphs` lists them, where the caller has them)."""
     dropped = 0
-    for graph in graphs(model.graph):
+    for graph in every or graphs(model.graph):
         kept = [v for v in graph.value_info if v.type.WhichOneof("value") is not None]
         if len(kept) < len(graph.value_info):
             dropped += len(graph.value_info) - len(kept)
