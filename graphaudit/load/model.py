@@ -24,7 +24,7 @@ from onnx import external_data_helper, shape_inference
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.limits import MAX_MODEL_BYTES, in_words
 from graphaudit.load import external_data, repair
-from graphaudit.load.checker import Unsorted, check_model, in_order, order_problem, sort_nodes
+from graphaudit.load.checker import Unsorted, check_model, handed, in_order, order_problem, sort_nodes
 from graphaudit.load.contrib_shapes import with_shape_functions
 from graphaudit.load.free_dims import name_free_dims
 from graphaudit.load.inline import inline_functions
@@ -151,12 +151,12 @@ def load_model(
     # 2 GiB limit however large the weights are.
     if check:
         try:
-            checkable, payload = _for_checker(model, data)
+            checkable, payload = handed(model, data, INFER_WEIGHTS_OVER)
             check_model(checkable, path, external if nested else (), payload=payload)
         except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
             moved = sort_nodes(model.graph)
             every = list(graphs(model.graph))
-            check_model(_for_checker(model, None)[0], path, external if nested else ())
+            check_model(handed(model, None, INFER_WEIGHTS_OVER)[0], path, external if nested else ())
     del data  # what follows works on the parsed model
     name_free_dims(model, every)  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
     inlined_calls = 0
@@ -456,35 +456,6 @@ def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
                 all(d.HasField("dim_value") for d in tensor.shape.dim):
             found[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
     return found
-
-
-def _for_checker(model: onnx.ModelProto, data: bytes | None) -> tuple[onnx.ModelProto, bytes | None]:
-    """What the ONNX checker is handed of `model`, and its encoding where `data` (the file's bytes,
-    None where the model changed) is it: a copy whose external weights, and whose inline weights
-    the checker would only count (`_only_counted`), are typed graph inputs; else `model` and `data`.
-
-    The checker reads no weight's values: it checks a tensor's type, its one value field and
-    that field's size. Handed the file's bytes, it parsed every inline weight again in C++, the
-    bytes copied twice on the way: 1.8 s of each 650 MB model at Pythia-160M's shape in an audit."""
-    heavy = any(t.data_location == onnx.TensorProto.EXTERNAL or (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER
-                for t in model.graph.initializer)
-    if not heavy:
-        return model, data
-    return external_data.as_inputs(model, lambda t: t.data_location == onnx.TensorProto.EXTERNAL or _only_counted(t)), None
-
-
-# TensorProto's value fields besides raw_data
-_TYPED_VALUES = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
-
-
-def _only_counted(tensor: onnx.TensorProto) -> bool:
-    """Whether every check the ONNX checker makes of `tensor` holds without handing it the values:
-    an inline weight past INFER_WEIGHTS_OVER bytes of a fixed-size type, its values in raw_data
-    alone, with at least the bytes its type and shape need (the checker's own test of the size).
-    Any other tensor is the checker's to judge, in its own words."""
-    need = external_data.tensor_bytes(tensor)
-    return (need is not None and need > INFER_WEIGHTS_OVER and tensor.data_location != onnx.TensorProto.EXTERNAL
-            and not any(len(getattr(tensor, name)) for name in _TYPED_VALUES) and len(tensor.raw_data) >= need)
 
 
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
