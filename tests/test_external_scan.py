@@ -42,3 +42,47 @@ def test_a_nested_external_tensor_is_found_with_the_files_bytes_too():
     for given in (payload, None):
         found, nested = external_data.scan(model, given)
         assert sorted(t.name for t in found) == ["c", "w0", "w1"] and nested is True
+
+
+def _declared_through_the_api(model: onnx.ModelProto, moved) -> onnx.ModelProto:
+    """What as_inputs gives, built one ValueInfoProto at a time through protobuf's Python API."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    del copy.graph.initializer[:]
+    declared = {vi.name for vi in model.graph.input}
+    for tensor in model.graph.initializer:
+        if not moved(tensor):
+            copy.graph.initializer.append(tensor)
+        elif tensor.name not in declared:
+            copy.graph.input.add(name=tensor.name).type.CopyFrom(
+                helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims)))
+    return copy
+
+
+def test_weights_made_inputs_are_encoded_as_protobuf_would_write_them():
+    """as_inputs writes the inputs' encoding itself: names past 16,383 bytes (a length of three varint
+    bytes), names that are not ASCII, types of many dims, a weight already declared as an input
+    (IR 3) and one kept as an initializer all come out as the Python API would build them."""
+    model = _model(nested=False)
+    long_name, accented = "w" * 20_000, "poids_é_重"
+    model.graph.initializer.extend([_external(long_name, [3, 5], 32), _external(accented, [1, 1], 92)])
+    kept = TensorProto(name="k", data_type=TensorProto.INT64, dims=[2], int64_data=[1, 2])
+    model.graph.initializer.append(kept)
+    model.graph.initializer.append(TensorProto(name="b", data_type=TensorProto.FLOAT16, dims=[1, 2, 3, 4, 5, 6]))
+    model.graph.initializer[-1].data_location = TensorProto.EXTERNAL
+    model.graph.input.append(helper.make_tensor_value_info("w1", TensorProto.FLOAT, [2, 2]))
+
+    copy = external_data.as_inputs(model)
+
+    expected = _declared_through_the_api(model, lambda t: t.data_location == TensorProto.EXTERNAL)
+    assert copy.SerializeToString() == expected.SerializeToString()
+    assert [vi.name for vi in copy.graph.input] == ["x", "w1", "w0", long_name, accented, "b"]
+    assert [t.name for t in copy.graph.initializer] == ["k"]
+    assert list(copy.graph.input[-1].type.tensor_type.shape.dim) == [
+        onnx.TensorShapeProto.Dimension(dim_value=d) for d in (1, 2, 3, 4, 5, 6)]
+    assert len(model.graph.initializer) == 6  # the model itself is left as it was
+
+
+def test_a_model_with_nothing_to_move_is_copied_as_it_is():
+    model = _model(nested=False)
+    assert external_data.as_inputs(model, lambda t: False) == model

@@ -184,23 +184,55 @@ def tensor_bytes(tensor: onnx.TensorProto) -> int | None:
 
 def as_inputs(model: onnx.ModelProto, moved: Callable[[onnx.TensorProto], bool] | None = None) -> onnx.ModelProto:
     """A copy whose initializers picked by `moved` (default: those stored outside, so that the
-    checker opens no file) are typed graph inputs; the moved tensors are never copied. One
-    already declared as an input (IR 3) keeps that declaration."""
+    checker opens no file) are typed graph inputs; the moved tensors' values are never copied.
+    One already declared as an input (IR 3) keeps that declaration.
+
+    Where every moved tensor is an external reference (a few bytes), the model is copied whole
+    in C++ and its initializers dropped, a third of the time of copying it field by field. The
+    inputs are appended as one encoded GraphProto merged into the copy (protobuf appends a
+    repeated field's entries on a merge): building each ValueInfoProto through the Python API
+    took three times as long. Together, a tenth of the loader's time on 8,000 weights."""
     moved = moved or (lambda t: t.data_location == onnx.TensorProto.EXTERNAL)
-    copy = onnx.ModelProto()
-    copy_except(model, copy, "graph")
-    copy_except(model.graph, copy.graph, "initializer")
-    declared = {vi.name for vi in copy.graph.input}
-    types: dict[tuple, onnx.TypeProto] = {}  # (data type, dims) -> input type: weights repeat shapes
+    declared = {vi.name for vi in model.graph.input}
+    types: dict[tuple, bytes] = {}  # (data type, dims) -> the input's encoded type field: weights repeat shapes
     kept = []
+    inputs = []
+    inline = False  # whether a moved tensor holds its values
     for tensor in model.graph.initializer:
         if not moved(tensor):
             kept.append(tensor)
-        elif tensor.name not in declared:
+            continue
+        inline = inline or tensor.data_location != onnx.TensorProto.EXTERNAL
+        if tensor.name not in declared:
             key = (tensor.data_type, *tensor.dims)
-            type_proto = types.get(key)
-            if type_proto is None:
-                type_proto = types[key] = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
-            copy.graph.input.add(name=tensor.name).type.CopyFrom(type_proto)
+            typed = types.get(key)
+            if typed is None:
+                type_proto = onnx.helper.make_tensor_type_proto(tensor.data_type, list(tensor.dims))
+                typed = types[key] = _field(_VALUE_INFO_TYPE, type_proto.SerializeToString())
+            inputs.append(_field(_GRAPH_INPUT, _field(_VALUE_INFO_NAME, tensor.name.encode()) + typed))
+    copy = onnx.ModelProto()
+    if inline:
+        copy_except(model, copy, "graph")
+        copy_except(model.graph, copy.graph, "initializer")
+    else:
+        copy.CopyFrom(model)
+        del copy.graph.initializer[:]
     copy.graph.initializer.extend(kept)
+    if inputs:
+        copy.MergeFromString(_field(_MODEL_GRAPH, b"".join(inputs)))
     return copy
+
+
+# Tags of the length-delimited fields as_inputs encodes: ModelProto.graph (7), GraphProto.input
+# (11), ValueInfoProto.name (1) and ValueInfoProto.type (2); a tag is (field << 3) | 2.
+_MODEL_GRAPH, _GRAPH_INPUT, _VALUE_INFO_NAME, _VALUE_INFO_TYPE = b"\x3a", b"\x5a", b"\x0a", b"\x12"
+
+
+def _field(tag: bytes, payload: bytes) -> bytes:
+    """A length-delimited protobuf field: its tag, the payload's length as a varint, the payload."""
+    size, length = len(payload), bytearray()
+    while size > 0x7F:
+        length.append((size & 0x7F) | 0x80)
+        size >>= 7
+    length.append(size)
+    return tag + bytes(length) + payload
