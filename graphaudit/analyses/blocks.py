@@ -112,6 +112,8 @@ class _Finder:
         self._parsed: dict[tuple[str, str], list[tuple[str, int, str]]] = {}  # layers repeat texts
         self._keys: dict[str, str] = {}
         self._by_folder: dict[str, list[tuple[str, int, str]]] = {}  # "/model/layers.3/mlp" -> parsed
+        self._folders: dict[str, tuple[str, list[tuple[str, int, str]]]] = {"": ("", [])}  # see _folder
+        self._numbers: dict[str, list[tuple[int, str]]] = {}  # a folder's last component -> its numbers
 
     # -- candidates ------------------------------------------------------------------------
     def texts(self, node: Node) -> Iterator[tuple[str, list[str]]]:
@@ -161,18 +163,43 @@ class _Finder:
             # Nodes of one module share the folder of their name, hence its text and candidates.
             parsed = self._by_folder.get(folder)
             if parsed is None:
-                parts = [p for p in folder.split("/") if p]
-                if parts:
-                    text = ".".join(parts)
+                if self.regex is None:
+                    parsed = self._folder(folder)[1]
+                else:  # a user's regex reads the whole text
+                    text = ".".join([p for p in folder.split("/") if p])
                     parsed = self._parsed.get(("node_names", text))
                     if parsed is None:
-                        parsed = self._parsed[("node_names", text)] = self._parse("node_names", text)
-                else:
-                    parsed = []
+                        parsed = self._parsed[("node_names", text)] = self._parse("node_names", text) if text else []
                 self._by_folder[folder] = parsed
             if parsed:
                 return "node_names", parsed
         return next(self.candidates(node), None)
+
+    def _folder(self, folder: str) -> tuple[str, list[tuple[str, int, str]]]:
+        """The dotted text of a node name's folder ("/model/layers.3/mlp": "model.layers.3.mlp")
+        and its candidates, as `_parse` reads that text: those of the folder above it, then
+        those numbered in its last component. A number lies within one component (the dot
+        that joins two is no digit), so only each distinct component meets the regex: layers
+        repeat them, and parsing each layer's folders whole was a third of this analysis."""
+        chain = []  # the folders down from the nearest one already read (walked, not recursed)
+        while folder not in self._folders:
+            chain.append(folder)
+            folder = folder.rpartition("/")[0]
+        text, parsed = self._folders[folder]
+        for folder in reversed(chain):
+            last = folder.rpartition("/")[2]
+            if last:
+                piece = f".{last}" if text else last  # as joined: the dot lets a number open the component
+                numbers = self._numbers.get(piece)
+                if numbers is None:
+                    numbers = self._numbers[piece] = [(m.start(), m.group(1)) for m in _PATH_NUMBER.finditer(piece)]
+                start = len(text)
+                text += piece
+                if numbers:
+                    parsed = parsed + [c for at, number in numbers
+                                       if (c := self._candidate(text[: start + at].strip("./_"), number)) is not None]
+            self._folders[folder] = (text, parsed)
+        return text, parsed
 
     def _parse(self, source: str, text: str) -> list[tuple[str, int, str]]:
         if self.regex is not None:
@@ -181,13 +208,20 @@ class _Finder:
         numbered = _FX_NUMBER if source == "fx_params" else _PATH_NUMBER
         found = []
         for m in numbered.finditer(text):
-            container = text[: m.start()].strip("./_")
-            if container and (source != "initializers" or _NAMED.search(text, m.end())):
-                key = self._keys.get(container)
-                if key is None:
-                    key = self._keys[container] = _key(container)
-                found.append((key, int(m.group(1)), f"{container}.{m.group(1)}"))
+            if source != "initializers" or _NAMED.search(text, m.end()):
+                candidate = self._candidate(text[: m.start()].strip("./_"), m.group(1))
+                if candidate is not None:
+                    found.append(candidate)
         return found
+
+    def _candidate(self, container: str, number: str) -> tuple[str, int, str] | None:
+        """(key, index, display name) of block `number` of `container`; None without a container."""
+        if not container:
+            return None
+        key = self._keys.get(container)
+        if key is None:
+            key = self._keys[container] = _key(container)
+        return key, int(number), f"{container}.{number}"
 
     def _pattern_index(self, m: re.Match) -> int:
         """The block number a --block-pattern match gives: its `index` group, else its first
