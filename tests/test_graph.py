@@ -157,3 +157,21 @@ def test_shapes_from_inference_keep_symbolic_dims():
     assert mg.tensors[TensorRef("x")].shape == ("N",)
     assert mg.tensors[TensorRef("y")].shape == ("N",)
     assert mg.inputs == (TensorRef("x"), TensorRef("c1"), TensorRef("c2"))
+
+
+def test_a_node_compares_and_hashes_without_its_proto():
+    """Node is a named tuple; equality and hashing leave out the NodeProto, as they did when it
+    was a dataclass (a NodeProto has no hash), and so does its repr."""
+    from graphaudit.graph.build import build_graph as built
+    from graphaudit.testing.synthetic import transformer_graph
+
+    first, again = (built(transformer_graph(layers=1, hidden=8, heads=2, vocab=13)) for _ in range(2))
+    node = next(iter(first.nodes.values()))
+    twin = again.nodes[node.id]
+    assert node.proto is not twin.proto
+    assert node == twin and (node != twin) is False and hash(node) == hash(twin)
+    assert len({node, twin}) == 1
+    assert node != node._replace(op_type="Other") and node != tuple(node)
+    assert "proto" not in repr(node) and repr(node).startswith("Node(id=")
+    info = first.tensors[node.outputs[0]]
+    assert (info.kind, info.producer) == ("node_output", node.id)

@@ -18,7 +18,7 @@ from graphaudit.graph.function_types import body_types
 from graphaudit.graph.model import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key
 from graphaudit.load.node_ids import Occurrences
 
-_new_tuple = tuple.__new__  # TensorRef without the named tuple's Python-level __new__
+_new_tuple = tuple.__new__  # a TensorRef, TensorInfo or Node without the named tuple's Python-level __new__
 
 
 def build_graph(model: onnx.ModelProto) -> ModelGraph:
@@ -86,8 +86,7 @@ def made_frozen(cls, fields: dict):
     its __init__.
 
     A frozen dataclass's __init__ sets each field through object.__setattr__, about half as
-    long again as this for the few objects the builder makes per node (and the profile's
-    readers per event).
+    long again as this for the objects the profile's readers make per event.
     """
     obj = object.__new__(cls)
     obj.__dict__.update(fields)
@@ -133,8 +132,7 @@ class _Builder:
             ref = env[name] = _new_tuple(TensorRef, (name, ""))
             vi = value_info.get(name)
             elem, shape = self._type(vi) if vi is not None else (t.data_type, tuple(t.dims))
-            self.tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": "initializer", "producer": None,
-                                                     "elem_type": elem, "shape": shape})
+            self.tensors[ref] = _new_tuple(TensorInfo, (ref, "initializer", None, elem, shape))
         initializers = frozenset(list(env) + [t.values.name for t in graph.sparse_initializer])
         for vi in graph.input:
             if vi.name not in initializers:
@@ -150,8 +148,7 @@ class _Builder:
         shape = tuple(dims) if dims is not None else None
         if vi is not None:
             elem, shape = self._type(vi)
-        self.tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": kind, "producer": producer,
-                                                 "elem_type": elem, "shape": shape})
+        self.tensors[ref] = _new_tuple(TensorInfo, (ref, kind, producer, elem, shape))
         if kind == "node_output" and producer is not None:
             self._producers[ref] = producer
         else:
@@ -207,9 +204,8 @@ class _Builder:
             else:
                 inputs = tuple(self._resolve(n, env) for n in in_names)
             outputs = tuple([_new_tuple(TensorRef, (o, scope_key)) if o else None for o in out_names])
-            nodes[node_id] = node = made_frozen(Node, {
-                "id": node_id, "name": name, "op_type": op_type, "domain": domain, "inputs": inputs,
-                "outputs": outputs, "scopes": scopes, "metadata": metadata, "proto": proto})
+            nodes[node_id] = node = _new_tuple(Node, (node_id, name, op_type, domain, inputs, outputs, scopes,
+                                                      metadata, proto))
             for ref in inputs:
                 producer = producers.get(ref) if ref is not None else None
                 if producer is not None:
@@ -226,8 +222,7 @@ class _Builder:
                     if known is None:
                         known = shapes[type_key] = shape_of(vi.type)
                     elem, shape = known
-                tensors[ref] = made_frozen(TensorInfo, {"ref": ref, "kind": "node_output", "producer": node_id,
-                                                    "elem_type": elem, "shape": shape})
+                tensors[ref] = _new_tuple(TensorInfo, (ref, "node_output", node_id, elem, shape))
                 producers[ref] = node_id
                 local[ref[0]] = ref
             subgraphs = bodies.get(node_id) if bodies else None
@@ -249,8 +244,7 @@ class _Builder:
             # Dangling: an input nothing defines. Record it so analyses can report it.
             found = TensorRef(name)
             if found not in self.tensors:
-                self.tensors[found] = made_frozen(TensorInfo, {"ref": found, "kind": "undefined", "producer": None,
-                                                           "elem_type": None, "shape": None})
+                self.tensors[found] = _new_tuple(TensorInfo, (found, "undefined", None, None, None))
         return found
 
     def _via(self, ref: TensorRef, scopes: tuple[Scope, ...]) -> str:

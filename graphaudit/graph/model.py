@@ -60,9 +60,13 @@ class TensorRef(NamedTuple):
         return self.name if not self.scope else f"{self.scope}::{self.name}"
 
 
-@dataclass(frozen=True)
-class Node:
-    """One operator node of the model, wherever it is nested."""
+class Node(NamedTuple):
+    """One operator node of the model, wherever it is nested.
+
+    A named tuple, made and freed in C: a graph holds one per node, and a frozen dataclass's
+    object and dictionary were a tenth of building and freeing a large model's. Equality and
+    hashing leave out `proto`, as the dataclass it replaced did (a NodeProto has no hash).
+    """
 
     id: str
     name: str
@@ -72,7 +76,20 @@ class Node:
     outputs: tuple[TensorRef | None, ...]
     scopes: tuple[Scope, ...]
     metadata: tuple[tuple[str, str], ...]
-    proto: onnx.NodeProto = field(compare=False, repr=False, hash=False)
+    proto: onnx.NodeProto
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Node) and self[:-1] == other[:-1]
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self[:-1])
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields[:-1], self[:-1]))
+        return f"Node({fields})"
 
     @property
     def depth(self) -> int:
@@ -92,9 +109,9 @@ class Node:
         return next((v for k, v in self.metadata if k == key), None)
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """What is known about one value: where it comes from, its type and shape."""
+class TensorInfo(NamedTuple):
+    """What is known about one value: where it comes from, its type and shape (a named tuple,
+    as Node is)."""
 
     ref: TensorRef
     kind: str  # "input" | "initializer" | "node_output" | "subgraph_input" | "function_input"
