@@ -42,3 +42,25 @@ def test_the_usual_names_give_the_usual_candidates():
 def test_blocks_of_a_layered_graph_are_found_as_before():
     found = find_blocks(build_graph(transformer_graph(layers=3, hidden=8, heads=2, vocab=13)))
     assert [b.name for b in found.blocks] == ["gpt_neox.layers.0", "gpt_neox.layers.1", "gpt_neox.layers.2"]
+
+
+def test_a_number_too_long_to_be_a_layer_names_no_block(tmp_path, capsys):
+    """A name holding a 5,000-digit number (past what int() reads) is audited, its number taken
+    for no block's: it raised a ValueError traceback before."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from support.cli import run_main
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="/model/layers." + "7" * 5000 + "/act/Relu"),
+             helper.make_node("Relu", ["h"], ["y"], name="/model/layers.12345678901234567890/act/Relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "long.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    finder = _Finder(build_graph(onnx.load(str(path))), None)
+    assert finder._folder("/model/layers." + "7" * 5000 + "/act")[1] == []
+    assert finder._folder("/model/layers.123456789012345678/act")[1] == [
+        ("model.layers", 123456789012345678, "model.layers.123456789012345678")]
+    code, out, err = run_main(["static", "--graph-only", str(path)], capsys)
+    assert code == 0 and "Traceback" not in err and "conditional execution: no" in out

@@ -56,6 +56,7 @@ _FX_NUMBER = re.compile(r"(?<=_)(\d+)(?=_|$)")
 # After a module's index, a parameter's name (`layers.3.mlp.weight`); after an exporter's count
 # of values, none (`p2o.helper.constant.12`, `p2o.pd_op.full.9.0`: an op and an output number).
 _NAMED = re.compile(r"[A-Za-z]")
+_INDEX_DIGITS = 18  # the most digits a block number has (as in a --block-pattern's index group)
 
 def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     """Return the BlockMap of `mg`, from `pattern` when given, else from names or structure."""
@@ -215,8 +216,10 @@ class _Finder:
         return found
 
     def _candidate(self, container: str, number: str) -> tuple[str, int, str] | None:
-        """(key, index, display name) of block `number` of `container`; None without a container."""
-        if not container:
+        """(key, index, display name) of block `number` of `container`; None without a container,
+        or for a number too long to be a block's (int() refuses past 4,300 digits, and no model
+        has 10^18 layers: a hash or a counter in a name)."""
+        if not container or len(number) > _INDEX_DIGITS:
             return None
         key = self._keys.get(container)
         if key is None:
