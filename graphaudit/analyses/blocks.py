@@ -56,7 +56,7 @@ _FX_NUMBER = re.compile(r"(?<=_)(\d+)(?=_|$)")
 # After a module's index, a parameter's name (`layers.3.mlp.weight`); after an exporter's count
 # of values, none (`p2o.helper.constant.12`, `p2o.pd_op.full.9.0`: an op and an output number).
 _NAMED = re.compile(r"[A-Za-z]")
-_INDEX_DIGITS = 18  # the most digits a block number has (as in a --block-pattern's index group)
+_INDEX_DIGITS = 18  # the most digits a block number has, from names and from a --block-pattern alike
 
 def find_blocks(mg: ModelGraph, pattern: str | None = None) -> BlockMap:
     """Return the BlockMap of `mg`, from `pattern` when given, else from names or structure."""
@@ -231,12 +231,12 @@ class _Finder:
         numeric group, else the order in which the matched text first appears."""
         index = m.groupdict().get("index")
         # int() takes no more than 4300 digits; a block number has a few.
-        if index and not (index.isascii() and index.isdigit() and len(index) <= 18):
+        if index and not (index.isascii() and index.isdigit() and len(index) <= _INDEX_DIGITS):
             raise UsageError(
                 f"expected the `index` group of --block-pattern {m.re.pattern!r} to match digits "
                 f"(a block number), found {index[:60]!r}"
             )
-        text = index or next((g for g in m.groups() if g and g.isascii() and g.isdigit() and len(g) <= 18), None)
+        text = index or next((g for g in m.groups() if g and g.isascii() and g.isdigit() and len(g) <= _INDEX_DIGITS), None)
         if text is not None:
             return int(text)
         return self._unnumbered.setdefault(m.group(0), len(self._unnumbered))
