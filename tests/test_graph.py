@@ -97,6 +97,24 @@ def test_nested_if_nodes_know_their_scope_chain():
     assert mg.graph.number_of_nodes() == 6
 
 
+def test_edges_are_listed_as_the_nodes_read_them():
+    # Drawn from the node and tensor tables on first use: each node's inputs in node order,
+    # a body's results flowing back to their owner right after the body's last node.
+    mg = build_graph(load_model(parse(NESTED_IF)).model)
+    assert list(mg.nodes) == ["Constant#1", "If#1", "If#2", "Mul#1", "Add#1", "Neg#1"]
+    then2, else2 = "If#1/then_branch/If#2/then_branch", "If#1/then_branch/If#2/else_branch"
+    assert list(mg.edge_records) == [
+        ("Constant#1", "Mul#1", None, TensorRef("w"), "outer"),
+        ("Mul#1", "If#2", f"{then2}->a", TensorRef("a", then2), "subgraph_output"),
+        ("Constant#1", "Add#1", None, TensorRef("w"), "outer"),
+        ("Add#1", "If#2", f"{else2}->b", TensorRef("b", else2), "subgraph_output"),
+        ("If#2", "If#1", "If#1/then_branch->t1", TensorRef("t1", "If#1/then_branch"), "subgraph_output"),
+        ("Neg#1", "If#1", "If#1/else_branch->e1", TensorRef("e1", "If#1/else_branch"), "subgraph_output"),
+    ]
+    # the graph's own inputs (x, c1, c2) come from no node: no edge
+    assert mg.graph.number_of_edges() == 6
+
+
 def test_loop_body_reads_an_outer_tensor():
     model = parse(LOOP_OUTER)
     mg = build_graph(load_model(model).model)

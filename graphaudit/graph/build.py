@@ -1,7 +1,7 @@
 """Building a ModelGraph: two passes over the model, subgraphs and function bodies included.
 
 The first pass (graphaudit.load.node_ids) decides every node's unique id over the whole model; the second defines
-tensors scope by scope and draws the edges (see graphaudit.graph.model for what they mean).
+tensors scope by scope (the edges are drawn from the tables on first use: see graphaudit.graph.model).
 """
 
 from __future__ import annotations
@@ -111,11 +111,9 @@ class _Builder:
         self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
         self._shapes: dict[bytes, tuple] = {}  # serialized TypeProto -> (elem, shape): types repeat
         self._inferred_bodies: dict[tuple, dict] = {}  # function_types.body_types per kind of call
-        # Node output -> the id of the node making it. Subgraph formal inputs come from their
-        # owner: an edge for them would close a cycle (owner -> body -> owner), so they are
-        # not here and the tensor table records where they come from instead.
-        self._producers: dict[TensorRef, str] = {}
-        self._edges: list[tuple] = []  # (u, v, key or None for str(tensor), tensor, via)
+        # (nodes added before it, (u, v, key, tensor, via)) for each body result flowing back
+        # to its owner; the edges between nodes are read off the tables (ModelGraph.edge_records)
+        self._body_edges: list[tuple[int, tuple]] = []
         self._subgraphs: dict = {}  # node id -> its subgraphs, from pass 1
         self._next: Iterator[tuple[onnx.NodeProto, str, str]] | None = None
 
@@ -141,7 +139,7 @@ class _Builder:
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
         return ModelGraph(self.nodes, self.tensors, inputs, outputs, initializers, self.bodies,
-                          edge_records=tuple(self._edges))
+                          scope_depth=self.scope_depth, body_edges=tuple(self._body_edges))
 
     # -- tensors ---------------------------------------------------------------------------
     def _define(self, ref, kind, producer, env, *, vi=None, dims=None, elem=None):
@@ -149,10 +147,6 @@ class _Builder:
         if vi is not None:
             elem, shape = self._type(vi)
         self.tensors[ref] = _new_tuple(TensorInfo, (ref, kind, producer, elem, shape))
-        if kind == "node_output" and producer is not None:
-            self._producers[ref] = producer
-        else:
-            self._producers.pop(ref, None)
         env[ref.name] = ref
 
     def _type(self, vi: onnx.ValueInfoProto) -> tuple:
@@ -188,7 +182,7 @@ class _Builder:
         scope_key = self._key(scopes)
         occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
         assert occurrences is not None  # build() reads pass 1 before it adds any node
-        producers, edges, shapes = self._producers, self._edges, self._shapes
+        shapes = self._shapes
         # The main graph or a function body: one table of names, read directly (unless it
         # holds an empty name, which stands for an omitted input, not a value).
         names = env[0] if len(env) == 1 and "" not in env[0] else None
@@ -206,10 +200,6 @@ class _Builder:
             outputs = tuple([_new_tuple(TensorRef, (o, scope_key)) if o else None for o in out_names])
             nodes[node_id] = node = _new_tuple(Node, (node_id, name, op_type, domain, inputs, outputs, scopes,
                                                       metadata, proto))
-            for ref in inputs:
-                producer = producers.get(ref) if ref is not None else None
-                if producer is not None:
-                    edges.append((producer, node_id, None, ref, self._via(ref, scopes) if scopes else "tensor"))
             for ref in outputs:
                 if ref is None:
                     continue
@@ -223,7 +213,6 @@ class _Builder:
                         known = shapes[type_key] = shape_of(vi.type)
                     elem, shape = known
                 tensors[ref] = _new_tuple(TensorInfo, (ref, "node_output", node_id, elem, shape))
-                producers[ref] = node_id
                 local[ref[0]] = ref
             subgraphs = bodies.get(node_id) if bodies else None
             if subgraphs is not None:
@@ -247,13 +236,11 @@ class _Builder:
                 self.tensors[found] = _new_tuple(TensorInfo, (found, "undefined", None, None, None))
         return found
 
-    def _via(self, ref: TensorRef, scopes: tuple[Scope, ...]) -> str:
-        """How a value defined in `ref.scope` reaches a node in `scopes`."""
-        depth = self.scope_depth.get(ref.scope, 0) if ref.scope else 0
-        if depth == len(scopes):
-            return "tensor"
-        # the first scope entered between the value's definition and its reader
-        return "function_input" if scopes[depth].kind == "function" else "outer"
+    def _producer(self, ref: TensorRef | None) -> str | None:
+        """The node making `ref`; None for a value no node makes (a subgraph's formal inputs
+        come from their owner: an edge for them would close a cycle, owner -> body -> owner)."""
+        info = self.tensors.get(ref) if ref is not None else None
+        return info.producer if info is not None and info.kind == "node_output" else None
 
     def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack, outer_info):
         """Add the body `sub` of `owner`, whose types are declared in `sub` itself first, then
@@ -276,9 +263,10 @@ class _Builder:
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
         self._add_body(Body(attr, owner.id, key, tuple(formal), results))
         for out, result in zip(sub.output, results):
-            producer = self._producers.get(result) if result else None
+            producer = self._producer(result)
             if producer is not None:
-                self._edges.append((producer, owner.id, f"{key}->{out.name}", result, "subgraph_output"))
+                self._body_edges.append((len(self.nodes), (producer, owner.id, f"{key}->{out.name}", result,
+                                                           "subgraph_output")))
 
     def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, onnx.ValueInfoProto]:
         """The types ONNX infers in `fn`'s body at this call, shared by calls alike in
@@ -310,6 +298,6 @@ class _Builder:
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
         for out, ref in zip(fn.output, results):
-            producer = self._producers.get(ref) if ref else None
+            producer = self._producer(ref)
             if producer is not None:
-                self._edges.append((producer, call.id, f"{key}->{out}", ref, "function_output"))
+                self._body_edges.append((len(self.nodes), (producer, call.id, f"{key}->{out}", ref, "function_output")))

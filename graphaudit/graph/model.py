@@ -150,8 +150,19 @@ class ModelGraph:
     outputs: tuple[TensorRef, ...]
     initializers: frozenset[str] = field(repr=False)
     body_table: dict[str, tuple[Body, ...]] = field(default_factory=dict, repr=False)
-    # (u, v, key, tensor, via) in the order found; key None stands for str(tensor)
-    edge_records: tuple[tuple[str, str, str | None, TensorRef, str], ...] = field(default=(), repr=False)
+    # How many scopes deep each scope key is ("" for the main graph: 0).
+    scope_depth: dict[str, int] = field(default_factory=lambda: {"": 0}, repr=False)
+    # The edges from a body's results to the node owning the body, each with the number of
+    # nodes added before it (the others are read off the tables: `edge_records`).
+    body_edges: tuple[tuple[int, tuple[str, str, str, TensorRef, str]], ...] = field(default=(), repr=False)
+
+    @property
+    def edge_records(self) -> list[tuple[str, str, str | None, TensorRef, str]]:
+        """Every edge as (u, v, key, tensor, via), in the order the nodes read them; key None
+        stands for str(tensor). Made on first use from the node and tensor tables: no
+        analysis reads the edges (they are networkx's view), and drawing each as the graph
+        was built was a tenth of building a large model's."""
+        return self._cached("_edge_cache", self._edge_table)
 
     @property
     def edge_list(self) -> list[tuple[str, str, str, dict]]:
@@ -221,6 +232,25 @@ class ModelGraph:
                     table.setdefault(ref, []).append(node.id)
         return table
 
+    def _edge_table(self) -> list[tuple[str, str, str | None, TensorRef, str]]:
+        records: list[tuple[str, str, str | None, TensorRef, str]] = []
+        tensors, depth = self.tensors, self.scope_depth
+        later = iter(self.body_edges)
+        pending = next(later, None)
+        for position, node in enumerate(self.nodes.values()):
+            while pending is not None and pending[0] <= position:
+                records.append(pending[1])
+                pending = next(later, None)
+            for ref in node.inputs:
+                if ref is None:
+                    continue
+                info = tensors.get(ref)
+                if info is not None and info.kind == "node_output" and info.producer is not None:
+                    records.append((info.producer, node.id, None, ref,
+                                    _via(depth.get(ref.scope, 0), node.scopes) if node.scopes else "tensor"))
+        records.extend(record for _, record in ([pending] if pending is not None else []) + list(later))
+        return records
+
     def _nested_by_owner(self) -> dict[str, list[Node]]:
         table: dict[str, list[Node]] = {}
         for node in self.nodes.values():
@@ -238,3 +268,12 @@ class ModelGraph:
 
 def _scope_key(scopes: tuple[Scope, ...]) -> str:
     return "/".join(s.key for s in scopes)
+
+
+def _via(depth: int, scopes: tuple[Scope, ...]) -> str:
+    """How a value defined `depth` scopes deep reaches a node in `scopes` (the scopes it is
+    defined in, and more)."""
+    if depth == len(scopes):
+        return "tensor"
+    # the first scope entered between the value's definition and its reader
+    return "function_input" if scopes[depth].kind == "function" else "outer"
