@@ -9,8 +9,14 @@ import onnx
 import onnx.parser
 import pytest
 
+from graphaudit.analyses.block_verdicts import execution_verdicts
+from graphaudit.analyses.blocks import find_blocks
+from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.declared_coefficients import Coefficient
+from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.graph.model import TensorRef
+from graphaudit.load.model import load_model
 
 from support.cli import run_main
 from support.text_graphs import (
@@ -24,6 +30,7 @@ from support.text_graphs import (
     TRIPS,
     audit,
     graph,
+    graph_of,
     model_of,
     verdicts,
 )
@@ -232,6 +239,23 @@ def test_loop_growing_by_a_value_dependent_count_gives_a_value_dependent_extent(
     assert verdicts(report) == ["always", "branch", "subset"]  # the block after reads a grown tensor
     ev = report.blocks[2].evidence[0]
     assert (ev.kind, ev.tensor, ev.size) == ("extent", "x2", "data-dependent")
+
+
+def test_a_tensor_the_dependence_map_leaves_out_reads_as_value_sized():
+    # The verdicts skip the extent test on a model where no tensor's extent depends on input
+    # values; one the map has no entry for counts as value-dependent, so it is not skipped.
+    loaded = load_model(model_of(graph([DENSE] * 2, [DENSE_W] * 2)))
+    mg = graph_of(loaded.model)
+    blocks = find_blocks(mg)
+
+    def evidence(dm):
+        coefs = resolve_coefficients(loaded, mg, (), blocks=blocks, dependence=dm)
+        return [(b.verdict, [e.kind for e in b.evidence]) for b in execution_verdicts(mg, blocks, coefs, dm).blocks]
+
+    dm = analyse_dependence(mg)
+    assert evidence(dm) == [("always", []), ("always", [])]
+    del dm.shapes[TensorRef("x1")]  # what block 1 reads
+    assert evidence(dm) == [("always", []), ("subset", ["extent"])]
 
 
 def test_scan_over_tokens_is_not_dynamic():

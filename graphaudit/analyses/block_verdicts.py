@@ -125,14 +125,18 @@ class _Audit:
         weights: dict[TensorRef, str] = {}  # experts' weights picked by a routed index (not their results)
         dispatched: set[TensorRef] = set()  # results of compute on picked rows (an expert's on its tokens)
         indicator: set[TensorRef] = set()  # masks of 0s and 1s a routing decision set (`analyses.dispatch`)
-        for node in execution_order(mg):
-            self.position[node.id] = len(self.position)
-            ins = [r for r in node.inputs if r is not None]
-            outs = [r for r in node.outputs if r is not None]
+        position, counted_nodes, kinds = self.position, self.counted, self.kinds
+        # Whether any tensor's extent may depend on input values (one the map leaves out reads as
+        # VALUE): where none does (a dense model), no compute node reads one (`_compute`).
+        self.value_sized = VALUE in dm.shapes.values() or len(dm.shapes) < len(mg.tensors)
+        for place, node in enumerate(execution_order(mg)):
+            position[node.id] = place
+            ins = [*filter(None, node.inputs)]  # a TensorRef is a non-empty tuple: None alone is false
+            outs = [*filter(None, node.outputs)]
             op = node.op_type if node.domain in ("", "ai.onnx") else None
             counted = is_counted(node)
             if counted:
-                self.counted.add(node.id)
+                counted_nodes.add(node.id)
             # The tables below stay empty in a dense model: each test reads them only when not.
             if op in ROUTING and ins and dm.value(ins[0]) == VALUE:
                 for k, out in enumerate(outs):
@@ -172,7 +176,7 @@ class _Audit:
                         selected.setdefault(out, origin)
             if counted:
                 self._compute(node, selected, weights)
-            if self.kinds.get(node.id) == SUBSET or (dispatched and op not in SCATTERING
+            if kinds.get(node.id) == SUBSET or (dispatched and op not in SCATTERING
                                                      and not dispatched.isdisjoint(ins)):
                 dispatched.update(outs)
             if node.domain == "com.microsoft" and node.op_type in CONTRIB_ROUTED:
@@ -343,7 +347,8 @@ class _Audit:
                              "caller's mask, as padding removal reads one): the input decides, not the model"
                              if caller else ""), size)
         else:
-            varying = next((r for r in node.inputs if r is not None and dm.shape(r) == VALUE), None)
+            varying = next((r for r in node.inputs if r is not None and dm.shape(r) == VALUE), None) \
+                if self.value_sized else None
             if varying is None:
                 return
             ev = Evidence("extent", node.id, _op(node), varying.name, "value",
