@@ -182,7 +182,7 @@ class _Builder:
         scope_key = self._key(scopes)
         occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
         assert occurrences is not None  # build() reads pass 1 before it adds any node
-        shapes = self._shapes
+        shapes, functions = self._shapes, self.functions
         # The main graph or a function body: one table of names, read directly (unless it
         # holds an empty name, which stands for an omitted input, not a value).
         names = env[0] if len(env) == 1 and "" not in env[0] else None
@@ -197,13 +197,13 @@ class _Builder:
                     inputs = tuple(names.get(n) or self._resolve(n, env) if n else None for n in in_names)
             else:
                 inputs = tuple(self._resolve(n, env) for n in in_names)
-            outputs = tuple([_new_tuple(TensorRef, (o, scope_key)) if o else None for o in out_names])
-            nodes[node_id] = node = _new_tuple(Node, (node_id, name, op_type, domain, inputs, outputs, scopes,
-                                                      metadata, proto))
-            for ref in outputs:
-                if ref is None:
+            outputs: list[TensorRef | None] = []
+            for o in out_names:
+                if not o:  # an omitted optional output
+                    outputs.append(None)
                     continue
-                vi = value_info.get(ref[0])
+                outputs.append(ref := _new_tuple(TensorRef, (o, scope_key)))
+                vi = value_info.get(o)
                 if vi is None:
                     elem = shape = None
                 else:
@@ -213,15 +213,17 @@ class _Builder:
                         known = shapes[type_key] = shape_of(vi.type)
                     elem, shape = known
                 tensors[ref] = _new_tuple(TensorInfo, (ref, "node_output", node_id, elem, shape))
-                local[ref[0]] = ref
+                local[o] = ref
+            nodes[node_id] = node = _new_tuple(Node, (node_id, name, op_type, domain, inputs, tuple(outputs), scopes,
+                                                      metadata, proto))
             subgraphs = bodies.get(node_id) if bodies else None
             if subgraphs is not None:
                 for attr, graphs in subgraphs:
                     for sub in graphs:
                         self._add_subgraph(node, attr, sub, scopes, env, function_stack, value_info)
-            if self.functions:
+            if functions:
                 fn_key = (domain, op_type)
-                fn = self.functions.get(fn_key)
+                fn = functions.get(fn_key)
                 if fn is not None and fn_key not in function_stack:
                     self._add_call(node, fn, scopes, env, function_stack + (fn_key,))
 
