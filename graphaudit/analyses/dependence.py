@@ -156,10 +156,11 @@ class _Propagation:
         owners = self.mg.body_table
         values, shapes, static = self.values, self.shapes, self.static
         for node in self.by_scope.get(key, ()):
-            if node.id in owners:
+            if owners and node.id in owners:
                 self._owner(node)
                 continue
-            op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+            domain = node.domain
+            op = f"{domain}.{node.op_type}" if domain and domain != "ai.onnx" else node.op_type
             if op in _SPECIAL:
                 self._plain(node, op)
                 continue

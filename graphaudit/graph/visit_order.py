@@ -15,6 +15,8 @@ from graphaudit.graph.model import ModelGraph, Node
 
 def nodes_by_scope(mg: ModelGraph) -> dict[str, list[Node]]:
     """The nodes of each scope (keyed by scope path, "" for the main graph), in file order."""
+    if not mg.body_table:  # no bodies: every node is top-level (as in execution_order)
+        return {"": list(mg.nodes.values())}
     top: list[Node] = []
     table: dict[str, list[Node]] = {"": top}
     keys: dict[tuple, str] = {}
