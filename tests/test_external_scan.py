@@ -66,6 +66,9 @@ def test_weights_made_inputs_are_encoded_as_protobuf_would_write_them():
     model = _model(nested=False)
     long_name, accented = "w" * 20_000, "poids_é_重"
     model.graph.initializer.extend([_external(long_name, [3, 5], 32), _external(accented, [1, 1], 92)])
+    # lengths of one varint byte and of two, either side of 128, for the name and for the input
+    edges = ["e" * n for n in (109, 110, 126, 127, 128)]
+    model.graph.initializer.extend([_external(name, [1, 1], 96) for name in edges])
     kept = TensorProto(name="k", data_type=TensorProto.INT64, dims=[2], int64_data=[1, 2])
     model.graph.initializer.append(kept)
     model.graph.initializer.append(TensorProto(name="b", data_type=TensorProto.FLOAT16, dims=[1, 2, 3, 4, 5, 6]))
@@ -76,11 +79,11 @@ def test_weights_made_inputs_are_encoded_as_protobuf_would_write_them():
 
     expected = _declared_through_the_api(model, lambda t: t.data_location == TensorProto.EXTERNAL)
     assert copy.SerializeToString() == expected.SerializeToString()
-    assert [vi.name for vi in copy.graph.input] == ["x", "w1", "w0", long_name, accented, "b"]
+    assert [vi.name for vi in copy.graph.input] == ["x", "w1", "w0", long_name, accented, *edges, "b"]
     assert [t.name for t in copy.graph.initializer] == ["k"]
     assert list(copy.graph.input[-1].type.tensor_type.shape.dim) == [
         onnx.TensorShapeProto.Dimension(dim_value=d) for d in (1, 2, 3, 4, 5, 6)]
-    assert len(model.graph.initializer) == 6  # the model itself is left as it was
+    assert len(model.graph.initializer) == 11  # the model itself is left as it was
 
 
 def test_a_model_with_nothing_to_move_is_copied_as_it_is():

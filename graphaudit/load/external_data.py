@@ -226,11 +226,15 @@ def as_inputs(model: onnx.ModelProto, moved: Callable[[onnx.TensorProto], bool] 
 # Tags of the length-delimited fields as_inputs encodes: ModelProto.graph (7), GraphProto.input
 # (11), ValueInfoProto.name (1) and ValueInfoProto.type (2); a tag is (field << 3) | 2.
 _MODEL_GRAPH, _GRAPH_INPUT, _VALUE_INFO_NAME, _VALUE_INFO_TYPE = b"\x3a", b"\x5a", b"\x0a", b"\x12"
+_ONE_BYTE = [bytes((size,)) for size in range(0x80)]  # the varint of each length below 128
 
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited protobuf field: its tag, the payload's length as a varint, the payload."""
-    size, length = len(payload), bytearray()
+    size = len(payload)
+    if size < 0x80:  # one byte of length: a weight's name, its type, the input they make
+        return tag + _ONE_BYTE[size] + payload
+    length = bytearray()
     while size > 0x7F:
         length.append((size & 0x7F) | 0x80)
         size >>= 7
