@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import gc
 from collections import ChainMap
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from itertools import chain
 
 import onnx
 
@@ -19,6 +20,7 @@ from graphaudit.graph.model import Body, ModelGraph, Node, Scope, TensorInfo, Te
 from graphaudit.load.node_ids import Occurrences
 
 _new_tuple = tuple.__new__  # a TensorRef, TensorInfo or Node without the named tuple's Python-level __new__
+_UNTYPED = (None, None)  # (element type, shape) of a value no graph declares
 
 
 def build_graph(model: onnx.ModelProto) -> ModelGraph:
@@ -58,13 +60,14 @@ def shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:
     return tt.elem_type or None, tuple(dims)
 
 
-def _declared(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
-    """The types `graph` itself declares, by name: its value_info, inputs and outputs.
+def _declared(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
+    """The types `graph` itself declares: its value_info, inputs and outputs (a later one of a
+    name over an earlier).
 
     Each graph, subgraph or function body is its own scope: a name declared in one says
     nothing about a value of the same name in another.
     """
-    return {vi.name: vi for vi in [*graph.value_info, *graph.input, *graph.output]}
+    return chain(graph.value_info, graph.input, graph.output)
 
 
 def _metadata(proto: onnx.NodeProto, node_id: str) -> tuple[tuple[str, str], ...]:
@@ -110,7 +113,7 @@ class _Builder:
         self.bodies: dict[str, tuple[Body, ...]] = {}
         self._scope_keys: dict[tuple[Scope, ...], str] = {(): ""}
         self._shapes: dict[bytes, tuple] = {}  # serialized TypeProto -> (elem, shape): types repeat
-        self._inferred_bodies: dict[tuple, dict] = {}  # function_types.body_types per kind of call
+        self._inferred_bodies: dict[tuple, dict] = {}  # function_types.body_types per kind of call, as _types
         # (nodes added before it, (u, v, key, tensor, via)) for each body result flowing back
         # to its owner; the edges between nodes are read off the tables (ModelGraph.edge_records)
         self._body_edges: list[tuple[int, tuple]] = []
@@ -119,7 +122,7 @@ class _Builder:
 
     def build(self) -> ModelGraph:
         graph = self.model.graph
-        value_info = _declared(graph)
+        value_info = self._types(_declared(graph))
         read = Occurrences(self.model)  # pass 1
         ids = read.ids()
         self._subgraphs = {ids[i]: subgraphs for i, subgraphs in read.subgraphs.items()}
@@ -128,13 +131,12 @@ class _Builder:
         for t in graph.initializer:
             name = t.name
             ref = env[name] = _new_tuple(TensorRef, (name, ""))
-            vi = value_info.get(name)
-            elem, shape = self._type(vi) if vi is not None else (t.data_type, tuple(t.dims))
-            self.tensors[ref] = _new_tuple(TensorInfo, (ref, "initializer", None, elem, shape))
+            typed = value_info.get(name)
+            self.tensors[ref] = _new_tuple(TensorInfo, (ref, "initializer", None, *(typed or (t.data_type, tuple(t.dims)))))
         initializers = frozenset(list(env) + [t.values.name for t in graph.sparse_initializer])
         for vi in graph.input:
             if vi.name not in initializers:
-                self._define(TensorRef(vi.name), "input", None, env, vi=vi)
+                self._define(TensorRef(vi.name), "input", None, env, self._type(vi))
         self._add_graph(graph, scopes=(), env=[env], function_stack=(), value_info=value_info)
         outputs = tuple(self._lookup([env], o.name) or TensorRef(o.name) for o in graph.output)
         inputs = tuple(TensorRef(vi.name) for vi in graph.input if vi.name not in initializers)
@@ -142,19 +144,32 @@ class _Builder:
                           scope_depth=self.scope_depth, body_edges=tuple(self._body_edges))
 
     # -- tensors ---------------------------------------------------------------------------
-    def _define(self, ref, kind, producer, env, *, vi=None, dims=None, elem=None):
-        shape = tuple(dims) if dims is not None else None
-        if vi is not None:
-            elem, shape = self._type(vi)
-        self.tensors[ref] = _new_tuple(TensorInfo, (ref, kind, producer, elem, shape))
+    def _define(self, ref, kind, producer, env, typed: tuple) -> None:
+        """Record `ref`, of (element type, shape) `typed`, in the tensor table and in `env`."""
+        self.tensors[ref] = _new_tuple(TensorInfo, (ref, kind, producer, *typed))
         env[ref.name] = ref
 
     def _type(self, vi: onnx.ValueInfoProto) -> tuple:
+        """(element type, shape) of `vi`'s type."""
         key = vi.type.SerializeToString()
         known = self._shapes.get(key)
         if known is None:
             known = self._shapes[key] = shape_of(vi.type)
         return known
+
+    def _types(self, declared: Iterable[onnx.ValueInfoProto]) -> dict[str, tuple]:
+        """(element type, shape) by name of each of `declared` (a later one of a name over an
+        earlier), read in one pass: read where each node's outputs are made, the types of a
+        large graph cost a quarter of building it, the type of each value a jump in memory."""
+        shapes = self._shapes
+        table: dict[str, tuple] = {}
+        for vi in declared:
+            type_proto = vi.type
+            known = shapes.get(key := type_proto.SerializeToString())
+            if known is None:
+                known = shapes[key] = shape_of(type_proto)
+            table[vi.name] = known
+        return table
 
     @staticmethod
     def _lookup(envs: list[dict[str, TensorRef]], name: str) -> TensorRef | None:
@@ -177,12 +192,12 @@ class _Builder:
     def _add_nodes(self, count: int, scopes, env, function_stack, value_info: Mapping) -> None:
         """Add the next `count` nodes read in pass 1, all in `scopes` (this loop is the hot one).
 
-        `value_info` maps the names this scope may declare a type for to their ValueInfoProto.
+        `value_info` maps the names this scope may declare a type for to their (element type, shape).
         """
         scope_key = self._key(scopes)
         occurrences, nodes, tensors, bodies = self._next, self.nodes, self.tensors, self._subgraphs
         assert occurrences is not None  # build() reads pass 1 before it adds any node
-        shapes, functions = self._shapes, self.functions
+        functions = self.functions
         # The main graph or a function body: one table of names, read directly (unless it
         # holds an empty name, which stands for an omitted input, not a value).
         names = env[0] if len(env) == 1 and "" not in env[0] else None
@@ -203,16 +218,7 @@ class _Builder:
                     outputs.append(None)
                     continue
                 outputs.append(ref := _new_tuple(TensorRef, (o, scope_key)))
-                vi = value_info.get(o)
-                if vi is None:
-                    elem = shape = None
-                else:
-                    type_key = vi.type.SerializeToString()
-                    known = shapes.get(type_key)
-                    if known is None:
-                        known = shapes[type_key] = shape_of(vi.type)
-                    elem, shape = known
-                tensors[ref] = _new_tuple(TensorInfo, (ref, "node_output", node_id, elem, shape))
+                tensors[ref] = _new_tuple(TensorInfo, (ref, "node_output", node_id, *value_info.get(o, _UNTYPED)))
                 local[o] = ref
             nodes[node_id] = node = _new_tuple(Node, (node_id, name, op_type, domain, inputs, tuple(outputs), scopes,
                                                       metadata, proto))
@@ -253,13 +259,13 @@ class _Builder:
         self.scope_depth[key] = len(inner_scopes)
         local: dict[str, TensorRef] = {}
         formal: list[TensorRef] = []
-        value_info = ChainMap(_declared(sub), outer_info)
+        value_info = ChainMap(self._types(_declared(sub)), outer_info)
         for t in sub.initializer:
-            self._define(TensorRef(t.name, key), "initializer", None, local, vi=value_info.get(t.name),
-                         dims=tuple(t.dims), elem=t.data_type)
+            self._define(TensorRef(t.name, key), "initializer", None, local,
+                         value_info.get(t.name) or (t.data_type, tuple(t.dims)))
         for vi in sub.input:
             ref = TensorRef(vi.name, key)
-            self._define(ref, "subgraph_input", owner.id, local, vi=vi)
+            self._define(ref, "subgraph_input", owner.id, local, self._type(vi))
             formal.append(ref)
         self._add_graph(sub, inner_scopes, env + [local], function_stack, value_info)
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
@@ -270,7 +276,7 @@ class _Builder:
                 self._body_edges.append((len(self.nodes), (producer, owner.id, f"{key}->{out.name}", result,
                                                            "subgraph_output")))
 
-    def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, onnx.ValueInfoProto]:
+    def _body_types(self, call: Node, fn: onnx.FunctionProto) -> dict[str, tuple]:
         """The types ONNX infers in `fn`'s body at this call, shared by calls alike in
         argument types and attributes (a model's layers, as a rule)."""
         args = tuple((info.elem_type, info.shape) if ref is not None and (info := self.tensors.get(ref)) is not None
@@ -279,7 +285,7 @@ class _Builder:
         key = (fn.domain, fn.name, args, tuple(a.SerializeToString() for a in call.proto.attribute))
         found = self._inferred_bodies.get(key)
         if found is None:
-            found = self._inferred_bodies[key] = body_types(self.model, fn, call.proto, args)
+            found = self._inferred_bodies[key] = self._types(body_types(self.model, fn, call.proto, args).values())
         return found
 
     def _add_body(self, body: Body) -> None:
@@ -295,7 +301,7 @@ class _Builder:
         local: dict[str, TensorRef] = {
             formal: actual for formal, actual in zip(fn.input, call.inputs) if actual is not None
         }
-        value_info = {**self._body_types(call, fn), **{vi.name: vi for vi in fn.value_info}}
+        value_info = {**self._body_types(call, fn), **self._types(fn.value_info)}
         self._add_nodes(len(fn.node), inner_scopes, [local], function_stack, value_info)
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
