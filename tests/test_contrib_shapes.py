@@ -221,6 +221,25 @@ def test_onnx_runtime_operators_in_the_default_domain_pass_the_check():
         load_model(model("RootMeanSquareNorm"))  # no runtime has it: still refused
 
 
+def test_an_onnx_runtime_operator_an_inlined_function_brings_is_shaped_too():
+    # the loader reads which operators the graph uses before it inlines the functions: what a
+    # function's body uses counts too, as inlining makes it the graph's
+    model = onnx.parser.parse_model("""
+    <ir_version: 10, opset_import: ["" : 22, "local" : 1]>
+    g (float[B, 8] x, float[8] scale) => (float[B, 8] y) {
+        y = local.Norm (x, scale)
+    }
+    <domain: "local", opset_import: ["" : 22]>
+    Norm (a, s) => (n) {
+        n = SimplifiedLayerNormalization <epsilon: float = 1e-5, axis: int = -1> (a, s)
+    }""")
+    loaded = load_model(model)
+    assert loaded.inlined_calls == 1
+    mg = build_graph(loaded.model)
+    (norm,) = [n for n in mg.nodes.values() if n.op_type == "SimplifiedLayerNormalization"]
+    assert mg.tensors[norm.outputs[0]].shape == ("B", 8)
+
+
 def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fused, monkeypatch):
     # should ONNX's inference ever refuse a shape function (an onnx release stricter about
     # function bodies), the model loads with the shapes inference finds without them, as before

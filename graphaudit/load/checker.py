@@ -21,7 +21,7 @@ import onnx
 
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.load import external_data
-from graphaudit.load.protos import graphs
+from graphaudit.load.protos import node_lists
 from graphaudit.load.repair import reassigned, untyped_input, untyped_outputs
 
 # Protobuf refuses to serialise a message past 2 GiB; larger models must keep weights outside.
@@ -163,11 +163,16 @@ def _runtime_ops_apart(model: onnx.ModelProto, objection: str) -> onnx.ModelProt
     ops = _runtime_default_ops()
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    for graph in graphs(copy.graph):
-        for node in graph.node:
+    moved = 0
+    for nodes in node_lists(copy):  # the graph, its bodies, and the local functions' bodies
+        for node in nodes:
             if node.domain in ("", "ai.onnx") and node.op_type in ops:
                 node.domain = _RUNTIME_DOMAIN
-    copy.opset_import.add(domain=_RUNTIME_DOMAIN, version=1)
+                moved += 1
+    if not moved:  # the objection is about no node here: the checker's own words stand
+        return None
+    for imports in (copy.opset_import, *(f.opset_import for f in copy.functions)):
+        imports.add(domain=_RUNTIME_DOMAIN, version=1)
     return copy
 
 
