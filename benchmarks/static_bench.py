@@ -15,9 +15,12 @@ side by side in one run:
 - analyses: `audit_static(loaded)` alone, on an already loaded model.
 
 Each is timed with `time.perf_counter_ns` after one discarded warm-up run; the three are
-interleaved in every repetition so that load on the machine hits them alike; medians and
-the spread (min–max) are reported, with the ratio of medians to the floor, and the slope
-of the audit's time over the node count, fitted by least squares over every graph measured.
+interleaved in every round so that load on the machine hits them alike. Each graph gets
+`--repeats` rounds, and more while its rounds have taken less than `--seconds` (a graph of a
+few hundred nodes takes a few hundred rounds). Medians and the spread (min–max) are reported,
+with the ratio of medians to the floor, the median of each round's ratio (which a slow
+spell on the machine, hitting a few rounds, moves least), and the slope of the audit's time
+over the node count, fitted by least squares over every graph measured.
 
 `--stages` adds, for the Pythia-shaped graph and the big one, the CPU time
 (`time.process_time`, median) of each step of the floor and of the audit, so that the
@@ -38,7 +41,7 @@ the audit's analyses). The loader's other checks (UTF-8 names, versions, externa
 locations) and data propagation are left out, so it is a lower bound. What is left of 2×
 the floor is what every other analysis may cost.
 
-    python benchmarks/static_bench.py [--repeats 5] [--big-layers 5555] [--stages] [--bound] [--inline]
+    python benchmarks/static_bench.py [--repeats 5] [--seconds 3] [--big-layers 5555] [--stages] [--bound] [--inline]
 """
 
 from __future__ import annotations
@@ -125,16 +128,21 @@ def timed(fn, *args) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
-def measure(path: Path, repeats: int) -> dict:
+def measure(path: Path, repeats: int, seconds: float = 0.0) -> dict:
+    """Floor, audit and analyses of `path`, interleaved in each round: `repeats` rounds, and more
+    while the rounds have taken less than `seconds` (small graphs take many, so that one slow
+    moment on a shared machine moves the medians little)."""
     loaded = load_model(path, weights=False)
     floor(path), audit(path), audit_static(loaded)  # warm-up, discarded
     runs: dict[str, list[float]] = {"floor": [], "audit": [], "analyses": []}
-    for _ in range(repeats):
+    start = time.perf_counter()
+    while len(runs["floor"]) < repeats or time.perf_counter() - start < seconds:
         runs["floor"].append(timed(floor, path))
         runs["audit"].append(timed(audit, path))
         runs["analyses"].append(timed(audit_static, loaded))
+    rounds = [a / f for a, f in zip(runs["audit"], runs["floor"])]
     return {k: (statistics.median(v), min(v), max(v)) for k, v in runs.items()} | {
-        "nodes": len(loaded.model.graph.node)}
+        "nodes": len(loaded.model.graph.node), "rounds": len(rounds), "round_ratio": statistics.median(rounds)}
 
 
 def stages(path: Path, repeats: int) -> dict[str, float]:
@@ -177,6 +185,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--big-layers", type=int, default=5555, help="layers of the ~100k-node graph")
+    parser.add_argument("--seconds", type=float, default=3.0,
+                        help="least time the rounds of each graph take (more rounds than --repeats where they are short)")
     parser.add_argument("--stages", action="store_true", help="also time each step (CPU) at 24 layers and the big graph")
     parser.add_argument("--inline", action="store_true",
                         help="also graphs whose weights are inline (hidden 512, vocabulary 8192, 1, 4 and 12 layers: "
@@ -192,7 +202,7 @@ def main() -> None:
             path = Path(tmp) / f"pythia_{layers}.onnx"
             save_with_weights(transformer_graph(layers=layers), path)
             repeats = args.repeats if layers <= max(DEPTHS) else max(3, args.repeats // 2)
-            result = measure(path, repeats)
+            result = measure(path, repeats, args.seconds)
             rows.append((layers, result))
             if args.stages and layers in (24, args.big_layers):
                 steps[layers] = stages(path, repeats)
@@ -206,14 +216,14 @@ def main() -> None:
             inline.append((layers, path.stat().st_size, measure(path, args.repeats)))
             path.unlink()
             print(f"# inline {layers} layers done", flush=True)
-    print("| layers | nodes | floor ms (min–max) | audit ms (min–max) | audit / floor | "
-          "analyses ms (min–max) | analyses / floor | audit µs per node |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| layers | nodes | rounds | floor ms (min–max) | audit ms (min–max) | audit / floor | audit / floor, "
+          "median round | analyses ms (min–max) | analyses / floor | audit µs per node |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for layers, r in rows:
         f, a, s = r["floor"], r["audit"], r["analyses"]
-        print(f"| {layers} | {r['nodes']:,} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) | {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) "
-              f"| {a[0] / f[0]:.2f}× | {s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f}) | {s[0] / f[0]:.2f}× "
-              f"| {1000 * a[0] / r['nodes']:.1f} |")
+        print(f"| {layers} | {r['nodes']:,} | {r['rounds']} | {f[0]:.1f} ({f[1]:.1f}–{f[2]:.1f}) "
+              f"| {a[0]:.1f} ({a[1]:.1f}–{a[2]:.1f}) | {a[0] / f[0]:.2f}× | {r['round_ratio']:.2f}× "
+              f"| {s[0]:.1f} ({s[1]:.1f}–{s[2]:.1f}) | {s[0] / f[0]:.2f}× | {1000 * a[0] / r['nodes']:.1f} |")
     nodes = [r["nodes"] for _, r in rows]
     times = [r["audit"][0] for _, r in rows]
     slope, intercept = _fit(nodes, times)
