@@ -79,6 +79,9 @@ class _Audit:
         self.selector_of: dict[str, tuple] = {}  # selection node -> (data, chooser, routing node)
         self.counted: set[str] = set()  # nodes whose FLOPs are counted: the compute nodes
         self.position: dict[str, int] = {}  # node id -> its place in execution order
+        # Whether any tensor's extent may depend on input values (one the map leaves out reads as
+        # VALUE): where none does (a dense model), no compute node reads one (`_compute`).
+        self.value_sized = VALUE in dm.shapes.values() or len(dm.shapes) < len(mg.tensors)
 
     def note(self, at: str, verdict: str, ev: Evidence) -> None:
         self.evidence.setdefault(at, []).append(ev)
@@ -126,9 +129,6 @@ class _Audit:
         dispatched: set[TensorRef] = set()  # results of compute on picked rows (an expert's on its tokens)
         indicator: set[TensorRef] = set()  # masks of 0s and 1s a routing decision set (`analyses.dispatch`)
         position, counted_nodes, kinds = self.position, self.counted, self.kinds
-        # Whether any tensor's extent may depend on input values (one the map leaves out reads as
-        # VALUE): where none does (a dense model), no compute node reads one (`_compute`).
-        self.value_sized = VALUE in dm.shapes.values() or len(dm.shapes) < len(mg.tensors)
         for place, node in enumerate(execution_order(mg)):
             position[node.id] = place
             ins = [*filter(None, node.inputs)]  # a TensorRef is a non-empty tuple: None alone is false

@@ -16,7 +16,7 @@ import onnx
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.function_types import body_types
-from graphaudit.graph.model import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key
+from graphaudit.graph.model import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key, made_by
 from graphaudit.load.node_ids import Occurrences
 
 _new_tuple = tuple.__new__  # a TensorRef, TensorInfo or Node without the named tuple's Python-level __new__
@@ -244,12 +244,6 @@ class _Builder:
                 self.tensors[found] = _new_tuple(TensorInfo, (found, "undefined", None, None, None))
         return found
 
-    def _producer(self, ref: TensorRef | None) -> str | None:
-        """The node making `ref`; None for a value no node makes (a subgraph's formal inputs
-        come from their owner: an edge for them would close a cycle, owner -> body -> owner)."""
-        info = self.tensors.get(ref) if ref is not None else None
-        return info.producer if info is not None and info.kind == "node_output" else None
-
     def _add_subgraph(self, owner: Node, attr: str, sub: onnx.GraphProto, scopes, env, function_stack, outer_info):
         """Add the body `sub` of `owner`, whose types are declared in `sub` itself first, then
         in the graphs around it (a body may read their values by name)."""
@@ -271,7 +265,7 @@ class _Builder:
         results = tuple(self._lookup(env + [local], out.name) for out in sub.output)
         self._add_body(Body(attr, owner.id, key, tuple(formal), results))
         for out, result in zip(sub.output, results):
-            producer = self._producer(result)
+            producer = made_by(self.tensors.get(result)) if result is not None else None
             if producer is not None:
                 self._body_edges.append((len(self.nodes), (producer, owner.id, f"{key}->{out.name}", result,
                                                            "subgraph_output")))
@@ -306,6 +300,6 @@ class _Builder:
         results = tuple(local.get(out) for out in fn.output)
         self._add_body(Body("function", call.id, key, call.inputs[: len(fn.input)], results))
         for out, ref in zip(fn.output, results):
-            producer = self._producer(ref)
+            producer = made_by(self.tensors.get(ref)) if ref is not None else None
             if producer is not None:
                 self._body_edges.append((len(self.nodes), (producer, call.id, f"{key}->{out}", ref, "function_output")))

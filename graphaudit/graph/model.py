@@ -188,10 +188,8 @@ class ModelGraph:
         return self.nodes[node_id]
 
     def producer(self, tensor: TensorRef) -> Node | None:
-        info = self.tensors.get(tensor)
-        if info is None or info.kind != "node_output" or info.producer is None:
-            return None
-        return self.nodes[info.producer]
+        made = made_by(self.tensors.get(tensor))
+        return self.nodes[made] if made is not None else None
 
     def consumers(self, tensor: TensorRef) -> list[Node]:
         return [self.nodes[n] for n in self._consumers.get(tensor, ())]
@@ -234,21 +232,17 @@ class ModelGraph:
 
     def _edge_table(self) -> list[tuple[str, str, str | None, TensorRef, str]]:
         records: list[tuple[str, str, str | None, TensorRef, str]] = []
-        tensors, depth = self.tensors, self.scope_depth
-        later = iter(self.body_edges)
-        pending = next(later, None)
+        later, placed = self.body_edges, 0  # the body edges, and how many of them are in `records`
         for position, node in enumerate(self.nodes.values()):
-            while pending is not None and pending[0] <= position:
-                records.append(pending[1])
-                pending = next(later, None)
-            for ref in node.inputs:
-                if ref is None:
-                    continue
-                info = tensors.get(ref)
-                if info is not None and info.kind == "node_output" and info.producer is not None:
-                    records.append((info.producer, node.id, None, ref,
-                                    _via(depth.get(ref.scope, 0), node.scopes) if node.scopes else "tensor"))
-        records.extend(record for _, record in ([pending] if pending is not None else []) + list(later))
+            while placed < len(later) and later[placed][0] <= position:
+                records.append(later[placed][1])
+                placed += 1
+            for ref in filter(None, node.inputs):  # None: an omitted input
+                made = made_by(self.tensors.get(ref))
+                if made is not None:
+                    depth = self.scope_depth.get(ref.scope, 0)
+                    records.append((made, node.id, None, ref, _via(depth, node.scopes) if node.scopes else "tensor"))
+        records.extend(record for _, record in later[placed:])
         return records
 
     def _nested_by_owner(self) -> dict[str, list[Node]]:
@@ -264,6 +258,13 @@ class ModelGraph:
             if ref.scope:
                 table.setdefault(ref.name, []).append(ref)
         return table
+
+
+def made_by(info: TensorInfo | None) -> str | None:
+    """The id of the node making the value `info` describes; None for a value no node makes (an
+    input, a weight, a body's formal input, which its owner gives: an edge for it would close
+    a cycle, owner -> body -> owner)."""
+    return info.producer if info is not None and info.kind == "node_output" else None
 
 
 def _scope_key(scopes: tuple[Scope, ...]) -> str:
