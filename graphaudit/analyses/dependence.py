@@ -159,13 +159,9 @@ class _Propagation:
             if owners and node.id in owners:
                 self._owner(node)
                 continue
-            domain = node.domain
-            op = f"{domain}.{node.op_type}" if domain and domain != "ai.onnx" else node.op_type
-            if op in _SPECIAL:
-                self._plain(node, op)
-                continue
-            # The common case, inlined: the largest dependence among the inputs, for values
-            # and for shapes alike (a missing input reads as CONST, an unknown one as VALUE).
+            # The largest dependence among the inputs, for values and for shapes alike (a
+            # missing input reads as CONST, an unknown one as VALUE): the rule of most nodes,
+            # and where the others' (`_plain`) start.
             value = shape = CONST
             for ref in node.inputs:
                 if ref is not None:
@@ -174,16 +170,21 @@ class _Propagation:
                         value = v
                     if s > shape:
                         shape = s
+            domain = node.domain
+            op = f"{domain}.{node.op_type}" if domain and domain != "ai.onnx" else node.op_type
+            if op in _SPECIAL:
+                self._plain(node, op, value, shape)
+                continue
             for out in node.outputs:
                 if out is not None:
                     values[out] = value
                     shapes[out] = CONST if out in static else shape
 
     # -- ordinary nodes --------------------------------------------------------------------
-    def _plain(self, node: Node, op: str) -> None:
+    def _plain(self, node: Node, op: str, value: Dependence, shape: Dependence) -> None:
+        """The outputs of `node`, whose operator `op` has a rule of its own; `value` and `shape`:
+        the largest dependence among its inputs' values and shapes."""
         ins = node.inputs
-        value = max((self._v(r) for r in ins), default=CONST)
-        shape = max((self._s(r) for r in ins), default=CONST)
         if op in SOURCES:
             value = shape = CONST
         elif op in SHAPE_READERS:
