@@ -222,8 +222,9 @@ def test_onnx_runtime_operators_in_the_default_domain_pass_the_check():
 
 
 def test_an_onnx_runtime_operator_an_inlined_function_brings_is_shaped_too():
-    # the loader reads which operators the graph uses before it inlines the functions: what a
-    # function's body uses counts too, as inlining makes it the graph's
+    # inside a local function's body, the operator is put apart for the checker too (it was left
+    # in the default domain, the checker objected again, and the loader recursed to Python's
+    # limit); inlined, the function's node is shaped as one of the graph's own
     model = onnx.parser.parse_model("""
     <ir_version: 10, opset_import: ["" : 22, "local" : 1]>
     g (float[B, 8] x, float[8] scale) => (float[B, 8] y) {

@@ -151,11 +151,7 @@ class _Builder:
 
     def _type(self, vi: onnx.ValueInfoProto) -> tuple:
         """(element type, shape) of `vi`'s type."""
-        key = vi.type.SerializeToString()
-        known = self._shapes.get(key)
-        if known is None:
-            known = self._shapes[key] = shape_of(vi.type)
-        return known
+        return self._types((vi,))[vi.name]
 
     def _types(self, declared: Iterable[onnx.ValueInfoProto]) -> dict[str, tuple]:
         """(element type, shape) by name of each of `declared` (a later one of a name over an
