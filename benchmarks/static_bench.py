@@ -29,7 +29,7 @@ share of each step (checker, shape inference, graph model, each analysis) can be
 `--inline` adds Pythia-shaped graphs whose weights lie inline in the file (hidden 512, 8
 heads, vocabulary 8192, 1, 4 and 12 layers; zeros), floor and audit as above: the floor's
 shape inference encodes and parses every weight, the loader's does not (it gives inference
-the large initializers as typed inputs, `graphaudit.load.model.INFER_WEIGHTS_OVER`).
+the large initializers as typed inputs, `graphaudit.load.inference.INFER_WEIGHTS_OVER`).
 
 `--bound` adds, timed side by side with the floor, the least any static audit in Python
 does that keeps the loader's two main checks and looks at every node once: the ONNX checker
@@ -67,6 +67,7 @@ from graphaudit.graph.build import build_graph, paused_gc
 from graphaudit.load import external_data
 from graphaudit.load import model as load
 from graphaudit.load.checker import check_model
+from graphaudit.load.inference import with_inferred_shapes
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 
@@ -174,7 +175,7 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
         del data
         copy = step("load: checker's copy", external_data.as_inputs, model)
         step("load: checker", check_model, copy, path)
-        inferred = step("load: shape inference", load._infer_shapes, model)[0]
+        inferred = step("load: shape inference", with_inferred_shapes, model)[0]
         loaded = load.LoadedModel(inferred, path, False, tuple(external), True)
         with paused_gc():
             mg = step("audit: graph model", build_graph, inferred)

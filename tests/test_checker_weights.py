@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.load.model import INFER_WEIGHTS_OVER, load_model
+from graphaudit.load.inference import INFER_WEIGHTS_OVER
+from graphaudit.load.model import load_model
 
 ROWS = 4
 COLUMNS = INFER_WEIGHTS_OVER // (4 * ROWS) + 8  # float32: a weight just past the limit

@@ -244,7 +244,7 @@ def test_an_onnx_runtime_operator_an_inlined_function_brings_is_shaped_too():
 def test_inference_that_refuses_the_shape_functions_runs_again_without_them(fused, monkeypatch):
     # should ONNX's inference ever refuse a shape function (an onnx release stricter about
     # function bodies), the model loads with the shapes inference finds without them, as before
-    import graphaudit.load.model as load
+    import graphaudit.load.inference as load
     from graphaudit.load.contrib_shapes import DOMAIN
 
     real = load.shape_inference.infer_shapes

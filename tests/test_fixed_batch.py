@@ -14,7 +14,8 @@ from graphaudit.analyses.static import audit_static
 from graphaudit.cli import cli, main
 from graphaudit.errors import GraphAuditError, UsageError
 from graphaudit.load.data import check_batch_size, fixed_batch, from_arrays, input_specs, whole_batches
-from graphaudit.load.model import infer_at, load_model
+from graphaudit.load.inference import infer_at
+from graphaudit.load.model import load_model
 from graphaudit.replay.batching import default_batch_size
 from graphaudit.replay.pipeline import replay
 

@@ -14,7 +14,8 @@ import pytest
 
 from graphaudit.analyses.flops import count_flops
 from graphaudit.graph.build import build_graph
-from graphaudit.load.model import infer_at, load_model
+from graphaudit.load.inference import infer_at
+from graphaudit.load.model import load_model
 from graphaudit.report.static_text import render_text
 
 from support.text_graphs import audit, graph

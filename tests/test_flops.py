@@ -8,7 +8,8 @@ from onnx import helper
 from graphaudit.analyses.flops import count_flops, is_counted, node_flops
 from graphaudit.errors import UsageError
 from graphaudit.graph.build import build_graph
-from graphaudit.load.model import infer_at, load_model
+from graphaudit.load.inference import infer_at
+from graphaudit.load.model import load_model
 
 
 def node(op, n_inputs=2, domain="", **attrs):

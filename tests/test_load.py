@@ -177,7 +177,7 @@ def test_weights_kept_from_shape_inference_change_nothing_it_infers(tmp_path, ir
     output included."""
     from onnx import shape_inference
 
-    import graphaudit.load.model as load_module
+    import graphaudit.load.inference as load_module
 
     model = _weighty_model(ir3)
     onnx.save(model, tmp_path / "m.onnx")

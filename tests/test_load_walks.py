@@ -7,7 +7,8 @@ import onnx.parser
 from onnx import numpy_helper
 
 import graphaudit.load.protos as protos
-from graphaudit.load.model import INFER_WEIGHTS_OVER, load_model
+from graphaudit.load.inference import INFER_WEIGHTS_OVER
+from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
 
 

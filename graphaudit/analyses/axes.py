@@ -3,7 +3,7 @@
 An input's example axis is the batch (its first, or the one `feeding.example_axis` reads from
 the graph: a recurrent state's second) and the second input dimension the token; a tensor's axis is one of
 them where shape inference carried the input's symbolic name to it, where a probe at unusual
-input sizes (`load.infer_at`) gives it the batch's or the token's size, or where its size
+input sizes (`load.inference.infer_at`) gives it the batch's or the token's size, or where its size
 moves with the token count; `batch*token` is the two merged, batch-major (a MoE router's
 flattened tokens).
 """
@@ -39,7 +39,7 @@ class InputAxes:
     - the symbolic names shape inference carries, wherever they stand;
     - a dimension inference could only call `unk__N` (past a Reshape to a size computed from
       Shape, as the TorchScript exporter writes them): what it becomes when shape inference
-      runs again with the inputs at the unusual sizes PROBE_SIZES (`load.infer_at`), for the
+      runs again with the inputs at the unusual sizes PROBE_SIZES (`load.inference.infer_at`), for the
       tensor asked about — the batch's size there makes it a batch axis, the token's a token axis,
       and an axis whose size changes again when only the token size does (LONGER) is a token
       axis too: the tokens plus a class token, or the half of them a pruning step kept;
@@ -88,7 +88,7 @@ class InputAxes:
         if self._probed is None:
             self._probed = {}
         if key not in self._probed:
-            from graphaudit.load.model import infer_at
+            from graphaudit.load.inference import infer_at
 
             shapes = dict(self.probe_shapes)
             if longer:

@@ -39,7 +39,7 @@ from graphaudit.analyses.dispatch import dispatch_operands
 from graphaudit.analyses.loop_trips import Trips, Value
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load import external_data
-from graphaudit.load.model import INFER_WEIGHTS_OVER, infer_at
+from graphaudit.load.inference import INFER_WEIGHTS_OVER, infer_at
 
 _PREFIX = "graphaudit__"
 _SAME_VALUE = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # of one element
@@ -103,7 +103,7 @@ def widest_shapes(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, tri
 
 def infer_variant(found: Variant, shapes: Mapping[str, Sequence[int]]) -> tuple[dict[str, tuple[int, ...]],
                                                                                 dict[str, int]]:
-    """The concrete shapes `load.infer_at` finds on the variant with the inputs at `shapes`,
+    """The concrete shapes `load.inference.infer_at` finds on the variant with the inputs at `shapes`,
     and the trip counts its probes give, by loop id."""
     known = infer_at(found.model, shapes)
     probed = {loop: known[name][0] for loop, name in found.probes.items() if len(known.get(name, ())) == 1}

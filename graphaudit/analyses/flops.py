@@ -256,7 +256,7 @@ def count_flops(mg: ModelGraph, shapes: Mapping[str, Sequence[int]],
                 known: Mapping[str, Shape] | None = None, *, prefer_known: bool = False) -> FlopCount:
     """Return the FlopCount of every node of `mg` with the graph inputs at `shapes`.
 
-    `known`: concrete shapes of main-graph values by name (`load.infer_at`), for the values
+    `known`: concrete shapes of main-graph values by name (`load.inference.infer_at`), for the values
     whose inferred shapes stay unknown once the input dimensions are bound; with
     `prefer_known`, for every value they name (shapes inferred on a variant of the graph,
     `analyses.concrete_shapes`, stand over the graph's own)."""
@@ -298,7 +298,7 @@ def resolver(mg: ModelGraph, dims: Mapping[str, int], known: Mapping[str, Shape]
     known = known or {}
 
     def resolve(ref: TensorRef) -> Shape | None:
-        key = str(ref)  # the name in the main graph, `<scope>::<name>` in a body (`load.infer_at`)
+        key = str(ref)  # the name in the main graph, `<scope>::<name>` in a body (`load.inference.infer_at`)
         if prefer_known and key in known:
             return known[key]
         shape = bound(mg.tensors[ref].shape) if ref in mg.tensors else None

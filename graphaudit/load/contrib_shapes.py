@@ -8,7 +8,7 @@ gives inference a copy in which each such node whose output shapes follow from i
 calls a model-local function of its own, written in standard operators that give the same
 output shapes (a FastGelu's output is shaped as its input; an Attention's as the input's
 rows by the value width). Inference then runs through them in one pass; only the shapes it
-finds are kept (`load._infer_shapes`), never the copy.
+finds are kept (`load.inference.with_inferred_shapes`), never the copy.
 
 A node with an output whose shape cannot be written that way (an unknown weight width, a
 present cache) is left as it is: its outputs stay unknown, as before; a dimension that

@@ -1,9 +1,9 @@
 """Load an ONNX model safely, with or without its external weights.
 
 `load_model` gives back a LoadedModel: the ModelProto after the ONNX checker and shape
-inference (symbolic dimensions kept; free ones written as -1, "?", "" or no size each given a
-symbol of its own: graphaudit.load.free_dims), where it came from, and whether its weights were
-read. A graph-only load (`weights=False`) never opens an external-data file, so a
+inference (graphaudit.load.inference; symbolic dimensions kept; free ones written as -1, "?",
+"" or no size each given a symbol of its own: graphaudit.load.free_dims), where it came from,
+and whether its weights were read. A graph-only load (`weights=False`) never opens an external-data file, so a
 multi-GB model can be audited from its graph alone. External-data locations that escape
 the model's folder (absolute paths, `..`, links pointing outside) are refused before any
 of them is opened.
@@ -13,38 +13,21 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper, shape_inference
+from onnx import external_data_helper
 
 from graphaudit.errors import GraphAuditError, brief
 from graphaudit.limits import MAX_MODEL_BYTES, in_words
 from graphaudit.load import external_data, repair
 from graphaudit.load.checker import Unsorted, check_model, handed, in_order, order_problem, sort_nodes
-from graphaudit.load.contrib_shapes import with_shape_functions
 from graphaudit.load.free_dims import name_free_dims
+from graphaudit.load.inference import INFER_WEIGHTS_OVER, typed_outputs, with_inferred_shapes
 from graphaudit.load.inline import inline_functions
-from graphaudit.load.node_ids import node_ids
-from graphaudit.load.protos import (
-    graphs,
-    has_bodies,
-    names_repeat_across_graphs,
-    node_lists,
-    rename_body_values,
-    restore_names,
-)
-from graphaudit.load.shape_values import fold_shape_arguments
-
-# Inline initializers larger than this reach shape inference as typed inputs (_infer_shapes)
-INFER_WEIGHTS_OVER = 64 * 2**10
-# Rounds of inference at most, each after writing in the shape arguments the last one left
-# unknown; they end sooner where a round finds none to write (a TorchScript export of token
-# pruning needed 7: each pruning step's sizes are computed from the shape the last one made)
-_FOLD_ROUNDS = 32
+from graphaudit.load.protos import graphs, node_lists
 
 
 @dataclass(frozen=True)
@@ -135,7 +118,7 @@ def load_model(
     if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
         if not in_order(model.graph) and not order_problem(model):
             moved = sort_nodes(model.graph)
-        model, typed = _typed_outputs(model)
+        model, typed = typed_outputs(model)
         every = list(graphs(model.graph))
     if imports or dropped or moved or typed:
         data = None  # the file's bytes are no longer the model's encoding
@@ -169,7 +152,7 @@ def load_model(
             every = list(graphs(model.graph))
     inferred_ok, inferred_error = True, None
     if infer_shapes:
-        model, inferred_ok, inferred_error = _infer_shapes(model, every)
+        model, inferred_ok, inferred_error = with_inferred_shapes(model, every)
     if weights and external:
         assert base is not None  # require_files above refused external weights without a folder
         _load_external(model, base, path)
@@ -318,15 +301,6 @@ def _check_versions(model: onnx.ModelProto, path: Path | None) -> None:
             )
 
 
-def _typed_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, ...]]:
-    """`model` with each main-graph output that declares no type typed as shape inference finds
-    it, and the outputs so typed; an output inference cannot type stays as it was."""
-    untyped = repair.untyped_outputs(model.graph)
-    inferred, _, _ = _infer_shapes(model)  # inference writes the outputs' types it finds
-    still = set(repair.untyped_outputs(inferred.graph))
-    return inferred, tuple(name for name in untyped if name not in still)
-
-
 def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> None:
     try:
         external_data_helper.load_external_data_for_model(model, str(base))
@@ -334,135 +308,3 @@ def _load_external(model: onnx.ModelProto, base: Path, path: Path | None) -> Non
         raise GraphAuditError(
             f"expected readable external data for {path}, found an error: {brief(err)}"
         ) from None
-
-
-def _infer_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | None = None
-                  ) -> tuple[onnx.ModelProto, bool, str | None]:
-    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
-    (`_inferred`); where a value name repeats across bodies, inferred with each body's values
-    under names of their own (`protos.rename_body_values`), given back after. `every`: the
-    model's graphs, as `graphs` lists them, where the caller has them."""
-    every = every if every is not None else list(graphs(model.graph))
-    back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph, every) else {}
-    result = _inferred(model, every)
-    if back:
-        for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
-            restore_names(graph, back)
-    return result
-
-
-def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto]) -> tuple[onnx.ModelProto, bool, str | None]:
-    """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
-
-    Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
-    their types and shapes only (a value that sets a shape is a handful of integers, and
-    those stay), so it runs on a copy that declares them as graph inputs, and what it adds
-    (the value types and output shapes of every graph and body) is written into `model`
-    itself, which the caller owns. Encoding, parsing and copying the weights was most of
-    inference's time on a model that holds them.
-    """
-    plain = _without_weights(model)
-    skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
-    try:
-        inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
-        if skeleton is plain:
-            return model, False, brief(err)
-        try:  # a shape function ONNX would not take: inference as before, without them
-            skeleton, inferred = plain, shape_inference.infer_shapes(plain, check_type=False, strict_mode=False,
-                                                                     data_prop=True)
-        except Exception as err:  # noqa: BLE001
-            return model, False, brief(err)
-    if skeleton is model:
-        return inferred, True, None
-    # the same bodies, in the same order (inference adds none: a graph without any has one)
-    for mine, found in zip(every, graphs(inferred.graph) if len(every) > 1 else [inferred.graph]):
-        del mine.value_info[:]
-        mine.value_info.extend(found.value_info)
-        for output, typed in zip(mine.output, found.output):
-            output.CopyFrom(typed)
-    return model, True, None
-
-
-def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
-    """The concrete shape of every main-graph value ONNX's shape inference finds with the graph
-    inputs at `shapes`, by name; {} when inference fails. With every input size a number, data
-    propagation turns shapes computed from input shapes (Shape, Gather, Concat into a Reshape,
-    as exporters without symbolic shapes write them) into numbers too, where inference on the
-    symbolic graph leaves them unknown; shape arguments that data propagation cannot compute
-    are computed and written in as constants, and inference runs again (`shape_values`, up to
-    _FOLD_ROUNDS rounds). `model` is not changed."""
-    skeleton = _without_weights(model)
-    if skeleton is model:
-        skeleton = onnx.ModelProto()
-        skeleton.CopyFrom(model)
-    skeleton = with_shape_functions(skeleton, copy=False)
-    for value in skeleton.graph.input:
-        if value.name in shapes and value.type.HasField("tensor_type"):
-            dims = value.type.tensor_type.shape.dim
-            del dims[:]
-            for size in shapes[value.name]:
-                dims.add().dim_value = int(size)
-    found: dict[str, tuple[int, ...]] = {}
-    bodies = has_bodies(skeleton.graph)  # (folding adds constants, never bodies)
-    back = rename_body_values(skeleton.graph) if bodies and names_repeat_across_graphs(skeleton.graph) else {}
-    inferred = None
-    for _ in range(_FOLD_ROUNDS):
-        del skeleton.graph.value_info[:]  # shapes from before would stand against the numbers
-        for output in skeleton.graph.output:
-            if output.type.HasField("tensor_type"):
-                output.type.tensor_type.ClearField("shape")
-        try:
-            inferred = shape_inference.infer_shapes(skeleton, check_type=False, strict_mode=False, data_prop=True)
-        except Exception:  # noqa: BLE001 - the symbolic shapes stand; what they leave unknown is listed
-            break
-        found = _concrete_shapes(inferred.graph)
-        # a shape argument inference could not compute (a Slice's ends from a Div of a Shape):
-        # computed here, written in as a constant, and inferred again
-        if not fold_shape_arguments(inferred, {**found, **{k: tuple(v) for k, v in shapes.items()}}):
-            break
-        skeleton = inferred
-    found = {name: shape for name, shape in found.items() if not name.endswith("__folded")}
-    if inferred is not None and bodies:
-        occurrences = node_ids(inferred)  # held, so that each node's wrapper (and its id()) lives on
-        ids = {id(proto): node_id for proto, node_id, _ in occurrences}  # the graph model's ids, by node
-        found.update(_body_shapes(inferred.graph, "", ids, back))
-        del occurrences
-    return found
-
-
-def _body_shapes(graph: onnx.GraphProto, scope: str, ids: Mapping[int, str], back: Mapping[str, str]) -> dict:
-    """The concrete shapes of the values of the bodies nested in `graph`, keyed as the graph
-    model writes their TensorRef (`<owner id>/<attribute>::<name>`, nested owners joined by
-    `/`; `ids`: each node's id, by the node); `back`: the names `protos.rename_body_values` gave
-    their values, to give back."""
-    found: dict[str, tuple[int, ...]] = {}
-    for node in graph.node:
-        owner = ids.get(id(node))
-        for attr in node.attribute if owner is not None else ():
-            bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
-            for body in bodies:
-                key = f"{scope}/{owner}/{attr.name}" if scope else f"{owner}/{attr.name}"
-                found.update((f"{key}::{back.get(name, name)}", shape) for name, shape in _concrete_shapes(body).items())
-                found.update(_body_shapes(body, key, ids, back))
-    return found
-
-
-def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
-    found = {}
-    for value in (*graph.value_info, *graph.output):
-        tensor = value.type.tensor_type
-        if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
-                all(d.HasField("dim_value") for d in tensor.shape.dim):
-            found[value.name] = tuple(d.dim_value for d in tensor.shape.dim)
-    return found
-
-
-def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
-    inputs (none copied); `model` itself when it has none."""
-    heavy = {t.name for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
-             and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
-    return external_data.as_inputs(model, lambda t: t.name in heavy) if heavy else model
-
-

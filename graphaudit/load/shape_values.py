@@ -7,7 +7,7 @@ embeddings and attention masks): everything downstream is left unknown, and so a
 FLOPs of the MatMuls there. With every input size a number, those arguments are numbers too.
 `fold_shape_arguments` computes them with ONNX's reference evaluator and writes them into
 the graph as `Constant` nodes, so that the next round of inference can use them
-(`load.infer_at`).
+(`load.inference.infer_at`).
 
 Only what can matter is evaluated: the integer and boolean tensors that feed a shape argument
 (SHAPE_ARGUMENTS) of a node whose output shape is still unknown, computed from small inline
