@@ -104,6 +104,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=640, help="rows of each product: batch × tokens (default 640)")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds per product (default 7)")
     args = parser.parse_args()
+    unknown = [name for name in args.shapes.split(",") if name not in SIZES]
+    if unknown:
+        parser.error(f"expected shapes among {', '.join(SIZES)}, found {', '.join(unknown)}")
     import torch
 
     torch.set_num_threads(1)

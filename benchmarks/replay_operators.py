@@ -31,10 +31,12 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay_fca import ROOT, Setup, Wider, spread, versus_torch
+from replay_fca import FIXTURES, ROOT, Setup, Wider, spread, versus_torch
+from scale import SIZES
 
 sys.path.insert(0, str(ROOT))
 from graphaudit.profile.events import parse_profile
@@ -99,6 +101,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--top", type=int, default=6, help="operators listed by name per model (default 6)")
     args = parser.parse_args()
+    tokens = max(np.load(FIXTURES / name / "eval.npz")["input_ids"].shape[1] for name in args.models.split(","))
+    fit = ["zoo", *(name for name, shape in SIZES.items() if shape["context"] >= tokens)]  # the fixture's data fed
+    unknown = [name for name in args.shapes.split(",") if name not in fit]
+    if unknown:
+        parser.error(f"expected shapes among {', '.join(fit)} (a context of at least the data's {tokens} tokens), "
+                     f"found {', '.join(unknown)}")
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, onnxruntime {ort.__version__}, threads {args.threads}, "
           f"batch {args.batch_size}, repeats {args.repeats}")
     rows = []
