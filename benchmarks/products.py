@@ -12,9 +12,9 @@ attention's score and value products and the gates' small products are left out.
 Runtime runs a MatMul graph whose right-hand side is an initializer (as in an exported
 model, where ONNX Runtime packs it once), PyTorch `torch.nn.functional.linear` with the
 weight as `nn.Linear` holds it (out × in), NumPy `@`; each result is first checked against
-the product in float64. The three are timed in turn, round
-after round after one discarded warm-up each; each cell is the median of the rounds, and
-GFLOP/s counts 2·rows·k·n operations. Prints a Markdown table per shape for BENCHMARKS.md.
+the product in float64. The three are timed in turn, round after round, after one discarded
+warm-up each (`replay_fca.interleaved`); each cell is the median of the rounds, and GFLOP/s
+counts 2·rows·k·n operations. Prints a Markdown table per shape for BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -36,6 +35,7 @@ import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay_fca import interleaved  # noqa: E402
 from scale import SIZES  # noqa: E402
 
 LIBRARIES = ("ONNX Runtime", "PyTorch", "NumPy")
@@ -80,19 +80,6 @@ def contenders(rows: int, k: int, n: int, seed: int = 0) -> list:
     return calls
 
 
-def timed_rounds(calls: list, repeats: int) -> list[float]:
-    """Median milliseconds of each of `calls`, run in turn `repeats` times after a warm-up each."""
-    for call in calls:
-        call()
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(repeats):
-        for call, kept in zip(calls, times):
-            start = time.perf_counter()
-            call()
-            kept.append((time.perf_counter() - start) * 1e3)
-    return [statistics.median(t) for t in times]
-
-
 def shown(ms: float) -> str:
     """Milliseconds to one decimal, or to three significant digits below one."""
     return f"{ms:.1f}" if ms >= 1 else f"{ms:.3g}"
@@ -121,7 +108,7 @@ def main() -> None:
         print("|---|---|---:|" + "---:|" * len(LIBRARIES) + "---:|")
         totals = [0.0] * len(LIBRARIES)
         for label, k, n, count in products(shape):
-            ms = timed_rounds(contenders(args.rows, k, n), args.repeats)
+            ms = [statistics.median(wall) for wall in interleaved(contenders(args.rows, k, n), args.repeats)[0]]
             flop = 2 * args.rows * k * n
             totals = [total + count * t for total, t in zip(totals, ms)]
             cells = " | ".join(f"{shown(t)} ({flop / t / 1e6:.0f})" for t in ms)

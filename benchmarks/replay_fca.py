@@ -115,7 +115,7 @@ class Setup:
         self.parity = check_parity(self.session, self.feeds["correct"], self.coefs, self.caches[1], self.eval,
                                    batch_size, 1e-4)
         self.seed = seed
-        self.replayed, self.threads, self.flush_denormals, self.cut = replayed, threads, flush_denormals, cut
+        self.replayed, self.threads, self.flush_denormals = replayed, threads, flush_denormals
 
     def replay_loop(self, overlap: bool | None = None, session=None):
         return run_conditions(session or self.session, self.feeds, self.coefs, self.eval, self.batch_size, self.task,

@@ -10,8 +10,8 @@ data, as `benchmarks/replay_fca.py --shapes` builds them; `zoo`: the trained fix
 1. the ONNX Runtime replay loop against PyTorch eager with hooks, side by side, as
    `replay_fca.py`'s torch comparison does (the loop without its overlap, one thread each);
 2. the same ONNX Runtime loop once more, its sessions (the prefix run once per batch, and the
-   rest, as `replay()` cuts the graph: graphaudit.replay.prefix) made with ONNX Runtime's
-   profiler on, and every node's kernel time summed by operator;
+   rest, as `replay()` cuts the graph: graphaudit.replay.prefix) opened as `replay()` opens
+   them but with ONNX Runtime's profiler on, and every node's kernel time summed by operator;
 3. the bound: PyTorch's loop over the kernel time of the ONNX Runtime loop's matrix products
    (MATRIX_PRODUCTS). Were every other operator and all the scoring free, the ONNX Runtime
    loop would still take that long, so no replay that runs these products can be faster
@@ -40,8 +40,8 @@ from scale import SIZES
 
 sys.path.insert(0, str(ROOT))
 from graphaudit.profile.events import parse_profile
-from graphaudit.replay.prefix import CutPrefix, PrefixSession
-from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, weights_apart
+from graphaudit.replay.prefix import PrefixSession, open_frozen
+from graphaudit.runtime.sessions import PROVIDERS
 
 # ONNX Runtime operators that multiply matrices of the model's weights or activations
 MATRIX_PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "MatMulInteger", "QLinearMatMul", "MatMulNBits",
@@ -49,30 +49,12 @@ MATRIX_PRODUCTS = frozenset({"MatMul", "Gemm", "FusedMatMul", "MatMulInteger", "
 
 
 def profiled_session(setup: Setup, folder: Path):
-    """The replay's session of `setup`'s frozen graph, as `open_frozen` makes it (the prefix
-    apart, its threads not spinning; the weights handed over once), with the profiler on in
-    each part's session; the parts' sessions, to end their profiles."""
-    cpu = [PROVIDERS["cpu"]]
-    skeleton, names, arrays = weights_apart(setup.replayed)
-    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
-
-    def opened(model, part: str, spinning: bool = True):
-        options = ort.SessionOptions()
-        options.enable_profiling = True
-        options.profile_file_prefix = str(folder / part)
-        stubs = {t.name for t in model.graph.initializer}  # the part's own share of the weights taken out
-        held = [(n, v) for n, v in zip(names, values) if n in stubs]
-        if held:
-            options.add_external_initializers([n for n, _ in held], [v for _, v in held])
-        return create_session(model, cpu, options=options, disabled_optimizers=slow_fusions(cpu),
-                              threads=setup.threads, flush_denormals=setup.flush_denormals, spinning=spinning)
-
-    split = CutPrefix(tuple(c.tensor for c in setup.coefs))(skeleton).details if setup.cut else None
-    if split is None:
-        whole = opened(skeleton, "whole")
-        return whole, [whole]
-    prefix, suffix = opened(split.prefix, "prefix", spinning=False), opened(split.suffix, "suffix")
-    return PrefixSession(split, prefix, suffix), [prefix, suffix]
+    """The replay's session of `setup`'s frozen graph, as `replay()` opens it (`open_frozen`),
+    with ONNX Runtime's profiler on in each part's session; and those sessions, to end their
+    profiles."""
+    session = open_frozen(setup.replayed, setup.coefs, [PROVIDERS["cpu"]], None, setup.threads,
+                          setup.flush_denormals, profile_prefix=folder / "replay")
+    return session, [session.prefix, session.suffix] if isinstance(session, PrefixSession) else [session]
 
 
 def by_operator(setup: Setup) -> tuple[dict[str, float], int]:

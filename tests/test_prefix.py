@@ -1,6 +1,8 @@
 """The frozen graph's shared prefix (graphaudit.replay.prefix): what no coefficient reaches is cut off,
 run once per batch, and the two parts together give what the frozen graph gives."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -8,6 +10,7 @@ from onnx import TensorProto, helper
 
 import graphaudit.replay.prefix as prefix_module
 from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients, metadata_entry
+from graphaudit.profile.events import parse_profile
 from graphaudit.replay.passes import PassResult
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.prefix import CutPrefix, PrefixSession
@@ -154,3 +157,22 @@ def test_graph_outputs_made_from_shapes_or_passed_through_come_out_of_the_cut_gr
     assert [o.name for o in session.get_outputs()] == ["logits", "given_shape", "input_ids"]
     for a, b in zip(ours, whole):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_each_part_of_the_cut_graph_is_profiled_where_asked(tmp_path):
+    # a benchmark's breakdown by operator (benchmarks/replay_operators.py) profiles the sessions
+    # the replay opens: the prefix's file holds its runs only, the rest's one run per call
+    model = gated_lm(layers=2)
+    coefs = declared_coefficients(model)
+    frozen = Freeze(coefs)(model).model
+    session = prefix_module.open_frozen(frozen, coefs, ["CPUExecutionProvider"], threads=1,
+                                        profile_prefix=tmp_path / "replay")
+    assert isinstance(session, PrefixSession)
+    ids = token_ids(4, seed=3)
+    gates = {c.tensor: np.full((4, 6, WIDTH), 0.5, np.float32) for c in coefs}
+    for _condition in range(3):
+        session.run(["logits"], {"input_ids": ids, **gates})
+    files = {part: Path(getattr(session, part).end_profiling()) for part in ("prefix", "suffix")}
+    assert {part: f.name.startswith(f"replay-{part}") for part, f in files.items()} == {"prefix": True, "suffix": True}
+    runs = {part: len(parse_profile(f).runs) for part, f in files.items()}
+    assert runs == {"prefix": 1, "suffix": 3}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -201,7 +202,8 @@ class PrefixSession:
 
 def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], providers: list[str],
                 weights_folder=None, threads: int | None = None, flush_denormals: bool = True,
-                qdq_fusions: bool = True, weights: Mapping[str, np.ndarray] | None = None):
+                qdq_fusions: bool = True, weights: Mapping[str, np.ndarray] | None = None,
+                profile_prefix: Path | None = None):
     """The replay's session of `frozen`: on the CPU, a PrefixSession where a part no coefficient
     reaches holds compute worth running once per batch (`CutPrefix`), else one session of the
     whole graph. The prefix's threads do not spin after its run: spinning, they slowed the rest's
@@ -211,18 +213,21 @@ def open_frozen(frozen: onnx.ModelProto, coefficients: Sequence[Coefficient], pr
     Large inline weights are taken out once (`weights_apart`) and handed to both parts' sessions
     as the same arrays: copied into each part, a 282 MB model's two sessions took 2 s longer to
     open than its whole graph's one. `weights`: the arrays of weights `frozen` holds as stubs
-    already (taken out of the model once for the whole replay: `steps.held_apart`)."""
-    def opened(model: onnx.ModelProto, spinning: bool = True, weights=None):
+    already (taken out of the model once for the whole replay: `steps.held_apart`).
+    `profile_prefix`: each session profiled by ONNX Runtime, its file at this prefix and the
+    part's name (`-whole`, `-prefix`, `-suffix`)."""
+    def opened(model: onnx.ModelProto, part: str, spinning: bool = True, weights=None):
+        profiled = profile_prefix.with_name(f"{profile_prefix.name}-{part}") if profile_prefix is not None else None
         return create_session(model, providers, disabled_optimizers=slow_fusions(providers),
                               weights_folder=weights_folder, threads=threads, flush_denormals=flush_denormals,
-                              spinning=spinning, weights=weights, qdq_fusions=qdq_fusions)
+                              spinning=spinning, weights=weights, qdq_fusions=qdq_fusions, profile_prefix=profiled)
 
     if providers[0] != PROVIDERS["cpu"]:
-        return opened(frozen, weights=weights)
+        return opened(frozen, "whole", weights=weights)
     skeleton, names, arrays = weights_apart(frozen)
     handed = {**(weights or {}), **dict(zip(names, arrays))}
     split = CutPrefix(tuple(c.tensor for c in coefficients))(skeleton).details
     if split is None:
-        return opened(skeleton, weights=handed)
-    return PrefixSession(split, opened(split.prefix, spinning=False, weights=handed),
-                         opened(split.suffix, weights=handed))
+        return opened(skeleton, "whole", weights=handed)
+    return PrefixSession(split, opened(split.prefix, "prefix", spinning=False, weights=handed),
+                         opened(split.suffix, "suffix", weights=handed))

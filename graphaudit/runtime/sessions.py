@@ -170,6 +170,7 @@ def create_session(
     spinning: bool = True,
     weights: Mapping[str, np.ndarray] | None = None,
     qdq_fusions: bool = True,
+    profile_prefix: Path | None = None,
 ) -> ort.InferenceSession:
     """Return an InferenceSession for `model`, or a GraphAuditError saying why there is none.
 
@@ -188,6 +189,8 @@ def create_session(
     larger model once, and shared, unread and uncopied, by the sessions of its parts).
     `qdq_fusions` False: QuantizeLinear / DequantizeLinear pairs run as written instead of fused
     into integer kernels (`quantized_pairs`).
+    `profile_prefix`: ONNX Runtime's profiler on, its file written at this prefix (the path
+    `end_profiling` gives back).
     """
     if threads is not None:
         check_threads(threads)
@@ -208,7 +211,8 @@ def create_session(
             stubs = [t.name for t in model.graph.initializer if t.name in weights and _is_stub(t)]
             names, arrays = names + stubs, arrays + [weights[n] for n in stubs]
         if names:
-            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning, qdq_fusions)
+            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning, qdq_fusions,
+                            profile_prefix)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
             try:
                 return opened(skeleton.SerializeToString(), mine)
@@ -216,7 +220,7 @@ def create_session(
                 pass
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning,
-                       qdq_fusions)
+                       qdq_fusions, profile_prefix)
     try:
         return opened(payload, options)
     except Exception as err:  # noqa: BLE001 - ORT raises its own Fail/NotImplemented types
@@ -260,9 +264,13 @@ def _typed(model, op: str, name: str) -> str:
 
 
 def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None,
-             flush_denormals: bool = False, spinning: bool = True, qdq_fusions: bool = True) -> ort.SessionOptions:
+             flush_denormals: bool = False, spinning: bool = True, qdq_fusions: bool = True,
+             profile_prefix: Path | None = None) -> ort.SessionOptions:
     """`options` with the threads, the external weights' folder, the denormals' flushing, the
-    threads' spinning, the QDQ fusions and ORT's logging create_session sets."""
+    threads' spinning, the QDQ fusions, the profiler and ORT's logging create_session sets."""
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
     if not qdq_fusions:
         options.add_session_config_entry(NO_QDQ_FUSIONS, "1")
     if flush_denormals:
