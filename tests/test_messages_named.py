@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphaudit.files.path_kinds import not_a_folder, path_kind
-from graphaudit.metrics.outputs import Task, no_nll_reason
+from graphaudit.metrics.tasks import Task, no_nll_reason
 
 from support.cli import FAST_PROFILE, FAST_REPLAY, FAST_RUN, accepted, refused
 from support.models import gated_lm, token_ids

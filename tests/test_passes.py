@@ -8,7 +8,7 @@ from onnx import helper, parser
 from graphaudit.analyses.declared_coefficients import Coefficient, declared_coefficients
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.model import load_for_runtime
-from graphaudit.metrics.outputs import LOG_PROBS, Task
+from graphaudit.metrics.tasks import LOG_PROBS, Task
 from graphaudit.replay.passes import PassResult, Steps, run_passes
 from graphaudit.replay.prefix import CutPrefix
 from graphaudit.replay.rewrite import Rewrite

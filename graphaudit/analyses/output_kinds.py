@@ -6,7 +6,7 @@ change its values (VALUE_PRESERVING) to the operator that made it. A normalising
 distribution per position; a Sigmoid: an independent probability per value, as a
 multi-label head or a per-pixel map gives) or log-probabilities (LogSoftmax); a feature
 normalisation (FEATURES) says it holds features, not logits. Anything else leaves it
-unnormalised (`kind` None): `metrics.outputs.task_for` reads it as logits where it is
+unnormalised (`kind` None): `metrics.tasks.task_for` reads it as logits where it is
 shaped like a distribution, (batch, classes) or (batch, frames, classes), and as values
 otherwise. The first batch checks what the graph says (`confirmed`): probabilities that do
 not sum to 1 over the last axis were normalised over another one, and are values.

@@ -21,7 +21,7 @@ from graphaudit.graph.build import shape_of
 from graphaudit.load.data import InputData, fixed_batch, input_specs, whole_batches
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import LoadedModel
-from graphaudit.metrics.outputs import scored_name
+from graphaudit.metrics.tasks import scored_name
 
 DEFAULT_BATCH_SIZE = 16
 # Most bytes of the scored output one batch may hold when no batch size is given: the replay

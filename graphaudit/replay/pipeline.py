@@ -43,8 +43,8 @@ from graphaudit.load.data import MASK_INPUT, InputData, check_batch_size, input_
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.metrics import ConditionStats, Estimate, Task, difference, retained_gap
-from graphaudit.metrics.outputs import no_nll_reason, scored_name
 from graphaudit.metrics.stats import estimate
+from graphaudit.metrics.tasks import no_nll_reason, scored_name
 from graphaudit.progress import Progress
 from graphaudit.replay.batching import batches_for
 from graphaudit.replay.capture import DEFAULT_MEMORY_LIMIT

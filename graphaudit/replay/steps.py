@@ -27,7 +27,7 @@ from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputData
 from graphaudit.load.model import LoadedModel
 from graphaudit.metrics import ConditionStats, PoissonBootstrap, Task, task_for
-from graphaudit.metrics.outputs import scored_output
+from graphaudit.metrics.tasks import scored_output
 from graphaudit.progress import Progress
 from graphaudit.replay.capture import CoefficientCache, capture
 from graphaudit.replay.conditions import CORRECT
