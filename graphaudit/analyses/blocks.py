@@ -20,7 +20,7 @@ from the first; not the sublayers or experts numbered inside a block). A `--bloc
 regex replaces the candidates with its own matches, searched in the same texts and, after
 the dotted path of 3, in the node's name as it is. Nodes nested
 in a body without candidates of their own take their owner's block, or the block of their
-neighbours among those the owner's metadata names. With no names at all, blocks are cut
+neighbours among those the owner's metadata names (graphaudit.analyses.block_fill). With no names at all, blocks are cut
 along the residual chain (graphaudit.analyses.structure).
 """
 
@@ -30,6 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from graphaudit.analyses.block_fill import fill_unnamed, place_owners
 from graphaudit.analyses.blockmap import (
     NAME_SCOPES,
     NAMESPACE,
@@ -44,7 +45,6 @@ from graphaudit.analyses.blockmap import (
 from graphaudit.analyses.flops import is_counted
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, Node
-from graphaudit.graph.visit_order import execution_order
 
 FX_NODE = "pkg.torch.onnx.fx_node"
 _TRACE_KEYS = frozenset({NAMESPACE, NAME_SCOPES, FX_NODE})
@@ -312,8 +312,8 @@ class _Finder:
                     names[index], named_by[index] = next(name for i, name in hits if i == index), source
                 how[nid] = "pattern" if self.regex is not None else source
                 break
-        self._fill(assigned, how, informative, stacks)
-        self._owners(assigned, how)
+        fill_unnamed(mg, assigned, how, informative, stacks, self.candidates)
+        place_owners(mg, assigned, how)
         if self.regex is None and len(stacks) == 1:
             _spell_alike(names, named_by)
         blocks = make_blocks(assigned, names)
@@ -373,79 +373,6 @@ class _Finder:
             stacks[k] = offset
             offset += max(indices[k]) + 1
         return stacks
-
-    def _owners(self, assigned: dict[str, int], how: dict[str, str]) -> None:
-        """An If / Loop in no block whose bodies' nodes are all in one block is that block's (a
-        TorchScript `/If` around one layer): its own time is the layer's, as in a dynamo export
-        whose If is named after the layer."""
-        mg = self.mg
-        inside: dict[str, set[int]] = {}
-        for nid, node in mg.nodes.items() if mg.body_table else ():
-            if nid in assigned:
-                for scope in node.scopes:
-                    if scope.owner not in assigned:
-                        inside.setdefault(scope.owner, set()).add(assigned[nid])
-        for owner, found in inside.items():
-            if len(found) == 1 and owner in mg.nodes:
-                assigned[owner], how[owner] = found.pop(), "neighbours"
-
-    def _fill(self, assigned: dict[str, int], how: dict[str, str], informative: set[str],
-              stacks: dict[str, int]) -> None:
-        """Attribute nested or unnamed nodes through their owner, else their neighbours."""
-        mg = self.mg
-        # owner id -> the blocks its metadata names and those its nested nodes were put in
-        allowed: dict[str, set[int]] = {}
-        for nid, node in mg.nodes.items() if mg.body_table else ():
-            if mg.bodies(nid) and nid not in assigned:
-                cands = self.candidates(node)
-                allowed[nid] = {i + stacks[k] for _, cs in cands for k, i, _ in cs if k in stacks}
-        for nid, node in mg.nodes.items() if allowed else ():
-            for scope in node.scopes:
-                if nid in assigned and scope.owner in allowed:
-                    allowed[scope.owner].add(assigned[nid])
-        pending = [n for n in mg.nodes.values() if n.id not in assigned and n.id not in informative]
-        for node in pending:
-            for scope in reversed(node.scopes):
-                if scope.owner in assigned:
-                    assigned[node.id], how[node.id] = assigned[scope.owner], "owner"
-                    break
-        pending = [n for n in pending if n.id not in assigned]
-        if not pending:
-            return
-        waiting = {n.id for n in pending}
-        order = [n for n in execution_order(mg) if n.id in waiting]
-        for node in order:  # forward: the latest block among what it reads
-            if not node.scopes and not any(mg.consumers(r) for r in node.outputs if r is not None):
-                continue  # an unnamed sink at the top (e.g. an Identity to an output) is no block's
-            found = [assigned[p.id] for r in node.inputs if r is not None
-                     for p in [mg.producer(r)] if p is not None and p.id in assigned]
-            if found:
-                assigned[node.id], how[node.id] = self._clip(max(found), node, allowed), "neighbours"
-        for node in reversed(order):  # backward: the earliest block among its readers
-            if node.id in assigned or self._source(node):
-                continue
-            found = [assigned[c.id] for r in node.outputs if r is not None
-                     for c in mg.consumers(r) if c.id in assigned]
-            if found:
-                assigned[node.id], how[node.id] = self._clip(min(found), node, allowed), "neighbours"
-
-    def _source(self, node: Node) -> bool:
-        """Whether `node` is unnamed compute at the top that reads only the model's inputs and
-        weights (a patch embedding's Conv): it starts the model, as an unnamed sink ends it."""
-        if node.scopes or not is_counted(node):
-            return False
-        return all(r is None or self.mg.producer(r) is None for r in node.inputs)
-
-    @staticmethod
-    def _clip(index: int, node: Node, allowed: dict[str, set[int]]) -> int:
-        for scope in reversed(node.scopes):
-            names = allowed.get(scope.owner)
-            if names:
-                if index in names:
-                    return index
-                return min(names) if index < min(names) else max(n for n in names if n <= index)
-        return index
-
 
 def _spell_alike(names: dict[int, str], named_by: dict[int, str]) -> None:
     """Name the blocks whose name came from fx parameter names (`m_blocks.2`: the module path's
