@@ -342,7 +342,7 @@ def _held_for_profile(baseline, base: LoadedModel):
     Pythia-160M's shape; its weights, 650 MB there, held through the replay, would be its peak);
     else the file again, or the LoadedModel the caller gave."""
     from graphaudit.profile.session import reads_its_file
-    from graphaudit.runtime.sessions import without_weights
+    from graphaudit.runtime.handed_weights import without_weights
 
     if reads_its_file(base):
         return replace(base, model=without_weights(base.model))

@@ -15,7 +15,7 @@ from graphaudit.load.model import load_for_runtime
 from graphaudit.profile import profile_model
 from graphaudit.profile import profiler as profiler_module
 from graphaudit.profile.baseline import COUNTED
-from graphaudit.runtime.sessions import HANDED_OVER, STUB_LOCATION
+from graphaudit.runtime.handed_weights import HANDED_OVER, STUB_LOCATION
 
 from support.models import gated_lm, token_ids
 

@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from graphaudit.replay import pipeline, steps
 from graphaudit.replay.pipeline import replay
-from graphaudit.runtime.sessions import HANDED_OVER
+from graphaudit.runtime.handed_weights import HANDED_OVER
 
 from support.models import gated_lm, token_ids
 

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 import graphaudit.replay.prefix as prefix
 import graphaudit.runtime.sessions as runtime
 from graphaudit.replay.pipeline import replay
-from graphaudit.runtime.sessions import create_session, weights_apart
+from graphaudit.runtime.handed_weights import weights_apart
+from graphaudit.runtime.sessions import create_session
 
 from support.models import gated_lm, token_ids
 

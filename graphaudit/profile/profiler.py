@@ -80,7 +80,8 @@ from graphaudit.profile.settings import ProfileSettings
 from graphaudit.profile.trace import trace_events, write_trace
 from graphaudit.profile.workdir import BASELINE_OPTIMISED, OPTIMISED, input_files, workdir
 from graphaudit.progress import Progress
-from graphaudit.runtime.sessions import resolve_providers, running, usable_threads, weight_bytes
+from graphaudit.runtime.handed_weights import weight_bytes
+from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
 
 # External weights past this size are not copied into a saved optimised model: events are mapped by name
 OPTIMISED_COPY_LIMIT = 2**30

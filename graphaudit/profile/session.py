@@ -44,7 +44,7 @@ class RunnableModel:
 def reads_its_file(loaded: LoadedModel) -> bool:
     """Whether the profile's sessions of `loaded` read its file: every node name is unique, and
     nothing was inlined or repaired at load (the file is still as written). Then its proto is
-    only read, never handed to ORT, and needs no weight (`runtime.sessions.without_weights`)."""
+    only read, never handed to ORT, and needs no weight (`runtime.handed_weights.without_weights`)."""
     if loaded.path is None or loaded.inlined_calls or loaded.repairs:
         return False
     counts = Counter(n.name for n in all_nodes(loaded.model.graph))

@@ -46,7 +46,8 @@ from graphaudit.replay.cache_files import (
     release,
     seal,
 )
-from graphaudit.runtime.sessions import STUB_LOCATION, create_session, detached, running, slow_fusions
+from graphaudit.runtime.handed_weights import STUB_LOCATION
+from graphaudit.runtime.sessions import create_session, detached, running, slow_fusions
 from graphaudit.vocabulary import BATCH, MERGED
 
 DEFAULT_MEMORY_LIMIT = 256 * 2**20
@@ -200,7 +201,7 @@ def capture(
     is 412 MB at 16 x 128 tokens).
     `span`: capture the inputs there only (a shard's, graphaudit.replay.shards), numbered in the
     whole data in every message; the cache holds them from row 0. No `cache_dir` with it.
-    `weights`: the arrays of the weights `trace` holds as stubs (`runtime.sessions.weights_apart`),
+    `weights`: the arrays of the weights `trace` holds as stubs (`runtime.handed_weights.weights_apart`),
     handed to its session and digested into a kept cache's key.
     """
     coefficients = tuple(coefficients)

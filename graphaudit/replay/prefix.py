@@ -26,7 +26,8 @@ import onnx
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.load.protos import node_reads
 from graphaudit.replay.passes import PassResult
-from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions, weights_apart
+from graphaudit.runtime.handed_weights import weights_apart
+from graphaudit.runtime.sessions import PROVIDERS, create_session, slow_fusions
 
 # Operators whose presence makes a prefix worth a session of its own
 _COMPUTE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "Attention", "MultiHeadAttention",

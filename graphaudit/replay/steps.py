@@ -45,7 +45,8 @@ from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.surgery import Freeze, LogProbs, live_decisions, live_note
-from graphaudit.runtime.sessions import create_session, slow_fusions, weights_apart
+from graphaudit.runtime.handed_weights import weights_apart
+from graphaudit.runtime.sessions import create_session, slow_fusions
 
 
 @dataclass(frozen=True)
