@@ -31,7 +31,7 @@
    gain is comparison 1's); the NLL of each condition is checked to agree.
 3. memory: `replay()` in a fresh subprocess on N and 4N inputs (windows of the zoo's data,
    rolled), peak RSS (VmHWM) and peak traced Python/NumPy heap (tracemalloc), with the
-   cache in memory (default limit) and memory-mapped (limit 0).
+   cache in memory (default limit) and memory-mapped (limit 0) (`benchmarks/replay_memory.py`).
 `--widths` adds, to comparisons 1 and 2, untrained copies of each model at those widths
 (exported to a temporary folder, fed the fixture's data): how the overhead and the speed-up
 change as the matrix products grow against the scored output and the per-run work. `--shapes`
@@ -47,7 +47,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +57,8 @@ import onnxruntime as ort
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from replay_memory import memory  # noqa: E402 - beside this script
 
 from graphaudit.analyses.declared_coefficients import declared_coefficients  # noqa: E402
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
@@ -320,49 +321,6 @@ def versus_torch(setup: Setup, repeats: int, threads: int) -> dict:
     agreement = max(abs(stats[n].figure("nll")[0] - torch_nll[n]) for n in stats)
     return {"model": label(setup), "batch_size": setup.batch_size, "ort_ms": ort_ms, "torch_ms": torch_ms,
             "speedup": statistics.median(torch_ms) / statistics.median(ort_ms), "max_nll_diff": agreement}
-
-
-MEMORY_CHILD = r"""
-import json, resource, sys, tracemalloc
-import numpy as np
-sys.path.insert(0, sys.argv[1])
-from graphaudit.load.data import from_arrays, input_specs
-from graphaudit.load.model import load_model
-from graphaudit.replay.pipeline import replay
-model, count, limit = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-loaded = load_model(model)
-specs = input_specs(loaded.model)
-rng = np.random.default_rng(0)
-base = np.concatenate([np.load(p)["input_ids"] for p in sys.argv[5:]])
-def windows(n, seed):
-    rows = np.random.default_rng(seed).integers(0, len(base), n)
-    shifts = np.random.default_rng(seed + 1).integers(0, base.shape[1], n)
-    return np.stack([np.roll(base[r], s) for r, s in zip(rows, shifts)])
-calib = from_arrays({"input_ids": windows(64, 1)}, specs, "calib")
-data = from_arrays({"input_ids": windows(count, 2)}, specs, "eval")
-tracemalloc.start()
-report = replay(loaded, calib, data, batch_size=16, memory_limit=limit, resamples=1000)
-_, heap = tracemalloc.get_traced_memory()
-# VmHWM: this process's own peak; ru_maxrss would also count the parent's RSS at fork
-status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-rss = int(status["VmHWM"].split()[0]) if "VmHWM" in status else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"rss_mib": rss / 1024, "heap_mib": heap / 2**20,
-                  "cache_mib": report.settings["cache"]["bytes"] / 2**20, "nll": report.condition("correct").nll.value}))
-"""
-
-
-def memory(name: str, inputs: int) -> list[dict]:
-    model = FIXTURES / name / "model.onnx"
-    sources = [str(FIXTURES / name / f"{k}.npz") for k in ("calib", "eval")]
-    rows = []
-    for label, limit in (("in memory (default limit)", 256 * 2**20), ("memory-mapped (limit 0)", 0)):
-        for count in (inputs, 4 * inputs):
-            out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(ROOT), str(model), str(count), str(limit),
-                                  *sources], capture_output=True, text=True)
-            if out.returncode != 0:
-                raise SystemExit(f"memory benchmark of {name} at {count} inputs failed:\n{out.stderr[-2000:]}")
-            rows.append({"model": name, "cache": label, "inputs": count, **json.loads(out.stdout.splitlines()[-1])})
-    return rows
 
 
 def main() -> None:
