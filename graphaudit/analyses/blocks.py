@@ -30,7 +30,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
-from graphaudit.analyses.block_fill import fill_unnamed, place_owners
+from graphaudit.analyses.block_fill import Candidates, fill_unnamed, place_owners
 from graphaudit.analyses.blockmap import (
     NAME_SCOPES,
     NAMESPACE,
@@ -141,7 +141,7 @@ class _Finder:
         if inits:
             yield "initializers", inits
 
-    def candidates(self, node: Node) -> Iterator[tuple[str, list[tuple[str, int, str]]]]:
+    def candidates(self, node: Node) -> Iterator[Candidates]:
         """(source, [(key, index, display name)]) for `node`, most trusted source first."""
         for source, texts in self.texts(node):
             cands: list[tuple[str, int, str]] = []
@@ -153,7 +153,7 @@ class _Finder:
             if cands:
                 yield source, cands
 
-    def first(self, node: Node) -> tuple[str, list[tuple[str, int, str]]] | None:
+    def first(self, node: Node) -> Candidates | None:
         """next(self.candidates(node), None): the candidates by_names asks of every node.
 
         The usual node (no metadata, a path-like name that names a block) is read here
