@@ -7,49 +7,37 @@ that disagrees with the manifest, NaN written into it (with and without its dige
 a file replaced by a link to a file outside the cache or by a FIFO. Each is captured again:
 `rebuilt` says why, the values are those of a clean capture, and nothing outside the cache
 changes. A folder where a cached file goes, or a cache folder that is a link, is refused in one
-line. A hypothesis strategy corrupts the files at random (cut, flipped bytes, another dtype,
-random JSON, links, folders) and every outcome is either the clean values or one line.
+line. Random damage is test_cache_files_fuzz's, the same through `graphaudit replay`
+test_cache_files_cli's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import graphaudit.replay.capture as capture_module
 from graphaudit.errors import GraphAuditError
 from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST, kept_cache, seal
-from graphaudit.replay.capture import _CHECK_FILE, LiveCheck, capture
+from graphaudit.replay.capture import _CHECK_FILE, capture
 from graphaudit.replay.capture import _file as file_of
 
-from support.cli import FAST_REPLAY, accepted, refused
-from support.models import gated_lm, token_ids, traced
-
-CHECK = LiveCheck("logit sums", lambda outputs, feeds, rows: outputs["logits"].sum(axis=(1, 2)).astype(np.float32))
+from support.cache_files import CHECK, assert_clean_values, capture_again, clean_capture, files_outside, npy_of, within
+from support.models import gated_lm, traced
 
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     """The trace, coefficients and data, and the files and values of their clean cache."""
-    trace, coefs, data = traced(gated_lm, count=6)
-    root = tmp_path_factory.mktemp("clean")
-    with capture(trace, coefs, data, batch_size=4, cache_dir=root, check=CHECK) as cache:
-        values = {k: np.array(v) for k, v in cache.arrays.items()}
-        live = {k: np.array(v) for k, v in cache.live.items()}
-        folder = cache.location
-    return {"trace": trace, "coefs": coefs, "data": data, "folder": folder, "values": values, "live": live}
+    return clean_capture(tmp_path_factory.mktemp("clean"))
 
 
 @pytest.fixture
@@ -64,52 +52,26 @@ def cache(clean, tmp_path):
     return folder
 
 
-def _again(clean, root, **kwargs):
-    return capture(clean["trace"], clean["coefs"], clean["data"], batch_size=4, cache_dir=root, check=CHECK, **kwargs)
-
-
-def _outside(folder: Path) -> dict:
-    """Every file under tmp_path except those in the cache's folder, with its digest."""
-    base = folder.parent.parent
-    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else "entry"
-            for p in sorted(base.rglob("*")) if folder not in p.parents and p != folder}
-
-
-def _assert_clean(clean, cache, reused: bool | None = None) -> None:
-    """The cache holds the clean capture's values, as regular files when it is kept."""
-    assert set(cache.arrays) == set(clean["values"])
-    for k, v in clean["values"].items():
-        np.testing.assert_array_equal(cache.arrays[k], v)
-        assert cache.arrays[k].dtype == v.dtype
-    assert set(cache.live) == set(clean["live"])
-    for k, v in clean["live"].items():
-        np.testing.assert_array_equal(cache.live[k], v)
-    if reused is not None:
-        assert cache.reused is reused
-
 
 def _rebuilt(clean, folder, match: str):
     """Capture again over the damaged `folder`: rebuilt with a reason matching `match`, clean
     values, nothing outside touched; and the next capture reuses the rebuilt cache."""
-    before = _outside(folder)
-    with _again(clean, folder.parent) as again:
-        _assert_clean(clean, again, reused=False)
+    before = files_outside(folder)
+    with capture_again(clean, folder.parent) as again:
+        assert_clean_values(clean, again, reused=False)
         assert again.rebuilt is not None and re.search(match, again.rebuilt), again.rebuilt
-    assert _outside(folder) == before
+    assert files_outside(folder) == before
     for name in (MANIFEST, LIVE_FILE, _CHECK_FILE, *(file_of(c) for c in clean["coefs"])):
         assert (folder / name).is_file() and not (folder / name).is_symlink()
     assert not [p for p in folder.iterdir() if p.name.startswith(".partial-")]
-    with _again(clean, folder.parent) as third:
-        _assert_clean(clean, third, reused=True)
+    with capture_again(clean, folder.parent) as third:
+        assert_clean_values(clean, third, reused=True)
         assert third.rebuilt is None
 
 
 def _manifest(folder) -> dict:
     return json.loads((folder / MANIFEST).read_text())
 
-
-def _npy(clean, folder, k: int = 0) -> Path:
-    return folder / file_of(clean["coefs"][k])
 
 
 @pytest.mark.parametrize("text, match", [
@@ -156,7 +118,7 @@ def test_a_manifest_with_wrong_keys_or_types_is_rebuilt(clean, cache, change, ma
 
 
 def test_a_cached_array_cut_short_is_rebuilt(clean, cache):
-    path = _npy(clean, cache)
+    path = npy_of(clean, cache)
     path.write_bytes(path.read_bytes()[:-7])
     _rebuilt(clean, cache, r"is \d+ bytes, where the manifest says \d+ \(cut short\)")
 
@@ -184,7 +146,7 @@ def _header(path: Path, descr: str, shape=None) -> None:
     ("<f4", (4, 6, 4), r"header holds '<f4' \[4, 6, 4\]"),
 ])
 def test_a_cached_header_that_disagrees_with_the_manifest_is_rebuilt(clean, cache, descr, shape, match):
-    _header(_npy(clean, cache), descr, shape)
+    _header(npy_of(clean, cache), descr, shape)
     _rebuilt(clean, cache, match)
 
 
@@ -200,7 +162,7 @@ class _Mark:
 
 def test_a_cached_pickle_is_never_loaded(clean, cache, tmp_path):
     mark = tmp_path / "outside" / "unpickled"
-    for path in (_npy(clean, cache), cache / _CHECK_FILE):
+    for path in (npy_of(clean, cache), cache / _CHECK_FILE):
         np.save(path, np.array([_Mark(mark)] * 6, dtype=object), allow_pickle=True)
     np.savez(cache / LIVE_FILE, logits=np.array([_Mark(mark)], dtype=object))
     _rebuilt(clean, cache, r"(bytes, where the manifest says|not numbers)")
@@ -240,7 +202,7 @@ def test_a_string_output_is_not_kept_and_the_cache_is_reused(tmp_path):
 
 
 def test_nan_in_a_cached_array_is_rebuilt_even_with_its_digest_recomputed(clean, cache):
-    path = _npy(clean, cache, 1)
+    path = npy_of(clean, cache, 1)
     array = np.load(path, mmap_mode="r+")
     array[3, 2, 1] = np.nan
     array.flush()
@@ -263,7 +225,7 @@ def test_a_changed_live_file_is_rebuilt(clean, cache):
 
 @pytest.mark.parametrize("name", ["array", "check", MANIFEST, LIVE_FILE])
 def test_a_cached_file_replaced_by_a_link_is_never_written_through(clean, cache, tmp_path, name):
-    path = {"array": _npy(clean, cache), "check": cache / _CHECK_FILE}.get(name, cache / name)
+    path = {"array": npy_of(clean, cache), "check": cache / _CHECK_FILE}.get(name, cache / name)
     target = tmp_path / "outside" / "mine.npy"
     path.unlink()
     path.symlink_to(target)
@@ -272,7 +234,7 @@ def test_a_cached_file_replaced_by_a_link_is_never_written_through(clean, cache,
 
 
 def test_a_link_to_a_copy_of_the_cached_file_is_not_followed_either(clean, cache, tmp_path):
-    path = _npy(clean, cache)
+    path = npy_of(clean, cache)
     copy = tmp_path / "outside" / "copy.npy"
     shutil.copyfile(path, copy)
     path.unlink()
@@ -281,40 +243,24 @@ def test_a_link_to_a_copy_of_the_cached_file_is_not_followed_either(clean, cache
     _rebuilt(clean, cache, r"is a symbolic link")
     assert copy.read_bytes() == before
 
-
-@contextlib.contextmanager
-def _within(seconds: int):
-    """Fail instead of hanging when the block waits on a FIFO."""
-    def stop(*_):
-        raise AssertionError(f"blocked for {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.mark.parametrize("name", ["array", MANIFEST, LIVE_FILE])
 def test_a_cached_file_that_is_a_fifo_is_replaced_without_being_opened(clean, cache, name):
-    path = _npy(clean, cache) if name == "array" else cache / name
+    path = npy_of(clean, cache) if name == "array" else cache / name
     path.unlink()
     os.mkfifo(path)
-    with _within(20):
+    with within(20):
         _rebuilt(clean, cache, r"is not a regular file" if name != MANIFEST else "regular file")
 
 
 @pytest.mark.parametrize("name", ["array", MANIFEST, LIVE_FILE])
 def test_a_folder_where_a_cached_file_goes_is_refused_and_kept(clean, cache, name):
-    path = _npy(clean, cache) if name == "array" else cache / name
+    path = npy_of(clean, cache) if name == "array" else cache / name
     path.unlink()
     path.mkdir()
     (path / "inside").write_text("kept")
     with pytest.raises(GraphAuditError, match=rf"expected the coefficient cache file {re.escape(str(path))} to be "
                                               r"a file, found a folder; remove it or choose another --cache-dir"):
-        _again(clean, cache.parent)
+        capture_again(clean, cache.parent)
     assert (path / "inside").read_text() == "kept"
 
 
@@ -324,10 +270,10 @@ def test_a_cache_folder_that_is_a_link_is_refused(clean, cache, tmp_path):
     cache.symlink_to(elsewhere)
     with pytest.raises(GraphAuditError, match=r"expected the coefficient cache folder .* to be a folder, found a "
                                               r"symbolic link to .*elsewhere; remove it or choose another"):
-        _again(clean, cache.parent)
+        capture_again(clean, cache.parent)
     shutil.rmtree(elsewhere)  # the link now dangles: nothing is made through it
     with pytest.raises(GraphAuditError, match="found a symbolic link"):
-        _again(clean, cache.parent)
+        capture_again(clean, cache.parent)
     assert not elsewhere.exists()
 
 
@@ -335,8 +281,8 @@ def test_a_cache_dir_that_is_a_link_is_the_users_choice(clean, cache, tmp_path):
     """--cache-dir itself may be a link (a cache kept on another disk): the cache goes where it points."""
     linked = tmp_path / "linked"
     linked.symlink_to(cache.parent)
-    with _again(clean, linked) as again:
-        _assert_clean(clean, again, reused=True)
+    with capture_again(clean, linked) as again:
+        assert_clean_values(clean, again, reused=True)
 
 
 def test_an_unfinished_capture_is_rebuilt_and_its_partial_files_removed(clean, cache, tmp_path, monkeypatch):
@@ -356,209 +302,10 @@ def test_an_unfinished_capture_is_rebuilt_and_its_partial_files_removed(clean, c
     (cache / MANIFEST).write_text("[]")
     monkeypatch.setattr(capture_module, "_check_finite", stop_at_the_second_batch)
     with pytest.raises(GraphAuditError, match="stopped"):
-        _again(clean, cache.parent)
+        capture_again(clean, cache.parent)
     assert not (cache / MANIFEST).exists()
     assert not [p for p in cache.iterdir() if p.name.startswith(".partial-")]
 
-
-# --- random corruption -------------------------------------------------------------------------
-
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
-                    | st.text(max_size=8),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                    max_leaves=8)
-DESCRS = ["|O", "<f8", ">f4", "<f2", "<i4", "|b1", "|V4", "<U1", "|S4", "<c8", "<M8[s]", [("a", "<f4")]]
-
-
-@st.composite
-def corruption(draw) -> list[tuple]:
-    """A few changes to the cache's files: (kind, file, parameters)."""
-    files = st.sampled_from(["gate.0", "gate.1", "check", "live", "manifest"])
-    kinds = st.sampled_from(["truncate", "flip-header", "flip-data", "descr", "json", "json-field", "link",
-                             "link-dangling", "folder", "fifo", "empty"])
-    return [(draw(kinds), draw(files), draw(st.integers(0, 2**31)), draw(JSON), draw(st.sampled_from(DESCRS)))
-            for _ in range(draw(st.integers(1, 3)))]
-
-
-def _corrupt(clean, folder: Path, outside: Path, change: tuple) -> None:
-    kind, which, seed, value, descr = change
-    rng = np.random.default_rng(seed)
-    path = {"gate.0": _npy(clean, folder, 0), "gate.1": _npy(clean, folder, 1), "check": folder / _CHECK_FILE,
-            "live": folder / LIVE_FILE, "manifest": folder / MANIFEST}[which]
-    if path.is_symlink() or not path.is_file():
-        return  # already replaced by an earlier change
-    raw = path.read_bytes()
-    if kind == "truncate":
-        path.write_bytes(raw[:int(rng.integers(0, len(raw)))])
-    elif kind in ("flip-header", "flip-data"):
-        data = bytearray(raw)
-        low, high = (0, min(128, len(raw))) if kind == "flip-header" else (min(128, len(raw) - 1), len(raw))
-        for at in rng.integers(low, high, size=int(rng.integers(1, 4))):
-            data[at] ^= int(rng.integers(1, 256))
-        path.write_bytes(bytes(data))
-    elif kind == "descr" and path.suffix == ".npy":
-        with open(path, "rb") as f:
-            try:
-                np.lib.format.read_magic(f)
-                shape, _, _ = np.lib.format.read_array_header_2_0(f)
-            except ValueError:  # an earlier change cut or flipped its header: it is damaged already
-                return
-            offset = f.tell()
-        with open(path, "wb") as f:
-            np.lib.format.write_array_header_2_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
-            f.write(raw[offset:])
-    elif kind == "json":
-        path.write_text(json.dumps(value))
-    elif kind == "json-field" and which == "manifest":
-        try:
-            manifest = json.loads(raw)
-        except ValueError:  # an earlier change cut or flipped it: it is damaged already
-            return
-        node, keys = manifest, []
-        while isinstance(node, dict) and node and rng.random() < 0.7:
-            key = sorted(node)[int(rng.integers(0, len(node)))]
-            keys.append(key)
-            node = node[key]
-        if keys:
-            parent = manifest
-            for key in keys[:-1]:
-                parent = parent[key]
-            parent[keys[-1]] = value
-            path.write_text(json.dumps(manifest))
-    elif kind == "link":
-        path.unlink()
-        path.symlink_to(outside / "mine.npy")
-    elif kind == "link-dangling":
-        path.unlink()
-        path.symlink_to(outside / "not-there")
-    elif kind == "folder":
-        path.unlink()
-        path.mkdir()
-    elif kind == "fifo":
-        path.unlink()
-        os.mkfifo(path)
-    elif kind == "empty":
-        path.write_bytes(b"")
-
-
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-
-
-@FUZZ
-@given(changes=corruption())
-def test_a_randomly_damaged_cache_gives_the_clean_values_or_one_line(clean, tmp_path_factory, changes):
-    base = tmp_path_factory.mktemp("fuzz")
-    folder = base / "cache" / clean["folder"].name
-    shutil.copytree(clean["folder"], folder)
-    outside = base / "outside"
-    outside.mkdir()
-    (outside / "mine.npy").write_bytes(b"the user's own file")
-    for change in changes:
-        _corrupt(clean, folder, outside, change)
-    before = _outside(folder)
-    try:
-        with _within(30), _again(clean, folder.parent) as again:
-            _assert_clean(clean, again)  # reused (the changes undid nothing) or rebuilt: the same values
-            assert again.reused or again.rebuilt
-    except GraphAuditError as err:
-        message = str(err)
-        assert message.startswith("expected") and "\n" not in message, message
-        assert "found a folder" in message, message  # the only refusal a damaged file gives
-    assert _outside(folder) == before
-    assert (outside / "mine.npy").read_bytes() == b"the user's own file"
-
-
-# --- through the command line ------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
-    """The gated LM and its data on disk, and the JSON of a clean replay that keeps its cache."""
-    folder = tmp_path_factory.mktemp("replayed")
-    onnx.save(gated_lm(), folder / "gated.onnx")
-    np.savez(folder / "calib.npz", input_ids=token_ids(8, seed=1))
-    np.savez(folder / "eval.npz", input_ids=token_ids(6, seed=2))
-    return folder
-
-
-def _replay(folder: Path, cache_dir: Path, fmt: str = "json") -> list:
-    return ["replay", folder / "gated.onnx", "--calib", folder / "calib.npz", "--data", folder / "eval.npz",
-            "--cache-dir", cache_dir, "--format", fmt, *FAST_REPLAY]
-
-
-def _figures(out: str) -> dict:
-    doc = json.loads(out)
-    del doc["timing"]
-    doc["settings"].pop("cache_note", None)
-    del doc["settings"]["cache"]["reused"]  # the evaluation cache's: reused where only the calibration one was damaged
-    return doc
-
-
-def _inputs(folder: Path) -> list[Path]:
-    return [folder / "gated.onnx", folder / "calib.npz", folder / "eval.npz"]
-
-
-def _nan_in_a_coefficient(cache_dir: Path) -> None:
-    evaluation = next(cache_dir.glob("evaluation-*"))
-    path = next(p for p in sorted(evaluation.glob("*.npy")) if p.name != _CHECK_FILE)
-    array = np.load(path, mmap_mode="r+")
-    array[1] = np.nan  # today: three conditions come back null, exit 0
-    array.flush()
-
-
-def _link_out(cache_dir: Path) -> None:
-    evaluation = next(cache_dir.glob("evaluation-*"))
-    path = next(p for p in sorted(evaluation.glob("*.npy")) if p.name != _CHECK_FILE)
-    path.unlink()
-    path.symlink_to(cache_dir.parent / "outside.npy")
-
-
-DAMAGE = {
-    "manifest-list": (lambda d: next(d.glob("calibration-*")).joinpath(MANIFEST).write_text("[]"),
-                      "manifest.json is not a JSON object"),
-    "nan": (_nan_in_a_coefficient, "does not match its SHA-256 digest"),
-    "cut-short": (lambda d: next(d.glob("evaluation-*")).joinpath(_CHECK_FILE).write_bytes(b"\x93NUMPY"),
-                  "(cut short)"),
-    "link": (_link_out, "is a symbolic link (never followed)"),
-}
-
-
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_cache_replays_the_figures_of_a_clean_one_with_a_note(replayed, capfd, tmp_path, damage):
-    cache_dir = tmp_path / "cache"
-    outside = tmp_path / "outside.npy"
-    outside.write_bytes(b"the user's own file")
-    clean = _figures(accepted(capfd, _replay(replayed, cache_dir), _inputs(replayed)))
-    change, note = DAMAGE[damage]
-    change(cache_dir)
-    out = accepted(capfd, _replay(replayed, cache_dir), _inputs(replayed))
-    assert _figures(out) == clean
-    assert json.loads(out)["settings"]["cache_note"].startswith(
-        "the kept coefficient cache was damaged and captured again: ")
-    assert note in json.loads(out)["settings"]["cache_note"]
-    assert outside.read_bytes() == b"the user's own file"
-    text = accepted(capfd, _replay(replayed, cache_dir, "text"), _inputs(replayed))  # healed: reused, no note
-    assert "captured again" not in text
-    again = accepted(capfd, _replay(replayed, cache_dir), _inputs(replayed))
-    assert _figures(again) == clean and json.loads(again)["settings"]["cache"]["reused"]
-
-
-def test_the_note_is_in_the_text_report(replayed, capfd, tmp_path):
-    cache_dir = tmp_path / "cache"
-    accepted(capfd, _replay(replayed, cache_dir), _inputs(replayed))
-    next(cache_dir.glob("evaluation-*")).joinpath(MANIFEST).write_text("{")
-    text = accepted(capfd, _replay(replayed, cache_dir, "text"), _inputs(replayed))
-    assert "cache: the kept coefficient cache was damaged and captured again: " in " ".join(text.split())
-
-
-def test_a_folder_in_the_cache_is_refused_in_one_line(replayed, capfd, tmp_path):
-    cache_dir = tmp_path / "cache"
-    accepted(capfd, _replay(replayed, cache_dir), _inputs(replayed))
-    live = next(cache_dir.glob("evaluation-*")) / LIVE_FILE
-    live.unlink()
-    live.mkdir()
-    refused(capfd, _replay(replayed, cache_dir), _inputs(replayed),
-            match=r"expected the coefficient cache file .*live.npz to be a file, found a folder")
 
 
 def test_a_cache_that_cannot_be_written_again_is_refused_in_one_line(clean, cache, monkeypatch):
@@ -573,4 +320,4 @@ def test_a_cache_that_cannot_be_written_again_is_refused_in_one_line(clean, cach
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(GraphAuditError, match=r"^expected to write the coefficient cache in .*, found Permission "
                                               r"denied$"):
-        _again(clean, cache.parent)
+        capture_again(clean, cache.parent)
