@@ -163,7 +163,7 @@ class _Mark:
 def test_a_cached_pickle_is_never_loaded(clean, cache, tmp_path):
     mark = tmp_path / "outside" / "unpickled"
     for path in (npy_of(clean, cache), cache / _CHECK_FILE):
-        np.save(path, np.array([_Mark(mark)] * 6, dtype=object), allow_pickle=True)
+        np.save(path, np.array([_Mark(mark)] * 6, dtype=object))  # written as a pickle
     np.savez(cache / LIVE_FILE, logits=np.array([_Mark(mark)], dtype=object))
     _rebuilt(clean, cache, r"(bytes, where the manifest says|not numbers)")
     assert not mark.exists()
