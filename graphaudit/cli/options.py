@@ -170,7 +170,7 @@ def rounds_options(prefix: str = "") -> Callable:
         "rounds", build,
         click.option("--runs", type=int, help=(
             f"Timed rounds, each running every sampled input once on the model and the baseline (default: until "
-            f"the latency's 95% interval is within --{prefix}precision, at least {s.FEWEST_RUNS}, at most "
+            f"the latency's 95% interval is within --{prefix}precision, at least {s.FEWEST_TIMED_ROUNDS}, at most "
             f"{s.MOST_CHOSEN_RUNS}, within --{prefix}budget).")),
         click.option("--warmup", type=int, help=(
             f"Runs of each input shape discarded first in each session (default: {s.DEFAULT_WARMUP}).")),
@@ -180,7 +180,7 @@ def rounds_options(prefix: str = "") -> Callable:
             "sampled).")),
         click.option(f"--{prefix}budget", "budget", type=float, default=s.DEFAULT_BUDGET_S, show_default=True,
                      help="Seconds the profile's runs may take, at the times measured on the way; the fewest "
-                          f"rounds ({s.FEWEST_RUNS} timed, 1 profiled) run whatever they take."),
+                          f"rounds ({s.FEWEST_TIMED_ROUNDS} timed, 1 profiled) run whatever they take."),
         click.option(f"--{prefix}precision", "precision", type=float, default=s.DEFAULT_PRECISION, show_default=True,
                      help="Timed rounds stop once the 95% interval of the latency ratio to the baseline (without "
                           "one, of the latency) is within this fraction of it (0.02: ±2%)."),

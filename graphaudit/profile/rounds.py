@@ -15,7 +15,7 @@ What is not given is chosen from measured times, so another run may choose other
   FEWEST_SAMPLE, spread evenly over the data (`spread_order`);
 - the profiled rounds (`profiled_rounds`): as few as give each node FEWEST_RUNS profiled runs,
   one round where the sample holds that many inputs;
-- the timed rounds (`TimedRounds`): at least FEWEST_RUNS, then on until the 95% interval of
+- the timed rounds (`TimedRounds`): at least FEWEST_TIMED_ROUNDS, then on until the 95% interval of
   the latency ratio to the baseline (without one: of the workload's latency) is within
   ±precision of it, or the budget left for them is spent, or MOST_CHOSEN_RUNS have run.
 """
@@ -35,11 +35,12 @@ from graphaudit.profile.settings import (
     DEFAULT_WARMUP,
     FEWEST_RUNS,
     FEWEST_SAMPLE,
+    FEWEST_TIMED_ROUNDS,
     MOST_CHOSEN_RUNS,
 )
 from graphaudit.wording import pct
 
-__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "MOST_CHOSEN_RUNS", "Rounds",
+__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
            "profiled_rounds", "sample_cost", "spread_order"]
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
@@ -52,7 +53,7 @@ MOST_ROUNDS = 10_000
 # Runs of the model whose times a profile holds at most (8 bytes each, per model timed)
 MOST_TIMED_RUNS = 10**7
 # Timed rounds after which the interval is computed again: each time about a quarter more
-CHECKPOINTS = frozenset(round(FEWEST_RUNS * 1.25**k) for k in range(40))
+CHECKPOINTS = frozenset(round(FEWEST_TIMED_ROUNDS * 1.25**k) for k in range(40))
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile
 def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
     """Seconds the fewest timed rounds, `profile_runs` profiled rounds and the evidence runs take
     on `inputs` inputs."""
-    return inputs * FEWEST_RUNS * (model_s + baseline_s) + after_timing_s(inputs, model_s, baseline_s, profile_runs)
+    return inputs * FEWEST_TIMED_ROUNDS * (model_s + baseline_s) + after_timing_s(inputs, model_s, baseline_s,
+                                                                            profile_runs)
 
 
 def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
@@ -153,7 +155,7 @@ class TimedRounds:
     """The stopping rule of the timed rounds: `more(samples, elapsed_s)` after each round says
     whether to run another, and `rounds(...)` says what ran and why it stopped.
 
-    Given `runs`, exactly those. Otherwise at least FEWEST_RUNS; then, at each checkpoint
+    Given `runs`, exactly those. Otherwise at least FEWEST_TIMED_ROUNDS; then, at each checkpoint
     (about every quarter more rounds), stop once the interval's half-width is within
     `precision`, and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
 
@@ -167,7 +169,7 @@ class TimedRounds:
         done = model_ns.shape[0]
         if self.runs is not None:
             return done < self.runs
-        if done < FEWEST_RUNS:
+        if done < FEWEST_TIMED_ROUNDS:
             return True
         last = elapsed_s >= self.budget_s or done >= MOST_CHOSEN_RUNS
         if done in CHECKPOINTS or last:
