@@ -164,3 +164,13 @@ def test_the_evidence_says_when_the_rounds_ran_on_a_sample_of_the_inputs():
     texts = [" ".join(e.text for e in f.evidence) for f in (whole, sampled)]
     assert "timed rounds (a bootstrap" in texts[0] and "inputs, spread evenly" not in texts[0]
     assert "timed rounds, on 4 of the 32 inputs, spread evenly over them (a bootstrap" in texts[1]
+
+
+@pytest.mark.parametrize("runs, warned", [(2, True), (4, True), (5, False), (20, False)])
+def test_an_interval_from_fewer_rounds_than_the_profile_chooses_says_it_holds_less(runs, warned):
+    """Given --runs 2-4, the 95% interval rests on each input's median of so few rounds that it
+    holds the ratio less often than 95%: the evidence says so; from 5 rounds on it does not."""
+    profile = profile_of(compare("dense", *rounds(0.80, 0.03, np.random.default_rng(3), n_rounds=runs)))
+    evidence = " ".join(e.text for e in decide(None, None, profile).compute_savings.evidence)
+    assert f"over the {runs} timed rounds" in evidence
+    assert ("holds the ratio less often than its level says (from 3, about 3 times in 4)" in evidence) is warned
