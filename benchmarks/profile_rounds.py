@@ -1,0 +1,175 @@
+"""How many timed rounds the profile needs before its latency interval can be trusted, and how
+soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, simulated and measured.
+
+    python benchmarks/profile_rounds.py [--simulate 400] [--pair MODEL,BASELINE,DATA ...]
+                                        [--sample 4] [--rounds 30]
+
+1. **simulated**: a model 1.1 times as slow as its baseline over 4 inputs (each input its own
+   ratio, 0.99-1.21), every call off by seeded noise of its own and each round by a load both
+   share, in four settings (quiet; noisy calls; a load that drifts from round to round; calls
+   preempted now and then, up to twice as long). For each, `--simulate` seeded profiles are
+   stopped by the profile's rule at ±2% (`TimedRounds`' checkpoints, a 95% bootstrap over the
+   rounds as `profile.baseline.ratio_interval` draws it) with at least 3 and at least 5 rounds,
+   each reading one of two statistics of the workload ratio: the ratio of medians (each input's
+   median latency summed, model over baseline) and the paired one (each input's median over
+   rounds of its model run over the baseline run beside it, weighted by the baseline's median).
+   Each row: how often the interval at the stop holds the true ratio (95% is what it claims)
+   and the mean rounds run.
+2. **measured**: for each `--pair` (an ONNX model, its baseline, an .npz of their inputs), the
+   two are timed in alternation exactly as the profile times them (its session options, threads
+   blocking between runs, `latency.time_rounds`) for `--rounds` rounds on `--sample` inputs
+   spread over the data; then, at each of the rule's checkpoints, the half-width each statistic
+   reaches, and the round at which each would have stopped at ±2% with at least 5 rounds, read
+   from every start of the recorded rounds (each start a profile begun at another moment).
+
+Prints Markdown tables for benchmarks/NOTES.md. Nothing is asserted about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from graphaudit.load.data import input_specs, load_data  # noqa: E402
+from graphaudit.load.model import load_for_runtime  # noqa: E402
+from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload  # noqa: E402
+from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
+from graphaudit.profile.rounds import CHECKPOINTS, MOST_CHOSEN_RUNS, spread_order  # noqa: E402
+from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
+from graphaudit.profile.settings import DEFAULT_PRECISION, DEFAULT_WARMUP, FEWEST_TIMED_ROUNDS  # noqa: E402
+
+INPUTS = 4
+SETTINGS = {  # name: (each call's own noise, the round's shared load, share of calls preempted)
+    "quiet": (0.01, 0.01, 0.0),
+    "noisy calls (3%)": (0.03, 0.01, 0.0),
+    "load drifting (10% a round)": (0.02, 0.10, 0.0),
+    "calls preempted (8%, up to 2x)": (0.03, 0.05, 0.08),
+}
+
+
+def ratio_of_medians(model: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """The workload ratio per resample: each input's median summed, model over baseline."""
+    return _workload(model) / _workload(baseline)
+
+
+def paired_statistic(model: np.ndarray, baseline: np.ndarray) -> np.ndarray:
+    """The paired alternative per resample: each input's median over rounds of its run-by-run
+    ratio, weighted by the baseline's median latency of that input."""
+    weights = np.median(baseline, axis=1)
+    return (weights * np.median(model / baseline, axis=1)).sum(axis=1) / weights.sum(axis=1)
+
+
+STATISTICS = {"ratio of medians": ratio_of_medians, "paired": paired_statistic}
+
+
+def halfwidth(statistic, model: np.ndarray, baseline: np.ndarray) -> float:
+    """The 95% interval's half-width, relative to the estimate, from (round, input) times."""
+    interval = _over_rounds(statistic, (model, baseline), INTERVAL_LEVEL, RESAMPLES, 0)
+    estimate = float(statistic(model[None], baseline[None])[0])
+    return (interval.high - interval.low) / 2 / estimate
+
+
+def stop(statistic, model: np.ndarray, baseline: np.ndarray, fewest: int) -> int | None:
+    """The round at which the rule stops at DEFAULT_PRECISION: the first checkpoint from `fewest`
+    on where the half-width is within it; None where the recorded rounds end first."""
+    for done in range(fewest, min(len(model), MOST_CHOSEN_RUNS) + 1):
+        if (done == fewest or done in CHECKPOINTS) and halfwidth(statistic, model[:done], baseline[:done]) \
+                <= DEFAULT_PRECISION:
+            return done
+    return None
+
+
+def simulated(rng: np.random.Generator, noise: float, load: float, preempted: float, rounds: int = 60):
+    """(model, baseline, true ratio): (round, input) times of the setting's model and baseline."""
+    base = np.linspace(0.5e6, 1.5e6, INPUTS)[None, :]
+    ratio = np.linspace(0.9, 1.1, INPUTS)[None, :] * 1.1
+    shared = rng.lognormal(0.0, load, (rounds, 1))
+
+    def calls() -> np.ndarray:
+        slow = 1 + (rng.random((rounds, INPUTS)) < preempted) * rng.random((rounds, INPUTS))
+        return rng.lognormal(0.0, noise, (rounds, INPUTS)) * slow
+
+    return base * ratio * shared * calls(), base * shared * calls(), float((base * ratio).sum() / base.sum())
+
+
+def simulate(count: int) -> None:
+    print(f"### Simulated: {count} seeded profiles per setting, stopped at ±{DEFAULT_PRECISION:.0%}\n")
+    rules = [(name, statistic, fewest) for name, statistic in STATISTICS.items() for fewest in (3, FEWEST_TIMED_ROUNDS)]
+    print("| setting | " + " | ".join(f"{name}, at least {fewest}" for name, _, fewest in rules) + " |")
+    print("|---|" + "---|" * len(rules))
+    for setting, (noise, load, preempted) in SETTINGS.items():
+        cells = []
+        for _, statistic, fewest in rules:
+            held, runs = 0, []
+            for seed in range(count):
+                model, baseline, truth = simulated(np.random.default_rng(seed), noise, load, preempted)
+                done = stop(statistic, model, baseline, fewest) or len(model)
+                interval = _over_rounds(statistic, (model[:done], baseline[:done]), INTERVAL_LEVEL, RESAMPLES, 0)
+                held += interval.low <= truth <= interval.high
+                runs.append(done)
+            cells.append(f"holds {held / count:.0%}, {np.mean(runs):.1f} rounds")
+        print(f"| {setting} | " + " | ".join(cells) + " |")
+    print()
+
+
+def measure(pair: str, sample: int, rounds: int) -> None:
+    model_path, baseline_path, data_path = pair.split(",")
+    loaded = [load_for_runtime(model_path), load_for_runtime(baseline_path)]
+    data = load_data(data_path, input_specs(loaded[0].model))
+    batches = list(data.batches(1))
+    chosen = sorted(spread_order(len(batches))[:sample])
+    feeds = [batches[i][1] for i in chosen]
+    sessions = [open_session(runnable_model(m), ["CPUExecutionProvider"],
+                             session_options("all", None, None, None, spinning=False)) for m in loaded]
+    runners = [make_runner(s, feeds) for s in sessions]
+    warm_up(runners, [0], DEFAULT_WARMUP)
+    times = np.concatenate([time_rounds(runners, len(feeds), 1, 0, first=r) for r in range(rounds)], axis=1)
+    model, baseline = times.astype(float)
+    per_run = np.median(model) / 1e6, np.median(baseline) / 1e6
+    print(f"### {_named(model_path)} against {_named(baseline_path)}: {rounds} rounds of {len(feeds)} inputs "
+          f"(a run {per_run[0]:.1f} / {per_run[1]:.1f} ms)\n")
+    ratios = {name: float(statistic(model[None], baseline[None])[0]) for name, statistic in STATISTICS.items()}
+    print("estimates over all rounds: " + ", ".join(f"{name} {value:.4f}" for name, value in ratios.items()) + "\n")
+    print("| rounds | " + " | ".join(f"{name} half-width" for name in STATISTICS) + " |")
+    print("|---:|" + "---:|" * len(STATISTICS))
+    for done in sorted(k for k in {FEWEST_TIMED_ROUNDS, *CHECKPOINTS, rounds} if FEWEST_TIMED_ROUNDS <= k <= rounds):
+        print(f"| {done} | " + " | ".join(f"±{halfwidth(s, model[:done], baseline[:done]):.2%}"
+                                         for s in STATISTICS.values()) + " |")
+    print("\n| first round | " + " | ".join(f"{name}: stops after" for name in STATISTICS) + " |")
+    print("|---:|" + "---:|" * len(STATISTICS))
+    for start in range(0, max(1, rounds - FEWEST_TIMED_ROUNDS), max(1, rounds // 8)):
+        stops = [stop(s, model[start:], baseline[start:], FEWEST_TIMED_ROUNDS) for s in STATISTICS.values()]
+        print(f"| {start} | " + " | ".join("not within the rounds" if s is None else str(s) for s in stops) + " |")
+    print()
+
+
+def _named(path: str) -> str:
+    return f"{Path(path).parent.name}/{Path(path).name}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--simulate", type=int, default=400, help="Seeded profiles per setting (0: none).")
+    parser.add_argument("--pair", action="append", default=[], help="MODEL,BASELINE,DATA to time (repeatable).")
+    parser.add_argument("--sample", type=int, default=4, help="Inputs timed in each round.")
+    parser.add_argument("--rounds", type=int, default=30, help="Rounds timed for each pair.")
+    args = parser.parse_args()
+    if args.rounds < FEWEST_TIMED_ROUNDS or args.sample < 1:
+        parser.error(f"expected --rounds of at least {FEWEST_TIMED_ROUNDS} and --sample of at least 1")
+    print(f"{platform.machine()}, {platform.python_version()}; the interval: {INTERVAL_LEVEL:.0%}, "
+          f"{RESAMPLES} resamples over rounds, seed 0\n")
+    if args.simulate:
+        simulate(args.simulate)
+    for pair in args.pair:
+        measure(pair, args.sample, args.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""benchmarks/profile_rounds.py still runs: the simulated stopping rule's table (how often the
+interval at the stop holds the true ratio, rounds run) and the measured one on the zoo's
+FeatureGate against Dense (a few rounds; no time is asserted, only what each table holds)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_profile_rounds_benchmark_simulates_and_measures():
+    zoo = ROOT / "fixtures"
+    pair = f"{zoo / 'featuregate' / 'model.onnx'},{zoo / 'dense' / 'model.onnx'},{zoo / 'featuregate' / 'eval.npz'}"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_rounds.py"), "--simulate", "10",
+                           "--pair", pair, "--rounds", "6", "--sample", "2"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    simulated = [line for line in out.splitlines() if line.startswith("| ") and "holds" in line]
+    assert [row.split(" | ")[0] for row in simulated] == ["| quiet", "| noisy calls (3%)",
+                                                         "| load drifting (10% a round)",
+                                                         "| calls preempted (8%, up to 2x)"]
+    for row in simulated:
+        cells = re.findall(r"holds (\d+)%, ([\d.]+) rounds", row)
+        assert len(cells) == 4 and all(0 <= int(held) <= 100 for held, _ in cells)
+        rounds = [float(r) for _, r in cells]  # at least 3, at least 5, for each statistic
+        assert min(rounds[0], rounds[2]) >= 3 and min(rounds[1], rounds[3]) >= 5
+    assert "### featuregate/model.onnx against dense/model.onnx: 6 rounds of 2 inputs" in out
+    widths = re.findall(r"^\| (\d+) \| ±([\d.]+)% \| ±([\d.]+)% \|$", out, flags=re.M)
+    assert [int(k) for k, _, _ in widths] == [5, 6]
+    stops = re.findall(r"^\| (\d+) \| (\d+|not within the rounds) \| (\d+|not within the rounds) \|$", out, flags=re.M)
+    assert stops and stops[0][0] == "0"
+
+
+def test_the_profile_rounds_benchmark_refuses_too_few_rounds():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_rounds.py"), "--simulate", "0",
+                           "--rounds", "3"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and "expected --rounds of at least 5" in done.stderr
