@@ -11,7 +11,8 @@ soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, sim
    stopped by the profile's rule at ±2% (`TimedRounds`' checkpoints, a 95% bootstrap over the
    rounds as `profile.baseline.ratio_interval` draws it) with at least 3 and at least 5 rounds,
    each reading one of two statistics of the workload ratio: the ratio of medians (each input's
-   median latency summed, model over baseline) and the paired one (each input's median over
+   median latency summed, model over baseline; what the profile read until the paired one) and
+   the paired one the profile reads (`profile.baseline.workload_ratio`: each input's median over
    rounds of its model run over the baseline run beside it, weighted by the baseline's median).
    Each row: how often the interval at the stop holds the true ratio (95% is what it claims)
    and the mean rounds run.
@@ -39,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_for_runtime  # noqa: E402
-from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload  # noqa: E402
+from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload, workload_ratio  # noqa: E402
 from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
 from graphaudit.profile.rounds import CHECKPOINTS, MOST_CHOSEN_RUNS, spread_order  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
@@ -59,14 +60,7 @@ def ratio_of_medians(model: np.ndarray, baseline: np.ndarray) -> np.ndarray:
     return _workload(model) / _workload(baseline)
 
 
-def paired_statistic(model: np.ndarray, baseline: np.ndarray) -> np.ndarray:
-    """The paired alternative per resample: each input's median over rounds of its run-by-run
-    ratio, weighted by the baseline's median latency of that input."""
-    weights = np.median(baseline, axis=1)
-    return (weights * np.median(model / baseline, axis=1)).sum(axis=1) / weights.sum(axis=1)
-
-
-STATISTICS = {"ratio of medians": ratio_of_medians, "paired": paired_statistic}
+STATISTICS = {"ratio of medians": ratio_of_medians, "paired": workload_ratio}
 
 
 def halfwidth(statistic, model: np.ndarray, baseline: np.ndarray) -> float:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from graphaudit.cli import cli
-from graphaudit.profile.baseline import compare, ratio_interval
+from graphaudit.profile.baseline import compare, ratio_interval, workload_ratio
 from graphaudit.report import render
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, savings_answer
 from graphaudit.verdict.decide import ClaimCheck, check_claim, claims_status, decide
@@ -56,6 +56,27 @@ def test_the_interval_is_over_rounds_and_keeps_the_inputs():
     assert ratio_interval(model, base) == interval  # seeded
     doc = result.to_json()["ratio_interval"]
     assert doc["low"] == interval.low and doc["high"] == interval.high and "rounds" in doc["method"]
+
+
+def test_the_ratio_is_the_workloads_read_pair_by_pair():
+    """Without noise, the ratio is the workload's: an input of twice the others' latency weighs
+    twice ((1.2 + 1.2 + 2 x 1.45) / 4 = 1.325, not the inputs' mean 1.283), over rounds of any
+    speed; with the machine's load changing from pair to pair by 30% and each call off by 0.5%
+    on its own, the ratio and its interval stay within 0.5% and 1% of the model's 1.3."""
+    load = np.random.default_rng(4).lognormal(0.0, 0.3, (12, 1))  # whole rounds faster or slower
+    baseline = np.array([1e6, 1e6, 2e6])[None, :] * load
+    model = baseline * np.array([1.2, 1.2, 1.45])[None, :]
+    exact = compare("dense", model, baseline)
+    assert exact.ratio == pytest.approx(1.325, rel=1e-12)
+    assert exact.ratio_interval.high - exact.ratio_interval.low == pytest.approx(0.0, abs=1e-12)
+    assert workload_ratio(model[None], baseline[None])[0] == exact.ratio
+    rng = np.random.default_rng(5)
+    pairs = rng.lognormal(0.0, 0.3, (12, 3))  # what the two runs of each pair share
+    model = np.array([1e6, 1e6, 2e6])[None, :] * 1.3 * pairs * rng.lognormal(0.0, 0.005, (12, 3))
+    baseline = np.array([1e6, 1e6, 2e6])[None, :] * pairs * rng.lognormal(0.0, 0.005, (12, 3))
+    noisy = compare("dense", model, baseline)
+    assert noisy.ratio == pytest.approx(1.3, rel=0.005)
+    assert 1.3 * 0.99 < noisy.ratio_interval.low <= noisy.ratio <= noisy.ratio_interval.high < 1.3 * 1.01
 
 
 def test_one_round_gives_no_interval_and_decides_nothing():

@@ -156,8 +156,10 @@ def test_savings_evidence_counts_per_profiled_run():
     one = decide(static, replay, profile, baseline_flops=2.0e6).compute_savings.evidence
     four = decide(static, replay, {**profile, "batch_size": 4}, baseline_flops=2.0e6).compute_savings.evidence
     texts = [" ".join(e.text for e in found) for found in (one, four)]
-    assert "executed FLOPs per input: 4,000,000" in texts[0] and "(each input's median, summed)" in texts[0]
-    assert "executed FLOPs per batch of 4: 4,000,000" in texts[1] and "(each batch's median, summed)" in texts[1]
+    assert "executed FLOPs per input: 4,000,000" in texts[0]
+    assert "(each input's median of model over baseline run by run, weighted by the baseline's latency)" in texts[0]
+    assert "executed FLOPs per batch of 4: 4,000,000" in texts[1]
+    assert "(each batch's median of model over baseline run by run, weighted by the baseline's latency)" in texts[1]
 
 
 def test_faster_with_as_many_flops_says_the_saving_is_not_skipped_work():

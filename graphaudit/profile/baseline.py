@@ -3,8 +3,14 @@
 The baseline must take exactly the model's inputs (names, element types, fixed sizes);
 anything else is refused before any timing. Both are timed on the same inputs, interleaved
 (see latency.time_rounds), their sessions' intra-op threads blocking between runs: spinning,
-one session's idle threads took the cores the other's next run needed. The ratio is that of the whole workload: the sum over inputs of
-each input's median latency, model over baseline. Its spread (median, 10th and 90th
+one session's idle threads took the cores the other's next run needed. The ratio is that of the
+whole workload, read pair by pair (`workload_ratio`): each input's median over the rounds of its
+model run over the baseline run beside it, weighted by the baseline's median latency of that
+input. The machine's load, which the two runs of a pair share, divides out of each pair's ratio,
+so a load that drifts from round to round does not widen the interval: in three recordings of
+30 rounds on a shared machine its interval reached ±2% after 6, 19 and 30 rounds, where that of
+the ratio of the two workloads' medians, read before, did not within 30
+(benchmarks/profile_rounds.py). Its spread (median, 10th and 90th
 percentiles) comes from a seeded bootstrap that resamples both the inputs and the rounds,
 so it holds the variation between inputs and the noise of the measurement. The verdict's
 interval (`ratio_interval`, 95%) resamples only the rounds: the inputs are the workload the
@@ -29,13 +35,14 @@ import numpy as np
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputSpec
 from graphaudit.profile.breakdown import GroupTime
-from graphaudit.profile.latency import Spread, batch_latency_ms, per_input_ms, spread
+from graphaudit.profile.latency import Spread, batch_latency_ms, spread
 from graphaudit.wording import pct
 
 RESAMPLES = 500
-RATIO_METHOD = ("sum over inputs of each input's median latency, model over baseline, timed in alternation "
-                "with ONNX Runtime's intra-op threads blocking between runs (not spinning on the cores the other "
-                "session's run needs); spread from a bootstrap over inputs and rounds (seed 0)")
+RATIO_METHOD = ("each input's median over rounds of its model run's latency over the baseline run's beside it, "
+                "weighted by the baseline's median latency of that input; timed in alternation with ONNX "
+                "Runtime's intra-op threads blocking between runs (not spinning on the cores the other session's "
+                "run needs); spread from a bootstrap over inputs and rounds (seed 0)")
 INTERVAL_LEVEL = 0.95
 INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the same for both models and every "
                    "input kept (seed 0): the noise of the measurement on this workload, not the drift of a "
@@ -122,14 +129,14 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
     """The comparison from (round, batch) nanosecond samples of model and baseline; `blocks`: the
     baseline's time per block (breakdown.breakdown of its profiled rounds); `flops_source`: where
     `flops_executed` came from (MEASURED, COUNTED)."""
-    ratio = float(per_input_ms(model_ns).sum() / per_input_ms(baseline_ns).sum())
+    ratio = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
     rng = np.random.default_rng(seed)
     rounds, inputs = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
     boot = np.empty(resamples)
     for k in range(resamples):
         r = rng.integers(0, rounds, rounds)[:, None]
         i = rng.integers(0, inputs, inputs)[None, :]
-        boot[k] = per_input_ms(model_ns[r, i]).sum() / per_input_ms(baseline_ns[r, i]).sum()
+        boot[k] = workload_ratio(model_ns[r, i][None], baseline_ns[r, i][None])[0]
     return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed, flops_source,
                               ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed),
                               None if blocks is None else tuple(blocks))
@@ -159,7 +166,16 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
 
     A resampled round is the same round for both, as they were timed in pairs. One round has
     no spread to resample: its interval is NaN, which decides nothing."""
-    return _over_rounds(lambda m, b: _workload(m) / _workload(b), (model_ns, baseline_ns), level, resamples, seed)
+    return _over_rounds(workload_ratio, (model_ns, baseline_ns), level, resamples, seed)
+
+
+def workload_ratio(model_ns: np.ndarray, baseline_ns: np.ndarray) -> np.ndarray:
+    """Each resample's workload ratio from (resample, round, batch) nanoseconds of model and
+    baseline: each input's median over the rounds of model over baseline run by run, weighted by
+    the baseline's median latency of that input. Without noise it is the ratio of the two
+    workloads; a load both runs of a pair share divides out."""
+    weights = np.median(baseline_ns, axis=1)
+    return (weights * np.median(model_ns / baseline_ns, axis=1)).sum(axis=1) / weights.sum(axis=1)
 
 
 def workload_interval(model_ns: np.ndarray, level: float = INTERVAL_LEVEL, resamples: int = RESAMPLES,

@@ -136,13 +136,13 @@ def interval_halfwidth(model_ns: np.ndarray, baseline_ns: np.ndarray | None = No
     the workload ratio's (profile/baseline.py) from (round, batch) nanoseconds of model and
     baseline, or without a baseline the workload latency's (each input's median, summed),
     both from a seeded bootstrap over the rounds. None from one round."""
-    from graphaudit.profile.baseline import ratio_interval, workload_interval
+    from graphaudit.profile.baseline import ratio_interval, workload_interval, workload_ratio
 
     if model_ns.shape[0] < 2:
         return None
     if baseline_ns is not None:
         interval = ratio_interval(model_ns, baseline_ns)
-        estimate = float(np.median(model_ns, axis=0).sum() / np.median(baseline_ns, axis=0).sum())
+        estimate = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
     else:
         interval = workload_interval(model_ns)
         estimate = float(np.median(model_ns, axis=0).sum())

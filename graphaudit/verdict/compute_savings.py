@@ -13,7 +13,7 @@ from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.wording import fmt, median, num, pct
 
-# Faster than the baseline means a workload time (each input's median, summed) below this fraction of the baseline's.
+# Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this.
 SAVINGS_RATIO_MAX = 0.95
 SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
 
@@ -37,7 +37,8 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                    if num(spread.get("p10")) is not None and num(spread.get("p90")) is not None else "")
     evidence = [Evidence("profile", (
         f"median latency {fmt(latency)} ms against {name}'s {fmt(median(baseline.get('latency_ms')))} ms, "
-        f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median, summed){spread_text} "
+        f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median of model over "
+        f"baseline run by run, weighted by the baseline's latency){spread_text} "
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
     rounds = num((baseline.get("ratio_interval") or {}).get("rounds"))
     if rounds is not None:
