@@ -110,8 +110,8 @@ def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile
 def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
     """Seconds the fewest timed rounds, `profile_runs` profiled rounds and the evidence runs take
     on `inputs` inputs."""
-    return inputs * FEWEST_TIMED_ROUNDS * (model_s + baseline_s) + after_timing_s(inputs, model_s, baseline_s,
-                                                                            profile_runs)
+    timed = inputs * FEWEST_TIMED_ROUNDS * (model_s + baseline_s)
+    return timed + after_timing_s(inputs, model_s, baseline_s, profile_runs)
 
 
 def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
