@@ -29,6 +29,7 @@ Prints Markdown tables for benchmarks/NOTES.md. Nothing is asserted about time.
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_for_runtime  # noqa: E402
 from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload, workload_ratio  # noqa: E402
 from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
-from graphaudit.profile.rounds import CHECKPOINTS, MOST_CHOSEN_RUNS, spread_order  # noqa: E402
+from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, spread_order  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
 from graphaudit.profile.settings import DEFAULT_PRECISION, DEFAULT_WARMUP, FEWEST_TIMED_ROUNDS  # noqa: E402
 
@@ -71,13 +72,11 @@ def halfwidth(statistic, model: np.ndarray, baseline: np.ndarray) -> float:
 
 
 def stop(statistic, model: np.ndarray, baseline: np.ndarray, fewest: int) -> int | None:
-    """The round at which the rule stops at DEFAULT_PRECISION: the first checkpoint from `fewest`
-    on where the half-width is within it; None where the recorded rounds end first."""
-    for done in range(fewest, min(len(model), MOST_CHOSEN_RUNS) + 1):
-        if (done == fewest or done in CHECKPOINTS) and halfwidth(statistic, model[:done], baseline[:done]) \
-                <= DEFAULT_PRECISION:
-            return done
-    return None
+    """The round at which the profile's rule (`TimedRounds`, at least `fewest` rounds) stops at
+    DEFAULT_PRECISION, reading `statistic`'s interval; None where the recorded rounds end first."""
+    rule = TimedRounds(None, DEFAULT_PRECISION, math.inf, lambda m, b: halfwidth(statistic, m, b), fewest=fewest)
+    done = next((k for k in range(1, len(model) + 1) if not rule.more(model[:k], baseline[:k], 0.0)), None)
+    return done if rule.stop == "precision" else None
 
 
 def simulated(rng: np.random.Generator, noise: float, load: float, preempted: float, rounds: int = 60):

@@ -90,6 +90,8 @@ def test_timed_rounds_stop_once_the_interval_is_within_the_precision():
     assert not rule.more(_ns(FEWEST_TIMED_ROUNDS, 0.0), _ns(FEWEST_TIMED_ROUNDS, 0.0), 0.1)
     assert (rule.stop, rule.reached) == ("precision", 0.0)
     assert rule.describe(5) == "timed until the 95% interval was within ±2%: ±0% reached after 5 rounds"
+    earlier = TimedRounds(None, precision=0.02, budget_s=100, fewest=3)  # the rule before FEWEST_TIMED_ROUNDS
+    assert earlier.more(_ns(2, 0.0), _ns(2, 0.0), 0.1) and not earlier.more(_ns(3, 0.0), _ns(3, 0.0), 0.1)
 
 
 def test_noisy_rounds_run_on_until_the_budget_and_say_they_fell_short():

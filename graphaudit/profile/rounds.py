@@ -52,8 +52,15 @@ FIX_THEM = "--sample, --runs and --profile-runs fix them"
 MOST_ROUNDS = 10_000
 # Runs of the model whose times a profile holds at most (8 bytes each, per model timed)
 MOST_TIMED_RUNS = 10**7
-# Timed rounds after which the interval is computed again: each time about a quarter more
-CHECKPOINTS = frozenset(round(FEWEST_TIMED_ROUNDS * 1.25**k) for k in range(40))
+
+
+def checkpoints(fewest: int) -> frozenset[int]:
+    """Timed rounds after which the interval is computed again, from `fewest`: each time about
+    a quarter more."""
+    return frozenset(round(fewest * 1.25**k) for k in range(40))
+
+
+CHECKPOINTS = checkpoints(FEWEST_TIMED_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -155,13 +162,15 @@ class TimedRounds:
     """The stopping rule of the timed rounds: `more(samples, elapsed_s)` after each round says
     whether to run another, and `rounds(...)` says what ran and why it stopped.
 
-    Given `runs`, exactly those. Otherwise at least FEWEST_TIMED_ROUNDS; then, at each checkpoint
-    (about every quarter more rounds), stop once the interval's half-width is within
+    Given `runs`, exactly those. Otherwise at least `fewest` (FEWEST_TIMED_ROUNDS); then, at each
+    checkpoint (about every quarter more rounds), stop once the interval's half-width is within
     `precision`, and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
 
     def __init__(self, runs: int | None, precision: float = DEFAULT_PRECISION, budget_s: float = DEFAULT_BUDGET_S,
-                 halfwidth: Callable[[np.ndarray, np.ndarray | None], float | None] = interval_halfwidth):
+                 halfwidth: Callable[[np.ndarray, np.ndarray | None], float | None] = interval_halfwidth,
+                 fewest: int = FEWEST_TIMED_ROUNDS):
         self.runs, self.precision, self.budget_s, self.halfwidth = runs, precision, budget_s, halfwidth
+        self.fewest, self.checkpoints = fewest, checkpoints(fewest)
         self.reached: float | None = None
         self.stop = "given"
 
@@ -169,10 +178,10 @@ class TimedRounds:
         done = model_ns.shape[0]
         if self.runs is not None:
             return done < self.runs
-        if done < FEWEST_TIMED_ROUNDS:
+        if done < self.fewest:
             return True
         last = elapsed_s >= self.budget_s or done >= MOST_CHOSEN_RUNS
-        if done in CHECKPOINTS or last:
+        if done in self.checkpoints or last:
             self.reached = self.halfwidth(model_ns, baseline_ns)
             if self.reached is not None and self.reached <= self.precision:
                 self.stop = "precision"
