@@ -53,9 +53,76 @@ def test_the_interval_is_over_rounds_and_keeps_the_inputs():
     assert interval.low < result.ratio < interval.high and interval.rounds == 10 and interval.level == 0.95
     # the inputs' own differences widen the spread over inputs, not the measurement's interval
     assert interval.high - interval.low < (result.ratio_spread.p90 - result.ratio_spread.p10) / 4
-    assert ratio_interval(model, base) == interval  # seeded
+    rounds_only = ratio_interval(model, base)  # seeded
+    assert (rounds_only.low, rounds_only.high) == (interval.low, interval.high)
+    assert (interval.sample, interval.inputs, interval.sampling) == (6, 6, 0.0)  # every input timed
     doc = result.to_json()["ratio_interval"]
     assert doc["low"] == interval.low and doc["high"] == interval.high and "rounds" in doc["method"]
+    assert doc["sampling_halfwidth"] == 0.0 and "left out" not in doc["method"]
+
+
+def test_a_sampled_profiles_interval_holds_what_the_inputs_left_out_could_change():
+    """Timed on 6 of 32 inputs, half of them twice as slow against the baseline as the others:
+    the 26 left out could hold any mix of the two, and the interval says so; where the sampled
+    inputs agree, the inputs left out widen it by little."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(1e6, 1e4, (10, 6))
+    model = base * np.array([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+    whole, sampled = compare("dense", model, base), compare("dense", model, base, inputs=32)
+    assert sampled.ratio == whole.ratio and sampled.ratio_spread == whole.ratio_spread
+    w, s = whole.ratio_interval, sampled.ratio_interval
+    assert (s.sample, s.inputs, s.rounds) == (6, 32, 10) and s.sampled and not w.sampled
+    # the sampled ratios' sd (0.548) over sqrt(6), finite population corrected, times t(5) = 2.571
+    assert s.sampling == pytest.approx(2.571 * np.sqrt((1 - 6 / 32) / 6) * 0.5477, rel=0.01)
+    assert s.low < w.low < 1.5 < w.high < s.high and s.high - s.low > 0.9
+    assert s.low == pytest.approx(1.5 - np.hypot(1.5 - w.low, s.sampling), abs=0.01)
+    doc = sampled.to_json()["ratio_interval"]
+    assert (doc["sample"], doc["inputs"]) == (6, 32) and doc["sampling_halfwidth"] == s.sampling
+    assert "left out" in doc["method"]
+    alike = base * 1.3 * rng.normal(1.0, 0.003, base.shape)  # each call off by 0.3% on its own
+    agreeing = compare("dense", alike, base, inputs=32).ratio_interval
+    assert 0 < agreeing.sampling < 0.01 and agreeing.high - agreeing.low < 0.02
+    assert compare("dense", model, base, inputs=6).ratio_interval == w  # all of them: nothing left out
+
+
+def _two_kinds(rng, count):
+    return np.where(rng.random(count) < 0.5, 0.6, 1.0)
+
+
+@pytest.mark.parametrize("ratios, least_held", [
+    (lambda rng, count: rng.lognormal(0, 0.1, count), 372),  # held in 380: 95%
+    (_two_kinds, 330),  # held in 347: a sample of 4 says little of a workload of two kinds
+])
+def test_the_sampled_interval_holds_the_workloads_ratio_about_19_times_in_20(ratios, least_held):
+    """400 seeded workloads of 32 inputs, whose latencies differ by about 30% and whose ratios to
+    the baseline by about 10% (or are of two kinds, 0.6 and 1.0), each timed on 4 of them for 5
+    rounds: the interval over the rounds alone held the ratio of all 32 in at most 61 (it tells
+    nothing of the inputs left out); widened by what they could change, in 380 (and 347)."""
+    held = {"rounds": 0, "sampled": 0}
+    for seed in range(400):
+        rng = np.random.default_rng(seed)
+        latency = rng.lognormal(0, 0.3, 32) * 1e6
+        ratio = ratios(rng, 32)
+        truth = (latency * ratio).sum() / latency.sum()
+        pick = rng.choice(32, 4, replace=False)
+        load = rng.lognormal(0, 0.01, (5, 4))
+        baseline = latency[pick] * load * rng.lognormal(0, 0.01, (5, 4))
+        model = latency[pick] * ratio[pick] * load * rng.lognormal(0, 0.01, (5, 4))
+        rounds_only, sampled = ratio_interval(model, baseline), compare("dense", model, baseline, inputs=32).ratio_interval
+        held["rounds"] += rounds_only.low <= truth <= rounds_only.high
+        held["sampled"] += sampled.low <= truth <= sampled.high
+    assert held["sampled"] >= least_held and held["rounds"] <= 100, held
+
+
+def test_one_timed_input_of_several_says_nothing_of_the_others():
+    model, baseline = rounds(0.5, 0.01, np.random.default_rng(1), inputs=1)
+    interval = compare("dense", model, baseline, inputs=8).ratio_interval
+    assert np.isnan(interval.low) and np.isnan(interval.sampling)
+    assert compare("dense", model, baseline, inputs=8).to_json()["ratio_interval"]["sampling_halfwidth"] is None
+    profile = profile_of(compare("dense", model, baseline, inputs=8))
+    finding = decide(None, None, profile).compute_savings
+    assert finding.answer == INCONCLUSIVE
+    assert "one input cannot say what the 7 left out would change" in " ".join(e.text for e in finding.evidence)
 
 
 def test_the_ratio_is_the_workloads_read_pair_by_pair():
@@ -178,13 +245,20 @@ def test_run_exits_4_when_the_claim_is_inconclusive(monkeypatch, tmp_path):
 
 
 def test_the_evidence_says_when_the_rounds_ran_on_a_sample_of_the_inputs():
-    rng = np.random.default_rng(2)
-    profile = profile_of(compare("dense", *rounds(1.30, 0.03, rng)))
-    whole = decide(None, None, {**profile, "rounds": {"sample": 8, "inputs": 8}}).compute_savings
-    sampled = decide(None, None, {**profile, "rounds": {"sample": 4, "inputs": 32}}).compute_savings
+    model, baseline = rounds(1.30, 0.03, np.random.default_rng(2), inputs=4)
+    whole = decide(None, None, profile_of(compare("dense", model, baseline))).compute_savings
+    sampled = decide(None, None, profile_of(compare("dense", model, baseline, inputs=32))).compute_savings
     texts = [" ".join(e.text for e in f.evidence) for f in (whole, sampled)]
-    assert "timed rounds (a bootstrap" in texts[0] and "inputs, spread evenly" not in texts[0]
-    assert "timed rounds, on 4 of the 32 inputs, spread evenly over them (a bootstrap" in texts[1]
+    assert "timed rounds (a bootstrap that keeps every input)" in texts[0] and "spread evenly" not in texts[0]
+    assert "timed rounds, on 4 of the 32 inputs, spread evenly over them (a bootstrap that keeps every sampled " \
+           "input, each side widened by ±" in texts[1]
+    assert "for what the 28 left out could change" in texts[1] and "Student's t with 3 degrees of freedom" in texts[1]
+    # a document written before the inputs left out were counted says only what it holds
+    old = profile_of(compare("dense", model, baseline))
+    del old["baseline"]["ratio_interval"]["sampling_halfwidth"]
+    text = " ".join(e.text for e in decide(None, None, {**old, "rounds": {"sample": 4, "inputs": 32}})
+                    .compute_savings.evidence)
+    assert "timed rounds (a bootstrap that keeps every input)" in text  # its interval says 4 of 4
 
 
 @pytest.mark.parametrize("runs, warned", [(2, True), (4, True), (5, False), (20, False)])

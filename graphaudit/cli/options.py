@@ -183,10 +183,12 @@ def rounds_options(prefix: str = "") -> Callable:
                           f"rounds ({s.FEWEST_TIMED_ROUNDS} timed, 1 profiled) run whatever they take."),
         click.option(f"--{prefix}precision", "precision", type=float, default=s.DEFAULT_PRECISION, show_default=True,
                      help="Timed rounds stop once the 95% interval of the latency ratio to the baseline (without "
-                          "one, of the latency) is within this fraction of it (0.02: ±2%)."),
+                          "one, of the latency) over the rounds is within this fraction of it (0.02: ±2%); what "
+                          "the inputs left out of a sample could change widens the interval the verdict reads."),
         click.option(f"--{prefix}sample", "sample", type=int, help=(
             "Inputs (batches) profiled, spread evenly over the data (default: every input where the fewest "
-            f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}).")))
+            f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}); the "
+            "compute-savings verdict counts what the inputs left out could change.")))
 
 
 def _ray_settings(ray: str | None, workers: int | None) -> dict[str, Any]:

@@ -13,9 +13,14 @@ the ratio of the two workloads' medians, read before, did not within 30
 (benchmarks/profile_rounds.py). Its spread (median, 10th and 90th
 percentiles) comes from a seeded bootstrap that resamples both the inputs and the rounds,
 so it holds the variation between inputs and the noise of the measurement. The verdict's
-interval (`ratio_interval`, 95%) resamples only the rounds: the inputs are the workload the
-ratio is about, so what another run on them may change is the measurement's noise, and a
-saving is decided only where that interval lies on one side of the threshold.
+interval (`decision_interval`, 95%) resamples the rounds (`ratio_interval`): the inputs are the
+workload the ratio is about, so what another run on them may change is the measurement's noise,
+and a saving is decided only where that interval lies on one side of the threshold. Where the
+profile timed a sample of the inputs, the inputs left out are part of that workload too, and
+what they could change is added (`sampling_halfwidth`): the spread of the sampled inputs'
+ratios, as for a ratio estimated from a simple random sample (finite population corrected,
+Student's t at the sample's size), in quadrature with each side of the rounds' interval. More
+rounds narrow the first part only, so the stopping rule reads the rounds' interval alone.
 
 The baseline's executed FLOPs are measured as the model's are (one run per input, profiled at
 ORT_DISABLE_ALL), except where its static count already is them (`counted_flops`): a graph in
@@ -27,7 +32,7 @@ again (its file read once more, each input run under the profiler) would count i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +52,13 @@ INTERVAL_LEVEL = 0.95
 INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the same for both models and every "
                    "input kept (seed 0): the noise of the measurement on this workload, not the drift of a "
                    "machine's load between runs; none from a single round")
+SAMPLED_METHOD = (INTERVAL_METHOD + "; the profile timed a sample of the inputs, so each side is widened, in "
+                  "quadrature, by what the inputs left out could change: Student's t at the sample's size times "
+                  "the standard error of a ratio from a simple random sample, finite population corrected")
+# Student's t quantile at 97.5% (a two-sided 95% interval) by degrees of freedom; past the table,
+# 1.96 + 2.4 / df is within 0.002 of it
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 # where the baseline's executed FLOPs come from
 MEASURED = "measured"
 COUNTED = "counted from its graph: nothing in it depends on input values"
@@ -61,10 +73,18 @@ class Interval:
     high: float
     level: float = INTERVAL_LEVEL
     rounds: int = 0  # the timed rounds it was resampled from
+    sample: int = 0  # the inputs timed; 0: not said
+    inputs: int = 0  # the inputs of the workload the sample was drawn from; 0: not said
+    sampling: float = 0.0  # the half-width, in ratio, the inputs left out add (0: none was left out)
+
+    @property
+    def sampled(self) -> bool:
+        return 0 < self.sample < self.inputs
 
     def to_json(self) -> dict:
         return {"low": _finite(self.low), "high": _finite(self.high), "level": self.level, "rounds": self.rounds,
-                "method": INTERVAL_METHOD}
+                "sample": self.sample, "inputs": self.inputs, "sampling_halfwidth": _finite(self.sampling),
+                "method": SAMPLED_METHOD if self.sampled else INTERVAL_METHOD}
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,7 @@ class BaselineComparison:
     ratio_spread: Spread  # bootstrap over inputs and rounds
     flops_executed: float | None = None  # the baseline's mean FLOPs per input
     flops_source: str | None = None  # MEASURED or COUNTED; None: no FLOPs
-    ratio_interval: Interval | None = None  # bootstrap over rounds: what the verdict decides on
+    ratio_interval: Interval | None = None  # what the verdict decides on (decision_interval)
     blocks: tuple[GroupTime, ...] | None = None  # its time per block, profiled as the model's was
 
     @property
@@ -125,20 +145,21 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
 
 def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_executed: float | None = None,
             resamples: int = RESAMPLES, seed: int = 0, blocks: Sequence[GroupTime] | None = None,
-            flops_source: str | None = None) -> BaselineComparison:
+            flops_source: str | None = None, inputs: int | None = None) -> BaselineComparison:
     """The comparison from (round, batch) nanosecond samples of model and baseline; `blocks`: the
     baseline's time per block (breakdown.breakdown of its profiled rounds); `flops_source`: where
-    `flops_executed` came from (MEASURED, COUNTED)."""
+    `flops_executed` came from (MEASURED, COUNTED); `inputs`: the inputs (batches) the timed ones
+    were a sample of (None: they were all)."""
     ratio = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
     rng = np.random.default_rng(seed)
-    rounds, inputs = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
+    rounds, timed = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
     boot = np.empty(resamples)
     for k in range(resamples):
         r = rng.integers(0, rounds, rounds)[:, None]
-        i = rng.integers(0, inputs, inputs)[None, :]
+        i = rng.integers(0, timed, timed)[None, :]
         boot[k] = workload_ratio(model_ns[r, i][None], baseline_ns[r, i][None])[0]
     return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed, flops_source,
-                              ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed),
+                              decision_interval(model_ns, baseline_ns, inputs, resamples=resamples, seed=seed),
                               None if blocks is None else tuple(blocks))
 
 
@@ -167,6 +188,43 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
     A resampled round is the same round for both, as they were timed in pairs. One round has
     no spread to resample: its interval is NaN, which decides nothing."""
     return _over_rounds(workload_ratio, (model_ns, baseline_ns), level, resamples, seed)
+
+
+def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None = None,
+                      resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+    """The 95% interval compute savings is decided on: the rounds' (`ratio_interval`), and where
+    the timed inputs were a sample of `inputs`, each side widened in quadrature by what the
+    inputs left out could change (`sampling_halfwidth`)."""
+    rounds = ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed)
+    sample = int(model_ns.shape[1])
+    total = sample if inputs is None else max(int(inputs), sample)
+    widen = sampling_halfwidth(model_ns, baseline_ns, total)
+    if not widen or np.isnan(rounds.low):
+        return replace(rounds, sample=sample, inputs=total, sampling=widen)
+    estimate = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
+    low = estimate - float(np.hypot(estimate - rounds.low, widen))
+    high = estimate + float(np.hypot(rounds.high - estimate, widen))
+    return Interval(low, high, rounds.level, rounds.rounds, sample, total, widen)
+
+
+def sampling_halfwidth(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int) -> float:
+    """The half-width, in ratio, of the 95% interval of what the `inputs` - n inputs left out of
+    the n timed could change the workload ratio: Student's t with n - 1 degrees of freedom times
+    the standard error of a ratio estimated from a simple random sample of n of `inputs`,
+    sqrt((1 - n / inputs) / n) * sd(w_i (r_i - R)) / mean(w_i), where r_i is an input's pair
+    ratio (its median over rounds), w_i its weight (the baseline's median latency) and R the
+    workload ratio. 0 where every input was timed, NaN from one input of several."""
+    n = int(model_ns.shape[1])
+    if inputs <= n:
+        return 0.0
+    if n < 2:
+        return float("nan")
+    weights = np.median(baseline_ns, axis=0).astype(np.float64)
+    ratios = np.median(model_ns / baseline_ns, axis=0)
+    estimate = (weights * ratios).sum() / weights.sum()
+    error = np.sqrt((1 - n / inputs) / n) * np.std(weights * (ratios - estimate), ddof=1) / weights.mean()
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96 + 2.4 / (n - 1)
+    return float(t * error)
 
 
 def workload_ratio(model_ns: np.ndarray, baseline_ns: np.ndarray) -> np.ndarray:

@@ -253,7 +253,7 @@ def profile_model(
         breakdown=times,
         execution=execution,
         baseline=compare(_label(base), samples[0], samples[1], base_flops, blocks=base_blocks,
-                         flops_source=base_source) if base is not None else None,
+                         flops_source=base_source, inputs=n) if base is not None else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,

@@ -40,19 +40,15 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
         f"workload ratio {_ratio(ratio)}× (each {'input' if batch == 1 else 'batch'}'s median of model over "
         f"baseline run by run, weighted by the baseline's latency){spread_text} "
         f"(paired rounds on {profile.get('provider', 'the runtime')})"))]
-    rounds = num((baseline.get("ratio_interval") or {}).get("rounds"))
+    interval = baseline.get("ratio_interval") or {}
+    rounds = num(interval.get("rounds"))
     if rounds is not None:
-        ran = profile.get("rounds") or {}
-        sample, inputs = num(ran.get("sample")), num(ran.get("inputs"))
-        sampled = (f", on {sample:.0f} of the {inputs:.0f} inputs, spread evenly over them"
-                   if sample is not None and inputs is not None and sample < inputs else "")
         few = (f"; from fewer than {FEWEST_TIMED_ROUNDS} rounds, the fewest the profile runs where it chooses, "
                "the interval holds the ratio less often than its level says (from 3, about 3 times in 4)"
                if 1 < rounds < FEWEST_TIMED_ROUNDS else "")
         evidence.append(Evidence("profile", (
-            f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds{sampled} (a "
-            "bootstrap that keeps every input), not on its median, so that another run of the same inputs does not "
-            f"turn it{few}")))
+            f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds{_sampled(profile, interval)}, "
+            f"not on its median, so that another run of the same inputs does not turn it{few}")))
     flops_words = ""
     executed = num(profile.get("flops_executed"))
     full = num(((static or {}).get("flops") or {}).get("total"))
@@ -92,6 +88,24 @@ def savings_answer(low: float | None, high: float | None, threshold: float = SAV
     if high <= threshold:
         return YES
     return NO if low > threshold else INCONCLUSIVE
+
+
+def _sampled(profile: dict, interval: dict) -> str:
+    """How the interval stands for the inputs: every one kept, or a sample's and what the inputs
+    left out of it could change."""
+    ran = profile.get("rounds") or {}
+    sample, inputs = num(interval.get("sample")) or num(ran.get("sample")), num(interval.get("inputs")) or num(ran.get("inputs"))
+    if sample is None or inputs is None or sample >= inputs:
+        return " (a bootstrap that keeps every input)"
+    where = f", on {sample:.0f} of the {inputs:.0f} inputs, spread evenly over them"
+    if "sampling_halfwidth" not in interval:  # a document written before the inputs left out were counted
+        return where + " (a bootstrap that keeps every sampled input)"
+    widen = num(interval.get("sampling_halfwidth"))
+    if widen is None:
+        return where + f"; one input cannot say what the {inputs - sample:.0f} left out would change, so there is none"
+    return (where + f" (a bootstrap that keeps every sampled input, each side widened by ±{widen:.3f} for what "
+            f"the {inputs - sample:.0f} left out could change: the sampled inputs' ratios spread as a random sample's, "
+            f"Student's t with {sample - 1:.0f} degrees of freedom)")
 
 
 def decision_interval(baseline: dict) -> tuple[float | None, float | None, float | None]:
