@@ -43,7 +43,7 @@ from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_for_runtime  # noqa: E402
 from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload, workload_ratio  # noqa: E402
 from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
-from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, spread_order  # noqa: E402
+from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, sample_rows  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
 from graphaudit.profile.settings import DEFAULT_PRECISION, DEFAULT_WARMUP, FEWEST_TIMED_ROUNDS  # noqa: E402
 
@@ -117,7 +117,7 @@ def measure(pair: str, sample: int, rounds: int) -> None:
     loaded = [load_for_runtime(model_path), load_for_runtime(baseline_path)]
     data = load_data(data_path, input_specs(loaded[0].model))
     batches = list(data.batches(1))
-    chosen = sorted(spread_order(len(batches))[:sample])
+    chosen = sample_rows(len(batches), sample)
     feeds = [batches[i][1] for i in chosen]
     sessions = [open_session(runnable_model(m), ["CPUExecutionProvider"],
                              session_options("all", None, None, None, spinning=False)) for m in loaded]

@@ -11,6 +11,7 @@ import gc
 import json
 import types
 import weakref
+from itertools import pairwise
 
 import numpy as np
 import onnx
@@ -35,7 +36,7 @@ from graphaudit.profile.rounds import (
     plan_sample,
     profiled_rounds,
     sample_cost,
-    spread_order,
+    sample_rows,
 )
 from graphaudit.replay.capture import capture
 
@@ -45,15 +46,19 @@ from support.profile_models import dense_model, dynamic_model, feeds_for
 SECOND = 10**9
 
 
-def test_every_prefix_of_the_spread_order_is_spread_over_the_inputs():
-    assert spread_order(1) == [0]
-    assert spread_order(8) == [0, 4, 2, 6, 1, 5, 3, 7]
+def test_the_sample_takes_one_input_at_random_from_each_stretch_of_the_data():
+    assert sample_rows(3, 5) == [0, 1, 2] and sample_rows(8, 8) == list(range(8))
     for n in (2, 5, 12, 33, 100):
-        order = spread_order(n)
-        assert sorted(order) == list(range(n))
-        for k in range(1, n + 1):
-            gaps = np.diff(sorted(order[:k]) + [n])
-            assert gaps.max() <= 2 * -(-n // k)  # no stretch of the data left out past twice the even step
+        for k in range(1, n):
+            rows = sample_rows(n, k)
+            assert len(rows) == k and rows == sorted(set(rows))
+            edges = [j * n // k for j in range(k + 1)]
+            assert all(lo <= row < hi for row, (lo, hi) in zip(rows, pairwise(edges), strict=True))
+            assert sample_rows(n, k) == rows  # seeded: another run picks the same
+    # classes taken in turn: every n/k-th input (0, 8, 16, 24) would all be of one class
+    picks = [sample_rows(32, 4, seed) for seed in range(200)]
+    odd = [sum(row % 2 for row in rows) for rows in picks]
+    assert 0 < sum(odd) / (4 * len(picks)) < 1 and len({tuple(rows) for rows in picks}) > 150
 
 
 def test_a_fast_model_runs_on_every_input():
@@ -64,7 +69,8 @@ def test_a_slow_model_runs_on_as_many_inputs_as_fit_half_the_budget():
     per_input = sample_cost(1, 0.5, 0.5)
     chosen, why = plan_sample(32, 0.5, 0.5, budget_s=120)
     assert chosen == int(60 // per_input) > FEWEST_SAMPLE
-    assert why.startswith(f"{chosen} of 32 inputs, spread evenly over them: a run takes 1 s")
+    assert why.startswith(f"{chosen} of 32 inputs, one drawn at random from each of {chosen} equal stretches of them: "
+                          "a run takes 1 s")
 
 
 def test_a_model_too_slow_for_the_budget_runs_the_fewest_inputs():
@@ -217,8 +223,11 @@ def test_a_slow_profile_runs_on_a_sample_spread_over_the_inputs(files, second_pe
     doc = profile_model(files / "dynamic.onnx", files / "many.npz", threads=1).to_json()
     # a run takes a second: 11 s per input for the fewest rounds, 15 s (half the budget) fit one: the fewest, 4
     assert (doc["rounds"]["sample"], doc["rounds"]["inputs"], doc["examples"]) == (FEWEST_SAMPLE, 12, 12)
-    assert [entry["rows"] for entry in doc["per_input"]] == [[0, 1], [2, 3], [4, 5], [8, 9]]
-    assert doc["rounds"]["reason"].startswith("sample: 4 of 12 inputs, spread evenly over them")
+    picked = sample_rows(12, 4)  # one of inputs 0-2, one of 3-5, 6-8, 9-11
+    assert [row // 3 for row in picked] == [0, 1, 2, 3]
+    assert [entry["rows"] for entry in doc["per_input"]] == [[row, row + 1] for row in picked]
+    assert doc["rounds"]["reason"].startswith("sample: 4 of 12 inputs, one drawn at random from each of 4 equal "
+                                              "stretches of them")
 
 
 def test_given_rounds_and_sample_win_over_the_budget(files, second_per_run):

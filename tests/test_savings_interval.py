@@ -249,8 +249,9 @@ def test_the_evidence_says_when_the_rounds_ran_on_a_sample_of_the_inputs():
     whole = decide(None, None, profile_of(compare("dense", model, baseline))).compute_savings
     sampled = decide(None, None, profile_of(compare("dense", model, baseline, inputs=32))).compute_savings
     texts = [" ".join(e.text for e in f.evidence) for f in (whole, sampled)]
-    assert "timed rounds (a bootstrap that keeps every input)" in texts[0] and "spread evenly" not in texts[0]
-    assert "timed rounds, on 4 of the 32 inputs, spread evenly over them (a bootstrap that keeps every sampled " \
+    assert "timed rounds (a bootstrap that keeps every input)" in texts[0] and "stretches" not in texts[0]
+    assert "timed rounds, on 4 of the 32 inputs, one drawn at random from each of 4 stretches of them (a bootstrap " \
+           "that keeps every sampled " \
            "input, each side widened by ±" in texts[1]
     assert "for what the 28 left out could change" in texts[1] and "Student's t with 3 degrees of freedom" in texts[1]
     # a document written before the inputs left out were counted says only what it holds

@@ -186,7 +186,8 @@ def rounds_options(prefix: str = "") -> Callable:
                           "one, of the latency) over the rounds is within this fraction of it (0.02: ±2%); what "
                           "the inputs left out of a sample could change widens the interval the verdict reads."),
         click.option(f"--{prefix}sample", "sample", type=int, help=(
-            "Inputs (batches) profiled, spread evenly over the data (default: every input where the fewest "
+            "Inputs (batches) profiled, one drawn at random (seeded) from each of as many equal stretches of the "
+            "data (default: every input where the fewest "
             f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}); the "
             "compute-savings verdict counts what the inputs left out could change.")))
 

@@ -66,7 +66,7 @@ from graphaudit.profile.rounds import (
     check_rounds,
     plan_sample,
     profiled_rounds,
-    spread_order,
+    sample_rows,
 )
 from graphaudit.profile.session import (
     ORT_LEVEL_NAMES,
@@ -142,7 +142,6 @@ def profile_model(
     mg = build_graph(runnable.model)
     blocks = assign_blocks(mg, block_map, block_pattern)
     flop_counter = _flop_counter()
-    order = spread_order(n)
 
     data_file = [Path(data)] if isinstance(data, (str, os.PathLike)) else []
     with workdir(keep_profiles, [*input_files(loaded, base), *data_file]) as work:
@@ -162,17 +161,17 @@ def profile_model(
         # the first input's warm-up runs: where the inputs cannot run, they say so here, and the
         # last one's times plan the sample
         with running(_label(loaded) + (f" and the baseline {_label(base)}" if base is not None else "")):
-            probe = [make_runner(s, [feeds[order[0]]]) for s in sessions]
+            probe = [make_runner(s, [feeds[0]]) for s in sessions]
             run_s = [float(t) / 1e9 for t in warm_up(probe, [0], max(warmup, 1))]
             model_s, baseline_s = run_s[0], sum(run_s[1:])
             sample, sample_why = plan_sample(n, model_s, baseline_s, budget_s=budget, sample=asked.sample,
                                              profile_runs=profile_runs)
             del probe  # its runners hold the sessions: they go with the others
-            chosen = sorted(order[:sample])
+            chosen = sample_rows(n, sample)
             picked = [feeds[i] for i in chosen]
             runners = [make_runner(s, picked) for s in sessions]
             shapes = [feed_shapes[i] for i in chosen]
-            others = first_of_each_shape(shapes, seen={feed_shapes[order[0]]})
+            others = first_of_each_shape(shapes, seen={feed_shapes[0]})
             warm_up(runners, others, warmup)
             warm_runs = max(warmup, 1) + warmup * len(others)  # of each session
             warm_s = warm_runs * (model_s + baseline_s)

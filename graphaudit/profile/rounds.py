@@ -12,7 +12,10 @@ What is not given is chosen from measured times, so another run may choose other
 
 - the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
   them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
-  FEWEST_SAMPLE, spread evenly over the data (`spread_order`);
+  FEWEST_SAMPLE, one drawn at random (seeded) from each of as many equal stretches of the data
+  (`sample_rows`): spread over the data as a systematic sample is, and no pattern that repeats along
+  it lines up with the picks, so the sampled inputs stand for a random sample of them all (the
+  compute-savings interval counts what those left out could change as for one);
 - the profiled rounds (`profiled_rounds`): as few as give each node FEWEST_RUNS profiled runs,
   one round where the sample holds that many inputs;
 - the timed rounds (`TimedRounds`): at least FEWEST_TIMED_ROUNDS, then on until the 95% interval of
@@ -25,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -42,7 +46,7 @@ from graphaudit.wording import pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
-           "profiled_rounds", "sample_cost", "spread_order"]
+           "profiled_rounds", "sample_cost", "sample_rows"]
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
 PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
 EVIDENCE_COST = 3.0  # a run at ORT_DISABLE_ALL with the profiler on, over a plain optimised one (an estimate)
@@ -99,12 +103,16 @@ class Rounds:
                 "budget_s": self.budget_s, "precision": self.precision, "reached": self.reached, "stop": self.stop}
 
 
-def spread_order(n: int) -> list[int]:
-    """0..n-1 in an order whose every prefix is spread evenly over them: 0, n/2, n/4, 3n/4, ...
-    (the bit-reversed order of the next power of two, cut to n)."""
-    bits = max(1, (n - 1).bit_length())
-    order = [int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits)]
-    return [i for i in order if i < n]
+def sample_rows(n: int, k: int, seed: int = 0) -> list[int]:
+    """`k` of 0..n-1 in order, one drawn at random (seeded) from each of `k` stretches of them as
+    equal as can be; all of them where `k` >= n. Spread over the data like every n/k-th input, but
+    a pattern that repeats along the data (classes taken in turn) cannot line up with the picks,
+    as it could with every n/k-th: the every-other inputs of 0, n/2, n/4, ... were all even."""
+    if k >= n:
+        return list(range(n))
+    rng = np.random.default_rng(seed)
+    edges = [j * n // k for j in range(k + 1)]
+    return [int(rng.integers(lo, hi)) for lo, hi in pairwise(edges)]
 
 
 def after_timing_s(inputs: int, model_s: float, baseline_s: float = 0.0, profile_runs: int = 1) -> float:
@@ -133,7 +141,8 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
     if fits >= inputs:
         return inputs, "every input"
     chosen = max(min(inputs, FEWEST_SAMPLE), fits)
-    return chosen, (f"{chosen} of {inputs} inputs, spread evenly over them: a run takes {_seconds(model_s + baseline_s)}, "
+    return chosen, (f"{chosen} of {inputs} inputs, one drawn at random from each of {chosen} equal stretches of them: "
+                    f"a run takes {_seconds(model_s + baseline_s)}, "
                     f"so the fewest rounds of all would take about {_seconds(per_input * inputs)}, past half the "
                     f"{_seconds(budget_s)} budget")
 

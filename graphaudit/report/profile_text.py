@@ -14,7 +14,7 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
 def _inputs(r: ProfileReport) -> str:
     ran = len(r.execution.inputs)
     total = r.rounds.inputs if r.rounds is not None and r.rounds.inputs else ran
-    return f"{ran} batches" if ran == total else f"{ran} of {total} batches (a sample spread evenly over them)"
+    return f"{ran} batches" if ran == total else f"{ran} of {total} batches (one drawn at random from each of {ran} stretches of them)"
 
 
 def render_text(r: ProfileReport) -> str:

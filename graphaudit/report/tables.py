@@ -215,7 +215,7 @@ def profile_table(doc: dict) -> Table | None:
                  f"{rounds.get('profile_runs')} profiled: {rounds.get('reason')}")
     if num(rounds.get("inputs")) and num(rounds.get("sample")) and rounds["sample"] < rounds["inputs"]:
         note += (f"; every figure of the profile comes from {rounds['sample']:.0f} of the {rounds['inputs']:.0f} "
-                 "inputs (batches), spread evenly over them")
+                 f"inputs (batches), one drawn at random from each of {rounds['sample']:.0f} stretches of them")
     return Table("Runtime profile", ("block", "median ms (profiled)", "share", "executed on"), rows, note)
 
 

@@ -97,7 +97,7 @@ def _sampled(profile: dict, interval: dict) -> str:
     sample, inputs = num(interval.get("sample")) or num(ran.get("sample")), num(interval.get("inputs")) or num(ran.get("inputs"))
     if sample is None or inputs is None or sample >= inputs:
         return " (a bootstrap that keeps every input)"
-    where = f", on {sample:.0f} of the {inputs:.0f} inputs, spread evenly over them"
+    where = f", on {sample:.0f} of the {inputs:.0f} inputs, one drawn at random from each of {sample:.0f} stretches of them"
     if "sampling_halfwidth" not in interval:  # a document written before the inputs left out were counted
         return where + " (a bootstrap that keeps every sampled input)"
     widen = num(interval.get("sampling_halfwidth"))
