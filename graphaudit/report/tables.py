@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from graphaudit.profile.what_ran import profiled_blocks, reduction
 from graphaudit.replay.conditions import CORRECT, CROSS_INPUT, FLOOR, STATIC_LAYER, TOKEN_SHUFFLE
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
+from graphaudit.verdict.findings import INCONCLUSIVE
 from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import (
     CONFIDENCE,
@@ -329,4 +330,6 @@ def summary_phrase(doc: dict) -> str:
         return "dynamic parameters only"
     if executes == NO:
         return "static"
+    if executes == INCONCLUSIVE:  # no block skipped on a sample of the inputs: the others may
+        return "dynamic parameters; execution undecided on a sample" if varies == YES else "execution undecided on a sample"
     return "execution not measured"

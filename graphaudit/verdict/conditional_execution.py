@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from graphaudit.profile.what_ran import left_out, profiled_blocks, profiled_inputs, reduction
-from graphaudit.verdict.findings import NO, NOT_MEASURED, YES, Evidence, Finding
+from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import counted, listed, num, pct
 
@@ -94,7 +94,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
             evidence.append(Evidence("profile", (
                 "blocks skipped or shrunk at run time: " + "; ".join(reduced)) if reduced else
                 _ran_in_full(len(pblocks), len(fixed) + len(by_mode), at_capacity)
-                + (f" ({inputs} inputs)" if inputs else "")))
+                + (f" ({_profiled_inputs(profile, inputs)})" if inputs else "")))
     if static is None and profile is None:
         return Finding(NOT_MEASURED, "Not measured: neither the graph nor the runtime was examined.")
     if reduced:
@@ -102,10 +102,17 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         return Finding(YES, (f"Yes: some blocks were skipped or shrunk at run time{where}: "
                              f"{'; '.join(reduced)}."), tuple(evidence))
     if profile is not None and profiled_blocks(profile):
+        sampled = _sample(profile)
         if skippable and len(at_capacity) == len(skippable):
             return Finding(NO, (f"No: {', '.join(at_capacity)} run at a fixed capacity, one size on every input "
                                 "(which rows, the input decides), and no block was skipped or shrunk by its "
-                                "input on the profiled inputs."), tuple(evidence))
+                                f"input on the profiled inputs{_left_unprofiled(sampled)}."), tuple(evidence))
+        if skippable and sampled:
+            return Finding(INCONCLUSIVE, (
+                "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the "
+                f"{sampled[0]} profiled inputs, but they are a sample of the {sampled[1]}: the other "
+                f"{sampled[1] - sampled[0]} did not run under the profiler, and a block that only some inputs skip "
+                "may skip on none of a sample (a larger --sample decides more)."), tuple(evidence))
         if skippable and not fixed:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
@@ -126,6 +133,30 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
                             "branch or token subset); not profiled at run time."), tuple(evidence))
     return Finding(NOT_MEASURED, ("Not measured: the graph lets some blocks be skipped or shrunk, but "
                                   "nothing was profiled at run time."), tuple(evidence))
+
+
+def _sample(profile: dict) -> tuple[int, int] | None:
+    """(inputs profiled, inputs there were) where the profile ran on a sample of them, else None."""
+    ran = profile.get("rounds") or {}
+    sample, total = num(ran.get("sample")), num(ran.get("inputs"))
+    return (int(sample), int(total)) if sample is not None and total is not None and 0 < sample < total else None
+
+
+def _profiled_inputs(profile: dict, inputs: int) -> str:
+    """The profiled inputs in words: "32 inputs", or "4 of the 32 inputs, a sample"."""
+    sampled = _sample(profile)
+    if sampled is None:
+        return f"{inputs} inputs"
+    return (f"{sampled[0]} of the {sampled[1]} inputs, one drawn at random from each of {sampled[0]} stretches of "
+            "them")
+
+
+def _left_unprofiled(sampled: tuple[int, int] | None) -> str:
+    """Where the profile ran on a `sampled` (sample, inputs), that the others did not run under it
+    ("" otherwise)."""
+    if sampled is None:
+        return ""
+    return f" (a sample of {sampled[0]} of the {sampled[1]} inputs; the other {sampled[1] - sampled[0]} did not run under the profiler)"
 
 
 def _ran_in_full(blocks: int, partly: int, at_capacity: list[str]) -> str:
