@@ -230,6 +230,14 @@ def test_a_slow_profile_runs_on_a_sample_spread_over_the_inputs(files, second_pe
                                               "stretches of them")
 
 
+def test_a_sampled_profile_tells_the_savings_interval_how_many_inputs_it_stands_for(files, noisy_seconds):
+    np.savez(files / "many.npz", x=feeds_for(12))
+    doc = profile_model(files / "dynamic.onnx", files / "many.npz", baseline=files / "dense.onnx", threads=1).to_json()
+    interval = doc["baseline"]["ratio_interval"]
+    assert (doc["rounds"]["sample"], doc["rounds"]["inputs"]) == (interval["sample"], interval["inputs"]) == (4, 12)
+    assert interval["sampling_halfwidth"] > 0 and "left out" in interval["method"]  # runs differ by up to 30%
+
+
 def test_given_rounds_and_sample_win_over_the_budget(files, second_per_run):
     report = profile_model(files / "dynamic.onnx", files / "data.npz", runs=2, warmup=1, profile_runs=1, sample=1,
                            budget=0.001, threads=1)
