@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_for_runtime  # noqa: E402
-from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, _over_rounds, _workload, workload_ratio  # noqa: E402
+from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, over_rounds, workload_latency, workload_ratio  # noqa: E402
 from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
 from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, sample_rows  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
@@ -58,7 +58,7 @@ SETTINGS = {  # name: (each call's own noise, the round's shared load, share of 
 
 def ratio_of_medians(model: np.ndarray, baseline: np.ndarray) -> np.ndarray:
     """The workload ratio per resample: each input's median summed, model over baseline."""
-    return _workload(model) / _workload(baseline)
+    return workload_latency(model) / workload_latency(baseline)
 
 
 STATISTICS = {"ratio of medians": ratio_of_medians, "paired": workload_ratio}
@@ -66,7 +66,7 @@ STATISTICS = {"ratio of medians": ratio_of_medians, "paired": workload_ratio}
 
 def halfwidth(statistic, model: np.ndarray, baseline: np.ndarray) -> float:
     """The 95% interval's half-width, relative to the estimate, from (round, input) times."""
-    interval = _over_rounds(statistic, (model, baseline), INTERVAL_LEVEL, RESAMPLES, 0)
+    interval = over_rounds(statistic, (model, baseline), INTERVAL_LEVEL, RESAMPLES, 0)
     estimate = float(statistic(model[None], baseline[None])[0])
     return (interval.high - interval.low) / 2 / estimate
 
@@ -104,7 +104,7 @@ def simulate(count: int) -> None:
             for seed in range(count):
                 model, baseline, truth = simulated(np.random.default_rng(seed), noise, load, preempted)
                 done = stop(statistic, model, baseline, fewest) or len(model)
-                interval = _over_rounds(statistic, (model[:done], baseline[:done]), INTERVAL_LEVEL, RESAMPLES, 0)
+                interval = over_rounds(statistic, (model[:done], baseline[:done]), INTERVAL_LEVEL, RESAMPLES, 0)
                 held += interval.low <= truth <= interval.high
                 runs.append(done)
             cells.append(f"holds {held / count:.0%}, {np.mean(runs):.1f} rounds")

@@ -187,7 +187,7 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
 
     A resampled round is the same round for both, as they were timed in pairs. One round has
     no spread to resample: its interval is NaN, which decides nothing."""
-    return _over_rounds(workload_ratio, (model_ns, baseline_ns), level, resamples, seed)
+    return over_rounds(workload_ratio, (model_ns, baseline_ns), level, resamples, seed)
 
 
 def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None = None,
@@ -240,15 +240,15 @@ def workload_interval(model_ns: np.ndarray, level: float = INTERVAL_LEVEL, resam
                       seed: int = 0) -> Interval:
     """The `level` interval of the workload's latency (each input's median over rounds, summed)
     from (round, batch) nanoseconds: the bootstrap of `ratio_interval`, for a model timed alone."""
-    return _over_rounds(_workload, (model_ns,), level, resamples, seed)
+    return over_rounds(workload_latency, (model_ns,), level, resamples, seed)
 
 
-def _workload(ns: np.ndarray) -> np.ndarray:
+def workload_latency(ns: np.ndarray) -> np.ndarray:
     """Each resample's workload time from (resample, round, batch) nanoseconds."""
     return np.median(ns, axis=1).sum(axis=1)
 
 
-def _over_rounds(statistic, arrays: tuple[np.ndarray, ...], level: float, resamples: int, seed: int) -> Interval:
+def over_rounds(statistic, arrays: tuple[np.ndarray, ...], level: float, resamples: int, seed: int) -> Interval:
     """The `level` interval of `statistic` over a seeded bootstrap of the rounds (axis 0) of
     `arrays`, the same rounds drawn for each; NaN ends from one round."""
     rounds, inputs = arrays[0].shape
