@@ -374,6 +374,30 @@ def test_no_skip_on_a_sample_of_the_inputs_is_inconclusive_not_a_no():
                                                               "rounds": {"sample": 4, "inputs": 32}}).answer == NO
 
 
+def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconclusive():
+    """The inputs left out of such a sample can only run less than it did: a "no" from it is no
+    "no"; a "yes" stands (they can only be faster still), and on every input the "no" stands."""
+    from graphaudit.verdict.decide import compute_savings
+
+    static = static_doc(["always", "branch", "always", "branch"])
+    sample = {"rounds": {"sample": 4, "inputs": 32}}
+    slower, faster = profile_doc(inputs=4, ratio=1.31), profile_doc(inputs=4, ratio=0.8)
+    assert compute_savings(static, slower).answer == NO
+    undecided = compute_savings(static, {**slower, **sample})
+    assert undecided.answer == INCONCLUSIVE
+    assert undecided.statement.startswith("Inconclusive: 31.0% slower than the baseline")
+    assert undecided.statement.endswith(
+        "but on a sample of 4 of the 32 inputs, none of which skipped or shrank a block the graph lets be skipped "
+        "or shrunk: the others may, and can only run less, so the workload may be faster than the sample (a larger "
+        "--sample decides more).")
+    assert compute_savings(static, {**faster, **sample}).answer == YES
+    # nothing the graph lets be skipped: the sample's "no" stands
+    assert compute_savings(static_doc(["always"] * 4), {**slower, **sample}).answer == NO
+    # a sample in which a block was skipped shows the variation its interval counts
+    skipped = {**profile_doc(fractions=(1.0, 0.5, 1.0, 1.0), inputs=4, ratio=1.31), **sample}
+    assert compute_savings(static, skipped).answer == NO
+
+
 def test_shares_of_two_families_that_print_alike_are_not_a_range():
     # Soft MoE's two families at random init: η² 0 in both printed "0%–0%"
     from graphaudit.verdict.decide import coefficient_variation

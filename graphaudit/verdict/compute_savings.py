@@ -5,11 +5,15 @@ The answer rests on timing, so it is decided on the interval of the workload rat
 timed rounds (profile/baseline.py), not on its median: "yes" where the whole interval is at
 or below SAVINGS_RATIO_MAX, "no" where it is wholly above, "inconclusive" where it straddles
 it (or there is none), so that another run of the same inputs does not turn a yes into a no.
+Where the profile ran on a sample of the inputs none of which skipped or shrank a block the graph
+lets be skipped or shrunk (conditional execution inconclusive), the inputs left out can only run
+less than the sample did: a "yes" stands, a "no" is inconclusive.
 """
 
 from __future__ import annotations
 
 from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS
+from graphaudit.verdict.conditional_execution import conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.wording import fmt, median, num, pct
 
@@ -71,6 +75,14 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                             "not by skipping any of it")
         return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
     needs = f"a saving needs the workload ratio's interval at or below {SAVINGS_RATIO_MAX:.2f}×"
+    if answer == NO and conditional_execution(static, profile).answer == INCONCLUSIVE:
+        # no sampled input skipped a block the graph lets be skipped: the others can only run less
+        ran = profile.get("rounds") or {}
+        return Finding(INCONCLUSIVE, (
+            f"Inconclusive: {words}{flops_words}, but on a sample of {num(ran.get('sample')):.0f} of the "
+            f"{num(ran.get('inputs')):.0f} inputs, none of which skipped or shrank a block the graph lets be "
+            "skipped or shrunk: the others may, and can only run less, so the workload may be faster than the "
+            "sample (a larger --sample decides more)."), tuple(evidence))
     if answer == NO:
         return Finding(NO, f"No: {words}{flops_words}; {needs}.", tuple(evidence))
     why = ("a single timed round gives no interval" if low is None else
