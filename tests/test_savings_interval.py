@@ -114,6 +114,17 @@ def test_the_sampled_interval_holds_the_workloads_ratio_about_19_times_in_20(rat
     assert held["sampled"] >= least_held and held["rounds"] <= 100, held
 
 
+def test_an_interval_made_wide_by_the_inputs_left_out_asks_for_a_larger_sample_not_more_rounds():
+    rng = np.random.default_rng(0)
+    base = rng.normal(1e6, 1e4, (10, 6))
+    model = base * np.array([0.6, 0.6, 0.6, 1.2, 1.2, 1.2])  # 0.9x over the six, 0.6x or 1.2x each
+    sampled = decide(None, None, profile_of(compare("dense", model, base, inputs=32))).compute_savings
+    noisy = decide(None, None, profile_of(compare("dense", *rounds(0.95, 0.03, np.random.default_rng(6))))).compute_savings
+    assert sampled.answer == noisy.answer == INCONCLUSIVE
+    assert "the sample of the inputs cannot decide" in sampled.statement and "a larger --sample may decide" in sampled.statement
+    assert "the timing cannot decide" in noisy.statement and "--sample" not in noisy.statement
+
+
 def test_one_timed_input_of_several_says_nothing_of_the_others():
     model, baseline = rounds(0.5, 0.01, np.random.default_rng(1), inputs=1)
     interval = compare("dense", model, baseline, inputs=8).ratio_interval

@@ -87,9 +87,22 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
         return Finding(NO, f"No: {words}{flops_words}; {needs}.", tuple(evidence))
     why = ("a single timed round gives no interval" if low is None else
            f"the interval straddles the {SAVINGS_RATIO_MAX:.2f}× a saving needs")
+    if low is not None and high is not None and _mostly_sampling(low, high, baseline.get("ratio_interval") or {}):
+        return Finding(INCONCLUSIVE, (
+            f"Inconclusive: {words}{flops_words}; the sample of the inputs cannot decide, as {why}, and most of "
+            "its width is what the inputs left out of the sample could change (a larger --sample may decide)."),
+            tuple(evidence))
     return Finding(INCONCLUSIVE, (
         f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "
         "fewer threads competing for the cores, --threads, or a quieter machine may)."), tuple(evidence))
+
+
+def _mostly_sampling(low: float, high: float, interval: dict) -> bool:
+    """Whether the inputs left out of the sample (`sampling_halfwidth`) make up more of the
+    interval's width than the rounds' noise, which it was added to in quadrature."""
+    sampling = num(interval.get("sampling_halfwidth"))
+    half = (high - low) / 2
+    return bool(sampling) and sampling * sampling > half * half - sampling * sampling
 
 
 def savings_answer(low: float | None, high: float | None, threshold: float = SAVINGS_RATIO_MAX) -> str:
