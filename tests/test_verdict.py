@@ -356,7 +356,7 @@ def test_no_skip_on_a_sample_of_the_inputs_is_inconclusive_not_a_no():
     assert sampled.statement == (
         "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the 4 profiled inputs, but "
         "they are a sample of the 32: the other 28 did not run under the profiler, and a block that only some "
-        "inputs skip may skip on none of a sample (a larger --sample decides more).")
+        "inputs skip may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more).")
     assert any(e.text.endswith("(4 inputs)") for e in whole.evidence)
     assert any(e.text.endswith("(4 of the 32 inputs, one drawn at random from each of 4 stretches of them)")
                for e in sampled.evidence)
@@ -389,7 +389,7 @@ def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconc
     assert undecided.statement.endswith(
         "but on a sample of 4 of the 32 inputs, none of which skipped or shrank a block the graph lets be skipped "
         "or shrunk: the others may, and can only run less, so the workload may be faster than the sample (a larger "
-        "--sample decides more).")
+        "sample, --sample or run's --profile-sample, decides more).")
     assert compute_savings(static, {**faster, **sample}).answer == YES
     # nothing the graph lets be skipped: the sample's "no" stands
     assert compute_savings(static_doc(["always"] * 4), {**slower, **sample}).answer == NO

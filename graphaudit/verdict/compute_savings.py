@@ -82,7 +82,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
             f"Inconclusive: {words}{flops_words}, but on a sample of {num(ran.get('sample')):.0f} of the "
             f"{num(ran.get('inputs')):.0f} inputs, none of which skipped or shrank a block the graph lets be "
             "skipped or shrunk: the others may, and can only run less, so the workload may be faster than the "
-            "sample (a larger --sample decides more)."), tuple(evidence))
+            "sample (a larger sample, --sample or run's --profile-sample, decides more)."), tuple(evidence))
     if answer == NO:
         return Finding(NO, f"No: {words}{flops_words}; {needs}.", tuple(evidence))
     why = ("a single timed round gives no interval" if low is None else
@@ -90,7 +90,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     if low is not None and high is not None and _mostly_sampling(low, high, baseline.get("ratio_interval") or {}):
         return Finding(INCONCLUSIVE, (
             f"Inconclusive: {words}{flops_words}; the sample of the inputs cannot decide, as {why}, and most of "
-            "its width is what the inputs left out of the sample could change (a larger --sample may decide)."),
+            "its width is what the inputs left out of the sample could change (a larger sample, --sample or run's --profile-sample, may decide)."),
             tuple(evidence))
     return Finding(INCONCLUSIVE, (
         f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "

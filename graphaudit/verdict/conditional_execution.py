@@ -112,7 +112,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
                 "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the "
                 f"{sampled[0]} profiled inputs, but they are a sample of the {sampled[1]}: the other "
                 f"{sampled[1] - sampled[0]} did not run under the profiler, and a block that only some inputs skip "
-                "may skip on none of a sample (a larger --sample decides more)."), tuple(evidence))
+                "may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more)."), tuple(evidence))
         if skippable and not fixed:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
