@@ -118,6 +118,11 @@ def bracketed(ci, digits: int = 4, *, percent: bool = False, missing: str = DASH
     return f"[{signed(lo, digits)}, {signed(hi, digits)}]"
 
 
+def drawn(sample: int) -> str:
+    """How the profile's sample of `sample` inputs was drawn, in words (profile.rounds.sample_rows)."""
+    return f"one drawn at random from each of {sample:.0f} equal stretches of them"
+
+
 def counted(n: int, noun: str) -> str:
     """"1 block", "3 blocks"."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -169,8 +169,10 @@ def test_one_round_gives_no_interval_and_decides_nothing():
 
 def profile_of(comparison) -> dict:
     """A profile document around `comparison`, as ProfileReport.to_json() writes it."""
+    interval = comparison.ratio_interval
     return {"model": "model.onnx", "provider": "CPUExecutionProvider", "batch_size": 1,
-            "latency_ms": {"median": 1.0, "p10": 0.9, "p90": 1.1, "n": 20}, "baseline": comparison.to_json()}
+            "latency_ms": {"median": 1.0, "p10": 0.9, "p90": 1.1, "n": 20}, "baseline": comparison.to_json(),
+            "rounds": {"sample": interval.sample, "inputs": interval.inputs}}
 
 
 @pytest.mark.parametrize("ratio", [0.92, 0.94, 0.95, 0.96, 0.98])
@@ -261,16 +263,17 @@ def test_the_evidence_says_when_the_rounds_ran_on_a_sample_of_the_inputs():
     sampled = decide(None, None, profile_of(compare("dense", model, baseline, inputs=32))).compute_savings
     texts = [" ".join(e.text for e in f.evidence) for f in (whole, sampled)]
     assert "timed rounds (a bootstrap that keeps every input)" in texts[0] and "stretches" not in texts[0]
-    assert "timed rounds, on 4 of the 32 inputs, one drawn at random from each of 4 stretches of them (a bootstrap " \
+    assert "timed rounds, on 4 of the 32 inputs, one drawn at random from each of 4 equal stretches of them (a bootstrap " \
            "that keeps every sampled " \
            "input, each side widened by ±" in texts[1]
     assert "for what the 28 left out could change" in texts[1] and "Student's t with 3 degrees of freedom" in texts[1]
-    # a document written before the inputs left out were counted says only what it holds
+    # a document written before the inputs left out were counted says the sample, and no widening
     old = profile_of(compare("dense", model, baseline))
     del old["baseline"]["ratio_interval"]["sampling_halfwidth"]
     text = " ".join(e.text for e in decide(None, None, {**old, "rounds": {"sample": 4, "inputs": 32}})
                     .compute_savings.evidence)
-    assert "timed rounds (a bootstrap that keeps every input)" in text  # its interval says 4 of 4
+    assert "timed rounds, on 4 of the 32 inputs, one drawn at random from each of 4 equal stretches of them (a bootstrap " \
+           "that keeps every sampled input), not on its median" in text
 
 
 @pytest.mark.parametrize("runs, warned", [(2, True), (4, True), (5, False), (20, False)])

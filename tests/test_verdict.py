@@ -358,7 +358,7 @@ def test_no_skip_on_a_sample_of_the_inputs_is_inconclusive_not_a_no():
         "they are a sample of the 32: the other 28 did not run under the profiler, and a block that only some "
         "inputs skip may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more).")
     assert any(e.text.endswith("(4 inputs)") for e in whole.evidence)
-    assert any(e.text.endswith("(4 of the 32 inputs, one drawn at random from each of 4 stretches of them)")
+    assert any(e.text.endswith("(4 of the 32 inputs, one drawn at random from each of 4 equal stretches of them)")
                for e in sampled.evidence)
     check = check_claim({"conditional_execution": sampled.to_json()}, "dynamic-inference")
     assert not check.supported and check.inconclusive

@@ -42,7 +42,7 @@ from graphaudit.profile.settings import (
     FEWEST_TIMED_ROUNDS,
     MOST_CHOSEN_RUNS,
 )
-from graphaudit.wording import pct
+from graphaudit.wording import drawn, pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
@@ -141,7 +141,7 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
     if fits >= inputs:
         return inputs, "every input"
     chosen = max(min(inputs, FEWEST_SAMPLE), fits)
-    return chosen, (f"{chosen} of {inputs} inputs, one drawn at random from each of {chosen} equal stretches of them: "
+    return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: "
                     f"a run takes {_seconds(model_s + baseline_s)}, "
                     f"so the fewest rounds of all would take about {_seconds(per_input * inputs)}, past half the "
                     f"{_seconds(budget_s)} budget")

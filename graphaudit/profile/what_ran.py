@@ -12,6 +12,13 @@ def profiled_blocks(profile: dict) -> list[dict]:
     return [b for b in profile.get("blocks") or [] if not str(b.get("name", "")).startswith("(")]
 
 
+def profiled_sample(profile: dict) -> tuple[int, int] | None:
+    """(inputs profiled, inputs there were) where the profile ran on a sample of them, else None."""
+    ran = profile.get("rounds") or {}
+    sample, total = num(ran.get("sample")), num(ran.get("inputs"))
+    return (int(sample), int(total)) if sample is not None and total is not None and 0 < sample < total else None
+
+
 def profiled_inputs(profile: dict) -> int | None:
     """How many inputs (batches) the profile ran."""
     for key in ("inputs", "inputs_count"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from graphaudit.profile.report import NODE_TIME_KINDS, ProfileReport
-from graphaudit.wording import fmt, pct, si
+from graphaudit.wording import drawn, fmt, pct, si
 
 _TOP_NODES = 10
 _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "MatMulNBits", "Attention"})
@@ -14,7 +14,7 @@ _COMPUTE_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul", "Conv", "Einsum", "Ma
 def _inputs(r: ProfileReport) -> str:
     ran = len(r.execution.inputs)
     total = r.rounds.inputs if r.rounds is not None and r.rounds.inputs else ran
-    return f"{ran} batches" if ran == total else f"{ran} of {total} batches (one drawn at random from each of {ran} stretches of them)"
+    return f"{ran} batches" if ran == total else f"{ran} of {total} batches ({drawn(ran)})"
 
 
 def render_text(r: ProfileReport) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphaudit.profile.what_ran import profiled_blocks, reduction
+from graphaudit.profile.what_ran import profiled_blocks, profiled_sample, reduction
 from graphaudit.replay.conditions import CORRECT, CROSS_INPUT, FLOOR, STATIC_LAYER, TOKEN_SHUFFLE
 from graphaudit.verdict.decide import CALLER, FINDINGS, MATERIAL_NATS, NO, NOT_MEASURED, YES
 from graphaudit.verdict.findings import INCONCLUSIVE
@@ -19,6 +19,7 @@ from graphaudit.wording import (
     CONFIDENCE,
     DASH,
     bracketed,
+    drawn,
     flops_cell,
     fmt,
     interval,
@@ -214,9 +215,10 @@ def profile_table(doc: dict) -> Table | None:
     if rounds.get("chosen"):
         note += (f"; {rounds.get('runs')} timed rounds after {rounds.get('warmup')} warm-up, "
                  f"{rounds.get('profile_runs')} profiled: {rounds.get('reason')}")
-    if num(rounds.get("inputs")) and num(rounds.get("sample")) and rounds["sample"] < rounds["inputs"]:
-        note += (f"; every figure of the profile comes from {rounds['sample']:.0f} of the {rounds['inputs']:.0f} "
-                 f"inputs (batches), one drawn at random from each of {rounds['sample']:.0f} stretches of them")
+    sampled = profiled_sample(profile)
+    if sampled is not None:
+        note += (f"; every figure of the profile comes from {sampled[0]} of the {sampled[1]} inputs (batches), "
+                 f"{drawn(sampled[0])}")
     return Table("Runtime profile", ("block", "median ms (profiled)", "share", "executed on"), rows, note)
 
 

@@ -13,9 +13,10 @@ less than the sample did: a "yes" stands, a "no" is inconclusive.
 from __future__ import annotations
 
 from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS
+from graphaudit.profile.what_ran import profiled_sample
 from graphaudit.verdict.conditional_execution import conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
-from graphaudit.wording import fmt, median, num, pct
+from graphaudit.wording import drawn, fmt, median, num, pct
 
 # Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this.
 SAVINGS_RATIO_MAX = 0.95
@@ -77,10 +78,10 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     needs = f"a saving needs the workload ratio's interval at or below {SAVINGS_RATIO_MAX:.2f}×"
     if answer == NO and conditional_execution(static, profile).answer == INCONCLUSIVE:
         # no sampled input skipped a block the graph lets be skipped: the others can only run less
-        ran = profile.get("rounds") or {}
+        sample, inputs = profiled_sample(profile) or (0, 0)
         return Finding(INCONCLUSIVE, (
-            f"Inconclusive: {words}{flops_words}, but on a sample of {num(ran.get('sample')):.0f} of the "
-            f"{num(ran.get('inputs')):.0f} inputs, none of which skipped or shrank a block the graph lets be "
+            f"Inconclusive: {words}{flops_words}, but on a sample of {sample} of the "
+            f"{inputs} inputs, none of which skipped or shrank a block the graph lets be "
             "skipped or shrunk: the others may, and can only run less, so the workload may be faster than the "
             "sample (a larger sample, --sample or run's --profile-sample, decides more)."), tuple(evidence))
     if answer == NO:
@@ -118,19 +119,19 @@ def savings_answer(low: float | None, high: float | None, threshold: float = SAV
 def _sampled(profile: dict, interval: dict) -> str:
     """How the interval stands for the inputs: every one kept, or a sample's and what the inputs
     left out of it could change."""
-    ran = profile.get("rounds") or {}
-    sample, inputs = num(interval.get("sample")) or num(ran.get("sample")), num(interval.get("inputs")) or num(ran.get("inputs"))
-    if sample is None or inputs is None or sample >= inputs:
+    sampled = profiled_sample(profile)
+    if sampled is None:
         return " (a bootstrap that keeps every input)"
-    where = f", on {sample:.0f} of the {inputs:.0f} inputs, one drawn at random from each of {sample:.0f} stretches of them"
+    sample, inputs = sampled
+    where = f", on {sample} of the {inputs} inputs, {drawn(sample)}"
     if "sampling_halfwidth" not in interval:  # a document written before the inputs left out were counted
         return where + " (a bootstrap that keeps every sampled input)"
     widen = num(interval.get("sampling_halfwidth"))
     if widen is None:
-        return where + f"; one input cannot say what the {inputs - sample:.0f} left out would change, so there is none"
+        return where + f"; one input cannot say what the {inputs - sample} left out would change, so there is none"
     return (where + f" (a bootstrap that keeps every sampled input, each side widened by ±{widen:.3f} for what "
-            f"the {inputs - sample:.0f} left out could change: the sampled inputs' ratios spread as a random sample's, "
-            f"Student's t with {sample - 1:.0f} degrees of freedom)")
+            f"the {inputs - sample} left out could change: the sampled inputs' ratios spread as a random sample's, "
+            f"Student's t with {sample - 1} degrees of freedom)")
 
 
 def decision_interval(baseline: dict) -> tuple[float | None, float | None, float | None]:

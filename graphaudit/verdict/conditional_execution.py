@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphaudit.profile.what_ran import left_out, profiled_blocks, profiled_inputs, reduction
+from graphaudit.profile.what_ran import left_out, profiled_blocks, profiled_inputs, profiled_sample, reduction
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.vocabulary import SAVES_COMPUTE
-from graphaudit.wording import counted, listed, num, pct
+from graphaudit.wording import counted, drawn, listed, num, pct
 
 MODEL, CALLER = "model", "caller"  # who decides conditional execution (`analyses.decisions`)
 
@@ -102,7 +102,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         return Finding(YES, (f"Yes: some blocks were skipped or shrunk at run time{where}: "
                              f"{'; '.join(reduced)}."), tuple(evidence))
     if profile is not None and profiled_blocks(profile):
-        sampled = _sample(profile)
+        sampled = profiled_sample(profile)
         if skippable and len(at_capacity) == len(skippable):
             return Finding(NO, (f"No: {', '.join(at_capacity)} run at a fixed capacity, one size on every input "
                                 "(which rows, the input decides), and no block was skipped or shrunk by its "
@@ -135,20 +135,10 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
                                   "nothing was profiled at run time."), tuple(evidence))
 
 
-def _sample(profile: dict) -> tuple[int, int] | None:
-    """(inputs profiled, inputs there were) where the profile ran on a sample of them, else None."""
-    ran = profile.get("rounds") or {}
-    sample, total = num(ran.get("sample")), num(ran.get("inputs"))
-    return (int(sample), int(total)) if sample is not None and total is not None and 0 < sample < total else None
-
-
 def _profiled_inputs(profile: dict, inputs: int) -> str:
     """The profiled inputs in words: "32 inputs", or "4 of the 32 inputs, a sample"."""
-    sampled = _sample(profile)
-    if sampled is None:
-        return f"{inputs} inputs"
-    return (f"{sampled[0]} of the {sampled[1]} inputs, one drawn at random from each of {sampled[0]} stretches of "
-            "them")
+    sampled = profiled_sample(profile)
+    return f"{inputs} inputs" if sampled is None else f"{sampled[0]} of the {sampled[1]} inputs, {drawn(sampled[0])}"
 
 
 def _left_unprofiled(sampled: tuple[int, int] | None) -> str:
