@@ -3,7 +3,6 @@
 import pytest
 
 from graphaudit.verdict.decide import FINDINGS, NO, NOT_MEASURED, YES, check_claim, decide
-from graphaudit.verdict.findings import INCONCLUSIVE
 
 from support.report_samples import dense, earlyexit, featuregate, mudd, profile_doc, replay_doc, static_doc
 
@@ -339,63 +338,6 @@ def test_blocks_at_a_fixed_capacity_the_profile_saw_no_change_in_are_not_said_to
     # a subset block of data-dependent size that ran the same on every input stays as it was said
     del static["flops"]["fixed_capacity"]
     assert "ran in full on every profiled input" in conditional_execution(static, profile_doc()).statement
-
-
-def test_no_skip_on_a_sample_of_the_inputs_is_inconclusive_not_a_no():
-    """A block that only some inputs skip may skip on none of 4 sampled of 32 (one in four inputs
-    skipping: none of the 4 about a third of the time): that is no "no", so the claim is left
-    unsupported with exit status 4, not refuted; on every input profiled it is a "no"."""
-    from graphaudit.verdict.decide import conditional_execution
-
-    static = static_doc(["always", "branch", "always", "branch"])
-    whole = conditional_execution(static, profile_doc(inputs=4))
-    sampled = conditional_execution(static, {**profile_doc(inputs=4), "rounds": {"sample": 4, "inputs": 32}})
-    assert whole.answer == NO and sampled.answer == INCONCLUSIVE
-    assert whole.statement == ("No: the graph lets some blocks be skipped or shrunk, but every block ran in full on "
-                               "every profiled input.")
-    assert sampled.statement == (
-        "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the 4 profiled inputs, but "
-        "they are a sample of the 32: the other 28 did not run under the profiler, and a block that only some "
-        "inputs skip may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more).")
-    assert any(e.text.endswith("(4 inputs)") for e in whole.evidence)
-    assert any(e.text.endswith("(4 of the 32 inputs, one drawn at random from each of 4 equal stretches of them)")
-               for e in sampled.evidence)
-    check = check_claim({"conditional_execution": sampled.to_json()}, "dynamic-inference")
-    assert not check.supported and check.inconclusive
-    from graphaudit.report.tables import summary_phrase
-
-    doc = {"verdict": {"conditional_execution": sampled.to_json(), "coefficient_variation": {"answer": YES}}}
-    assert summary_phrase(doc) == "dynamic parameters; execution undecided on a sample"
-    # a block that skipped on the sample is a yes, sampled or not
-    skipped = {**profile_doc(fractions=(1.0, 0.5, 1.0, 1.0), inputs=4), "rounds": {"sample": 4, "inputs": 32}}
-    assert conditional_execution(static, skipped).answer == YES
-    # a graph with nothing to skip is a no on any sample
-    assert conditional_execution(static_doc(["always"] * 4), {**profile_doc(inputs=4),
-                                                              "rounds": {"sample": 4, "inputs": 32}}).answer == NO
-
-
-def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconclusive():
-    """The inputs left out of such a sample can only run less than it did: a "no" from it is no
-    "no"; a "yes" stands (they can only be faster still), and on every input the "no" stands."""
-    from graphaudit.verdict.decide import compute_savings
-
-    static = static_doc(["always", "branch", "always", "branch"])
-    sample = {"rounds": {"sample": 4, "inputs": 32}}
-    slower, faster = profile_doc(inputs=4, ratio=1.31), profile_doc(inputs=4, ratio=0.8)
-    assert compute_savings(static, slower).answer == NO
-    undecided = compute_savings(static, {**slower, **sample})
-    assert undecided.answer == INCONCLUSIVE
-    assert undecided.statement.startswith("Inconclusive: 31.0% slower than the baseline")
-    assert undecided.statement.endswith(
-        "but on a sample of 4 of the 32 inputs, none of which skipped or shrank a block the graph lets be skipped "
-        "or shrunk: the others may, and can only run less, so the workload may be faster than the sample (a larger "
-        "sample, --sample or run's --profile-sample, decides more).")
-    assert compute_savings(static, {**faster, **sample}).answer == YES
-    # nothing the graph lets be skipped: the sample's "no" stands
-    assert compute_savings(static_doc(["always"] * 4), {**slower, **sample}).answer == NO
-    # a sample in which a block was skipped shows the variation its interval counts
-    skipped = {**profile_doc(fractions=(1.0, 0.5, 1.0, 1.0), inputs=4, ratio=1.31), **sample}
-    assert compute_savings(static, skipped).answer == NO
 
 
 def test_shares_of_two_families_that_print_alike_are_not_a_range():
