@@ -60,3 +60,33 @@ def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconc
     # a sample in which a block was skipped shows the variation its interval counts
     skipped = {**profile_doc(fractions=(1.0, 0.5, 1.0, 1.0), inputs=4, ratio=1.31), **sample}
     assert compute_savings(static, skipped).answer == NO
+
+
+def test_a_sample_whose_every_input_skipped_the_same_blocks_decides_no_yes():
+    """Every sampled input skipped blocks.1 and blocks.3: the inputs left out may run them, so a
+    "yes" from the sample is inconclusive; a "no" stands, as they can only run more. Where the
+    sample still ran a block it could skip (blocks.3), a "no" is inconclusive too."""
+    static = static_doc(["always", "branch", "always", "branch"])
+    sample = {"rounds": {"sample": 4, "inputs": 32}}
+
+    def savings(fractions, ratio, sampled=True):
+        return compute_savings(static, {**profile_doc(fractions=fractions, inputs=4, ratio=ratio),
+                                        **(sample if sampled else {})})
+
+    both = (1.0, 0.0, 1.0, 0.0)
+    assert conditional_execution(static, {**profile_doc(fractions=both, inputs=4), **sample}).answer == YES
+    faster = savings(both, 0.6)
+    assert faster.answer == INCONCLUSIVE
+    assert faster.statement.endswith(
+        "but on a sample of 4 of the 32 inputs, every one of which skipped `blocks.1`, `blocks.3` alike: the others "
+        "may run `blocks.1`, `blocks.3`, so the workload may be slower than the sample (a larger sample, --sample or "
+        "run's --profile-sample, decides more).")
+    assert savings(both, 1.31).answer == NO  # it skipped all it could: the others can only run more
+    one = (1.0, 0.0, 1.0, 1.0)
+    assert savings(one, 0.6).answer == INCONCLUSIVE
+    slower = savings(one, 1.31)
+    assert slower.answer == INCONCLUSIVE and "the others may skip `blocks.3` too, so the workload may be faster" in \
+        slower.statement
+    # every input profiled, or a sample whose inputs went different ways: the answers stand
+    assert savings(both, 0.6, sampled=False).answer == YES and savings(one, 1.31, sampled=False).answer == NO
+    assert savings((1.0, 0.5, 1.0, 1.0), 0.6).answer == YES

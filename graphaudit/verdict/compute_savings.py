@@ -7,16 +7,19 @@ or below SAVINGS_RATIO_MAX, "no" where it is wholly above, "inconclusive" where 
 it (or there is none), so that another run of the same inputs does not turn a yes into a no.
 Where the profile ran on a sample of the inputs none of which skipped or shrank a block the graph
 lets be skipped or shrunk (conditional execution inconclusive), the inputs left out can only run
-less than the sample did: a "yes" stands, a "no" is inconclusive.
+less than the sample did: a "yes" stands, a "no" is inconclusive. Where every sampled input skipped
+the same such blocks, the others may run them: a "yes" is inconclusive, and a "no" too unless the
+sample skipped every one of them.
 """
 
 from __future__ import annotations
 
 from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS
-from graphaudit.profile.what_ran import profiled_sample
+from graphaudit.profile.what_ran import per_input, profiled_sample
 from graphaudit.verdict.conditional_execution import conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
-from graphaudit.wording import drawn, fmt, median, num, pct
+from graphaudit.vocabulary import SAVES_COMPUTE
+from graphaudit.wording import drawn, fmt, listed, median, num, pct
 
 # Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this.
 SAVINGS_RATIO_MAX = 0.95
@@ -70,6 +73,17 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     low, high, level = decision_interval(baseline)
     words = _latency_words(ratio, low, high, level)
     answer = savings_answer(low, high)
+    alike = _skipped_alike(static, profile)
+    if alike is not None and (answer == YES or (answer == NO and alike[1])):
+        sample, inputs = profiled_sample(profile) or (0, 0)
+        skipped, ran = alike
+        may = (f"the others may run {listed(sorted(skipped))}, so the workload may be slower than the sample"
+               if answer == YES else
+               f"the others may skip {listed(sorted(ran))} too, so the workload may be faster than the sample")
+        return Finding(INCONCLUSIVE, (
+            f"Inconclusive: {words}{flops_words}, but on a sample of {sample} of the {inputs} inputs, every one of "
+            f"which skipped {listed(sorted(skipped))} alike: {may} (a larger sample, --sample or run's "
+            "--profile-sample, decides more)."), tuple(evidence))
     if answer == YES:
         if executed is not None and baseline_flops and executed >= SAME_WORK * baseline_flops:
             flops_words += (", so the time is saved in how the work runs (kernels, fusion, layout), "
@@ -96,6 +110,22 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     return Finding(INCONCLUSIVE, (
         f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "
         "fewer threads competing for the cores, --threads, or a quieter machine may)."), tuple(evidence))
+
+
+def _skipped_alike(static: dict | None, profile: dict) -> tuple[set[str], set[str]] | None:
+    """(the blocks the graph lets be skipped or shrunk that every sampled input skipped, those of
+    them it ran) where the profile ran on a sample of the inputs, each of which ran the same blocks,
+    some such block skipped; else None. Such a sample shows none of the variation the graph allows,
+    so the interval's widening for the inputs left out has nothing to go on."""
+    runs = per_input(profile)
+    if profiled_sample(profile) is None or not runs:
+        return None
+    ran = {frozenset(str(b) for b in r.get("blocks_ran") or ()) for r in runs}
+    skippable = {str(b.get("name")) for b in (static or {}).get("blocks") or [] if b.get("verdict") in SAVES_COMPUTE}
+    if len(ran) != 1 or not skippable - next(iter(ran)):
+        return None
+    common = next(iter(ran))
+    return skippable - common, skippable & common
 
 
 def _mostly_sampling(low: float, high: float, interval: dict) -> bool:
