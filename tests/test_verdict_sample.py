@@ -2,9 +2,16 @@
 
 A block that only some inputs skip may skip on none of a sample, and the inputs left out can
 then only run less than the sample did: conditional execution is inconclusive, not a "no", and
-so is a "no" saving (a "yes" stands). Every test feeds profile documents; none times anything."""
+so is a "no" saving (a "yes" stands); where every sampled input skipped the same blocks, the others
+may run them. Every test feeds profile documents or given round timings; none times anything."""
 
+import numpy as np
+import pytest
+
+from graphaudit.profile.baseline import compare, ratio_interval
+from graphaudit.profile.rounds import sample_rows
 from graphaudit.report.tables import summary_phrase
+from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, savings_answer
 from graphaudit.verdict.decide import NO, YES, check_claim, compute_savings, conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE
 
@@ -90,3 +97,44 @@ def test_a_sample_whose_every_input_skipped_the_same_blocks_decides_no_yes():
     # every input profiled, or a sample whose inputs went different ways: the answers stand
     assert savings(both, 0.6, sampled=False).answer == YES and savings(one, 1.31, sampled=False).answer == NO
     assert savings((1.0, 0.5, 1.0, 1.0), 0.6).answer == YES
+
+
+def _two_path_profile(seed: int, exit_share: float, sample: int, inputs: int = 32):
+    """(the workload's answer, the rounds' interval's, the verdict's) for a seeded workload whose
+    inputs either exit early (0.6x the baseline, blocks.2 and blocks.3 skipped) or run every block
+    (1.05x), timed on `sample` of `inputs` for 5 rounds, as the profile draws and reads them."""
+    rng = np.random.default_rng(seed)
+    exits = rng.random(inputs) < exit_share
+    ratio = np.where(exits, 0.6, 1.05) * rng.lognormal(0, 0.02, inputs)
+    truth = YES if ratio.mean() <= SAVINGS_RATIO_MAX else NO
+    pick = sample_rows(inputs, sample, seed)
+    load = rng.lognormal(0, 0.01, (5, sample))
+    baseline = 1e6 * load * rng.lognormal(0, 0.01, (5, sample))
+    model = 1e6 * ratio[pick] * load * rng.lognormal(0, 0.01, (5, sample))
+    rounds_only = ratio_interval(model, baseline)
+    comparison = compare("dense", model, baseline, inputs=inputs)
+    doc = {**profile_doc(inputs=sample, ratio=comparison.ratio), "baseline": comparison.to_json(),
+           "rounds": {"sample": sample, "inputs": inputs}}
+    names = ["blocks.0", "blocks.1", "blocks.2", "blocks.3"]
+    doc["per_input"] = [{"index": int(i), "rows": [int(i), int(i) + 1], "blocks_ran": names[:2] if exits[i] else names,
+                         "flops": {}, "latency_ms": 1.0} for i in pick]
+    ran_late = 1 - exits[pick].mean()
+    doc["blocks"] = [{**b, "executed_fraction": ran_late, "inputs_executed": round(ran_late * sample)}
+                     if b["name"] in names[2:] else b for b in doc["blocks"]]
+    static = static_doc(["always", "always", "branch", "branch"])
+    return truth, savings_answer(rounds_only.low, rounds_only.high), compute_savings(static, doc).answer
+
+
+@pytest.mark.parametrize("exit_share, sample, rounds_wrong, least_right", [
+    (0.2, 4, 60, 0),  # the rounds' interval alone: 78 of 200 wrong; now none, and none decided either
+    (0.05, 4, 10, 0),  # 20 of 200 wrong: most samples hold no input that exits
+    (0.6, 16, 0, 170),  # 187 of 200 decided right, none wrong
+])
+def test_a_two_path_workload_sampled_is_never_answered_wrong(exit_share, sample, rounds_wrong, least_right):
+    """200 seeded workloads of 32 inputs, each either exiting early or running every block: from a
+    sample of 4 the rounds' interval alone gave a definite answer the whole workload contradicts
+    in 78 (a fifth of the inputs exiting), the verdict never; from 16 it decides most."""
+    found = [_two_path_profile(seed, exit_share, sample) for seed in range(200)]
+    assert sum(old not in (INCONCLUSIVE, truth) for truth, old, _ in found) >= rounds_wrong
+    assert sum(new not in (INCONCLUSIVE, truth) for truth, _, new in found) == 0
+    assert sum(new == truth for truth, _, new in found) >= least_right
