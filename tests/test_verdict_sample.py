@@ -12,7 +12,7 @@ from graphaudit.profile.baseline import compare, ratio_interval
 from graphaudit.profile.rounds import sample_rows
 from graphaudit.report.tables import summary_phrase
 from graphaudit.verdict.compute_savings import SAVINGS_RATIO_MAX, savings_answer
-from graphaudit.verdict.decide import NO, YES, check_claim, compute_savings, conditional_execution
+from graphaudit.verdict.decide import NO, YES, check_claim, compute_savings, conditional_execution, decide
 from graphaudit.verdict.findings import INCONCLUSIVE
 
 from support.report_samples import profile_doc, static_doc
@@ -56,6 +56,7 @@ def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconc
     assert compute_savings(static, slower).answer == NO
     undecided = compute_savings(static, {**slower, **sample})
     assert undecided.answer == INCONCLUSIVE
+    assert decide(static, None, {**slower, **sample}).compute_savings == undecided  # the verdict's, made once
     assert undecided.statement.startswith("Inconclusive: 31.0% slower than the baseline")
     assert undecided.statement.endswith(
         "but on a sample of 4 of the 32 inputs, none of which skipped or shrank a block the graph lets be skipped "

@@ -26,8 +26,10 @@ SAVINGS_RATIO_MAX = 0.95
 SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
 
 
-def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None) -> Finding:
-    """Is the model faster than the baseline (and does it execute fewer FLOPs)?"""
+def compute_savings(static: dict | None, profile: dict | None, baseline_flops: float | None = None,
+                    execution: Finding | None = None) -> Finding:
+    """Is the model faster than the baseline (and does it execute fewer FLOPs)? `execution`: the
+    conditional-execution finding of the same documents, where it was already made."""
     if profile is None:
         return Finding(NOT_MEASURED, "Not measured: the model was not profiled.")
     latency = median(profile.get("latency_ms"))
@@ -90,7 +92,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                             "not by skipping any of it")
         return Finding(YES, f"Yes: {words}{flops_words}.", tuple(evidence))
     needs = f"a saving needs the workload ratio's interval at or below {SAVINGS_RATIO_MAX:.2f}×"
-    if answer == NO and conditional_execution(static, profile).answer == INCONCLUSIVE:
+    if answer == NO and (execution or conditional_execution(static, profile)).answer == INCONCLUSIVE:
         # no sampled input skipped a block the graph lets be skipped: the others can only run less
         sample, inputs = profiled_sample(profile) or (0, 0)
         return Finding(INCONCLUSIVE, (

@@ -104,11 +104,12 @@ def decide(static: dict | None, replay: dict | None, profile: dict | None, *,
     a model fixes) at the profiled shape. `replay_failure`: why the frozen replay stopped, when
     it did (ONNX Runtime would not run the frozen graph on some condition's coefficients).
     """
+    execution = conditional_execution(static, profile)
     return Verdict(
         coefficient_variation=coefficient_variation(static, replay, replay_failure),
         functional_dependence=functional_dependence(replay, replay_failure),
-        conditional_execution=conditional_execution(static, profile),
-        compute_savings=compute_savings(static, profile, baseline_flops),
+        conditional_execution=execution,
+        compute_savings=compute_savings(static, profile, baseline_flops, execution),
     )
 
 
