@@ -118,6 +118,10 @@ def bracketed(ci, digits: int = 4, *, percent: bool = False, missing: str = DASH
     return f"[{signed(lo, digits)}, {signed(hi, digits)}]"
 
 
+# What decides more where a profile's sample of the inputs cannot: its two options' names
+LARGER_SAMPLE = "a larger sample, --sample or run's --profile-sample"
+
+
 def drawn(sample: int) -> str:
     """How the profile's sample of `sample` inputs was drawn, in words (profile.rounds.sample_rows)."""
     return f"one drawn at random from each of {sample:.0f} equal stretches of them"

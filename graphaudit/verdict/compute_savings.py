@@ -19,7 +19,7 @@ from graphaudit.profile.what_ran import per_input, profiled_sample
 from graphaudit.verdict.conditional_execution import conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.vocabulary import SAVES_COMPUTE
-from graphaudit.wording import drawn, fmt, listed, median, num, pct
+from graphaudit.wording import LARGER_SAMPLE, drawn, fmt, listed, median, num, pct
 
 # Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this.
 SAVINGS_RATIO_MAX = 0.95
@@ -84,8 +84,8 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                f"the others may skip {listed(sorted(ran))} too, so the workload may be faster than the sample")
         return Finding(INCONCLUSIVE, (
             f"Inconclusive: {words}{flops_words}, but on a sample of {sample} of the {inputs} inputs, every one of "
-            f"which skipped {listed(sorted(skipped))} alike: {may} (a larger sample, --sample or run's "
-            "--profile-sample, decides more)."), tuple(evidence))
+            f"which skipped {listed(sorted(skipped))} alike: {may} ({LARGER_SAMPLE}, decides more)."),
+            tuple(evidence))
     if answer == YES:
         if executed is not None and baseline_flops and executed >= SAME_WORK * baseline_flops:
             flops_words += (", so the time is saved in how the work runs (kernels, fusion, layout), "
@@ -99,7 +99,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
             f"Inconclusive: {words}{flops_words}, but on a sample of {sample} of the "
             f"{inputs} inputs, none of which skipped or shrank a block the graph lets be "
             "skipped or shrunk: the others may, and can only run less, so the workload may be faster than the "
-            "sample (a larger sample, --sample or run's --profile-sample, decides more)."), tuple(evidence))
+            f"sample ({LARGER_SAMPLE}, decides more)."), tuple(evidence))
     if answer == NO:
         return Finding(NO, f"No: {words}{flops_words}; {needs}.", tuple(evidence))
     why = ("a single timed round gives no interval" if low is None else
@@ -107,7 +107,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
     if low is not None and high is not None and _mostly_sampling(low, high, baseline.get("ratio_interval") or {}):
         return Finding(INCONCLUSIVE, (
             f"Inconclusive: {words}{flops_words}; the sample of the inputs cannot decide, as {why}, and most of "
-            "its width is what the inputs left out of the sample could change (a larger sample, --sample or run's --profile-sample, may decide)."),
+            f"its width is what the inputs left out of the sample could change ({LARGER_SAMPLE}, may decide)."),
             tuple(evidence))
     return Finding(INCONCLUSIVE, (
         f"Inconclusive: {words}{flops_words}; the timing cannot decide, as {why} (more timed rounds, --runs, "

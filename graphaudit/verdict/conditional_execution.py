@@ -8,7 +8,7 @@ from dataclasses import replace
 from graphaudit.profile.what_ran import left_out, profiled_blocks, profiled_inputs, profiled_sample, reduction
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.vocabulary import SAVES_COMPUTE
-from graphaudit.wording import counted, drawn, listed, num, pct
+from graphaudit.wording import LARGER_SAMPLE, counted, drawn, listed, num, pct
 
 MODEL, CALLER = "model", "caller"  # who decides conditional execution (`analyses.decisions`)
 
@@ -112,7 +112,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
                 "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the "
                 f"{sampled[0]} profiled inputs, but they are a sample of the {sampled[1]}: the other "
                 f"{sampled[1] - sampled[0]} did not run under the profiler, and a block that only some inputs skip "
-                "may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more)."), tuple(evidence))
+                f"may skip on none of a sample ({LARGER_SAMPLE}, decides more)."), tuple(evidence))
         if skippable and not fixed:
             return Finding(NO, ("No: the graph lets some blocks be skipped or shrunk, but every block "
                                 "ran in full on every profiled input."), tuple(evidence))
