@@ -2,7 +2,7 @@
 soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, simulated and measured.
 
     python benchmarks/profile_rounds.py [--simulate 400] [--pair MODEL,BASELINE,DATA ...]
-                                        [--sample 4] [--rounds 30]
+                                        [--sample 4] [--rounds 30] [--answers 200]
 
 1. **simulated**: a model 1.1 times as slow as its baseline over 4 inputs (each input its own
    ratio, 0.99-1.21), every call off by seeded noise of its own and each round by a load both
@@ -23,6 +23,14 @@ soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, sim
    reaches, and the round at which each would have stopped at ±2% with at least 5 rounds, read
    from every start of the recorded rounds (each start a profile begun at another moment).
 
+3. **answers** (`--answers N`): N seeded profiles of the simulated model scaled to each of a few
+   true ratios around the compute-savings threshold (0.95), in two noisy settings, stopped by
+   the profile's rule at ±2% or at most 40 rounds, once timing on to the precision (`graphaudit
+   profile`, `run --profile-until precision`) and once also stopping when the answer is decided
+   (`run`'s default, `decide_at`); each row: the verdict's answers (`savings_answer` on
+   `decision_interval`), the wrong ones (a yes where the true ratio is past 0.95, a no where it is
+   not), and the mean rounds run.
+
 Prints Markdown tables for benchmarks/NOTES.md. Nothing is asserted about time.
 """
 
@@ -41,11 +49,24 @@ sys.path.insert(0, str(ROOT))
 
 from graphaudit.load.data import input_specs, load_data  # noqa: E402
 from graphaudit.load.model import load_for_runtime  # noqa: E402
-from graphaudit.profile.baseline import INTERVAL_LEVEL, RESAMPLES, over_rounds, workload_latency, workload_ratio  # noqa: E402
+from graphaudit.profile.baseline import (  # noqa: E402
+    INTERVAL_LEVEL,
+    RESAMPLES,
+    decision_interval,
+    over_rounds,
+    workload_latency,
+    workload_ratio,
+)
 from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa: E402
 from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, sample_rows  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
-from graphaudit.profile.settings import DEFAULT_PRECISION, DEFAULT_WARMUP, FEWEST_TIMED_ROUNDS  # noqa: E402
+from graphaudit.profile.settings import (  # noqa: E402
+    DEFAULT_PRECISION,
+    DEFAULT_WARMUP,
+    FEWEST_TIMED_ROUNDS,
+    SAVINGS_RATIO_MAX,
+)
+from graphaudit.verdict.compute_savings import savings_answer  # noqa: E402
 
 INPUTS = 4
 SETTINGS = {  # name: (each call's own noise, the round's shared load, share of calls preempted)
@@ -79,10 +100,12 @@ def stop(statistic, model: np.ndarray, baseline: np.ndarray, fewest: int) -> int
     return done if rule.stop == "precision" else None
 
 
-def simulated(rng: np.random.Generator, noise: float, load: float, preempted: float, rounds: int = 60):
-    """(model, baseline, true ratio): (round, input) times of the setting's model and baseline."""
+def simulated(rng: np.random.Generator, noise: float, load: float, preempted: float, rounds: int = 60,
+              scale: float = 1.1):
+    """(model, baseline, true ratio): (round, input) times of the setting's model and baseline,
+    the model's inputs 0.9-1.1 times `scale` as slow as the baseline's."""
     base = np.linspace(0.5e6, 1.5e6, INPUTS)[None, :]
-    ratio = np.linspace(0.9, 1.1, INPUTS)[None, :] * 1.1
+    ratio = np.linspace(0.9, 1.1, INPUTS)[None, :] * scale
     shared = rng.lognormal(0.0, load, (rounds, 1))
 
     def calls() -> np.ndarray:
@@ -109,6 +132,47 @@ def simulate(count: int) -> None:
                 runs.append(done)
             cells.append(f"holds {held / count:.0%}, {np.mean(runs):.1f} rounds")
         print(f"| {setting} | " + " | ".join(cells) + " |")
+    print()
+
+
+ANSWER_SETTINGS = ("calls preempted (8%, up to 2x)", "noisy calls (10%)")
+ANSWER_RATIOS = (0.90, 0.945, 0.951, 0.955, 1.09)
+ANSWER_ROUNDS = 40
+
+
+def answered(model: np.ndarray, baseline: np.ndarray, decide_at: float | None) -> tuple[str, int]:
+    """(the verdict's answer, rounds run) once the profile's rule stops the rounds: at the
+    precision, ANSWER_ROUNDS (as a budget would) or, given `decide_at`, once it is decided."""
+    rule = TimedRounds(None, DEFAULT_PRECISION, ANSWER_ROUNDS, decide_at=decide_at, inputs=INPUTS)
+    done = next(k for k in range(1, ANSWER_ROUNDS + 1) if not rule.more(model[:k], baseline[:k], float(k)))
+    interval = decision_interval(model[:done], baseline[:done], INPUTS)
+    return savings_answer(interval.low, interval.high), done
+
+
+def answers(count: int) -> None:
+    print(f"### The answers, timed to ±{DEFAULT_PRECISION:.0%} or also stopped once decided: {count} seeded profiles "
+          f"each, at most {ANSWER_ROUNDS} rounds\n")
+    print("| setting | true ratio | to the precision: yes / no / inconclusive, wrong, rounds | "
+          "stopped once decided: the same |")
+    print("|---|---:|---|---|")
+    settings = {**SETTINGS, "noisy calls (10%)": (0.10, 0.05, 0.0)}
+    unit = simulated(np.random.default_rng(0), 0.0, 0.0, 0.0, 1, 1.0)[2]  # the true ratio at scale 1
+    for setting in ANSWER_SETTINGS:
+        noise, load, preempted = settings[setting]
+        for target in ANSWER_RATIOS:
+            cells = []
+            for decide_at in (None, SAVINGS_RATIO_MAX):
+                said, runs, truth = [], [], 0.0
+                for seed in range(count):
+                    model, baseline, truth = simulated(np.random.default_rng(seed), noise, load, preempted,
+                                                       ANSWER_ROUNDS, target / unit)
+                    answer, done = answered(model, baseline, decide_at)
+                    said.append(answer)
+                    runs.append(done)
+                wrong = said.count("yes" if truth > SAVINGS_RATIO_MAX else "no")
+                cells.append(f"{said.count('yes')} / {said.count('no')} / {said.count('inconclusive')}, "
+                             f"**{wrong} wrong**, {np.mean(runs):.1f} rounds")
+            print(f"| {setting} | {truth:.3f} | " + " | ".join(cells) + " |")
     print()
 
 
@@ -153,6 +217,8 @@ def main() -> None:
     parser.add_argument("--pair", action="append", default=[], help="MODEL,BASELINE,DATA to time (repeatable).")
     parser.add_argument("--sample", type=int, default=4, help="Inputs timed in each round.")
     parser.add_argument("--rounds", type=int, default=30, help="Rounds timed for each pair.")
+    parser.add_argument("--answers", type=int, default=0,
+                        help="Seeded profiles per setting and true ratio whose answers are counted (0: none).")
     args = parser.parse_args()
     if args.rounds < FEWEST_TIMED_ROUNDS or args.sample < 1:
         parser.error(f"expected --rounds of at least {FEWEST_TIMED_ROUNDS} and --sample of at least 1")
@@ -160,6 +226,8 @@ def main() -> None:
           f"{RESAMPLES} resamples over rounds, seed 0\n")
     if args.simulate:
         simulate(args.simulate)
+    if args.answers:
+        answers(args.answers)
     for pair in args.pair:
         measure(pair, args.sample, args.rounds)
 

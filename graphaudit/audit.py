@@ -96,7 +96,9 @@ class AuditSettings:
     """
 
     replay: ReplaySettings = field(default_factory=lambda: _replay_settings()(provider="auto"))
-    profile: ProfileSettings = field(default_factory=lambda: _profile_settings()(provider="auto"))
+    # the audit asks the profile for the compute-savings answer: its timed rounds stop once it is decided
+    profile: ProfileSettings = field(default_factory=lambda: _profile_settings()(provider="auto",
+                                                                                 decide_at=_savings_ratio_max()))
     claims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -131,6 +133,7 @@ _KEYWORDS = {
     "warmup": (("profile", "warmup"),), "profile_runs": (("profile", "profile_runs"),),
     "profile_budget": (("profile", "budget"),), "profile_limit": (("profile", "limit"),),
     "profile_precision": (("profile", "precision"),), "profile_sample": (("profile", "sample"),),
+    "profile_decide_at": (("profile", "decide_at"),),
     **{name: (("replay", name), ("profile", name)) for name in ("provider", "threads", "feeding")},
 }
 
@@ -145,6 +148,12 @@ def _profile_settings():
     from graphaudit.profile.settings import ProfileSettings
 
     return ProfileSettings
+
+
+def _savings_ratio_max() -> float:
+    from graphaudit.profile.settings import SAVINGS_RATIO_MAX
+
+    return SAVINGS_RATIO_MAX
 
 
 def audit(
@@ -171,7 +180,9 @@ def audit(
     batching would mix inputs' decisions). `runs`, `warmup` and `profile_runs` are the
     profiler's rounds, `profile_sample` the inputs it runs on (None: chosen from measured times
     to fit `profile_budget` seconds, by default 30, the timed rounds stopping once the latency's
-    interval is within `profile_precision`, by default ±2%); `profile_limit` profiles only the
+    interval is within `profile_precision`, by default ±2%, or once the compute-savings answer on
+    the ratio `profile_decide_at` is decided, by default 0.95, None: only at the precision);
+    `profile_limit` profiles only the
     first N inputs; `block_pattern`
     names the blocks, for the static audit and the profile. `provider` (default auto), `threads`
     (ONNX Runtime's intra-op threads; None: its choice) and `feeding` (values fed whole to every

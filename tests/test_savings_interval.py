@@ -200,6 +200,19 @@ def test_clear_cases_are_decided():
     assert decide(None, None, profile_of(compare("dense", *rounds(1.30, 0.03, rng)))).compute_savings.answer == NO
 
 
+def test_the_answer_says_where_the_rounds_stopped_once_it_was_decided():
+    rng = np.random.default_rng(2)
+    profile = profile_of(compare("dense", *rounds(1.30, 0.03, rng)))
+    stopped = {**profile, "rounds": {"stop": "decided", "decide_at": 0.95}}
+    said = {name: " ".join(e.text for e in decide(None, None, p).compute_savings.evidence)
+            for name, p in (("timed on", {**profile, "rounds": {"stop": "precision", "decide_at": 0.95}}),
+                            ("stopped", stopped))}
+    assert "stopped once it was decided, when a wider interval than this one" in said["stopped"]
+    assert "lay on one side of 0.95×" in said["stopped"]
+    assert "stopped once" not in said["timed on"]
+    assert decide(None, None, stopped).compute_savings.answer == NO
+
+
 def straddling_profile(profile: dict) -> dict:
     """`profile` with a ratio of 0.94× whose interval over rounds, 0.91–0.97×, straddles 0.95×."""
     baseline = {**profile["baseline"], "ratio": 0.94,

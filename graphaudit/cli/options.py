@@ -170,8 +170,9 @@ def rounds_options(prefix: str = "") -> Callable:
         "rounds", build,
         click.option("--runs", type=int, help=(
             f"Timed rounds, each running every sampled input once on the model and the baseline (default: until "
-            f"the latency's 95% interval is within --{prefix}precision, at least {s.FEWEST_TIMED_ROUNDS}, at most "
-            f"{s.MOST_CHOSEN_RUNS}, within --{prefix}budget).")),
+            f"the latency's 95% interval is within --{prefix}precision"
+            + (", or the compute-savings answer is decided (--profile-until)" if prefix == "profile-" else "")
+            + f", at least {s.FEWEST_TIMED_ROUNDS}, at most {s.MOST_CHOSEN_RUNS}, within --{prefix}budget).")),
         click.option("--warmup", type=int, help=(
             f"Runs of each input shape discarded first in each session (default: {s.DEFAULT_WARMUP}).")),
         click.option("--profile-runs", type=int, help=(

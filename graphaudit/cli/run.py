@@ -7,7 +7,7 @@ import click
 from graphaudit.cli import REWRITE_HELP, output_kind_option
 from graphaudit.cli.options import coefficient_options, feeding_options, output_options, ray_options, rounds_options
 from graphaudit.limits import MAX_THREADS
-from graphaudit.profile.settings import ProfileSettings
+from graphaudit.profile.settings import SAVINGS_RATIO_MAX, ProfileSettings
 from graphaudit.progress import ProgressBar
 from graphaudit.replay.settings import MAX_RESAMPLES, ReplaySettings
 from graphaudit.report import FORMATS
@@ -42,6 +42,13 @@ latency ratio's interval over the timed rounds straddles the threshold; a smalle
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the replay's permutations and bootstrap.")
 @rounds_options("profile-")
+@click.option("--profile-until", "until", type=click.Choice(["answer", "precision"]), default="answer",
+              show_default=True,
+              help=f"With --baseline, when the timed rounds may stop short of --profile-precision: 'answer' once the "
+                   f"compute-savings answer is decided (the ratio's interval wholly on one side of "
+                   f"{SAVINGS_RATIO_MAX:.2f}×, read wider at each check so that together they miss at most half "
+                   "as often as the verdict's 95% interval); 'precision' only at the precision or the budget, for a ratio known "
+                   "to it.")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")
@@ -58,7 +65,7 @@ latency ratio's interval over the timed rounds straddles the threshold; a smalle
 @output_kind_option
 @click.pass_context
 def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_pattern, provider, out, claims, seed, rounds,
-            limit, resamples, threads, keep_denormals, no_rewrite, distributed,
+            until, limit, resamples, threads, keep_denormals, no_rewrite, distributed,
             output_kinds) -> None:
     """Audit MODEL: do its coefficients vary, does the frozen model depend on them, does it skip work?
 
@@ -75,7 +82,7 @@ def run_cmd(ctx, model, calib, data, feeding, baseline, coefficients, block_patt
                               threads=threads, flush_denormals=not keep_denormals, rewrite=not no_rewrite,
                               output_kinds=parse_output_kinds(output_kinds), feeding=feeding, **distributed),
         profile=ProfileSettings(**rounds, provider=provider, threads=threads, limit=limit, block_pattern=block_pattern,
-                                feeding=feeding),
+                                feeding=feeding, decide_at=SAVINGS_RATIO_MAX if until == "answer" else None),
         claims=claims)
     with ProgressBar(quiet=out.quiet) as bar:
         report = audit(model, calib, data, baseline, settings, progress=bar)

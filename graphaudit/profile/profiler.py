@@ -62,6 +62,7 @@ from graphaudit.profile.rounds import (
     TimedRounds,
     after_timing_s,
     check_budget,
+    check_decide_at,
     check_precision,
     check_rounds,
     plan_sample,
@@ -124,6 +125,7 @@ def profile_model(
                   **({"warmup": (warmup, 0)} if warmup is not None else {}))
     check_budget(budget)
     check_precision(asked.precision)
+    check_decide_at(asked.decide_at)
     check_rounds(1, runs, warmup, profile_runs, asked.sample)  # before the model is read; again once batched
     warmup = DEFAULT_WARMUP if warmup is None else warmup
     session_options(opt_level)  # an unknown level is refused before anything runs
@@ -183,7 +185,8 @@ def profile_model(
             # the timed rounds' budget: what the warm-up, the profiled rounds and the evidence leave
             spent = warm_s + float(profiled_ns.sum()) / 1e9
             after = after_timing_s(sample, model_s, baseline_s, profile_runs=0)
-            stopper = TimedRounds(runs, asked.precision, max(0.0, budget - spent - after))
+            stopper = TimedRounds(runs, asked.precision, max(0.0, budget - spent - after),
+                                  decide_at=asked.decide_at, inputs=n)
             samples = _timed_rounds(runners, sample, stopper, progress)
         del runners, sessions  # their memory goes before the evidence sessions hold their own
         mine = _profiled(files[0], profiled_ns[0], runnable, mg, opt_level, saved[0], warm_runs, profile_runs,
@@ -220,7 +223,7 @@ def profile_model(
             trace_path = str(write_trace(trace, events, {"model": _label(loaded), "opt_level": opt_level}))
     stopper.finish(samples[0], samples[1] if len(samples) > 1 else None)
     rounds = _rounds(stopper, samples.shape[1], warmup, profile_runs, sample, n, sample_why, asked,
-                     model_s + baseline_s, budget)
+                     model_s + baseline_s, budget, base is not None)
 
     no_optimised = None
     if opt_level != "disable" and optimised is None:
@@ -306,8 +309,8 @@ def _timed_rounds(runners: list[Runner], batches: int, stopper: TimedRounds,
 
 
 def _rounds(stopper: TimedRounds, runs: int, warmup: int, profile_runs: int, sample: int, inputs: int,
-            sample_why: str, asked: ProfileSettings, run_s: float, budget: float) -> Rounds:
-    """What the profile ran, and why, in words."""
+            sample_why: str, asked: ProfileSettings, run_s: float, budget: float, paired: bool) -> Rounds:
+    """What the profile ran, and why, in words (`paired`: a baseline was timed beside the model)."""
     chosen = asked.sample is None or asked.runs is None or asked.profile_runs is None
     profiled = ("as given" if asked.profile_runs is not None else
                 f"each node profiled in {profile_runs * sample} run{'s' if profile_runs * sample != 1 else ''}")
@@ -317,7 +320,7 @@ def _rounds(stopper: TimedRounds, runs: int, warmup: int, profile_runs: int, sam
                                  if chosen else "")
     return Rounds(runs, warmup, profile_runs, reason, sample, inputs, run_s if chosen else None,
                   budget if chosen else None, asked.precision if asked.runs is None else None, stopper.reached,
-                  stopper.stop)
+                  stopper.stop, asked.decide_at if asked.runs is None and paired else None)
 
 
 def _selections(static: Any | None, mg) -> dict[str, list[str]]:

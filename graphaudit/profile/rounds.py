@@ -20,7 +20,9 @@ What is not given is chosen from measured times, so another run may choose other
   one round where the sample holds that many inputs;
 - the timed rounds (`TimedRounds`): at least FEWEST_TIMED_ROUNDS, then on until the 95% interval of
   the latency ratio to the baseline (without one: of the workload's latency) is within
-  ±precision of it, or the budget left for them is spent, or MOST_CHOSEN_RUNS have run.
+  ±precision of it, or (`run`, which asks for the compute-savings answer) the answer is decided
+  on the verdict's interval widened for each look, or the budget left for them is spent, or
+  MOST_CHOSEN_RUNS have run.
 """
 
 from __future__ import annotations
@@ -40,13 +42,18 @@ from graphaudit.profile.settings import (
     FEWEST_RUNS,
     FEWEST_SAMPLE,
     FEWEST_TIMED_ROUNDS,
+    INTERVAL_LEVEL,
     MOST_CHOSEN_RUNS,
 )
 from graphaudit.wording import drawn, pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
-           "TimedRounds", "after_timing_s", "check_budget", "check_precision", "check_rounds", "interval_halfwidth", "plan_sample",
-           "profiled_rounds", "sample_cost", "sample_rows"]
+           "TimedRounds", "after_timing_s", "check_budget", "check_decide_at", "check_precision", "check_rounds",
+           "interval_halfwidth", "look_level", "plan_sample", "profiled_rounds", "sample_cost", "sample_rows"]
+# What the checks of a stopping rule that stops once the answer is decided may miss, over all of
+# them: half of what the verdict's one 95% interval may (a wrong answer is then at most about 1.5
+# times as likely as with the rounds timed to the precision; at 5% it was about twice as likely)
+LOOKS_MISS = (1 - INTERVAL_LEVEL) / 2
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
 PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
 EVIDENCE_COST = 3.0  # a run at ORT_DISABLE_ALL with the profiler on, over a plain optimised one (an estimate)
@@ -81,7 +88,8 @@ class Rounds:
     budget_s: float | None = None
     precision: float | None = None  # the interval's half-width asked, relative; None: the rounds were given
     reached: float | None = None  # the half-width the timed rounds reached, relative; None: none (one round)
-    stop: str = "given"  # why the timed rounds stopped: precision | budget | most | given
+    stop: str = "given"  # why the timed rounds stopped: precision | decided | budget | most | given
+    decide_at: float | None = None  # the ratio the answer is on, where the rounds could stop once it was decided
 
     @property
     def chosen(self) -> bool:
@@ -100,7 +108,8 @@ class Rounds:
     def to_json(self) -> dict:
         return {"runs": self.runs, "warmup": self.warmup, "profile_runs": self.profile_runs, "chosen": self.chosen,
                 "reason": self.reason, "sample": self.sample, "inputs": self.inputs, "run_s": self.run_s,
-                "budget_s": self.budget_s, "precision": self.precision, "reached": self.reached, "stop": self.stop}
+                "budget_s": self.budget_s, "precision": self.precision, "reached": self.reached, "stop": self.stop,
+                "decide_at": self.decide_at}
 
 
 def sample_rows(n: int, k: int, seed: int = 0) -> list[int]:
@@ -173,15 +182,21 @@ class TimedRounds:
 
     Given `runs`, exactly those. Otherwise at least `fewest` (FEWEST_TIMED_ROUNDS); then, at each
     checkpoint (about every quarter more rounds), stop once the interval's half-width is within
-    `precision`, and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
+    `precision`, or, where `decide_at` is a ratio and a baseline is timed, once the answer on it
+    is decided (`decide`: profile.baseline.decided, the verdict's interval on a sample of `inputs`
+    widened for each look), and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
 
     def __init__(self, runs: int | None, precision: float = DEFAULT_PRECISION, budget_s: float = DEFAULT_BUDGET_S,
                  halfwidth: Callable[[np.ndarray, np.ndarray | None], float | None] = interval_halfwidth,
-                 fewest: int = FEWEST_TIMED_ROUNDS):
+                 fewest: int = FEWEST_TIMED_ROUNDS, decide_at: float | None = None, inputs: int | None = None,
+                 decide: Callable[[np.ndarray, np.ndarray, int | None, float, float], str | None] | None = None):
         self.runs, self.precision, self.budget_s, self.halfwidth = runs, precision, budget_s, halfwidth
         self.fewest, self.checkpoints = fewest, checkpoints(fewest)
+        self.decide_at, self.inputs, self.decide = decide_at, inputs, decide or _decided
         self.reached: float | None = None
         self.stop = "given"
+        self.looks = 0  # checks of the answer made
+        self.side: str | None = None  # "below" / "above" `decide_at`, where the rounds stopped on it
 
     def more(self, model_ns: np.ndarray, baseline_ns: np.ndarray | None, elapsed_s: float) -> bool:
         done = model_ns.shape[0]
@@ -195,6 +210,12 @@ class TimedRounds:
             if self.reached is not None and self.reached <= self.precision:
                 self.stop = "precision"
                 return False
+            if self.decide_at is not None and baseline_ns is not None:
+                self.looks += 1
+                self.side = self.decide(model_ns, baseline_ns, self.inputs, self.decide_at, look_level(self.looks))
+                if self.side is not None:
+                    self.stop = "decided"
+                    return False
         if last:
             self.stop = "budget" if elapsed_s >= self.budget_s else "most"
             return False
@@ -211,11 +232,32 @@ class TimedRounds:
             return f"{done} timed rounds as given ({reached})"
         if self.stop == "precision":
             return f"timed until the 95% interval was within ±{pct(self.precision, None)}: {reached} after {done} rounds"
+        if self.stop == "decided":
+            side = "at or below" if self.side == "below" else "wholly above"
+            return (f"timed until the compute-savings answer was decided: the ratio's interval lay {side} "
+                    f"{self.decide_at:.2f}× at the {pct(look_level(self.looks), 1)} level of the check made after "
+                    f"{done} rounds (each check after a checkpoint reads a wider one, so that together they miss "
+                    f"at most half as often as the verdict's 95% interval); {reached}, short of the ±{pct(self.precision, None)} "
+                    "asked for the ratio itself (--profile-until precision times on to it)")
         if self.stop == "budget":
             return (f"timed for the {_seconds(self.budget_s)} of the budget left to them: {reached} after {done} "
                     f"rounds, short of the ±{pct(self.precision, None)} asked")
         return (f"timed for the most rounds, {MOST_CHOSEN_RUNS}: {reached}, short of the ±{pct(self.precision, None)} "
                 "asked; the noise is the machine's")
+
+
+def _decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, at: float,
+             level: float) -> str | None:
+    from graphaudit.profile.baseline import decided
+
+    return decided(model_ns, baseline_ns, inputs, at, level)
+
+
+def look_level(look: int) -> float:
+    """The level the `look`-th check of a stopping rule that stops once the answer is decided
+    reads the interval at: 1 - LOOKS_MISS / (look (look + 1)), so that the chances of a wrong stop
+    over every look add up to at most LOOKS_MISS, half the verdict's one interval's."""
+    return 1 - LOOKS_MISS / (look * (look + 1))
 
 
 def profiled_rounds(sample: int, profile_runs: int | None = None) -> int:
@@ -240,6 +282,13 @@ def check_precision(precision: float) -> None:
     if isinstance(precision, bool) or not isinstance(precision, (int, float)) or not 0 < precision < 1:
         raise UsageError("expected the profile's precision to be a relative half-width between 0 and 1 "
                          f"(0.02: ±2%), found {precision!r}")
+
+
+def check_decide_at(ratio: float | None) -> None:
+    """Refuse a ratio to decide at that is not a positive number (None: none)."""
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
+                              or not math.isfinite(ratio) or ratio <= 0):
+        raise UsageError(f"expected the latency ratio the timed rounds may stop on to be a positive number, found {ratio!r}")
 
 
 def _seconds(value: float) -> str:

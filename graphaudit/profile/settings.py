@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 OPT_LEVEL_NAMES = ("disable", "basic", "extended", "layout", "all")  # --opt-level, ONNX Runtime's levels in order
 DEFAULT_BUDGET_S = 30.0  # seconds the profile's runs take at most, where the fewest allow it
 DEFAULT_PRECISION = 0.02  # the latency interval's half-width, relative, at which timed rounds stop
+# Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this:
+# the compute-savings verdict's threshold, which `run`'s timed rounds may also stop on (`decide_at`)
+SAVINGS_RATIO_MAX = 0.95
+INTERVAL_LEVEL = 0.95  # of the latency ratio's interval the verdict reads (profile.baseline.decision_interval)
 # How much a profile runs where it chooses (profile/rounds.py); here, where the CLI's help reads them
 FEWEST_RUNS = 3  # profiled runs of each node at least: a median that drops a run another process preempted
 # Timed rounds at least where the precision decides. The latency's 95% interval is a bootstrap over
@@ -34,8 +38,9 @@ class ProfileSettings:
     """What the runtime profile is asked to do; None where the profile chooses.
 
     `sample`, `runs`, `profile_runs` None: chosen from measured times to fit `budget` seconds,
-    the timed rounds stopping at `precision` (profile/rounds.py); `warmup` None: 2 runs of each
-    input shape in each session. `batch_size` None: 1, or the model's own batch. `limit`:
+    the timed rounds stopping at `precision` (profile/rounds.py), or where `decide_at` is a ratio
+    (the savings verdict's threshold, as `run` asks) once the answer on it is decided; `warmup`
+    None: 2 runs of each input shape in each session. `batch_size` None: 1, or the model's own batch. `limit`:
     only the first N inputs. `trace`: a Chrome-trace file to write. `keep_profiles`: a folder
     for ONNX Runtime's profiler files. `block_pattern`: the blocks' regex (default: found from
     the graph). `feeding`: how the inputs are fed (graphaudit.load.feeding).
@@ -46,6 +51,7 @@ class ProfileSettings:
     profile_runs: int | None = None
     budget: float = DEFAULT_BUDGET_S
     precision: float = DEFAULT_PRECISION
+    decide_at: float | None = None
     sample: int | None = None
     batch_size: int | None = None
     provider: str = "cpu"

@@ -14,15 +14,13 @@ sample skipped every one of them.
 
 from __future__ import annotations
 
-from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS
+from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS, SAVINGS_RATIO_MAX
 from graphaudit.profile.what_ran import per_input, profiled_sample
 from graphaudit.verdict.conditional_execution import conditional_execution
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
 from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import LARGER_SAMPLE, drawn, fmt, listed, median, num, pct
 
-# Faster than the baseline means a workload ratio (profile.baseline.workload_ratio) at or below this.
-SAVINGS_RATIO_MAX = 0.95
 SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
 
 
@@ -58,7 +56,7 @@ def compute_savings(static: dict | None, profile: dict | None, baseline_flops: f
                if 1 < rounds < FEWEST_TIMED_ROUNDS else "")
         evidence.append(Evidence("profile", (
             f"the answer is decided on the ratio's interval over the {rounds:.0f} timed rounds{_sampled(profile, interval)}, "
-            f"not on its median, so that another run of the same inputs does not turn it{few}")))
+            f"not on its median, so that another run of the same inputs does not turn it{few}{_stopped(profile)}")))
     flops_words = ""
     executed = num(profile.get("flops_executed"))
     full = num(((static or {}).get("flops") or {}).get("total"))
@@ -128,6 +126,16 @@ def _skipped_alike(static: dict | None, profile: dict) -> tuple[set[str], set[st
         return None
     common = next(iter(ran))
     return skippable - common, skippable & common
+
+
+def _stopped(profile: dict) -> str:
+    """Where the timed rounds stopped once the answer was decided, that they did, in words."""
+    ran = profile.get("rounds") or {}
+    at = num(ran.get("decide_at"))
+    if ran.get("stop") != "decided" or at is None:
+        return ""
+    return (f"; the rounds stopped once it was decided, when a wider interval than this one, read for having "
+            f"checked after each few rounds, lay on one side of {at:.2f}×")
 
 
 def _mostly_sampling(low: float, high: float, interval: dict) -> bool:
