@@ -370,6 +370,7 @@ def test_run_reports_the_profiles_sample_and_rounds(files, second_per_run, capsy
     rounds = json.loads(capsys.readouterr().out)["profile"]["rounds"]
     assert (rounds["budget_s"], rounds["precision"], rounds["sample"], rounds["inputs"]) == (20, 0.05, 1, 2)
     assert rounds["decide_at"] is None  # no baseline: no answer to stop on
+    assert "(--sample (run's --profile-sample), --runs and --profile-runs fix them)" in rounds["reason"]
 
 
 @pytest.mark.parametrize(("until", "decide_at"), [([], SAVINGS_RATIO_MAX), (["--profile-until", "precision"], None)])

@@ -57,7 +57,7 @@ LOOKS_MISS = (1 - INTERVAL_LEVEL) / 2
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
 PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
 EVIDENCE_COST = 3.0  # a run at ORT_DISABLE_ALL with the profiler on, over a plain optimised one (an estimate)
-FIX_THEM = "--sample, --runs and --profile-runs fix them"
+FIX_THEM = "--sample (run's --profile-sample), --runs and --profile-runs fix them"
 # Rounds of each kind a profile takes at most: 10,000 timed rounds put a median within a
 # fraction of a percent already; more only take time (--runs 1000000000 asked for 238 GiB of timings)
 MOST_ROUNDS = 10_000
