@@ -200,6 +200,9 @@ def test_each_check_of_the_answer_reads_a_wider_interval_whose_misses_add_up_to_
     assert decided(model, baseline, None, below, look_level(30)) is None
     assert decided(model, baseline, None, verdicts.high + 1.0, look_level(1)) == "below"
     assert decided(model[:1], baseline[:1], None, 0.5, look_level(1)) is None  # one round: no interval
+    # one input of several: what the others could change is unknown, so nothing is decided
+    assert decided(model[:, :1], baseline[:, :1], 32, 0.5, look_level(1)) is None
+    assert decided(model[:, :1], baseline[:, :1], None, 0.5, look_level(1)) == "above"  # it was every input
 
 
 def test_a_ratio_to_decide_at_must_be_positive():

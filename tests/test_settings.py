@@ -18,7 +18,7 @@ from graphaudit.cli.options import (
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.feeding import Feeding
 from graphaudit.load.model import load_for_runtime
-from graphaudit.profile.settings import DEFAULT_BUDGET_S, ProfileSettings
+from graphaudit.profile.settings import DEFAULT_BUDGET_S, SAVINGS_RATIO_MAX, ProfileSettings
 from graphaudit.replay.pipeline import replay
 from graphaudit.replay.settings import AppliedSettings, ReplaySettings
 
@@ -103,6 +103,13 @@ def test_audit_keywords_go_to_the_parts_they_name():
     assert ProfileSettings.of(ProfileSettings(runs=2), warmup=1) == ProfileSettings(runs=2, warmup=1)
     with pytest.raises(TypeError, match="unexpected keyword argument 'budget'"):
         AuditSettings.of(budget=3)
+
+
+def test_the_audit_asks_the_profile_for_the_savings_answer_and_the_profile_alone_does_not():
+    assert AuditSettings().profile.decide_at == SAVINGS_RATIO_MAX  # run's timed rounds stop on the answer
+    assert AuditSettings.of(profile_decide_at=None).profile.decide_at is None  # timed on to the precision
+    assert AuditSettings.of(profile_decide_at=0.9).profile.decide_at == 0.9
+    assert ProfileSettings().decide_at is None  # `graphaudit profile` reports a ratio, to its precision
 
 
 def test_audit_refuses_a_fifth_argument_that_is_not_settings(gated_lm_files):
