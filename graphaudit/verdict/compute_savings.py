@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS, SAVINGS_RATIO_MAX
 from graphaudit.profile.what_ran import per_input, profiled_sample
-from graphaudit.verdict.conditional_execution import conditional_execution
+from graphaudit.verdict.conditional_execution import conditional_execution, skippable_blocks
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
-from graphaudit.vocabulary import SAVES_COMPUTE
 from graphaudit.wording import LARGER_SAMPLE, drawn, fmt, listed, median, num, pct
 
 SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
@@ -121,7 +120,7 @@ def _skipped_alike(static: dict | None, profile: dict) -> tuple[set[str], set[st
     if profiled_sample(profile) is None or not runs:
         return None
     ran = {frozenset(str(b) for b in r.get("blocks_ran") or ()) for r in runs}
-    skippable = {str(b.get("name")) for b in (static or {}).get("blocks") or [] if b.get("verdict") in SAVES_COMPUTE}
+    skippable = set(skippable_blocks(static))
     if len(ran) != 1 or not skippable - next(iter(ran)):
         return None
     common = next(iter(ran))

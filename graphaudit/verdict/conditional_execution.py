@@ -30,6 +30,13 @@ def conditional_execution(static: dict | None, profile: dict | None) -> Finding:
     return found
 
 
+def skippable_blocks(static: dict | None) -> dict[str, str]:
+    """Name -> verdict of the blocks the static document's graph lets be skipped or shrunk
+    (SAVES_COMPUTE), in its order."""
+    return {str(b.get("name")): str(b.get("verdict")) for b in (static or {}).get("blocks") or []
+            if b.get("verdict") in SAVES_COMPUTE}
+
+
 def _model_execution(static: dict | None, profile: dict | None) -> Finding:
     """Whether the model skipped or shrank any block (graph and runtime), as `conditional_execution` says it."""
     evidence = []
@@ -40,8 +47,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         counts: dict[str, int] = {}
         for b in blocks:
             counts[b.get("verdict", "?")] = counts.get(b.get("verdict", "?"), 0) + 1
-            if b.get("verdict") in SAVES_COMPUTE:
-                skippable.append(f"{b.get('name')} ({b.get('verdict')})")
+        skippable = [f"{name} ({verdict})" for name, verdict in skippable_blocks(static).items()]
         summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no blocks found"
         evidence.append(Evidence("static", f"{counted(len(blocks), 'block')}: {summary}"))
         if skippable:
@@ -49,8 +55,7 @@ def _model_execution(static: dict | None, profile: dict | None) -> Finding:
         flops = static.get("flops") or {}
         share = num(flops.get("skippable_share"))
         capacity = flops.get("fixed_capacity") or {}
-        at_capacity = [b.get("name") for b in blocks if b.get("verdict") in SAVES_COMPUTE
-                       and b.get("name") in set(capacity.get("blocks") or [])]
+        at_capacity = [name for name in skippable_blocks(static) if name in set(capacity.get("blocks") or [])]
         # A zero share beside skippable blocks means their sizes were unknown, or that they run at a
         # fixed capacity on every input (said below), not that input values could save nothing.
         if share is not None and (share > 0 or not skippable):
