@@ -21,7 +21,7 @@ from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
-from graphaudit.runtime.sessions import NO_SPINNING, check_threads, create_session, runtime_log_severity
+from graphaudit.runtime.sessions import check_threads, configured, create_session
 
 # --opt-level's names (profile.settings, in order) -> ONNX Runtime's levels, in the same order
 _LEVELS = ort.GraphOptimizationLevel
@@ -86,20 +86,12 @@ def session_options(
         raise GraphAuditError(
             f"expected an optimisation level among {', '.join(OPT_LEVELS)}, found {opt_level!r}", exit_code=2
         )
-    so = ort.SessionOptions()
+    if threads is not None:
+        check_threads(threads)
+    so = configured(ort.SessionOptions(), threads, spinning=spinning, profile_prefix=profile_prefix)
     so.graph_optimization_level = OPT_LEVELS[opt_level]
     # Sequential execution: node events do not overlap, so node time adds up to busy time.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = min(3, runtime_log_severity())  # errors, or more with -v
-    if threads is not None:
-        check_threads(threads)
-    if threads:
-        so.intra_op_num_threads = threads
-    if not spinning:
-        so.add_session_config_entry(NO_SPINNING, "0")
-    if profile_prefix is not None:
-        so.enable_profiling = True
-        so.profile_file_prefix = str(profile_prefix)
     if optimised_path is not None:
         so.optimized_model_filepath = str(optimised_path)
         # Weights go to a side file, so the saved graph stays small and under protobuf's limit.

@@ -202,7 +202,7 @@ def create_session(
             stubs = [t.name for t in model.graph.initializer if t.name in weights and is_stub(t)]
             names, arrays = names + stubs, arrays + [weights[n] for n in stubs]
         if names:
-            mine = _options(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning, qdq_fusions,
+            mine = configured(ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning, qdq_fusions,
                             profile_prefix)
             mine.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays])
             try:
@@ -210,7 +210,7 @@ def create_session(
             except Exception:  # noqa: BLE001 - whatever ONNX Runtime objects to, the whole model below tells
                 pass
     payload = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-    options = _options(options or ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning,
+    options = configured(options or ort.SessionOptions(), threads, weights_folder, flush_denormals, spinning,
                        qdq_fusions, profile_prefix)
     try:
         return opened(payload, options)
@@ -254,11 +254,12 @@ def _typed(model, op: str, name: str) -> str:
     return f" on {'/'.join(dict.fromkeys(found))} inputs" if found else ""
 
 
-def _options(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None,
-             flush_denormals: bool = False, spinning: bool = True, qdq_fusions: bool = True,
-             profile_prefix: Path | None = None) -> ort.SessionOptions:
+def configured(options: ort.SessionOptions, threads: int | None, weights_folder: Path | None = None,
+               flush_denormals: bool = False, spinning: bool = True, qdq_fusions: bool = True,
+               profile_prefix: Path | None = None) -> ort.SessionOptions:
     """`options` with the threads, the external weights' folder, the denormals' flushing, the
-    threads' spinning, the QDQ fusions, the profiler and ORT's logging create_session sets."""
+    threads' spinning, the QDQ fusions, the profiler and ORT's logging create_session sets (and
+    the profile's sessions, through profile.session.session_options)."""
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)
