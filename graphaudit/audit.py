@@ -182,11 +182,10 @@ def audit(
     to fit `profile_budget` seconds, by default 30, the timed rounds stopping once the latency's
     interval is within `profile_precision`, by default ±2%, or once the compute-savings answer on
     the ratio `profile_decide_at` is decided, by default 0.95, None: only at the precision);
-    `profile_limit` profiles only the
-    first N inputs; `block_pattern`
-    names the blocks, for the static audit and the profile. `provider` (default auto), `threads`
-    (ONNX Runtime's intra-op threads; None: its choice) and `feeding` (values fed whole to every
-    batch and inputs batched on an axis of their own: graphaudit.load.feeding) go to every part.
+    `profile_limit` profiles only the first N inputs; `block_pattern` names the blocks, for the
+    static audit and the profile. `provider` (default auto), `threads` (ONNX Runtime's intra-op
+    threads; None: its choice) and `feeding` (values fed whole to every batch and inputs batched
+    on an axis of their own: graphaudit.load.feeding) go to every part.
     `claims`: the claims to check (see `check_claim`).
     """
     if settings is not None and not isinstance(settings, AuditSettings):

@@ -47,8 +47,8 @@ latency ratio's interval over the timed rounds straddles the threshold; a smalle
               help=f"With --baseline, when the timed rounds may stop short of --profile-precision: 'answer' once the "
                    f"compute-savings answer is decided (the ratio's interval wholly on one side of "
                    f"{SAVINGS_RATIO_MAX:.2f}×, read wider at each check so that together they miss at most half "
-                   "as often as the verdict's 95% interval); 'precision' only at the precision or the budget, for a ratio known "
-                   "to it.")
+                   "as often as the verdict's 95% interval); 'precision' only at the precision or the budget, for "
+                   "a ratio known to it.")
 @click.option("--limit", type=int, help="Profile only the first N inputs.")
 @click.option("--resamples", type=click.IntRange(1, MAX_RESAMPLES), default=1000, show_default=True,
               help="Bootstrap resamples for the intervals.")

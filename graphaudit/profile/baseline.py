@@ -222,8 +222,9 @@ def decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, a
     else None: the answer a stopping rule may stop on at a check read at `level`
     (rounds.look_level).
 
-    Each side of the rounds' 95% interval is scaled by the normal quantile of `level` over 1.96; what the inputs left out of a sample could change is not: it is one draw, the
-    same at every look, which looking again does not give another chance."""
+    Each side of the rounds' 95% interval is scaled by the normal quantile of `level` over
+    1.96; what the inputs left out of a sample could change is not: it is one draw, the same at
+    every look, which looking again does not give another chance."""
     rounds = ratio_interval(model_ns, baseline_ns)
     sample = int(model_ns.shape[1])
     widen = sampling_halfwidth(model_ns, baseline_ns, sample if inputs is None else max(int(inputs), sample))

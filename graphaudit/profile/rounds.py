@@ -237,8 +237,9 @@ class TimedRounds:
             return (f"timed until the compute-savings answer was decided: the ratio's interval lay {side} "
                     f"{self.decide_at:.2f}× at the {pct(look_level(self.looks), 1)} level of the check made after "
                     f"{done} rounds (each check after a checkpoint reads a wider one, so that together they miss "
-                    f"at most half as often as the verdict's 95% interval); {reached}, short of the ±{pct(self.precision, None)} "
-                    "asked for the ratio itself (--profile-until precision times on to it)")
+                    f"at most half as often as the verdict's 95% interval); {reached}, short of the "
+                    f"±{pct(self.precision, None)} asked for the ratio itself (--profile-until precision times on "
+                    "to it)")
         if self.stop == "budget":
             return (f"timed for the {_seconds(self.budget_s)} of the budget left to them: {reached} after {done} "
                     f"rounds, short of the ±{pct(self.precision, None)} asked")
@@ -288,7 +289,8 @@ def check_decide_at(ratio: float | None) -> None:
     """Refuse a ratio to decide at that is not a positive number (None: none)."""
     if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, (int, float))
                               or not math.isfinite(ratio) or ratio <= 0):
-        raise UsageError(f"expected the latency ratio the timed rounds may stop on to be a positive number, found {ratio!r}")
+        raise UsageError(
+            f"expected the latency ratio the timed rounds may stop on to be a positive number, found {ratio!r}")
 
 
 def _seconds(value: float) -> str:
