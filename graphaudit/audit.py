@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphaudit._version import __version__
 from graphaudit.errors import GraphAuditError, UsageError
+from graphaudit.profile.settings import SAVINGS_RATIO_MAX
 from graphaudit.progress import Progress, silent
 from graphaudit.report.jsondoc import SCHEMA_VERSION, plain
 from graphaudit.verdict.decide import CLAIM_FINDINGS, ClaimCheck, Verdict, check_claim, decide
@@ -98,7 +99,7 @@ class AuditSettings:
     replay: ReplaySettings = field(default_factory=lambda: _replay_settings()(provider="auto"))
     # the audit asks the profile for the compute-savings answer: its timed rounds stop once it is decided
     profile: ProfileSettings = field(default_factory=lambda: _profile_settings()(provider="auto",
-                                                                                 decide_at=_savings_ratio_max()))
+                                                                                 decide_at=SAVINGS_RATIO_MAX))
     claims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -148,12 +149,6 @@ def _profile_settings():
     from graphaudit.profile.settings import ProfileSettings
 
     return ProfileSettings
-
-
-def _savings_ratio_max() -> float:
-    from graphaudit.profile.settings import SAVINGS_RATIO_MAX
-
-    return SAVINGS_RATIO_MAX
 
 
 def audit(
