@@ -38,3 +38,20 @@ def test_the_profile_rounds_benchmark_refuses_too_few_rounds():
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_rounds.py"), "--simulate", "0",
                            "--rounds", "3"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2 and "expected --rounds of at least 5" in done.stderr
+
+
+def test_the_profile_rounds_benchmark_counts_the_answers_timed_on_and_stopped_once_decided():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_rounds.py"), "--simulate", "0",
+                           "--answers", "4"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = re.findall(r"^\| ([^|]+) \| ([\d.]+) \| (\d+) / (\d+) / (\d+), \*\*(\d+) wrong\*\*, ([\d.]+) rounds "
+                      r"\| (\d+) / (\d+) / (\d+), \*\*(\d+) wrong\*\*, ([\d.]+) rounds \|$", done.stdout, flags=re.M)
+    assert [(setting, ratio) for setting, ratio, *_ in rows] == [
+        (setting, ratio) for setting in ("calls preempted (8%, up to 2x)", "noisy calls (10%)")
+        for ratio in ("0.900", "0.945", "0.951", "0.955", "1.090")]
+    for _, ratio, *counts in rows:
+        on, decided = [int(c) for c in counts[:4]], [int(c) for c in counts[5:9]]
+        for yes, no, undecided, wrong in (on, decided):
+            assert yes + no + undecided == 4  # each profile answers once
+            assert wrong == (yes if float(ratio) > 0.95 else no)
+        assert 5 <= float(counts[9]) <= float(counts[4]) <= 40  # stopping on the answer runs no more rounds
