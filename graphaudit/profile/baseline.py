@@ -199,43 +199,39 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
 
 
 def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None = None,
-                      resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+                      resamples: int = RESAMPLES, seed: int = 0, level: float = INTERVAL_LEVEL) -> Interval:
     """The 95% interval compute savings is decided on: the rounds' (`ratio_interval`), and where
     the timed inputs were a sample of `inputs`, each side widened in quadrature by what the
-    inputs left out could change (`sampling_halfwidth`)."""
+    inputs left out could change (`sampling_halfwidth`).
+
+    `level`: the rounds' part read wider, at that level, as a stopping rule's check reads it
+    (`decided`): each side of their 95% interval scaled by the normal quantile of `level` over
+    1.96. What the inputs left out could change is not: it is one draw, the same at every check,
+    which looking again does not give another chance."""
     rounds = ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed)
     sample = int(model_ns.shape[1])
     total = sample if inputs is None else max(int(inputs), sample)
     widen = sampling_halfwidth(model_ns, baseline_ns, total)
-    if not widen or np.isnan(rounds.low):
+    scale = 1.0
+    if level != INTERVAL_LEVEL:
+        normal = NormalDist()
+        scale = normal.inv_cdf(1 - (1 - level) / 2) / normal.inv_cdf(1 - (1 - INTERVAL_LEVEL) / 2)
+    if (not widen and scale == 1.0) or np.isnan(rounds.low):
         return replace(rounds, sample=sample, inputs=total, sampling=widen)
     estimate = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
-    low = estimate - float(np.hypot(estimate - rounds.low, widen))
-    high = estimate + float(np.hypot(rounds.high - estimate, widen))
-    return Interval(low, high, rounds.level, rounds.rounds, sample, total, widen)
+    low = estimate - float(np.hypot(scale * (estimate - rounds.low), widen))
+    high = estimate + float(np.hypot(scale * (rounds.high - estimate), widen))
+    return Interval(low, high, level, rounds.rounds, sample, total, widen)
 
 
 def decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, at: float,
             level: float) -> str | None:
     """"below" where the verdict's interval of the workload ratio (`decision_interval`), its
-    rounds' part widened to `level`, lies at or below `at`, "above" where it lies wholly above,
-    else None: the answer a stopping rule may stop on at a check read at `level`
-    (rounds.look_level).
-
-    Each side of the rounds' 95% interval is scaled by the normal quantile of `level` over
-    1.96; what the inputs left out of a sample could change is not: it is one draw, the same at
-    every look, which looking again does not give another chance."""
-    rounds = ratio_interval(model_ns, baseline_ns)
-    sample = int(model_ns.shape[1])
-    widen = sampling_halfwidth(model_ns, baseline_ns, sample if inputs is None else max(int(inputs), sample))
-    if np.isnan(rounds.low) or np.isnan(widen):
-        return None
-    normal = NormalDist()
-    scale = normal.inv_cdf(1 - (1 - level) / 2) / normal.inv_cdf(1 - (1 - INTERVAL_LEVEL) / 2)
-    estimate = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
-    low = estimate - float(np.hypot(scale * (estimate - rounds.low), widen))
-    high = estimate + float(np.hypot(scale * (rounds.high - estimate), widen))
-    return "below" if high <= at else "above" if low > at else None
+    rounds' part read at `level` (a stopping rule's check: rounds.look_level), lies at or below
+    `at`, "above" where it lies wholly above, else None (also where there is none: one round,
+    or one input of several)."""
+    interval = decision_interval(model_ns, baseline_ns, inputs, level=level)
+    return "below" if interval.high <= at else "above" if interval.low > at else None
 
 
 def sampling_halfwidth(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int) -> float:
