@@ -13,6 +13,7 @@ ONNX's reference evaluator).
 - `/head/...`    the output projection.
 """
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -123,3 +124,12 @@ def feeds_for(count: int = 4) -> np.ndarray:
     x[0::2] += 2.0
     x[1::2] -= 0.5
     return x
+
+
+def save_profile_files(folder: Path) -> Path:
+    """`folder` holding the dynamic model, its dense baseline and two inputs for both
+    (dynamic.onnx, dense.onnx, data.npz): the profile tests' files."""
+    onnx.save(dynamic_model(), folder / "dynamic.onnx")
+    onnx.save(dense_model(), folder / "dense.onnx")
+    np.savez(folder / "data.npz", x=feeds_for(2))
+    return folder
