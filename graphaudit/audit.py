@@ -246,13 +246,15 @@ def audit(
 
         batch_size, why = default_batch_size(loaded, static.model_decides, shapes, feeding)
     failure = None
+    loaded, weights = _held_for_replay(loaded, asked)
     try:
         # the static audit's coefficients are the replay's where its blocks are those the replay finds
         replayed = _replay(loaded, calib, data, replace(asked, batch_size=batch_size, threads=threads),
-                           static if block_pattern is None else None, progress)
+                           static if block_pattern is None else None, progress, weights)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
+    del weights  # the replay's sessions are gone: the profile's read the file
     if replayed is not None:
         why = replayed.settings.get("batch_size_note") or why  # the replay's own, with inputs it left out
         if why:
@@ -334,11 +336,25 @@ def _static(loaded: LoadedModel, block_pattern, coefficients, shapes):
     return audit_static(loaded, block_pattern=block_pattern, coefficients=tuple(coefficients), shapes=shapes)
 
 
-def _replay(loaded, calib, data, settings, static, progress):
+def _replay(loaded, calib, data, settings, static, progress, weights):
     from graphaudit.replay.pipeline import replay
 
-    result = replay(loaded, calib, data, settings, static=static, progress=progress)
+    result = replay(loaded, calib, data, settings, static=static, progress=progress, weights=weights)
     return result if result.coefficients else None
+
+
+def _held_for_replay(loaded: LoadedModel, settings) -> tuple[LoadedModel, dict]:
+    """`loaded` with its large inline weights taken out as the arrays the replay's sessions are
+    handed (`replay.steps.held_apart`), and those arrays, where the profile's sessions read the
+    model's file and the replay runs here: then nothing else needs them in the proto, and the
+    proto held through the replay with them was a second copy (282 MB at Pythia-70M's shape).
+    Otherwise `loaded` itself and none: the profile hands ORT the proto, or Ray workers read it."""
+    from graphaudit.profile.session import reads_its_file
+    from graphaudit.replay.steps import held_apart
+
+    if settings.ray is not None or not reads_its_file(loaded):
+        return loaded, {}
+    return held_apart(loaded)
 
 
 def _held_for_profile(baseline, base: LoadedModel):

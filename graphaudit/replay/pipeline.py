@@ -186,6 +186,7 @@ def replay(
     *,
     static: StaticReport | None = None,
     progress: Progress | None = None,
+    weights: Mapping[str, np.ndarray] | None = None,
     **options: Any,
 ) -> ReplayReport:
     """Return the frozen-controller audit of `model` on `calib` (profiles) and `data` (replayed).
@@ -214,6 +215,10 @@ def replay(
     `output_kinds`: output name -> logits, probs, logprobs or regression, what the output holds,
     over what the graph says (`analyses.output_kinds.read_outputs`; the report says which and why).
 
+    `weights`: arrays of the large inline weights `model` (a LoadedModel) holds as stubs, where the
+    caller took them out (`steps.held_apart`) so as to hold the model's proto without them while
+    the replay runs; a local replay only. Otherwise the replay takes them out itself.
+
     `batch_size` None: chosen by `default_batch_size` (16, or fewer when the graph has
     value-dependent control flow or one batch's output would be large), and the reason noted.
     A model whose inputs fix their first dimension runs that many inputs at a time (another
@@ -229,6 +234,7 @@ def replay(
     if static is None and asked.batch_size is None:  # its blocks and coefficients, and whether the model decides
         static = audit_static(loaded, coefficients=asked.coefficients, graph=graph)
     coefs = resolve(loaded, asked.coefficients, graph, static=static)
+    del graph  # its nodes are the proto's: held, they would hold its weights too (held_apart, below)
     ran = AppliedSettings(asked.batch_size, asked.resamples, confidence,
                           DEFAULT_TOLERANCE if tolerance is None else tolerance, tuple(conditions), asked.provider,
                           threads, asked.flush_denormals, asked.rewrite, threads_note=threads_note or None)
@@ -267,12 +273,20 @@ def replay(
                     DEFAULT_MEMORY_LIMIT if asked.memory_limit is None else asked.memory_limit, tuple(conditions),
                     seed, asked.resamples, tokens, tolerance, asked.rewrite and providers[0] == PROVIDERS["cpu"])
     if asked.ray is not None:
+        if weights:
+            raise ValueError("a replay on Ray reads the model's weights from its files: none can be handed over")
         from graphaudit.replay.cluster import replay_on_ray  # Ray is an extra: imported only when asked for
 
         done = replay_on_ray(loaded, job, calibration, evaluation, asked.ray, asked.workers, progress)
         return _report(loaded.name, use, replace(ran, **done.settings), done, evaluation, job, confidence, routers)
+    # The model's large inline weights become the arrays its sessions are handed. Taken out here, this
+    # frame holds its proto without them: kept, they were a second copy through the replay (282 MB at
+    # Pythia-70M's shape, beside the arrays and the sessions' own).
+    loaded, taken = held_apart(loaded)
+    weights = {**(weights or {}), **taken}
+    del taken
     with ExitStack() as stack:
-        done = _replay_here(loaded, job, calibration, evaluation, asked.cache_dir, stack, progress)
+        done = _replay_here(loaded, job, calibration, evaluation, asked.cache_dir, stack, progress, weights)
         calib_cache, eval_cache = done.caches
         where = "memory" if eval_cache.location is None else "temporary folder" if eval_cache.temporary else str(
             eval_cache.location)
@@ -285,11 +299,12 @@ def replay(
 
 
 def _replay_here(loaded: LoadedModel, job: ReplayJob, calibration: InputData, evaluation: InputData,
-                 cache_dir: str | os.PathLike | None, stack: ExitStack, progress: Progress | None) -> Replayed:
-    """Capture and replay in this process; the caches stay open in `stack`."""
+                 cache_dir: str | os.PathLike | None, stack: ExitStack, progress: Progress | None,
+                 weights: Mapping[str, np.ndarray]) -> Replayed:
+    """Capture and replay in this process; the caches stay open in `stack`. `weights`: those
+    `loaded` holds as stubs (`held_apart`), handed to every session."""
     coefs, batch_size = job.coefficients, job.batch_size
     timing, clock = {}, time.perf_counter()
-    loaded, weights = held_apart(loaded)
     trace = Trace(coefs)(loaded.model).model
     # one session of the trace graph for both captures, opened when the first of them runs
     trace_session = functools.cache(functools.partial(open_trace, trace, loaded, job, weights))
