@@ -255,6 +255,9 @@ def audit(
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
     del weights  # the replay's sessions are gone: the profile's read the file
+    from graphaudit.profile.session import held_for_profile
+
+    loaded = held_for_profile(loaded)  # its graph alone where they do (after the replay on Ray too)
     if replayed is not None:
         why = replayed.settings.get("batch_size_note") or why  # the replay's own, with inputs it left out
         if why:
@@ -362,11 +365,10 @@ def _held_for_profile(baseline, base: LoadedModel):
     where the profile's sessions read its file (the proto read twice took a second or two at
     Pythia-160M's shape; its weights, 650 MB there, held through the replay, would be its peak);
     else the file again, or the LoadedModel the caller gave."""
-    from graphaudit.profile.session import reads_its_file
-    from graphaudit.runtime.handed_weights import without_weights
+    from graphaudit.profile.session import held_for_profile, reads_its_file
 
     if reads_its_file(base):
-        return replace(base, model=without_weights(base.model))
+        return held_for_profile(base)
     return baseline if isinstance(baseline, (str, os.PathLike)) else base
 
 

@@ -7,7 +7,6 @@ import importlib
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from graphaudit.audit import audit
 from graphaudit.load import model as load_module
@@ -17,27 +16,15 @@ from graphaudit.profile import profiler as profiler_module
 from graphaudit.profile.baseline import COUNTED
 from graphaudit.runtime.handed_weights import HANDED_OVER, STUB_LOCATION
 
-from support.models import gated_lm, token_ids
+from support.models import gated_lm, token_ids, with_a_large_weight
 
 audit_module = importlib.import_module("graphaudit.audit")  # the package's `audit` is the function
-
-
-def _dense_with_a_large_weight() -> onnx.ModelProto:
-    """`gated_lm` whose logits move by the mean of `big`, a weight past HANDED_OVER: the baseline."""
-    model = gated_lm()
-    big = np.random.default_rng(7).standard_normal(HANDED_OVER // 4 + 16).astype(np.float32)
-    head = next(n for n in model.graph.node if n.name == "head")
-    head.output[0] = "logits.head"
-    model.graph.initializer.append(numpy_helper.from_array(big, "big"))
-    model.graph.node.extend([helper.make_node("ReduceMean", ["big"], ["big.mean"], name="big/mean", keepdims=0),
-                             helper.make_node("Add", ["logits.head", "big.mean"], ["logits"], name="big/add")])
-    return model
 
 
 @pytest.fixture()
 def files(tmp_path):
     onnx.save(gated_lm(), tmp_path / "model.onnx")
-    onnx.save(_dense_with_a_large_weight(), tmp_path / "dense.onnx")
+    onnx.save(with_a_large_weight(gated_lm(), seed=7), tmp_path / "dense.onnx")
     np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
     np.savez(tmp_path / "eval.npz", input_ids=token_ids(8, seed=2))
     return tmp_path

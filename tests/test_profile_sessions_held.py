@@ -1,20 +1,26 @@
 """The profile's sessions and what the audit holds of ONNX Runtime's memory: one session per model
 for its profiled and then its timed rounds, threads that do not spin between sessions timed in
 alternation, sessions let go before the evidence runs, captures that keep no view of a session's
-arena, and no baseline model held through the replay."""
+arena, no baseline model held through the replay, and no weight held in a proto whose file the
+sessions read."""
 
 import gc
+import json
 import weakref
 
 import numpy as np
+import onnx
 import pytest
+from click.testing import CliRunner
 
 import graphaudit.profile.profiler as profiler
+from graphaudit.cli import cli
 from graphaudit.profile import profile_model
 from graphaudit.profile.events import parse_profile
 from graphaudit.replay.capture import capture
+from graphaudit.runtime.handed_weights import is_stub
 
-from support.models import gated_lm, traced
+from support.models import gated_lm, token_ids, traced, with_a_large_weight
 from support.profile_models import save_profile_files
 
 
@@ -154,3 +160,63 @@ def test_the_audit_holds_no_baseline_model_through_the_replay(monkeypatch):
                                 runs=1, warmup=0, profile_runs=1, profile_limit=2, resamples=20)
     assert any("dense" in name for name, _ in loads) and during == []
     assert report.profile.baseline is not None  # the profile read it again
+
+
+@pytest.fixture
+def heavy(tmp_path):
+    """A model and a baseline, each with a weight past HANDED_OVER inline, and their inputs."""
+    onnx.save(with_a_large_weight(gated_lm()), tmp_path / "model.onnx")
+    onnx.save(with_a_large_weight(gated_lm(seed=3), seed=7), tmp_path / "dense.onnx")
+    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
+    return tmp_path
+
+
+def _stubbed(loaded) -> list[str]:
+    return [t.name for t in loaded.model.graph.initializer if is_stub(t)]
+
+
+def test_the_profile_holds_the_graph_alone_of_models_whose_files_its_sessions_read(heavy, monkeypatch):
+    """The sessions read the files, so the protos the profile holds keep their large weights as
+    stubs (`held_for_profile`; 650 MB a model at Pythia-160M's shape), and the profile is the one
+    of the whole models."""
+    held, runnable_model = [], profiler.runnable_model
+
+    def recorded(loaded):
+        held.append(_stubbed(loaded))
+        return runnable_model(loaded)
+
+    monkeypatch.setattr(profiler, "runnable_model", recorded)
+    options = {"runs": 2, "warmup": 1, "profile_runs": 1, "threads": 1}
+    alone = profile_model(heavy / "model.onnx", heavy / "eval.npz", baseline=heavy / "dense.onnx", **options)
+    assert held == [["big"], ["big"]]  # the model's, then the baseline's
+    monkeypatch.setattr(profiler, "held_for_profile", lambda loaded: loaded)
+    held.clear()
+    whole = profile_model(heavy / "model.onnx", heavy / "eval.npz", baseline=heavy / "dense.onnx", **options)
+    assert held == [[], []]
+    docs = [p.to_json() for p in (alone, whole)]
+    kept = ("examples", "mapping", "block_method", "flops_executed", "notes")
+    same = [{k: d[k] for k in kept} | {"ran": [{k: v for k, v in r.items() if k != "latency_ms"} for r in d["per_input"]]}
+            for d in docs]
+    assert same[0] == same[1]
+    assert [b["name"] for b in docs[0]["blocks"]] == [b["name"] for b in docs[1]["blocks"]]
+    assert docs[0]["per_input"] and docs[0]["flops_executed"] and docs[0]["baseline"]["flops_executed"]
+
+
+def test_the_profile_command_hands_the_profile_the_graph_alone(heavy, monkeypatch):
+    """`graphaudit profile` reads the model once for its static audit and the profile, and lets its
+    weights go before the profile's sessions read the file."""
+    import graphaudit.profile as profile_package
+
+    handed, profile = [], profile_package.profile_model
+
+    def recorded(loaded, *args, **kwargs):
+        handed.append(_stubbed(loaded))
+        return profile(loaded, *args, **kwargs)
+
+    monkeypatch.setattr(profile_package, "profile_model", recorded)
+    result = CliRunner().invoke(cli, ["profile", str(heavy / "model.onnx"), "--data", str(heavy / "eval.npz"),
+                                      "--runs", "2", "--warmup", "1", "--profile-runs", "1", "--threads", "1",
+                                      "--format", "json", "-q"])
+    assert result.exit_code == 0, result.output
+    assert handed == [["big"]]
+    assert json.loads(result.output)["examples"] == 6

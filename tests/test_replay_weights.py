@@ -9,7 +9,6 @@ import importlib
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 from graphaudit.audit import audit
 from graphaudit.load.model import load_for_runtime
@@ -17,22 +16,13 @@ from graphaudit.replay import pipeline, steps
 from graphaudit.replay.pipeline import replay
 from graphaudit.runtime.handed_weights import HANDED_OVER, is_stub
 
-from support.models import gated_lm, token_ids
+from support.models import gated_lm, token_ids, with_a_large_weight
 
 audit_module = importlib.import_module("graphaudit.audit")  # the package's `audit` is the function
 
 
 def _with_a_large_weight(scale: float = 1.0) -> onnx.ModelProto:
-    """`gated_lm` whose logits move by the mean of `big`, a weight past HANDED_OVER."""
-    model = gated_lm()
-    rng = np.random.default_rng(5)
-    big = (rng.standard_normal(HANDED_OVER // 4 + 16) * scale).astype(np.float32)
-    graph = model.graph
-    head = next(n for n in graph.node if n.name == "head")
-    head.output[0] = "logits.head"
-    graph.initializer.append(numpy_helper.from_array(big, "big"))
-    graph.node.extend([helper.make_node("ReduceMean", ["big"], ["big.mean"], name="big/mean", keepdims=0),
-                       helper.make_node("Add", ["logits.head", "big.mean"], ["logits"], name="big/add")])
+    model = with_a_large_weight(gated_lm(), scale=scale)
     onnx.checker.check_model(model, full_check=True)
     return model
 

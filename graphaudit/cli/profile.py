@@ -43,6 +43,7 @@ def profile_cmd(model, data, feeding, baseline, rounds, batch_size, limit, provi
     from graphaudit.analyses.static import audit_static
     from graphaudit.load.model import load_for_runtime
     from graphaudit.profile import profile_model
+    from graphaudit.profile.session import held_for_profile
     from graphaudit.report.jsondoc import command_json
     from graphaudit.report.profile_text import render_text
 
@@ -54,6 +55,7 @@ def profile_cmd(model, data, feeding, baseline, rounds, batch_size, limit, provi
                                feeding=feeding)
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
+    loaded = held_for_profile(loaded)  # its graph alone where the sessions read its file: the weights go
     with ProgressBar(quiet=out.quiet) as bar:
         report = profile_model(loaded, data, settings, baseline=baseline, static=static, progress=bar)
     out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))

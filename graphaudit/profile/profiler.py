@@ -72,6 +72,7 @@ from graphaudit.profile.rounds import (
 from graphaudit.profile.session import (
     ORT_LEVEL_NAMES,
     RunnableModel,
+    held_for_profile,
     load_optimised,
     open_session,
     runnable_model,
@@ -338,7 +339,7 @@ def _selections(static: Any | None, mg) -> dict[str, list[str]]:
 
 def _load(model, data, baseline, limit, feeding=None) -> tuple[LoadedModel, InputData, LoadedModel | None]:
     """The model, its inputs (the first `limit`), and a baseline checked to take the same."""
-    loaded = load_for_runtime(model)
+    loaded = held_for_profile(load_for_runtime(model))
     inputs = data if isinstance(data, InputData) else load_data(data, input_specs(loaded.model, feeding=feeding),
                                                                 feeding)
     if limit is not None:
@@ -346,7 +347,7 @@ def _load(model, data, baseline, limit, feeding=None) -> tuple[LoadedModel, Inpu
         inputs = inputs.subset(slice(0, limit))
     base = None
     if baseline is not None:
-        base = load_for_runtime(baseline)
+        base = held_for_profile(load_for_runtime(baseline))
         check_same_inputs(input_specs(loaded.model), input_specs(base.model), _label(base))
         from_arrays(inputs.arrays, input_specs(base.model, feeding=inputs.feeding), inputs.source, inputs.feeding)
     return loaded, inputs, base

@@ -10,7 +10,7 @@ owns (a temporary one), never beside the user's model.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import onnx
@@ -21,6 +21,7 @@ from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
+from graphaudit.runtime.handed_weights import without_weights
 from graphaudit.runtime.sessions import check_threads, configured, create_session
 
 # --opt-level's names (profile.settings, in order) -> ONNX Runtime's levels, in the same order
@@ -49,6 +50,14 @@ def reads_its_file(loaded: LoadedModel) -> bool:
         return False
     counts = Counter(n.name for n in all_nodes(loaded.model.graph))
     return all(name and count == 1 for name, count in counts.items())
+
+
+def held_for_profile(loaded: LoadedModel) -> LoadedModel:
+    """`loaded` as a profile holds it: where its sessions read its file (`reads_its_file`), its
+    graph alone, the large inline weights left as stubs (`without_weights`), since the proto is
+    then only read (held with them, they were 650 MB at Pythia-160M's shape, through the whole
+    profile); else `loaded` itself, whose proto the sessions are handed."""
+    return replace(loaded, model=without_weights(loaded.model)) if reads_its_file(loaded) else loaded
 
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:

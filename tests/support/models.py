@@ -84,6 +84,22 @@ def gated_lm(layers: int = 2, seed: int = 0) -> onnx.ModelProto:
     return _finish(nodes, inits, "gated_lm", coefficients)
 
 
+def with_a_large_weight(model: onnx.ModelProto, seed: int = 5, scale: float = 1.0) -> onnx.ModelProto:
+    """`model` (gated_lm's output layout: a `head` node making `logits`) whose logits move by the
+    mean of `big`, a weight past HANDED_OVER: one the replay hands its sessions as an array and a
+    profile reading the model's file holds as a stub."""
+    from graphaudit.runtime.handed_weights import HANDED_OVER
+
+    big = (np.random.default_rng(seed).standard_normal(HANDED_OVER // 4 + 16) * scale).astype(np.float32)
+    graph = model.graph
+    head = next(n for n in graph.node if n.name == "head")
+    head.output[0] = "logits.head"
+    graph.initializer.append(numpy_helper.from_array(big, "big"))
+    graph.node.extend([helper.make_node("ReduceMean", ["big"], ["big.mean"], name="big/mean", keepdims=0),
+                       helper.make_node("Add", ["logits.head", "big.mean"], ["logits"], name="big/add")])
+    return model
+
+
 def mixing_lm(seed: int = 0) -> onnx.ModelProto:
     """A model whose coefficient mix.0 has axes (way, batch, token, source): batch on axis 1."""
     rng = np.random.default_rng(seed)
