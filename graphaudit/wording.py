@@ -118,8 +118,10 @@ def bracketed(ci, digits: int = 4, *, percent: bool = False, missing: str = DASH
     return f"[{signed(lo, digits)}, {signed(hi, digits)}]"
 
 
-# What decides more where a profile's sample of the inputs cannot: its two options' names
-LARGER_SAMPLE = "a larger sample, --sample or run's --profile-sample"
+# The option that sets a profile's sample of the inputs, as each command names it
+SAMPLE_OPTION = "--sample (run's --profile-sample)"
+# What decides more where a profile's sample of the inputs cannot
+LARGER_SAMPLE = f"a larger sample, {SAMPLE_OPTION}"
 
 
 def drawn(sample: int) -> str:

@@ -121,7 +121,7 @@ def test_an_interval_made_wide_by_the_inputs_left_out_asks_for_a_larger_sample_n
     sampled = decide(None, None, profile_of(compare("dense", model, base, inputs=32))).compute_savings
     noisy = decide(None, None, profile_of(compare("dense", *rounds(0.95, 0.03, np.random.default_rng(6))))).compute_savings
     assert sampled.answer == noisy.answer == INCONCLUSIVE
-    assert "the sample of the inputs cannot decide" in sampled.statement and "a larger sample, --sample or run's --profile-sample, may decide" in sampled.statement
+    assert "the sample of the inputs cannot decide" in sampled.statement and "a larger sample, --sample (run's --profile-sample), may decide" in sampled.statement
     assert "the timing cannot decide" in noisy.statement and "--sample" not in noisy.statement
 
 

@@ -31,7 +31,7 @@ def test_no_skip_on_a_sample_of_the_inputs_is_inconclusive_not_a_no():
     assert sampled.statement == (
         "Inconclusive: the graph lets some blocks be skipped or shrunk, and none was on the 4 profiled inputs, but "
         "they are a sample of the 32: the other 28 did not run under the profiler, and a block that only some "
-        "inputs skip may skip on none of a sample (a larger sample, --sample or run's --profile-sample, decides more).")
+        "inputs skip may skip on none of a sample (a larger sample, --sample (run's --profile-sample), decides more).")
     assert any(e.text.endswith("(4 inputs)") for e in whole.evidence)
     assert any(e.text.endswith("(4 of the 32 inputs, one drawn at random from each of 4 equal stretches of them)")
                for e in sampled.evidence)
@@ -61,7 +61,7 @@ def test_no_saving_on_a_sample_none_of_which_skipped_a_skippable_block_is_inconc
     assert undecided.statement.endswith(
         "but on a sample of 4 of the 32 inputs, none of which skipped or shrank a block the graph lets be skipped "
         "or shrunk: the others may, and can only run less, so the workload may be faster than the sample (a larger "
-        "sample, --sample or run's --profile-sample, decides more).")
+        "sample, --sample (run's --profile-sample), decides more).")
     assert compute_savings(static, {**faster, **sample}).answer == YES
     # nothing the graph lets be skipped: the sample's "no" stands
     assert compute_savings(static_doc(["always"] * 4), {**slower, **sample}).answer == NO
@@ -87,8 +87,8 @@ def test_a_sample_whose_every_input_skipped_the_same_blocks_decides_no_yes():
     assert faster.answer == INCONCLUSIVE
     assert faster.statement.endswith(
         "but on a sample of 4 of the 32 inputs, every one of which skipped `blocks.1`, `blocks.3` alike: the others "
-        "may run `blocks.1`, `blocks.3`, so the workload may be slower than the sample (a larger sample, --sample or "
-        "run's --profile-sample, decides more).")
+        "may run `blocks.1`, `blocks.3`, so the workload may be slower than the sample (a larger sample, --sample "
+        "(run's --profile-sample), decides more).")
     assert savings(both, 1.31).answer == NO  # it skipped all it could: the others can only run more
     one = (1.0, 0.0, 1.0, 1.0)
     assert savings(one, 0.6).answer == INCONCLUSIVE

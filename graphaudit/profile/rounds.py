@@ -45,7 +45,7 @@ from graphaudit.profile.settings import (
     INTERVAL_LEVEL,
     MOST_CHOSEN_RUNS,
 )
-from graphaudit.wording import drawn, pct
+from graphaudit.wording import SAMPLE_OPTION, drawn, pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_decide_at", "check_precision", "check_rounds",
@@ -57,7 +57,7 @@ LOOKS_MISS = (1 - INTERVAL_LEVEL) / 2
 SAMPLE_SHARE = 0.5  # of the budget, what the fewest rounds of the sample may take: the rest is for more rounds
 PROFILED_COST = 3.0  # a profiled run over a plain one, at most (2.2-3.6x measured on the zoo)
 EVIDENCE_COST = 3.0  # a run at ORT_DISABLE_ALL with the profiler on, over a plain optimised one (an estimate)
-FIX_THEM = "--sample (run's --profile-sample), --runs and --profile-runs fix them"
+FIX_THEM = f"{SAMPLE_OPTION}, --runs and --profile-runs fix them"
 # Rounds of each kind a profile takes at most: 10,000 timed rounds put a median within a
 # fraction of a percent already; more only take time (--runs 1000000000 asked for 238 GiB of timings)
 MOST_ROUNDS = 10_000
