@@ -241,6 +241,36 @@ def test_a_profile_asked_for_an_answer_stops_its_rounds_once_it_is_decided(files
         profile_model(files / "dynamic.onnx", files / "data.npz", decide_at=-1.0)
 
 
+def test_the_profile_command_stops_its_rounds_on_a_ratio_it_is_given(files, noisy_seconds, capsys):
+    args = ["profile", str(files / "dynamic.onnx"), "--data", str(files / "data.npz"), "--baseline",
+            str(files / "dense.onnx"), "--threads", "1", "--precision", "0.001", "-q"]
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--decide-at", "2", "--format", "json"])
+    assert info.value.code == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["rounds"]["stop"], doc["rounds"]["decide_at"], doc["runs"]) == ("decided", 2.0, FEWEST_TIMED_ROUNDS)
+    assert "timed until the answer at 2.00× was decided" in doc["rounds"]["reason"]
+    with pytest.raises(SystemExit) as info:  # without it, the precision or the budget stops them
+        main([*args, "--budget", "8", "--format", "json"])
+    assert info.value.code == 0
+    assert json.loads(capsys.readouterr().out)["rounds"]["decide_at"] is None
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "expected --baseline with --decide-at (the ratio it decides is the model's latency over the baseline's), "
+         "found --decide-at 0.95 alone"),
+    (["--baseline", "BASE"], "expected the latency ratio the timed rounds may stop on to be a positive number, "
+                             "found -1.0")])
+def test_the_profile_command_refuses_a_ratio_it_cannot_decide(files, capsys, extra, message):
+    at = "0.95" if not extra else "-1"
+    extra = [str(files / "dense.onnx") if a == "BASE" else a for a in extra]
+    with pytest.raises(SystemExit) as info:
+        main(["profile", str(files / "dynamic.onnx"), "--data", str(files / "data.npz"), "--decide-at", at, *extra])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
 def test_given_rounds_and_sample_win_over_the_budget(files, second_per_run):
     report = profile_model(files / "dynamic.onnx", files / "data.npz", runs=2, warmup=1, profile_runs=1, sample=1,
                            budget=0.001, threads=1)

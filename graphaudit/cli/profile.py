@@ -6,6 +6,7 @@ import click
 
 from graphaudit.cli import check_output
 from graphaudit.cli.options import feeding_options, output_options, rounds_options
+from graphaudit.errors import UsageError
 from graphaudit.limits import MAX_THREADS
 from graphaudit.profile.settings import OPT_LEVEL_NAMES, ProfileSettings
 from graphaudit.progress import ProgressBar
@@ -19,6 +20,11 @@ from graphaudit.progress import ProgressBar
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=str),
               help="A dense model taking the same inputs, timed in alternation with MODEL.")
 @rounds_options()
+@click.option("--decide-at", type=float, metavar="RATIO",
+              help="With --baseline, the timed rounds may also stop short of --precision once the latency "
+                   "ratio's interval lies wholly on one side of RATIO (0.95: is the model at least 5% faster?), "
+                   "each check read wider so that together they miss at most half as often as a 95% interval, "
+                   "as run's --profile-until answer does at 0.95 (default: only at --precision or the budget).")
 @click.option("--batch-size", type=int,
               help="Examples per run; default 1, which shows per-input decisions (an If decides per batch), "
                    "or the model's own batch when its inputs fix their first dimension.")
@@ -34,7 +40,7 @@ from graphaudit.progress import ProgressBar
 @click.option("--keep-profiles", type=click.Path(file_okay=False, path_type=str),
               help="Keep ORT's profiler files in this folder (default: a temporary one, removed).")
 @output_options(["text", "json"], "Output format.", quiet="No progress bar (rounds run) and no line saying where the report went, on stderr.")
-def profile_cmd(model, data, feeding, baseline, rounds, batch_size, limit, provider,
+def profile_cmd(model, data, feeding, baseline, rounds, decide_at, batch_size, limit, provider,
                 opt_level, threads, block_pattern, trace, keep_profiles, out) -> None:
     """Run MODEL on the inputs in --data: latency, per-block time and which blocks really ran.
 
@@ -47,10 +53,13 @@ def profile_cmd(model, data, feeding, baseline, rounds, batch_size, limit, provi
     from graphaudit.report.jsondoc import command_json
     from graphaudit.report.profile_text import render_text
 
+    if decide_at is not None and baseline is None:
+        raise UsageError(f"expected --baseline with --decide-at (the ratio it decides is the model's latency over "
+                         f"the baseline's), found --decide-at {decide_at:g} alone")
     out.check((model, data, baseline))
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
-    settings = ProfileSettings(**rounds, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
+    settings = ProfileSettings(**rounds, decide_at=decide_at, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
                                limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
                                feeding=feeding)
     loaded = load_for_runtime(model)

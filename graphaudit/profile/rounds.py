@@ -234,12 +234,12 @@ class TimedRounds:
             return f"timed until the 95% interval was within ±{pct(self.precision, None)}: {reached} after {done} rounds"
         if self.stop == "decided":
             side = "at or below" if self.side == "below" else "wholly above"
-            return (f"timed until the compute-savings answer was decided: the ratio's interval lay {side} "
+            return (f"timed until the answer at {self.decide_at:.2f}× was decided: the ratio's interval lay {side} "
                     f"{self.decide_at:.2f}× at the {pct(look_level(self.looks), 1)} level of the check made after "
                     f"{done} rounds (each check after a checkpoint reads a wider one, so that together they miss "
-                    f"at most half as often as the verdict's 95% interval); {reached}, short of the "
-                    f"±{pct(self.precision, None)} asked for the ratio itself (--profile-until precision times on "
-                    "to it)")
+                    f"at most half as often as the one 95% interval); {reached}, short of the "
+                    f"±{pct(self.precision, None)} asked for the ratio itself (run's --profile-until precision, or "
+                    "profile without --decide-at, times on to it)")
         if self.stop == "budget":
             return (f"timed for the {_seconds(self.budget_s)} of the budget left to them: {reached} after {done} "
                     f"rounds, short of the ±{pct(self.precision, None)} asked")
