@@ -59,9 +59,9 @@ def profile_cmd(model, data, feeding, baseline, rounds, decide_at, batch_size, l
     out.check((model, data, baseline))
     if trace is not None:
         check_output(trace, "--trace", (model, data, baseline))
-    settings = ProfileSettings(**rounds, decide_at=decide_at, batch_size=batch_size, provider=provider, opt_level=opt_level, threads=threads,
-                               limit=limit, trace=trace, keep_profiles=keep_profiles, block_pattern=block_pattern,
-                               feeding=feeding)
+    settings = ProfileSettings(**rounds, decide_at=decide_at, batch_size=batch_size, provider=provider,
+                               opt_level=opt_level, threads=threads, limit=limit, trace=trace,
+                               keep_profiles=keep_profiles, block_pattern=block_pattern, feeding=feeding)
     loaded = load_for_runtime(model)
     static = audit_static(loaded, block_pattern=block_pattern)
     loaded = held_for_profile(loaded)  # its graph alone where the sessions read its file: the weights go
