@@ -246,11 +246,12 @@ def audit(
 
         batch_size, why = default_batch_size(loaded, static.model_decides, shapes, feeding)
     failure = None
-    loaded, weights = _held_for_replay(loaded, asked)
+    # the static audit's coefficients are the replay's where its blocks are those the replay finds
+    for_replay = static if block_pattern is None else None
+    loaded, weights = _held_for_replay(loaded, asked, for_replay)
     try:
-        # the static audit's coefficients are the replay's where its blocks are those the replay finds
         replayed = _replay(loaded, calib, data, replace(asked, batch_size=batch_size, threads=threads),
-                           static if block_pattern is None else None, progress, weights)
+                           for_replay, progress, weights)
     except (FrozenRunError, UnfreezableError) as err:  # a fact about the model's graph: the rest still stands
         replayed, failure = None, str(err)
         notes.append(f"the frozen replay stopped: {failure}")
@@ -346,16 +347,17 @@ def _replay(loaded, calib, data, settings, static, progress, weights):
     return result if result.coefficients else None
 
 
-def _held_for_replay(loaded: LoadedModel, settings) -> tuple[LoadedModel, dict]:
+def _held_for_replay(loaded: LoadedModel, settings, static) -> tuple[LoadedModel, dict]:
     """`loaded` with its large inline weights taken out as the arrays the replay's sessions are
     handed (`replay.steps.held_apart`), and those arrays, where the profile's sessions read the
     model's file and the replay runs here: then nothing else needs them in the proto, and the
     proto held through the replay with them was a second copy (282 MB at Pythia-70M's shape).
-    Otherwise `loaded` itself and none: the profile hands ORT the proto, or Ray workers read it."""
+    Otherwise `loaded` itself and none: the profile hands ORT the proto, Ray workers read it, or
+    the replay, given the static audit `static` that found no coefficient, opens no session."""
     from graphaudit.profile.session import reads_its_file
     from graphaudit.replay.steps import held_apart
 
-    if settings.ray is not None or not reads_its_file(loaded):
+    if settings.ray is not None or not reads_its_file(loaded) or (static is not None and not static.coefficients):
         return loaded, {}
     return held_apart(loaded)
 

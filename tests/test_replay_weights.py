@@ -120,9 +120,33 @@ def test_the_audit_holds_the_models_proto_without_its_large_weights_through_the_
     held = audit(*args, **options)
     assert seen == {"replay": [([], ["big"])], "profile": [["big"]]}
 
-    monkeypatch.setattr(audit_module, "_held_for_replay", lambda loaded, settings: (loaded, {}))
+    monkeypatch.setattr(audit_module, "_held_for_replay", lambda loaded, settings, static: (loaded, {}))
     seen["replay"].clear()
     whole = audit(*args, **options)
     assert seen["replay"] == [(["big"], [])]
     assert _figures(held.replay.to_json()) == _figures(whole.replay.to_json())
     assert held.profile.to_json()["examples"] == whole.profile.to_json()["examples"]
+
+
+def test_an_audit_whose_model_has_no_coefficient_takes_no_weight_out(tmp_path, monkeypatch):
+    """The static audit found nothing to replay: no arrays are made for sessions that never open,
+    and the profile still holds the model's graph alone."""
+    plain = with_a_large_weight(gated_lm(layers=0))
+    onnx.save(plain, tmp_path / "plain.onnx")
+    np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
+    taken, profiled = [], []
+    held_apart, profile = steps.held_apart, audit_module._profile
+
+    def counted(loaded):
+        taken.append(loaded.name)
+        return held_apart(loaded)
+
+    def profile_seen(loaded, *args, **kwargs):
+        profiled.append([t.name for t in loaded.model.graph.initializer if is_stub(t)])
+        return profile(loaded, *args, **kwargs)
+
+    monkeypatch.setattr(steps, "held_apart", counted)
+    monkeypatch.setattr(audit_module, "_profile", profile_seen)
+    report = audit(tmp_path / "plain.onnx", tmp_path / "calib.npz", provider="cpu", runs=2, warmup=1, threads=1)
+    assert report.replay is None and taken == []
+    assert profiled == [["big"]]
