@@ -9,6 +9,7 @@ import importlib
 import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 from graphaudit.audit import audit
 from graphaudit.load.model import load_for_runtime
@@ -37,6 +38,11 @@ def files(tmp_path):
 
 def _heavy(model: onnx.ModelProto) -> list[str]:
     return [t.name for t in model.graph.initializer if len(t.raw_data) > HANDED_OVER]
+
+
+def _outside(loaded) -> list[str]:
+    """The initializers whose values `loaded`'s proto does not hold (stubs, or references to a file)."""
+    return [t.name for t in loaded.model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 def _figures(doc: dict) -> dict:
@@ -110,7 +116,7 @@ def test_the_audit_holds_the_models_proto_without_its_large_weights_through_the_
         return replayed(model, *args, weights=weights, **kwargs)
 
     def profile_seen(loaded, *args, **kwargs):
-        seen["profile"].append([t.name for t in loaded.model.graph.initializer if is_stub(t)])
+        seen["profile"].append(_outside(loaded))
         return profiled(loaded, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "replay", replay_seen)
@@ -142,7 +148,7 @@ def test_an_audit_whose_model_has_no_coefficient_takes_no_weight_out(tmp_path, m
         return held_apart(loaded)
 
     def profile_seen(loaded, *args, **kwargs):
-        profiled.append([t.name for t in loaded.model.graph.initializer if is_stub(t)])
+        profiled.append(_outside(loaded))
         return profile(loaded, *args, **kwargs)
 
     monkeypatch.setattr(steps, "held_apart", counted)
@@ -150,3 +156,28 @@ def test_an_audit_whose_model_has_no_coefficient_takes_no_weight_out(tmp_path, m
     report = audit(tmp_path / "plain.onnx", tmp_path / "calib.npz", provider="cpu", runs=2, warmup=1, threads=1)
     assert report.replay is None and taken == []
     assert profiled == [["big"]]
+
+
+def test_a_model_read_from_its_file_refers_to_its_weights_bytes_there(files):
+    """ONNX Runtime maps external data in place and copies arrays it is handed: the replay's graphs
+    refer to a large inline weight's bytes in the model's own file, and the array by its name is a
+    read-only view of them (what a kept cache's key digests), no copy."""
+    loaded = load_for_runtime(files / "big.onnx")
+    apart, weights = steps.held_apart(loaded)
+    big = next(t for t in apart.model.graph.initializer if t.name == "big")
+    where = {e.key: e.value for e in big.external_data}
+    assert not is_stub(big) and where["location"] == "big.onnx" and apart.weights_folder == files.resolve()
+    start, length = int(where["offset"]), int(where["length"])
+    whole = next(t for t in loaded.model.graph.initializer if t.name == "big")
+    assert (files / "big.onnx").read_bytes()[start:start + length] == whole.raw_data
+    assert not weights["big"].flags.writeable and not weights["big"].flags.owndata
+    np.testing.assert_array_equal(weights["big"], numpy_helper.to_array(whole))
+    assert "big.onnx" in apart.external_files
+
+
+def test_a_model_with_no_file_hands_its_sessions_copies(files):
+    model = onnx.load(files / "big.onnx")
+    apart, weights = steps.held_apart(load_for_runtime(model))
+    assert [t.name for t in apart.model.graph.initializer if is_stub(t)] == ["big"]
+    assert apart.weights_folder is None  # nothing for ONNX Runtime to read: the array is handed over
+    np.testing.assert_array_equal(weights["big"], numpy_helper.to_array(model.graph.initializer[-1]))

@@ -34,7 +34,7 @@ import onnxruntime as ort
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.load.data import InputData
-from graphaudit.load.external_data import external_locations
+from graphaudit.load.external_data import external_tensors, locations
 from graphaudit.replay.cache_files import (
     FORMAT,
     CacheDamage,
@@ -401,7 +401,9 @@ def _key(trace: onnx.ModelProto, coefficients, data: InputData, batch_size: int,
         digest.update(array.reshape(-1).view(np.uint8).data)  # the bytes as they are, not copied
     if weights_folder is not None:
         # The proto holds only where external weights lie; a rewritten file must not reuse a cache.
-        for location in (x for x in external_locations(trace) if x != STUB_LOCATION):
+        # Those whose bytes are digested above (`weights`) are not: re-saving the same model would be.
+        read = [t for t in external_tensors(trace) if t.name not in (weights or {})]
+        for location in (x for x in locations(read, None) if x != STUB_LOCATION):
             stat = (weights_folder / location).stat()
             digest.update(f"{location}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     digest.update(json.dumps([c.to_json() for c in coefficients], sort_keys=True).encode())

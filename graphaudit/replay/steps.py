@@ -45,7 +45,7 @@ from graphaudit.replay.passes import GraphPass, run_passes
 from graphaudit.replay.prefix import open_frozen
 from graphaudit.replay.rewrite import Rewrite
 from graphaudit.replay.surgery import Freeze, LogProbs, live_decisions, live_note
-from graphaudit.runtime.handed_weights import weights_apart
+from graphaudit.runtime.handed_weights import weights_apart, weights_in_file
 from graphaudit.runtime.sessions import create_session, slow_fusions
 
 
@@ -98,11 +98,19 @@ class Replayed:
 
 
 def held_apart(loaded: LoadedModel) -> tuple[LoadedModel, dict[str, np.ndarray]]:
-    """`loaded` with its large inline weights taken out (stubs in its proto: `weights_apart`), and
-    their arrays. Taken out once for the whole replay, the trace and frozen graphs cut from it copy
-    no weight, and their sessions are handed the same arrays: each graph was a copy of the model's
-    weights until its session had taken its own, and the frozen graph's was the peak of a whole
-    audit at the 160M shape (650 MB beside the model's, the arrays and the session's)."""
+    """`loaded` with its large inline weights taken out, and their arrays by name. Where the model's
+    file holds them as its proto does, the proto refers to their bytes there, as external data
+    ONNX Runtime maps, and the arrays are read-only views of the file (`weights_in_file`); else
+    each is a stub and its array a copy, handed to every session (`weights_apart`). Taken out once
+    for the whole replay, the trace and frozen graphs cut from it copy no weight: each graph was a
+    copy of the model's weights until its session had taken its own, and the frozen graph's was the
+    peak of a whole audit at the 160M shape (650 MB beside the model's, the arrays and the session's)."""
+    if loaded.path is not None:
+        path = loaded.path.resolve()
+        in_file = weights_in_file(loaded.model, path)
+        if in_file is not None:  # its weights now lie in files ONNX Runtime reads: its own among them
+            return replace(loaded, model=in_file[0], weights_loaded=False,
+                           external_files=tuple(dict.fromkeys((*loaded.external_files, path.name)))), in_file[1]
     skeleton, names, arrays = weights_apart(loaded.model)
     return (replace(loaded, model=skeleton), dict(zip(names, arrays))) if names else (loaded, {})
 
