@@ -70,3 +70,34 @@ def test_a_large_weight_with_two_value_fields_is_refused(tmp_path):
     weight.float_data.append(1.0)  # raw_data and float_data both set
     with pytest.raises(GraphAuditError, match="one and only one value field"):
         load_model(_saved(tmp_path, _model(weight)))
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field: its key byte, the payload's length as a varint, the payload."""
+    length, size = bytearray(), len(payload)
+    while size > 0x7F:
+        length.append(size & 0x7F | 0x80)
+        size >>= 7
+    length.append(size)
+    return bytes([tag]) + bytes(length) + payload
+
+
+def test_a_weights_size_read_off_the_encoding_is_the_one_protobuf_reads(tmp_path):
+    """The size the checker's test reads off the file (`raw_data_spans`, sparing a copy of each
+    weight) is that of the raw_data protobuf parses: where the field is given twice, the last one,
+    here a value short, so the checker is handed the weight and refuses it."""
+    weight = _weight()
+    short = weight.raw_data[:-4]
+    tensor = weight.SerializeToString() + _field(9 << 3 | 2, short)  # TensorProto.raw_data again
+    assert TensorProto.FromString(tensor).raw_data == short
+    model = _model(weight)
+    graph = onnx.GraphProto()
+    graph.CopyFrom(model.graph)
+    del graph.initializer[:]
+    model.ClearField("graph")
+    encoded = model.SerializeToString() + _field(7 << 3 | 2, graph.SerializeToString() + _field(5 << 3 | 2, tensor))
+    assert onnx.ModelProto.FromString(encoded).graph.initializer[0].raw_data == short
+    path = tmp_path / "m.onnx"
+    path.write_bytes(encoded)
+    with pytest.raises(GraphAuditError, match="too small for the declared shape"):
+        load_model(path)

@@ -29,8 +29,16 @@ def raw_data_offsets(path: Path) -> dict[str, tuple[int, int]] | None:
     merges; a name given twice; an encoding it does not read) or the file cannot be mapped."""
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _offsets(buf)
-    except (OSError, ValueError, _Unexpected):  # an empty file cannot be mapped
+            return raw_data_spans(buf)
+    except (OSError, ValueError):  # an empty file cannot be mapped
+        return None
+
+
+def raw_data_spans(encoded) -> dict[str, tuple[int, int]] | None:
+    """`raw_data_offsets` of a model's encoding already in memory (bytes, or a mapped file)."""
+    try:
+        return _offsets(encoded)
+    except _Unexpected:
         return None
 
 
