@@ -83,11 +83,13 @@ def handed(model: onnx.ModelProto, data: bytes | None, over: int) -> tuple[onnx.
     bytes copied twice on the way: 1.8 s of each 650 MB model at Pythia-160M's shape in an audit.
     Each weight's size is read off the file's encoding where `data` is given (`raw_data_spans`):
     asking the proto for its raw_data copied it, 0.18 s a 650 MB model."""
-    heavy = any(t.data_location == onnx.TensorProto.EXTERNAL or (external_data.tensor_bytes(t) or 0) > over
-                for t in model.graph.initializer)
-    if not heavy:
+    outside = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    inline = any(t.data_location != onnx.TensorProto.EXTERNAL and (external_data.tensor_bytes(t) or 0) > over
+                 for t in model.graph.initializer)
+    if not outside and not inline:
         return model, data
-    spans = raw_data_spans(data) if data is not None else None
+    # the walk reads every field of the graph: only where an inline weight's size is asked
+    spans = raw_data_spans(data) if inline and data is not None else None
     return external_data.as_inputs(
         model, lambda t: t.data_location == onnx.TensorProto.EXTERNAL or _only_counted(t, over, spans)), None
 
