@@ -181,3 +181,16 @@ def test_a_model_with_no_file_hands_its_sessions_copies(files):
     assert [t.name for t in apart.model.graph.initializer if is_stub(t)] == ["big"]
     assert apart.weights_folder is None  # nothing for ONNX Runtime to read: the array is handed over
     np.testing.assert_array_equal(weights["big"], numpy_helper.to_array(model.graph.initializer[-1]))
+
+
+def test_a_model_whose_file_no_longer_holds_its_weights_hands_its_sessions_copies(files):
+    """Read, then its file rewritten without the large weight (or gone): nothing to point at, so
+    the arrays are the proto's own, handed over."""
+    loaded = load_for_runtime(files / "big.onnx")
+    onnx.save(gated_lm(), files / "big.onnx")  # the same name, no weight `big` in it
+    apart, weights = steps.held_apart(loaded)
+    assert [t.name for t in apart.model.graph.initializer if is_stub(t)] == ["big"]
+    (files / "big.onnx").unlink()
+    again, _ = steps.held_apart(loaded)
+    assert [t.name for t in again.model.graph.initializer if is_stub(t)] == ["big"]
+    np.testing.assert_array_equal(weights["big"], numpy_helper.to_array(loaded.model.graph.initializer[-1]))

@@ -2,7 +2,7 @@
 
 A weight stored inline is a TensorProto in the main graph whose `raw_data` field holds its
 values: a run of bytes at some offset of the file, in the little-endian layout external data
-uses. `raw_data_offsets` reads those offsets off the file's protobuf encoding, so that ONNX
+uses. `raw_data_spans` reads those offsets off the file's protobuf encoding, so that ONNX
 Runtime can be pointed at the weights in the file itself (as external data) instead of being
 handed a copy of each (runtime.handed_weights). No protobuf library gives a field's offset in
 its encoding; the walk reads only the fields' keys and lengths (the weights' bytes are skipped,
@@ -10,9 +10,6 @@ never read) and gives up, answering None, on any encoding it does not expect.
 """
 
 from __future__ import annotations
-
-import mmap
-from pathlib import Path
 
 # Field numbers in onnx.proto: ModelProto.graph, GraphProto.initializer, TensorProto.name, .raw_data
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_NAME, _TENSOR_RAW_DATA = 7, 5, 8, 9
@@ -23,19 +20,10 @@ class _Unexpected(Exception):
     """An encoding the walk does not read (groups, a field past its message, a bad varint)."""
 
 
-def raw_data_offsets(path: Path) -> dict[str, tuple[int, int]] | None:
-    """Name -> (offset, length) in the file at `path` of each main-graph initializer's `raw_data`
-    bytes; None where the walk cannot say (no graph, or one split over two fields, which protobuf
-    merges; a name given twice; an encoding it does not read) or the file cannot be mapped."""
-    try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return raw_data_spans(buf)
-    except (OSError, ValueError):  # an empty file cannot be mapped
-        return None
-
-
 def raw_data_spans(encoded) -> dict[str, tuple[int, int]] | None:
-    """`raw_data_offsets` of a model's encoding already in memory (bytes, or a mapped file)."""
+    """Name -> (offset, length) in `encoded` (a model's encoding: bytes, or a mapped file) of each
+    main-graph initializer's `raw_data` bytes; None where the walk cannot say (no graph, or one
+    split over two fields, which protobuf merges; a name given twice; an encoding it does not read)."""
     try:
         return _offsets(encoded)
     except _Unexpected:

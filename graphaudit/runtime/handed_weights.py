@@ -20,7 +20,7 @@ from onnx import numpy_helper
 
 from graphaudit.load.external_data import tensor_bytes
 from graphaudit.load.protos import copy_except
-from graphaudit.load.raw_offsets import raw_data_offsets
+from graphaudit.load.raw_offsets import raw_data_spans
 
 # Inline weights past this many bytes reach ONNX Runtime as arrays, not serialised (weights_apart)
 HANDED_OVER = 2**20
@@ -62,7 +62,14 @@ def weights_in_file(model: onnx.ModelProto, path: Path, over: int | None = None
     session of the Pythia-160M-shaped frozen graph opened in 0.23-0.25 s at 1380 MiB this way,
     against 0.74-2.61 s at 2109-2151 MiB handed its weights (benchmarks/NOTES.md)."""
     heavy = _heavy(model, over)
-    offsets = raw_data_offsets(path) if heavy else None
+    if not heavy:
+        return None
+    try:
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # closed once no view of it is left
+    except (OSError, ValueError):  # gone, or empty: nothing to point at
+        return None
+    offsets = raw_data_spans(mapped)
     if not offsets:
         return None
     spans = {}
@@ -71,8 +78,6 @@ def weights_in_file(model: onnx.ModelProto, path: Path, over: int | None = None
         if span is None or span[1] != tensor_bytes(tensor):
             return None
         spans[tensor.name] = span
-    with open(path, "rb") as f:
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)  # closed once no view is left
     views = {t.name: np.frombuffer(mapped, _little_endian(t.data_type), math.prod(t.dims), spans[t.name][0])
              .reshape(tuple(t.dims)) for t in heavy}
     return _stubbed(model, {name: (path.name, *span) for name, span in spans.items()}), views
