@@ -46,8 +46,7 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
     heavy = _heavy(model, over)
     if not heavy:
         return model, [], []
-    stubs = {t.name: (STUB_LOCATION, 0, tensor_bytes(t) or 0) for t in heavy}
-    return _stubbed(model, stubs), [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
+    return _stubbed(model, _as_stubs(heavy)), [t.name for t in heavy], [numpy_helper.to_array(t) for t in heavy]
 
 
 def weights_in_file(model: onnx.ModelProto, path: Path, over: int | None = None
@@ -87,7 +86,7 @@ def without_weights(model: onnx.ModelProto, over: int | None = None) -> onnx.Mod
     """`model` with the weights `weights_apart` takes out left as its stubs, and no array made:
     a graph to read, for a model whose sessions read its file (`model` itself when none go)."""
     heavy = _heavy(model, over)
-    return _stubbed(model, {t.name: (STUB_LOCATION, 0, tensor_bytes(t) or 0) for t in heavy}) if heavy else model
+    return _stubbed(model, _as_stubs(heavy)) if heavy else model
 
 
 def weight_bytes(tensor: onnx.TensorProto) -> int:
@@ -121,6 +120,11 @@ def _stubbed(model: onnx.ModelProto, moved: dict[str, tuple[str, int, int]]) -> 
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
             stub.external_data.add(key=key, value=value)
     return skeleton
+
+
+def _as_stubs(heavy: list[onnx.TensorProto]) -> dict[str, tuple[str, int, int]]:
+    """Where `_stubbed` puts each of `heavy` as a stub: at STUB_LOCATION, a file that does not exist."""
+    return {t.name: (STUB_LOCATION, 0, tensor_bytes(t) or 0) for t in heavy}
 
 
 def _little_endian(data_type: int) -> np.dtype:
