@@ -170,7 +170,7 @@ def test_profile_leaves_large_external_weights_out_of_the_optimised_model(extern
     monkeypatch.setattr(profiler, "OPTIMISED_COPY_LIMIT", 0)  # as if the weights were past the limit
     report = profile_model(external / "model.onnx", external / "eval.npz", runs=2, warmup=1, profile_runs=1,
                            limit=4, threads=1)
-    assert any(note.startswith("the optimised model was not saved, as ORT would have copied its 0.0 GiB of "
+    assert any(note.startswith("the optimised model was not saved, as ORT could have written its 0.0 GiB of "
                                "weights") and note.endswith("events were mapped by node name only")
                for note in report.notes)
     assert report.execution.blocks and all(b.inputs_executed == 4 for b in report.execution.blocks)

@@ -194,3 +194,17 @@ def test_a_model_whose_file_no_longer_holds_its_weights_hands_its_sessions_copie
     again, _ = steps.held_apart(loaded)
     assert [t.name for t in again.model.graph.initializer if is_stub(t)] == ["big"]
     np.testing.assert_array_equal(weights["big"], numpy_helper.to_array(loaded.model.graph.initializer[-1]))
+
+
+def test_weights_already_left_as_stubs_are_found_in_the_file_alike(files):
+    """A proto held without its weights (`without_weights`: the profile's, where its sessions read
+    the file) still finds each one's bytes in the file: the same references and views."""
+    from graphaudit.runtime.handed_weights import weights_in_file, without_weights
+
+    loaded = load_for_runtime(files / "big.onnx")
+    whole = weights_in_file(loaded.model, files / "big.onnx")
+    stubbed = weights_in_file(without_weights(loaded.model), files / "big.onnx")
+    assert whole is not None and stubbed is not None
+    assert stubbed[0].graph.initializer[-1] == whole[0].graph.initializer[-1]
+    np.testing.assert_array_equal(stubbed[1]["big"], whole[1]["big"])
+    np.testing.assert_array_equal(stubbed[1]["big"], numpy_helper.to_array(loaded.model.graph.initializer[-1]))

@@ -85,7 +85,10 @@ from graphaudit.progress import Progress
 from graphaudit.runtime.handed_weights import weight_bytes
 from graphaudit.runtime.sessions import resolve_providers, running, usable_threads
 
-# External weights past this size are not copied into a saved optimised model: events are mapped by name
+# Past this many bytes of weights no optimised model is saved, and events are mapped by name: where
+# the session holds the weights, ORT would copy them beside it; where it maps them, the weights its
+# fusions make (concatenated, transposed) would still go into the saved graph, and could pass
+# protobuf's 2 GiB limit
 OPTIMISED_COPY_LIMIT = 2**30
 
 
@@ -159,7 +162,11 @@ def profile_model(
             models.append((base_runnable, work / "baseline-profile",
                            work / BASELINE_OPTIMISED if _weight_bytes(base) <= OPTIMISED_COPY_LIMIT else None))
         saved = [where if opt_level != "disable" else None for _, _, where in models]
-        sessions = [open_session(source, providers, session_options(opt_level, threads, prefix, where, spinning=spinning))
+        # an optimised model refers to the weights its session maps where they lie (nothing is
+        # copied), but a kept one holds its own beside it, to be read where it was moved
+        sessions = [open_session(source, providers, session_options(
+            opt_level, threads, prefix, where, spinning=spinning,
+            side_file=source.holds_weights or keep_profiles is not None))
                     for (source, prefix, _), where in zip(models, saved)]
         # the first input's warm-up runs: where the inputs cannot run, they say so here, and the
         # last one's times plan the sample
@@ -228,8 +235,9 @@ def profile_model(
 
     no_optimised = None
     if opt_level != "disable" and optimised is None:
-        no_optimised = (f"the optimised model was not saved, as ORT would have copied its {weights / 2**30:.1f} GiB of "
-                        "weights with it" if weights > OPTIMISED_COPY_LIMIT else "ORT saved no optimised model")
+        no_optimised = (f"the optimised model was not saved, as ORT could have written its {weights / 2**30:.1f} GiB "
+                        "of weights, or what its fusions make of them, with it" if weights > OPTIMISED_COPY_LIMIT
+                        else "ORT saved no optimised model")
     notes = _notes(blocks, execution, runnable.renamed, no_optimised) + tuple(n for n in (cut, capped) if n)
     return ProfileReport(
         model=_label(loaded),

@@ -2,7 +2,9 @@
 
 The profiler names events after nodes, so every node (inside If / Loop bodies too) must
 have a unique, non-empty name. `runnable_model` keeps the user's file when that already
-holds, and otherwise gives a renamed copy whose names are the ModelGraph's node ids.
+holds, and otherwise gives a renamed copy whose names are the ModelGraph's node ids; either way,
+where the file holds large weights inline, the sessions get the graph alone, each weight
+referring to its bytes in the file.
 Profiler files and the optimised model ORT saves are written under a folder the caller
 owns (a temporary one), never beside the user's model.
 """
@@ -21,7 +23,7 @@ from graphaudit.load.model import LoadedModel
 from graphaudit.load.node_ids import unique_ids
 from graphaudit.load.protos import all_nodes
 from graphaudit.profile.settings import OPT_LEVEL_NAMES
-from graphaudit.runtime.handed_weights import without_weights
+from graphaudit.runtime.handed_weights import graph_in_file, holds_weights, without_weights
 from graphaudit.runtime.sessions import check_threads, configured, create_session
 
 # --opt-level's names (profile.settings, in order) -> ONNX Runtime's levels, in the same order
@@ -30,6 +32,10 @@ OPT_LEVELS = dict(zip(OPT_LEVEL_NAMES, (_LEVELS.ORT_DISABLE_ALL, _LEVELS.ORT_ENA
                                          _LEVELS.ORT_ENABLE_LAYOUT, _LEVELS.ORT_ENABLE_ALL), strict=True))
 ORT_LEVEL_NAMES = {k: v.name for k, v in OPT_LEVELS.items()}
 _PROTOBUF_LIMIT = 2**31 - 1
+# Weights past this many bytes reach the profile's sessions as references to their bytes in the
+# model's file; smaller ones (a Reshape's shape, which inference reads) stay in the graph. The
+# same as the side file's threshold, so no larger weight is written into a saved optimised model
+IN_FILE_OVER = 1024
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class RunnableModel:
     model: onnx.ModelProto
     renamed: int  # nodes given a new name so that events name them uniquely
     weights_folder: Path | None = None  # where external weights left on disk lie
+    # the source holds weights past IN_FILE_OVER bytes itself: ORT parses and copies them, and
+    # writes them into an optimised model it saves (to a side file: `session_options`)
+    holds_weights: bool = False
 
 
 def reads_its_file(loaded: LoadedModel) -> bool:
@@ -62,9 +71,21 @@ def held_for_profile(loaded: LoadedModel) -> LoadedModel:
 
 def runnable_model(loaded: LoadedModel) -> RunnableModel:
     """The model to hand ORT: its file where the sessions can read it (`reads_its_file`), else a
-    copy whose nodes are renamed."""
-    if reads_its_file(loaded):
-        return RunnableModel(str(loaded.path), loaded.model, 0, loaded.weights_folder)
+    copy whose nodes are renamed. Where the file holds its weights inline, the sessions get the
+    graph alone, each weight referring to its own bytes in the file (`graph_in_file`), which ORT
+    maps instead of parsing and copying, and which an optimised model it saves refers to in turn
+    instead of holding a copy of: at Pythia-160M's shape the profile's session opened in
+    0.32-0.38 s this way, against 1.1-3.6 s from the file, writing 646 MiB beside its optimised
+    model (benchmarks/NOTES.md)."""
+    own = reads_its_file(loaded)
+    path = loaded.path.resolve() if loaded.path is not None else None
+    in_file = graph_in_file(loaded.model, path, IN_FILE_OVER) if path is not None else None
+    if path is not None and in_file is not None:  # a copy already, without the weights: renamed in place where it must be
+        renamed = 0 if own else _name_nodes(in_file)
+        return RunnableModel(in_file.SerializeToString(), loaded.model if own else in_file, renamed, path.parent)
+    holds = holds_weights(loaded.model, IN_FILE_OVER)
+    if own:
+        return RunnableModel(str(loaded.path), loaded.model, 0, loaded.weights_folder, holds)
     copy = onnx.ModelProto()
     copy.CopyFrom(loaded.model)
     renamed = _name_nodes(copy)
@@ -74,7 +95,7 @@ def runnable_model(loaded: LoadedModel) -> RunnableModel:
             f"{renamed} unnamed or repeated ones in a model too large (over 2 GiB) to rename in memory; "
             "give its nodes unique names first"
         )
-    return RunnableModel(copy.SerializeToString(), copy, renamed, loaded.weights_folder)
+    return RunnableModel(copy.SerializeToString(), copy, renamed, loaded.weights_folder, holds)
 
 
 def session_options(
@@ -83,6 +104,7 @@ def session_options(
     profile_prefix: Path | None = None,
     optimised_path: Path | None = None,
     spinning: bool = True,
+    side_file: bool = True,
 ) -> ort.SessionOptions:
     """SessionOptions at `opt_level`, sequential, profiling into `profile_prefix` when given.
 
@@ -90,7 +112,12 @@ def session_options(
     work, as sessions timed in alternation need: each has its own threads, and one session's
     idle threads spinning took the cores the other's next run needed (on two cores, at the
     70M shape, a run after a switch took 1.5x one after the same session's, and the latency
-    ratio's interval came out 7 times as wide)."""
+    ratio's interval came out 7 times as wide).
+
+    `side_file` False: the optimised model saved at `optimised_path` holds its weights as the
+    session does: those it maps from a file stay references to it, and nothing is copied. True:
+    they go to a side file beside it, the weights the session was handed inline among them (ORT
+    copies every weight there, those it maps too)."""
     if opt_level not in OPT_LEVELS:
         raise GraphAuditError(
             f"expected an optimisation level among {', '.join(OPT_LEVELS)}, found {opt_level!r}", exit_code=2
@@ -103,6 +130,7 @@ def session_options(
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     if optimised_path is not None:
         so.optimized_model_filepath = str(optimised_path)
+    if optimised_path is not None and side_file:
         # Weights go to a side file, so the saved graph stays small and under protobuf's limit.
         so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                     optimised_path.name + ".data")

@@ -1,7 +1,8 @@
 """Large inline weights given to ONNX Runtime apart from the graph instead of serialised with it.
 
 `weights_in_file` points each at its own bytes in the model's file, as external data ONNX
-Runtime maps, where the file holds them as the proto does. `weights_apart` takes them out
+Runtime maps, where the file holds them as the proto does (`graph_in_file`: the graph alone, for
+a session of the whole model). `weights_apart` takes them out
 otherwise, leaving each as a stub of external data at STUB_LOCATION, a file that does not exist,
 and gives their arrays, which `runtime.sessions.create_session` hands to ONNX Runtime
 (`add_external_initializers`) before it would read one; `without_weights` leaves the stubs and
@@ -52,15 +53,35 @@ def weights_apart(model: onnx.ModelProto, over: int | None = None) -> tuple[onnx
 def weights_in_file(model: onnx.ModelProto, path: Path, over: int | None = None
                     ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
     """`model`, as read from the file at `path`, with the large inline weights `weights_apart` would
-    take out referring instead to their own bytes in that file, as external data at their offsets
-    (load.raw_offsets), and read-only views of those bytes by name, which copy nothing (a digest may
-    read them). None where none go, or where the file does not hold each of them as `model` does
-    (the walk could not read it, or a length differs): then `weights_apart`.
+    take out (and those already taken out as its stubs) referring instead to their own bytes in that
+    file, as external data at their offsets (load.raw_offsets), and read-only views of those bytes
+    by name, which copy nothing (a digest may read them). None where none go, or where the file does
+    not hold each of them as `model` does (the walk could not read it, or a length differs): then
+    `weights_apart`.
 
     ONNX Runtime maps external data and uses it in place, where it copies arrays it is handed: a
     session of the Pythia-160M-shaped frozen graph opened in 0.23-0.25 s at 1380 MiB this way,
     against 0.74-2.61 s at 2109-2151 MiB handed its weights (benchmarks/NOTES.md)."""
-    heavy = _heavy(model, over)
+    found = _found_in_file(model, path, over)
+    if found is None:
+        return None
+    graph, mapped, moved = found
+    views = {t.name: np.frombuffer(mapped, _little_endian(t.data_type), math.prod(t.dims), offset)
+             .reshape(tuple(t.dims)) for t, offset in moved}
+    return graph, views
+
+
+def graph_in_file(model: onnx.ModelProto, path: Path, over: int | None = None) -> onnx.ModelProto | None:
+    """`weights_in_file`'s graph alone, no view made: for a session that is to map the weights
+    from the model's file itself (None where `weights_in_file` gives None)."""
+    found = _found_in_file(model, path, over)
+    return None if found is None else found[0]
+
+
+def _found_in_file(model: onnx.ModelProto, path: Path, over: int | None
+                   ) -> tuple[onnx.ModelProto, mmap.mmap, list[tuple[onnx.TensorProto, int]]] | None:
+    """`weights_in_file`'s graph, the file mapped, and each weight moved with its offset there."""
+    heavy = _heavy(model, over) + [t for t in model.graph.initializer if is_stub(t)]
     if not heavy:
         return None
     try:
@@ -77,9 +98,8 @@ def weights_in_file(model: onnx.ModelProto, path: Path, over: int | None = None
         if span is None or span[1] != tensor_bytes(tensor):
             return None
         spans[tensor.name] = span
-    views = {t.name: np.frombuffer(mapped, _little_endian(t.data_type), math.prod(t.dims), spans[t.name][0])
-             .reshape(tuple(t.dims)) for t in heavy}
-    return _stubbed(model, {name: (path.name, *span) for name, span in spans.items()}), views
+    graph = _stubbed(model, {name: (path.name, *span) for name, span in spans.items()})
+    return graph, mapped, [(t, spans[t.name][0]) for t in heavy]
 
 
 def without_weights(model: onnx.ModelProto, over: int | None = None) -> onnx.ModelProto:
@@ -87,6 +107,12 @@ def without_weights(model: onnx.ModelProto, over: int | None = None) -> onnx.Mod
     a graph to read, for a model whose sessions read its file (`model` itself when none go)."""
     heavy = _heavy(model, over)
     return _stubbed(model, _as_stubs(heavy)) if heavy else model
+
+
+def holds_weights(model: onnx.ModelProto, over: int | None = None) -> bool:
+    """Whether `model` holds weights `weights_apart` would take out (past `over` bytes), inline or
+    already taken out as its stubs."""
+    return bool(_heavy(model, over)) or any(is_stub(t) for t in model.graph.initializer)
 
 
 def weight_bytes(tensor: onnx.TensorProto) -> int:
