@@ -15,7 +15,7 @@ from graphaudit.profile import profile_model
 from graphaudit.profile.session import held_for_profile, runnable_model, session_options
 from graphaudit.runtime.handed_weights import is_stub
 
-from support.models import gated_lm, token_ids
+from support.models import gated_lm, save_heavy_pair, token_ids
 
 SIDE_FILE = "session.optimized_model_external_initializers_file_name"
 FAST = {"runs": 2, "warmup": 1, "profile_runs": 1, "threads": 1}
@@ -39,10 +39,7 @@ def with_a_gathered_weight(model: onnx.ModelProto, seed: int = 5) -> onnx.ModelP
 @pytest.fixture
 def heavy(tmp_path):
     """A model and a baseline, each with a weight past HANDED_OVER inline, and their inputs."""
-    onnx.save(with_a_gathered_weight(gated_lm()), tmp_path / "model.onnx")
-    onnx.save(with_a_gathered_weight(gated_lm(seed=3), seed=7), tmp_path / "dense.onnx")
-    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
-    return tmp_path
+    return save_heavy_pair(tmp_path, with_a_gathered_weight)
 
 
 def _references(source: bytes) -> dict[str, dict[str, str]]:

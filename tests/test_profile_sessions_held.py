@@ -9,7 +9,6 @@ import json
 import weakref
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 
@@ -20,7 +19,7 @@ from graphaudit.profile.events import parse_profile
 from graphaudit.replay.capture import capture
 from graphaudit.runtime.handed_weights import is_stub
 
-from support.models import gated_lm, token_ids, traced, with_a_large_weight
+from support.models import gated_lm, save_heavy_pair, traced, with_a_large_weight
 from support.profile_models import save_profile_files
 
 
@@ -165,10 +164,7 @@ def test_the_audit_holds_no_baseline_model_through_the_replay(monkeypatch):
 @pytest.fixture
 def heavy(tmp_path):
     """A model and a baseline, each with a weight past HANDED_OVER inline, and their inputs."""
-    onnx.save(with_a_large_weight(gated_lm()), tmp_path / "model.onnx")
-    onnx.save(with_a_large_weight(gated_lm(seed=3), seed=7), tmp_path / "dense.onnx")
-    np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
-    return tmp_path
+    return save_heavy_pair(tmp_path, with_a_large_weight)
 
 
 def _stubbed(loaded) -> list[str]:

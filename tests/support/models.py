@@ -13,6 +13,9 @@ builders themselves: checker-clean, and ONNX Runtime agreeing with onnx.referenc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -146,6 +149,16 @@ def gate_in_branch() -> onnx.ModelProto:
              helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then, else_branch=other),
              helper.make_node("MatMul", ["y", "head"], ["logits"], name="head")]
     return _finish(nodes, inits, "gate_in_branch", [Coefficient("gate.b", "gate", 0, ("batch", "token", "feature"))])
+
+
+def save_heavy_pair(folder: Path, heavy: Callable[..., onnx.ModelProto]) -> Path:
+    """`folder`, holding model.onnx and dense.onnx (gated_lm's layout, seeds apart, each given a
+    weight past HANDED_OVER by `heavy`, called with the model and a `seed`) and eval.npz (six
+    token sequences): a model and its baseline for the profile's tests on inline weights."""
+    onnx.save(heavy(gated_lm()), folder / "model.onnx")
+    onnx.save(heavy(gated_lm(seed=3), seed=7), folder / "dense.onnx")
+    np.savez(folder / "eval.npz", input_ids=token_ids(6, seed=2))
+    return folder
 
 
 def token_ids(count: int, length: int = 6, seed: int = 0) -> np.ndarray:
