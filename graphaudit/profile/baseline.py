@@ -19,7 +19,10 @@ and a saving is decided only where that interval lies on one side of the thresho
 profile timed a sample of the inputs, the inputs left out are part of that workload too, and
 what they could change is added (`sampling_halfwidth`): the spread of the sampled inputs'
 ratios, as for a ratio estimated from a simple random sample (finite population corrected,
-Student's t at the sample's size), in quadrature with each side of the rounds' interval. More
+Student's t at the sample's size), in quadrature with each side of the rounds' interval, unless
+every input does the same work in both graphs (`same_work`: nothing in either depends on input
+values, and every input has the same shapes), where an input's ratio differs from another's by
+the measurement's noise alone, which the rounds' part already holds. More
 rounds narrow the first part only, so the stopping rule reads the rounds' interval alone for
 its precision. Where it may also stop once the answer on a threshold is decided (`decided`, as
 `run` asks), it reads the verdict's interval, the rounds' part widened for having looked after
@@ -63,6 +66,9 @@ INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the sa
 SAMPLED_METHOD = (INTERVAL_METHOD + "; the profile timed a sample of the inputs, so each side is widened, in "
                   "quadrature, by what the inputs left out could change: Student's t at the sample's size times "
                   "the standard error of a ratio from a simple random sample, finite population corrected")
+ALIKE_METHOD = (INTERVAL_METHOD + "; the profile timed a sample of the inputs, but every input does the same work "
+                "in both graphs (nothing in either depends on input values, and every input has the same shapes), "
+                "so what the inputs left out could change is the measurement's noise the rounds hold: not widened")
 # Student's t quantile at 97.5% (a two-sided 95% interval) by degrees of freedom; past the table,
 # 1.96 + 2.4 / df is within 0.002 of it
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -83,7 +89,8 @@ class Interval:
     rounds: int = 0  # the timed rounds it was resampled from
     sample: int = 0  # the inputs timed; 0: not said
     inputs: int = 0  # the inputs of the workload the sample was drawn from; 0: not said
-    sampling: float = 0.0  # the half-width, in ratio, the inputs left out add (0: none was left out)
+    sampling: float = 0.0  # the half-width, in ratio, the inputs left out add (0: none was left out, or `alike`)
+    alike: bool = False  # every input does the same work in both graphs (same_work): those left out add nothing
 
     @property
     def sampled(self) -> bool:
@@ -92,7 +99,8 @@ class Interval:
     def to_json(self) -> dict:
         return {"low": _finite(self.low), "high": _finite(self.high), "level": self.level, "rounds": self.rounds,
                 "sample": self.sample, "inputs": self.inputs, "sampling_halfwidth": _finite(self.sampling),
-                "method": SAMPLED_METHOD if self.sampled else INTERVAL_METHOD}
+                **({"inputs_alike": True} if self.alike and self.sampled else {}),
+                "method": (ALIKE_METHOD if self.alike else SAMPLED_METHOD) if self.sampled else INTERVAL_METHOD}
 
 
 @dataclass(frozen=True)
@@ -153,11 +161,11 @@ def check_same_inputs(model: Sequence[InputSpec], baseline: Sequence[InputSpec],
 
 def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_executed: float | None = None,
             resamples: int = RESAMPLES, seed: int = 0, blocks: Sequence[GroupTime] | None = None,
-            flops_source: str | None = None, inputs: int | None = None) -> BaselineComparison:
+            flops_source: str | None = None, inputs: int | None = None, alike: bool = False) -> BaselineComparison:
     """The comparison from (round, batch) nanosecond samples of model and baseline; `blocks`: the
     baseline's time per block (breakdown.breakdown of its profiled rounds); `flops_source`: where
     `flops_executed` came from (MEASURED, COUNTED); `inputs`: the inputs (batches) the timed ones
-    were a sample of (None: they were all)."""
+    were a sample of (None: they were all); `alike`: every input does the same work (`same_work`)."""
     ratio = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
     rng = np.random.default_rng(seed)
     rounds, timed = map(int, model_ns.shape)  # ints, so `integers` below is typed as giving arrays
@@ -167,7 +175,8 @@ def compare(name: str, model_ns: np.ndarray, baseline_ns: np.ndarray, flops_exec
         i = rng.integers(0, timed, timed)[None, :]
         boot[k] = workload_ratio(model_ns[r, i][None], baseline_ns[r, i][None])[0]
     return BaselineComparison(name, batch_latency_ms(baseline_ns), ratio, spread(boot), flops_executed, flops_source,
-                              decision_interval(model_ns, baseline_ns, inputs, resamples=resamples, seed=seed),
+                              decision_interval(model_ns, baseline_ns, inputs, resamples=resamples, seed=seed,
+                                                alike=alike),
                               None if blocks is None else tuple(blocks))
 
 
@@ -188,6 +197,21 @@ def counted_flops(static: Any | None, feed_shapes: Sequence[tuple[tuple[str, tup
     return float(static.flops.total)
 
 
+def same_work(static: Any | None, baseline_static: Any | None,
+              feed_shapes: Sequence[tuple[tuple[str, tuple[int, ...]], ...]]) -> bool:
+    """Whether every input (batch) does the same work in the model and in the baseline: both
+    graphs (their StaticReports `static` and `baseline_static`) run every node once at the sizes
+    the input shapes fix, nothing in them depending on input values (`StaticReport.fixed_work`),
+    and every input is fed the same shapes (`feed_shapes`, one entry per input). One input's
+    pair ratio then differs from another's by the measurement's noise alone, which the rounds'
+    bootstrap holds: read as a difference between inputs, the noise of a busy machine widened a
+    160M FeatureGate's interval by ±11% and kept its profile timing to its budget
+    (benchmarks/NOTES.md). False where either report is missing (nothing then says so)."""
+    if static is None or baseline_static is None or not static.fixed_work or not baseline_static.fixed_work:
+        return False
+    return len(set(feed_shapes)) == 1
+
+
 def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float = INTERVAL_LEVEL,
                    resamples: int = RESAMPLES, seed: int = 0) -> Interval:
     """The `level` interval of the workload ratio from (round, batch) nanoseconds of model and
@@ -199,10 +223,13 @@ def ratio_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, level: float =
 
 
 def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None = None,
-                      resamples: int = RESAMPLES, seed: int = 0, level: float = INTERVAL_LEVEL) -> Interval:
+                      resamples: int = RESAMPLES, seed: int = 0, level: float = INTERVAL_LEVEL,
+                      alike: bool = False) -> Interval:
     """The 95% interval compute savings is decided on: the rounds' (`ratio_interval`), and where
     the timed inputs were a sample of `inputs`, each side widened in quadrature by what the
-    inputs left out could change (`sampling_halfwidth`).
+    inputs left out could change (`sampling_halfwidth`), unless they are `alike`: every input
+    does the same work in both graphs (`same_work`), so they could change nothing the rounds'
+    part does not hold.
 
     `level`: the rounds' part read wider, at that level, as a stopping rule's check reads it
     (`decided`): each side of their 95% interval scaled by the normal quantile of `level` over
@@ -211,17 +238,17 @@ def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int
     rounds = ratio_interval(model_ns, baseline_ns, resamples=resamples, seed=seed)
     sample = int(model_ns.shape[1])
     total = sample if inputs is None else max(int(inputs), sample)
-    widen = sampling_halfwidth(model_ns, baseline_ns, total)
+    widen = 0.0 if alike else sampling_halfwidth(model_ns, baseline_ns, total)
     scale = 1.0
     if level != INTERVAL_LEVEL:
         normal = NormalDist()
         scale = normal.inv_cdf(1 - (1 - level) / 2) / normal.inv_cdf(1 - (1 - INTERVAL_LEVEL) / 2)
     if (not widen and scale == 1.0) or np.isnan(rounds.low):
-        return replace(rounds, sample=sample, inputs=total, sampling=widen)
+        return replace(rounds, sample=sample, inputs=total, sampling=widen, alike=alike)
     estimate = float(workload_ratio(model_ns[None], baseline_ns[None])[0])
     low = estimate - float(np.hypot(scale * (estimate - rounds.low), widen))
     high = estimate + float(np.hypot(scale * (rounds.high - estimate), widen))
-    return Interval(low, high, level, rounds.rounds, sample, total, widen)
+    return Interval(low, high, level, rounds.rounds, sample, total, widen, alike)
 
 
 def decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, at: float,

@@ -39,7 +39,7 @@ from graphaudit.load.data import (
 )
 from graphaudit.load.model import LoadedModel, load_for_runtime
 from graphaudit.profile.agreement import compare_verdicts
-from graphaudit.profile.baseline import COUNTED, MEASURED, check_same_inputs, compare, counted_flops
+from graphaudit.profile.baseline import COUNTED, MEASURED, check_same_inputs, compare, counted_flops, same_work
 from graphaudit.profile.breakdown import breakdown
 from graphaudit.profile.events import Profile, Run, parse_profile
 from graphaudit.profile.execution import read_execution
@@ -111,7 +111,8 @@ def profile_model(
     `block_map` if given, else from the static block finder (with the settings' `block_pattern`);
     a StaticReport given as `static` has its block verdicts checked against what ran; the baseline's
     as `baseline_static` stands for its executed FLOPs where it is them (baseline.counted_flops),
-    and its evidence runs are left out. `batch_size`
+    and its evidence runs are left out; where both say every input does the same work
+    (baseline.same_work), the inputs a sample leaves out do not widen the ratio's interval. `batch_size`
     None: 1, or the model's own batch when its inputs fix their first dimension (another size is
     then a UsageError; inputs past the last whole batch are left out, with a note). `feeding`:
     values fed whole to every run and inputs batched on an axis of their own
@@ -144,6 +145,8 @@ def profile_model(
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
     feed_shapes = [tuple((k, tuple(v.shape)) for k, v in sorted(feed.items())) for feed in feeds]
+    # where every input does the same work in both graphs, those a sample leaves out widen nothing
+    alike = base is not None and same_work(static, baseline_static, feed_shapes)
     runnable = runnable_model(loaded)
     mg = build_graph(runnable.model)
     blocks = assign_blocks(mg, block_map, block_pattern)
@@ -194,7 +197,7 @@ def profile_model(
             spent = warm_s + float(profiled_ns.sum()) / 1e9
             after = after_timing_s(sample, model_s, baseline_s, profile_runs=0)
             stopper = TimedRounds(runs, asked.precision, max(0.0, budget - spent - after),
-                                  decide_at=asked.decide_at, inputs=n)
+                                  decide_at=asked.decide_at, inputs=None if alike else n)
             samples = _timed_rounds(runners, sample, stopper, progress)
         del runners, sessions  # their memory goes before the evidence sessions hold their own
         mine = _profiled(files[0], profiled_ns[0], runnable, mg, opt_level, saved[0], warm_runs, profile_runs,
@@ -264,7 +267,7 @@ def profile_model(
         breakdown=times,
         execution=execution,
         baseline=compare(_label(base), samples[0], samples[1], base_flops, blocks=base_blocks,
-                         flops_source=base_source, inputs=n) if base is not None else None,
+                         flops_source=base_source, inputs=n, alike=alike) if base is not None else None,
         trace=trace_path,
         renamed_nodes=runnable.renamed,
         notes=notes,

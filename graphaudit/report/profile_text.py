@@ -35,7 +35,7 @@ def render_text(r: ProfileReport) -> str:
         lines.append(f"baseline {b.model}: median {b.latency_ms.median:.3f} ms, mean {b.latency_ms.mean:.3f}; "
                      f"ratio {b.ratio:.3f} (p10 {b.ratio_spread.p10:.3f}, p90 {b.ratio_spread.p90:.3f}"
                      + (f"; {pct(b.ratio_interval.level, 0, small=False)} interval over rounds"
-                        f"{' and the inputs left out' if b.ratio_interval.sampled else ''} {b.ratio_interval.low:.3f}–"
+                        f"{' and the inputs left out' if b.ratio_interval.sampling else ''} {b.ratio_interval.low:.3f}–"
                         f"{b.ratio_interval.high:.3f}" if b.ratio_interval is not None and b.ratio_interval.rounds > 1
                         else "") + f"): {b.describe()}")
         if b.flops_executed is not None:

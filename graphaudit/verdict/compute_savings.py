@@ -165,6 +165,10 @@ def _sampled(profile: dict, interval: dict) -> str:
     where = f", on {sample} of the {inputs} inputs, {drawn(sample)}"
     if "sampling_halfwidth" not in interval:  # a document written before the inputs left out were counted
         return where + " (a bootstrap that keeps every sampled input)"
+    if interval.get("inputs_alike"):
+        return (where + f" (a bootstrap that keeps every sampled input; every input does the same work in both "
+                f"graphs, nothing in either depending on input values and every input of the same shapes, so the "
+                f"{inputs - sample} left out could change only the noise the rounds hold: not widened)")
     widen = num(interval.get("sampling_halfwidth"))
     if widen is None:
         return where + f"; one input cannot say what the {inputs - sample} left out would change, so there is none"
