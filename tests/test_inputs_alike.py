@@ -1,24 +1,28 @@
 """Where every input does the same work in the model and in the baseline (nothing in either graph
 depends on input values, and every input has the same shapes), the inputs a profile's sample
 leaves out could change the workload ratio by the measurement's noise alone, which the rounds'
-bootstrap already holds: the interval compute savings is decided on is not widened for them.
+bootstrap already holds: the interval compute savings is decided on is not widened for them
+(`run`, and `graphaudit profile`, which audits both graphs at the data's shape as `run` does).
 Read as a difference between inputs, the noise of a busy machine had widened a 160M FeatureGate's
 interval by ±11% and kept its profile timing to its budget.
 
 The profile's wiring runs under a fake clock (each run a second, give or take a seeded 30%); no
 wall-clock time is asserted."""
 
+import json
 import shutil
 import types
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import graphaudit.profile.latency as latency
 from graphaudit.analyses.static import audit_static
+from graphaudit.cli import cli
 from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
-from graphaudit.profile.baseline import ALIKE_METHOD, compare, ratio_interval, same_work
+from graphaudit.profile.baseline import ALIKE_METHOD, COUNTED, compare, ratio_interval, same_work
 from graphaudit.report.profile_text import render_text
 from graphaudit.verdict.decide import decide
 
@@ -124,3 +128,20 @@ def test_a_sampled_profile_of_inputs_that_may_differ_still_counts_those_left_out
                         static=_static(files / "fixed.onnx")).to_json()
     assert "inputs_alike" not in doc["baseline"]["ratio_interval"]
     assert doc["baseline"]["ratio_interval"]["sampling_halfwidth"] > 0
+
+
+def test_graphaudit_profile_audits_both_graphs_at_the_datas_shape_as_run_does(files):
+    """`graphaudit profile` audits model and baseline at the shape of one run of the data, so that
+    where neither depends on input values the baseline's FLOPs are its count and a sample's inputs
+    left out widen nothing; where the model does depend on them, they still do."""
+    args = ["profile", "--data", str(files / "many.npz"), "--baseline", str(files / "dense.onnx"), "--sample", "4",
+            "--runs", "5", "--threads", "1", "--format", "json", "-q"]
+    fixed = CliRunner().invoke(cli, [*args[:1], str(files / "fixed.onnx"), *args[1:]])
+    assert fixed.exit_code == 0, fixed.output
+    baseline = json.loads(fixed.output)["baseline"]
+    assert baseline["ratio_interval"]["inputs_alike"] is True and baseline["ratio_interval"]["sampling_halfwidth"] == 0
+    assert baseline["flops_source"] == COUNTED
+    dynamic = CliRunner().invoke(cli, [*args[:1], str(files / "dynamic.onnx"), *args[1:]])
+    assert dynamic.exit_code == 0, dynamic.output
+    interval = json.loads(dynamic.output)["baseline"]["ratio_interval"]
+    assert "inputs_alike" not in interval and interval["sample"] == 4 and interval["inputs"] == 12

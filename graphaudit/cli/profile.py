@@ -47,8 +47,10 @@ def profile_cmd(model, data, feeding, baseline, rounds, decide_at, batch_size, l
     Each block's static verdict (graphaudit static) is checked against what ran.
     """
     from graphaudit.analyses.static import audit_static
+    from graphaudit.load.data import data_shapes, input_specs
     from graphaudit.load.model import load_for_runtime
     from graphaudit.profile import profile_model
+    from graphaudit.profile.baseline import check_same_inputs
     from graphaudit.profile.session import held_for_profile
     from graphaudit.report.jsondoc import command_json
     from graphaudit.report.profile_text import render_text
@@ -63,8 +65,19 @@ def profile_cmd(model, data, feeding, baseline, rounds, decide_at, batch_size, l
                                opt_level=opt_level, threads=threads, limit=limit, trace=trace,
                                keep_profiles=keep_profiles, block_pattern=block_pattern, feeding=feeding)
     loaded = load_for_runtime(model)
-    static = audit_static(loaded, block_pattern=block_pattern)
+    # both graphs audited at the shape of one run of the data, as `run` audits them: where neither
+    # depends on input values, the baseline's FLOPs are its count, and inputs of one shape all do
+    # the same work (a sample's left out then widen nothing: profile.baseline.same_work)
+    shapes = data_shapes(data, input_specs(loaded.model, feeding=feeding), feeding)
+    static = audit_static(loaded, block_pattern=block_pattern, shapes=shapes)
     loaded = held_for_profile(loaded)  # its graph alone where the sessions read its file: the weights go
+    base, base_static = None, None
+    if baseline is not None:
+        base = load_for_runtime(baseline)
+        check_same_inputs(input_specs(loaded.model), input_specs(base.model), baseline)
+        base_static = audit_static(base, shapes=shapes)
+        base = held_for_profile(base)
     with ProgressBar(quiet=out.quiet) as bar:
-        report = profile_model(loaded, data, settings, baseline=baseline, static=static, progress=bar)
+        report = profile_model(loaded, data, settings, baseline=base, static=static, baseline_static=base_static,
+                               progress=bar)
     out.emit(command_json(report.to_json()) if out.fmt == "json" else render_text(report))
