@@ -23,6 +23,7 @@ from graphaudit.cli import cli
 from graphaudit.load.model import load_model
 from graphaudit.profile import profile_model
 from graphaudit.profile.baseline import ALIKE_METHOD, COUNTED, compare, ratio_interval, same_work
+from graphaudit.profile.rounds import FEWEST_SAMPLE, plan_sample
 from graphaudit.report.profile_text import render_text
 from graphaudit.verdict.decide import decide
 
@@ -44,22 +45,33 @@ def _static(path):
     return audit_static(load_model(path))
 
 
+def _clock(monkeypatch, step):
+    ticks = iter(np.cumsum([step() for _ in range(10**6)]).astype(np.int64))
+    monkeypatch.setattr(latency, "time", types.SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
+
+
 @pytest.fixture
 def noisy_seconds(monkeypatch):
     """A clock in which each run takes a second, give or take a seeded 30%."""
     rng = np.random.default_rng(0)
-    ticks = iter(np.cumsum([int(SECOND * (1 + 0.3 * rng.uniform(-1, 1))) for _ in range(10**6)]).astype(np.int64))
-    monkeypatch.setattr(latency, "time", types.SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
+    _clock(monkeypatch, lambda: int(SECOND * (1 + 0.3 * rng.uniform(-1, 1))))
+
+
+@pytest.fixture
+def second_per_run(monkeypatch):
+    """A clock in which every run takes one second."""
+    _clock(monkeypatch, lambda: SECOND)
 
 
 def test_inputs_do_the_same_work_where_neither_graph_depends_on_values_and_every_input_has_one_shape(files):
     fixed, dynamic = _static(files / "fixed.onnx"), _static(files / "dynamic.onnx")
     assert fixed.fixed_work and not dynamic.fixed_work  # an If the model decides: its work varies
     one = (("x", (1, 8, 4)),)
-    assert same_work(fixed, fixed, [one] * 5)
-    assert not same_work(fixed, fixed, [one, one, (("x", (1, 6, 4)),)])  # another length is other work
-    assert not same_work(dynamic, fixed, [one] * 5) and not same_work(fixed, dynamic, [one] * 5)
-    assert not same_work(None, fixed, [one]) and not same_work(fixed, None, [one])  # nothing says so
+    assert same_work([fixed, fixed], [one] * 5) and same_work([fixed], [one] * 5)  # with a baseline, or alone
+    assert not same_work([fixed, fixed], [one, one, (("x", (1, 6, 4)),)])  # another length is other work
+    assert not same_work([dynamic, fixed], [one] * 5) and not same_work([fixed, dynamic], [one] * 5)
+    assert not same_work([None, fixed], [one]) and not same_work([fixed, None], [one])  # nothing says so
+    assert not same_work([], [one])
 
 
 def test_alike_inputs_left_out_do_not_widen_the_interval_and_the_answer_says_why():
@@ -145,3 +157,23 @@ def test_graphaudit_profile_audits_both_graphs_at_the_datas_shape_as_run_does(fi
     assert dynamic.exit_code == 0, dynamic.output
     interval = json.loads(dynamic.output)["baseline"]["ratio_interval"]
     assert "inputs_alike" not in interval and interval["sample"] == 4 and interval["inputs"] == 12
+
+
+def test_a_sample_of_alike_inputs_holds_the_fewest_where_more_would_fit():
+    chosen, why = plan_sample(32, 0.5, 0.5, budget_s=120)
+    assert chosen > FEWEST_SAMPLE  # inputs that may differ: as many as fit half the budget
+    chosen, why = plan_sample(32, 0.5, 0.5, budget_s=120, alike=True)
+    assert chosen == FEWEST_SAMPLE and why.startswith(f"{FEWEST_SAMPLE} of 32 inputs, one drawn at random from each "
+                                                      f"of {FEWEST_SAMPLE} equal stretches of them: the fewest, as "
+                                                      "every input does the same work")
+    assert plan_sample(32, 0.001, 0.001, alike=True) == (32, "every input")  # all fit: no sample at all
+    assert plan_sample(32, 0.5, 0.5, budget_s=120, sample=9, alike=True) == (9, "as given")
+
+
+def test_a_profile_of_alike_inputs_samples_the_fewest_and_one_that_may_differ_as_many_as_fit(files, second_per_run):
+    fixed, dynamic, dense = _static(files / "fixed.onnx"), _static(files / "dynamic.onnx"), _static(files / "dense.onnx")
+    common = {"baseline": files / "dense.onnx", "threads": 1, "budget": 400, "baseline_static": dense}
+    alike = profile_model(files / "fixed.onnx", files / "many.npz", static=fixed, **common).to_json()["rounds"]
+    differ = profile_model(files / "dynamic.onnx", files / "many.npz", static=dynamic, **common).to_json()["rounds"]
+    assert (alike["sample"], differ["sample"]) == (FEWEST_SAMPLE, 9)  # 9 of 12 fit half of the 400 s budget
+    assert "the fewest, as every input does the same work" in alike["reason"]

@@ -197,17 +197,16 @@ def counted_flops(static: Any | None, feed_shapes: Sequence[tuple[tuple[str, tup
     return float(static.flops.total)
 
 
-def same_work(static: Any | None, baseline_static: Any | None,
-              feed_shapes: Sequence[tuple[tuple[str, tuple[int, ...]], ...]]) -> bool:
-    """Whether every input (batch) does the same work in the model and in the baseline: both
-    graphs (their StaticReports `static` and `baseline_static`) run every node once at the sizes
-    the input shapes fix, nothing in them depending on input values (`StaticReport.fixed_work`),
-    and every input is fed the same shapes (`feed_shapes`, one entry per input). One input's
-    pair ratio then differs from another's by the measurement's noise alone, which the rounds'
-    bootstrap holds: read as a difference between inputs, the noise of a busy machine widened a
-    160M FeatureGate's interval by ±11% and kept its profile timing to its budget
-    (benchmarks/NOTES.md). False where either report is missing (nothing then says so)."""
-    if static is None or baseline_static is None or not static.fixed_work or not baseline_static.fixed_work:
+def same_work(statics: Sequence[Any | None], feed_shapes: Sequence[tuple[tuple[str, tuple[int, ...]], ...]]) -> bool:
+    """Whether every input (batch) does the same work in each graph timed, the model's and the
+    baseline's where there is one: their StaticReports (`statics`) say they run every node once at
+    the sizes the input shapes fix, nothing in them depending on input values
+    (`StaticReport.fixed_work`), and every input is fed the same shapes (`feed_shapes`, one entry
+    per input). One input's time, or pair ratio, then differs from another's by the measurement's
+    noise alone, which the rounds' bootstrap holds: read as a difference between inputs, the noise
+    of a busy machine widened a 160M FeatureGate's interval by ±11% and kept its profile timing to
+    its budget (benchmarks/NOTES.md). False where a report is missing (nothing then says so)."""
+    if not statics or any(static is None or not static.fixed_work for static in statics):
         return False
     return len(set(feed_shapes)) == 1
 

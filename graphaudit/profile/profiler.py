@@ -111,8 +111,9 @@ def profile_model(
     `block_map` if given, else from the static block finder (with the settings' `block_pattern`);
     a StaticReport given as `static` has its block verdicts checked against what ran; the baseline's
     as `baseline_static` stands for its executed FLOPs where it is them (baseline.counted_flops),
-    and its evidence runs are left out; where both say every input does the same work
-    (baseline.same_work), the inputs a sample leaves out do not widen the ratio's interval. `batch_size`
+    and its evidence runs are left out; where they say every input does the same work
+    (baseline.same_work), a chosen sample holds the fewest inputs, and those it leaves out do not
+    widen the ratio's interval. `batch_size`
     None: 1, or the model's own batch when its inputs fix their first dimension (another size is
     then a UsageError; inputs past the last whole batch are left out, with a note). `feeding`:
     values fed whole to every run and inputs batched on an axis of their own
@@ -145,8 +146,9 @@ def profile_model(
     batches = list(inputs.batches(batch_size))
     feeds = [feed for _, feed in batches]
     feed_shapes = [tuple((k, tuple(v.shape)) for k, v in sorted(feed.items())) for feed in feeds]
-    # where every input does the same work in both graphs, those a sample leaves out widen nothing
-    alike = base is not None and same_work(static, baseline_static, feed_shapes)
+    # where every input does the same work in each graph, a sample needs no more than the fewest
+    # inputs, and those it leaves out widen nothing
+    alike = same_work([static] if base is None else [static, baseline_static], feed_shapes)
     runnable = runnable_model(loaded)
     mg = build_graph(runnable.model)
     blocks = assign_blocks(mg, block_map, block_pattern)
@@ -178,7 +180,7 @@ def profile_model(
             run_s = [float(t) / 1e9 for t in warm_up(probe, [0], max(warmup, 1))]
             model_s, baseline_s = run_s[0], sum(run_s[1:])
             sample, sample_why = plan_sample(n, model_s, baseline_s, budget_s=budget, sample=asked.sample,
-                                             profile_runs=profile_runs)
+                                             profile_runs=profile_runs, alike=alike)
             del probe  # its runners hold the sessions: they go with the others
             chosen = sample_rows(n, sample)
             picked = [feeds[i] for i in chosen]

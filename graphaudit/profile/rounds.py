@@ -12,7 +12,7 @@ What is not given is chosen from measured times, so another run may choose other
 
 - the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
   them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
-  FEWEST_SAMPLE, one drawn at random (seeded) from each of as many equal stretches of the data
+  FEWEST_SAMPLE (FEWEST_SAMPLE alone where every input does the same work: baseline.same_work), one drawn at random (seeded) from each of as many equal stretches of the data
   (`sample_rows`): spread over the data as a systematic sample is, and no pattern that repeats along
   it lines up with the picks, so the sampled inputs stand for a random sample of them all (the
   compute-savings interval counts what those left out could change as for one);
@@ -139,9 +139,11 @@ def sample_cost(inputs: int, model_s: float, baseline_s: float = 0.0, profile_ru
 
 
 def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_s: float = DEFAULT_BUDGET_S,
-                sample: int | None = None, profile_runs: int | None = None) -> tuple[int, str]:
+                sample: int | None = None, profile_runs: int | None = None, alike: bool = False) -> tuple[int, str]:
     """(inputs to profile, why) out of `inputs`: `sample` where given, else every input where
-    their fewest rounds fit SAMPLE_SHARE of `budget_s`, else as many as do, at least FEWEST_SAMPLE."""
+    their fewest rounds fit SAMPLE_SHARE of `budget_s`, else as many as do, at least FEWEST_SAMPLE;
+    FEWEST_SAMPLE where every input does the same work (`alike`: baseline.same_work), whose time
+    the rounds tell as well on a few inputs as on many."""
     if sample is not None:
         return min(sample, inputs), "as given"
     share = SAMPLE_SHARE * budget_s
@@ -149,6 +151,12 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
     fits = int(share // per_input) if per_input > 0 else inputs
     if fits >= inputs:
         return inputs, "every input"
+    if alike:
+        chosen = min(inputs, FEWEST_SAMPLE)
+        return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: the fewest, as every input does the same "
+                        f"work in each graph timed (nothing in it depends on input values, and every input has the "
+                        f"same shapes), and a run takes {_seconds(model_s + baseline_s)}, so all of them would take "
+                        f"about {_seconds(per_input * inputs)}, past half the {_seconds(budget_s)} budget")
     chosen = max(min(inputs, FEWEST_SAMPLE), fits)
     return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: "
                     f"a run takes {_seconds(model_s + baseline_s)}, "
