@@ -185,12 +185,15 @@ def rounds_options(prefix: str = "") -> Callable:
         click.option(f"--{prefix}precision", "precision", type=float, default=s.DEFAULT_PRECISION, show_default=True,
                      help="Timed rounds stop once the 95% interval of the latency ratio to the baseline (without "
                           "one, of the latency) over the rounds is within this fraction of it (0.02: ±2%); what "
-                          "the inputs left out of a sample could change widens the interval the verdict reads."),
+                          "the inputs left out of a sample could change widens the interval the verdict reads, "
+                          "unless every input does the same work in both graphs."),
         click.option(f"--{prefix}sample", "sample", type=int, help=(
             "Inputs (batches) profiled, one drawn at random (seeded) from each of as many equal stretches of the "
             "data (default: every input where the fewest "
-            f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}); the "
-            "compute-savings verdict counts what the inputs left out could change.")))
+            f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}, and "
+            f"{s.FEWEST_SAMPLE} where every input does the same work: nothing in the graphs depends on input values "
+            "and the inputs share one shape); the compute-savings verdict counts what the inputs left out could "
+            "change, where they could.")))
 
 
 def _ray_settings(ray: str | None, workers: int | None) -> dict[str, Any]:
