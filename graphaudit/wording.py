@@ -122,6 +122,10 @@ def bracketed(ci, digits: int = 4, *, percent: bool = False, missing: str = DASH
 SAMPLE_OPTION = "--sample (run's --profile-sample)"
 # What decides more where a profile's sample of the inputs cannot
 LARGER_SAMPLE = f"a larger sample, {SAMPLE_OPTION}"
+# Why a profile's inputs are alike (profile.baseline.same_work): their sample is the fewest, and
+# those it leaves out widen nothing
+SAME_WORK_WORDS = ("every input does the same work in each graph timed (nothing in it depends on input values, "
+                   "and every input has the same shapes)")
 
 
 def drawn(sample: int) -> str:

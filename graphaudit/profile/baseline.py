@@ -53,7 +53,7 @@ from graphaudit.load.data import InputSpec
 from graphaudit.profile.breakdown import GroupTime
 from graphaudit.profile.latency import Spread, batch_latency_ms, spread
 from graphaudit.profile.settings import INTERVAL_LEVEL
-from graphaudit.wording import pct
+from graphaudit.wording import SAME_WORK_WORDS, pct
 
 RESAMPLES = 500
 RATIO_METHOD = ("each input's median over rounds of its model run's latency over the baseline run's beside it, "
@@ -66,9 +66,8 @@ INTERVAL_METHOD = ("bootstrap over the timed rounds, each resampled round the sa
 SAMPLED_METHOD = (INTERVAL_METHOD + "; the profile timed a sample of the inputs, so each side is widened, in "
                   "quadrature, by what the inputs left out could change: Student's t at the sample's size times "
                   "the standard error of a ratio from a simple random sample, finite population corrected")
-ALIKE_METHOD = (INTERVAL_METHOD + "; the profile timed a sample of the inputs, but every input does the same work "
-                "in both graphs (nothing in either depends on input values, and every input has the same shapes), "
-                "so what the inputs left out could change is the measurement's noise the rounds hold: not widened")
+ALIKE_METHOD = (INTERVAL_METHOD + f"; the profile timed a sample of the inputs, but {SAME_WORK_WORDS}, so what "
+                "the inputs left out could change is the measurement's noise the rounds hold: not widened")
 # Student's t quantile at 97.5% (a two-sided 95% interval) by degrees of freedom; past the table,
 # 1.96 + 2.4 / df is within 0.002 of it
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,

@@ -12,7 +12,8 @@ What is not given is chosen from measured times, so another run may choose other
 
 - the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
   them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
-  FEWEST_SAMPLE (FEWEST_SAMPLE alone where every input does the same work: baseline.same_work), one drawn at random (seeded) from each of as many equal stretches of the data
+  FEWEST_SAMPLE (FEWEST_SAMPLE alone where every input does the same work: baseline.same_work),
+  one drawn at random (seeded) from each of as many equal stretches of the data
   (`sample_rows`): spread over the data as a systematic sample is, and no pattern that repeats along
   it lines up with the picks, so the sampled inputs stand for a random sample of them all (the
   compute-savings interval counts what those left out could change as for one);
@@ -45,7 +46,7 @@ from graphaudit.profile.settings import (
     INTERVAL_LEVEL,
     MOST_CHOSEN_RUNS,
 )
-from graphaudit.wording import SAMPLE_OPTION, drawn, pct
+from graphaudit.wording import SAME_WORK_WORDS, SAMPLE_OPTION, drawn, pct
 
 __all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_decide_at", "check_precision", "check_rounds",
@@ -151,15 +152,10 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
     fits = int(share // per_input) if per_input > 0 else inputs
     if fits >= inputs:
         return inputs, "every input"
-    if alike:
-        chosen = min(inputs, FEWEST_SAMPLE)
-        return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: the fewest, as every input does the same "
-                        f"work in each graph timed (nothing in it depends on input values, and every input has the "
-                        f"same shapes), and a run takes {_seconds(model_s + baseline_s)}, so all of them would take "
-                        f"about {_seconds(per_input * inputs)}, past half the {_seconds(budget_s)} budget")
-    chosen = max(min(inputs, FEWEST_SAMPLE), fits)
+    chosen = min(inputs, FEWEST_SAMPLE) if alike else max(min(inputs, FEWEST_SAMPLE), fits)
     return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: "
-                    f"a run takes {_seconds(model_s + baseline_s)}, "
+                    + (f"the fewest, as {SAME_WORK_WORDS}, and " if alike else "")
+                    + f"a run takes {_seconds(model_s + baseline_s)}, "
                     f"so the fewest rounds of all would take about {_seconds(per_input * inputs)}, past half the "
                     f"{_seconds(budget_s)} budget")
 

@@ -18,7 +18,7 @@ from graphaudit.profile.settings import FEWEST_TIMED_ROUNDS, SAVINGS_RATIO_MAX
 from graphaudit.profile.what_ran import per_input, profiled_sample
 from graphaudit.verdict.conditional_execution import conditional_execution, skippable_blocks
 from graphaudit.verdict.findings import INCONCLUSIVE, NO, NOT_MEASURED, YES, Evidence, Finding
-from graphaudit.wording import LARGER_SAMPLE, drawn, fmt, listed, median, num, pct
+from graphaudit.wording import LARGER_SAMPLE, SAME_WORK_WORDS, drawn, fmt, listed, median, num, pct
 
 SAME_WORK = 0.995  # executed FLOPs at least this share of the baseline's: no less work done
 
@@ -166,8 +166,7 @@ def _sampled(profile: dict, interval: dict) -> str:
     if "sampling_halfwidth" not in interval:  # a document written before the inputs left out were counted
         return where + " (a bootstrap that keeps every sampled input)"
     if interval.get("inputs_alike"):
-        return (where + f" (a bootstrap that keeps every sampled input; every input does the same work in both "
-                f"graphs, nothing in either depending on input values and every input of the same shapes, so the "
+        return (where + f" (a bootstrap that keeps every sampled input; {SAME_WORK_WORDS}, so the "
                 f"{inputs - sample} left out could change only the noise the rounds hold: not widened)")
     widen = num(interval.get("sampling_halfwidth"))
     if widen is None:
