@@ -66,8 +66,8 @@ from graphaudit.analyses.static import audit_static
 from graphaudit.graph.build import build_graph, paused_gc
 from graphaudit.load import external_data
 from graphaudit.load import model as load
-from graphaudit.load.checker import check_model
-from graphaudit.load.inference import with_inferred_shapes
+from graphaudit.load.checker import check_model, handed
+from graphaudit.load.inference import INFER_WEIGHTS_OVER, with_inferred_shapes
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import WEIGHTS_FILE, transformer_graph
 
@@ -173,9 +173,9 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
         model, data = step("load: parse", load._parse_file, path)
         external = step("load: external locations", loader_locations, model, data)
         del data
-        copy = step("load: checker's copy", external_data.as_inputs, model)
-        step("load: checker", check_model, copy, path)
-        inferred = step("load: shape inference", with_inferred_shapes, model)[0]
+        copy, encoded = step("load: checker's copy, encoded", handed, model, None, INFER_WEIGHTS_OVER)
+        step("load: checker", check_model, copy, path, payload=encoded)
+        inferred = step("load: shape inference", with_inferred_shapes, model, None, (copy, encoded))[0]
         loaded = load.LoadedModel(inferred, path, False, tuple(external), True)
         with paused_gc():
             mg = step("audit: graph model", build_graph, inferred)
@@ -185,7 +185,7 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
             step("audit: verdicts", execution_verdicts, mg, blocks, coefs, dm)
         # Freed now, as at the end of audit_static: kept alive into the next round, the
         # graph model's objects would make a garbage collection in the loader's steps slow.
-        del model, copy, inferred, loaded, mg, dm, blocks, coefs
+        del model, copy, encoded, inferred, loaded, mg, dm, blocks, coefs
     return {name: statistics.median(v[1:]) for name, v in times.items()}
 
 

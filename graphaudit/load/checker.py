@@ -73,10 +73,11 @@ def check_model(model: onnx.ModelProto, path: Path | None, nested: Sequence[str]
 
 
 def handed(model: onnx.ModelProto, data: bytes | None, over: int) -> tuple[onnx.ModelProto, bytes | None]:
-    """What the checker is handed of `model`, and its encoding where `data` (the file's bytes, None
-    where the model changed) is it: a copy whose external weights, and whose inline weights past
-    `over` bytes the checker would only count (`_only_counted`), are typed graph inputs; else
-    `model` and `data`.
+    """What the checker is handed of `model`, and its encoding (None past protobuf's limit): a copy
+    whose external weights, and whose inline weights past `over` bytes the checker would only
+    count (`_only_counted`), are typed graph inputs; else `model`, encoded as `data` where that is
+    it (the file's bytes, None where the model changed). Shape inference takes the same encoding
+    while the model stays as it was checked (`load.inference.with_inferred_shapes`).
 
     The checker reads no weight's values: it checks a tensor's type, its one value field and
     that field's size. Handed the file's bytes, it parsed every inline weight again in C++, the
@@ -87,11 +88,12 @@ def handed(model: onnx.ModelProto, data: bytes | None, over: int) -> tuple[onnx.
     inline = any(t.data_location != onnx.TensorProto.EXTERNAL and (external_data.tensor_bytes(t) or 0) > over
                  for t in model.graph.initializer)
     if not outside and not inline:
-        return model, data
+        return model, data if data is not None else _serialised(model)
     # the walk reads every field of the graph: only where an inline weight's size is asked
     spans = raw_data_spans(data) if inline and data is not None else None
-    return external_data.as_inputs(
-        model, lambda t: t.data_location == onnx.TensorProto.EXTERNAL or _only_counted(t, over, spans)), None
+    copy = external_data.as_inputs(
+        model, lambda t: t.data_location == onnx.TensorProto.EXTERNAL or _only_counted(t, over, spans))
+    return copy, _serialised(copy)
 
 
 # TensorProto's value fields besides raw_data

@@ -31,8 +31,7 @@ _SKIP_NORMS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 def with_shape_functions(model: onnx.ModelProto, *, copy: bool) -> onnx.ModelProto:
     """`model` (or, with `copy`, a copy of it) whose fused ONNX Runtime nodes of the main graph
     call shape functions; `model` itself when it has none."""
-    if not any(o.domain in (MS, "com.ms.internal.nhwc") for o in model.opset_import) and \
-            not any(n.op_type in _DEFAULT_DOMAIN_EXTRAS and not n.domain for n in model.graph.node):
+    if not may_need_shape_functions(model):
         return model
     dims = _known_dims(model.graph)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
@@ -64,6 +63,14 @@ def with_shape_functions(model: onnx.ModelProto, *, copy: bool) -> onnx.ModelPro
         del node.attribute[:]
     model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
     return model
+
+
+def may_need_shape_functions(model: onnx.ModelProto) -> bool:
+    """Whether the main graph may hold a fused ONNX Runtime node (`with_shape_functions` gives
+    those it can shape a function of their own): it imports ONNX Runtime's domain, or holds one
+    of the operators ONNX Runtime adds to the default domain."""
+    return any(o.domain in (MS, "com.ms.internal.nhwc") for o in model.opset_import) or \
+        any(n.op_type in _DEFAULT_DOMAIN_EXTRAS and not n.domain for n in model.graph.node)
 
 
 def _known_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:

@@ -47,14 +47,14 @@ def is_fixed_shape(shape: tuple[int | str | None, ...] | None) -> TypeGuard[tupl
 
 
 def name_free_dims(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None) -> int:
-    """How many free dimensions of `model`'s graph inputs were given a symbol of their own (the
-    model is changed in place: the caller owns it); free spellings elsewhere are cleared.
+    """How many dimensions were changed: each free one of `model`'s graph inputs given a symbol of
+    its own, free spellings elsewhere cleared (the model is changed in place: the caller owns it).
     `every`: the model's graphs, as `protos.graphs` lists them, where the caller has them."""
     every = every or list(graphs(model.graph))
     taken = {d.dim_param for g in every for v in (*g.input, *g.output, *g.value_info)
              if v.type.HasField("tensor_type") for d in v.type.tensor_type.shape.dim if d.dim_param}
     weights = {t.name for t in model.graph.initializer}
-    named = 0
+    changed = 0
     for value in model.graph.input:
         if value.name in weights or not value.type.HasField("tensor_type"):
             continue
@@ -65,7 +65,7 @@ def name_free_dims(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | No
                     symbol += "_"
                 taken.add(symbol)
                 dim.dim_param = symbol
-                named += 1
+                changed += 1
     for graph in every:
         values = (*graph.output, *graph.value_info, *(graph.input if graph is not model.graph else ()))
         for value in values:
@@ -73,4 +73,5 @@ def name_free_dims(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | No
                 for dim in value.type.tensor_type.shape.dim:
                     if dim.WhichOneof("value") is not None and is_free(dim):
                         dim.Clear()
-    return named
+                        changed += 1
+    return changed

@@ -1,9 +1,10 @@
 """Shape inference as the loader runs it, and at given input sizes.
 
 `with_inferred_shapes` gives a model ONNX's inferred shapes (with data propagation), handing
-inference its large inline weights as typed inputs only, ONNX Runtime's fused operators as shape
-functions (graphaudit.load.contrib_shapes), and each body's values under names of their own where
-names repeat across bodies; `typed_outputs` types the outputs a graph leaves untyped, as ONNX
+inference its large inline weights as typed inputs only (its external ones too, where it takes
+the encoding the ONNX checker was handed), ONNX Runtime's fused operators as shape functions
+(graphaudit.load.contrib_shapes), and each body's values under names of their own where names
+repeat across bodies; `typed_outputs` types the outputs a graph leaves untyped, as ONNX
 Runtime does; `infer_at` finds the concrete shape of every value with the inputs at given
 sizes, computing the shape arguments data propagation leaves unknown
 (graphaudit.load.shape_values).
@@ -18,7 +19,7 @@ from onnx import shape_inference
 
 from graphaudit.errors import brief
 from graphaudit.load import external_data, repair
-from graphaudit.load.contrib_shapes import with_shape_functions
+from graphaudit.load.contrib_shapes import may_need_shape_functions, with_shape_functions
 from graphaudit.load.node_ids import node_ids
 from graphaudit.load.protos import graphs, has_bodies, names_repeat_across_graphs, rename_body_values, restore_names
 from graphaudit.load.shape_values import fold_shape_arguments
@@ -40,22 +41,26 @@ def typed_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, .
     return inferred, tuple(name for name in untyped if name not in still)
 
 
-def with_inferred_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | None = None
-                  ) -> tuple[onnx.ModelProto, bool, str | None]:
+def with_inferred_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | None = None,
+                         checked: tuple[onnx.ModelProto, bytes] | None = None
+                         ) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
     (`_inferred`); where a value name repeats across bodies, inferred with each body's values
     under names of their own (`protos.rename_body_values`), given back after. `every`: the
-    model's graphs, as `graphs` lists them, where the caller has them."""
+    model's graphs, as `graphs` lists them, where the caller has them. `checked`: what the ONNX
+    checker was handed of `model` and its encoding (`load.checker.handed`), where the model has
+    not changed since."""
     every = every if every is not None else list(graphs(model.graph))
     back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph, every) else {}
-    result = _inferred(model, every)
+    result = _inferred(model, every, None if back else checked)
     if back:
         for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
             restore_names(graph, back)
     return result
 
 
-def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto]) -> tuple[onnx.ModelProto, bool, str | None]:
+def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto],
+              checked: tuple[onnx.ModelProto, bytes] | None = None) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
 
     Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
@@ -64,7 +69,15 @@ def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto]) -> tuple[onn
     (the value types and output shapes of every graph and body) is written into `model`
     itself, which the caller owns. Encoding, parsing and copying the weights was most of
     inference's time on a model that holds them.
+
+    The checker's copy (`checked`) is such a copy already, its external weights typed inputs
+    too: inference reads no value of theirs either way, and where one sets a shape it carries on
+    past it with that shape unknown (handed the external reference, it typed nothing after it).
+    Inference takes that copy's encoding, unless a node needs a shape function or a weight it
+    would not be handed is still inline there.
     """
+    if checked is not None and not may_need_shape_functions(model) and not heavy_weights(checked[0]):
+        return _inferred_from(model, every, *checked)
     plain = _without_weights(model)
     skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators
     try:
@@ -79,13 +92,39 @@ def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto]) -> tuple[onn
             return model, False, brief(err)
     if skeleton is model:
         return inferred, True, None
+    _written_back(every, inferred)
+    return model, True, None
+
+
+def _inferred_from(model: onnx.ModelProto, every: list[onnx.GraphProto], handed: onnx.ModelProto,
+                   encoding: bytes) -> tuple[onnx.ModelProto, bool, str | None]:
+    """`_inferred`, inference run on `encoding`, that of `handed`: `model` itself or a copy whose
+    weights are typed graph inputs."""
+    try:
+        inferred = shape_inference.infer_shapes(encoding, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as err:  # noqa: BLE001 - inference failure is reported, the graph still loads
+        return model, False, brief(err)
+    if handed is model:
+        return inferred, True, None
+    if all(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        # each weight a reference of a few bytes: given back to the inferred copy (the inputs
+        # they became come last), in less than half the time of writing its value types back
+        del inferred.graph.input[len(model.graph.input):]
+        inferred.graph.initializer.extend(model.graph.initializer)
+        return inferred, True, None
+    _written_back(every, inferred)
+    return model, True, None
+
+
+def _written_back(every: list[onnx.GraphProto], inferred: onnx.ModelProto) -> None:
+    """Write what inference found in a copy of the model (`inferred`) into the model's own graphs
+    (`every`): each graph's value types and output types."""
     # the same bodies, in the same order (inference adds none: a graph without any has one)
     for mine, found in zip(every, graphs(inferred.graph) if len(every) > 1 else [inferred.graph]):
         del mine.value_info[:]
         mine.value_info.extend(found.value_info)
         for output, typed in zip(mine.output, found.output):
             output.CopyFrom(typed)
-    return model, True, None
 
 
 def infer_at(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
@@ -165,6 +204,12 @@ def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
 def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of `model` whose inline initializers past INFER_WEIGHTS_OVER bytes are typed graph
     inputs (none copied); `model` itself when it has none."""
-    heavy = {t.name for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
-             and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
+    heavy = heavy_weights(model)
     return external_data.as_inputs(model, lambda t: t.name in heavy) if heavy else model
+
+
+def heavy_weights(model: onnx.ModelProto) -> set[str]:
+    """The main graph's inline initializers past INFER_WEIGHTS_OVER bytes, which inference is
+    handed as typed inputs only."""
+    return {t.name for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL
+            and (external_data.tensor_bytes(t) or 0) > INFER_WEIGHTS_OVER}
