@@ -109,13 +109,19 @@ def test_inline_models_hand_inference_the_files_own_bytes(tmp_path, handed_to_in
     assert loaded.model.SerializeToString() == load_model(tmp_path / "m.onnx").model.SerializeToString()
 
 
-def test_a_model_changed_after_the_check_is_encoded_again(tmp_path, handed_to_inference):
-    """A free dimension named after the check (-1 written as the batch): the checker's encoding is
-    no longer the model's, so inference takes the model."""
-    path = _save_external(_mlp(batch=-1), tmp_path)
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_a_model_changed_after_the_check_is_encoded_again(tmp_path, handed_to_inference, where):
+    """A free dimension named after the check (-1 written as an input's batch), or a free spelling
+    cleared ("?" in an output): the checker's encoding is no longer the model's, so inference
+    takes the model."""
+    model = _mlp(batch=-1 if where == "input" else "b")
+    if where == "output":
+        model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "?"
+    path = _save_external(model, tmp_path)
     loaded = load_model(path, weights=False)
     assert [kind for kind, _ in handed_to_inference] == ["model"]
-    assert loaded.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param.startswith("free__")
+    if where == "input":
+        assert loaded.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param.startswith("free__")
 
 
 def test_a_fused_runtime_operator_takes_the_model_and_its_shape_functions(tmp_path, handed_to_inference):
