@@ -33,7 +33,7 @@ def check_model(model: onnx.ModelProto, path: Path | None, nested: Sequence[str]
            payload: bytes | None = None) -> None:
     """Run the ONNX checker on `model`, whose external weights (if any) are graph inputs but for
     tensors nested in subgraphs, attributes or functions, stored in the files `nested` names.
-    `payload`: `model`'s encoding when the caller has it (the file it was parsed from)."""
+    `payload`: `model`'s encoding when the caller has it (as `handed` gives it)."""
     where = f" in {path}" if path else ""
     try:
         if payload is None or len(payload) > _PROTOBUF_LIMIT:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -138,13 +139,11 @@ def load_model(
     checked: tuple[onnx.ModelProto, bytes] | None = None
     if check:
         try:
-            checkable, payload = handed(model, data, INFER_WEIGHTS_OVER)
-            check_model(checkable, path, external if nested else (), payload=payload)
-            checked = (checkable, payload) if payload is not None else None
+            checked = _checked(model, data, path, external if nested else ())
         except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
             moved = sort_nodes(model.graph)
             every = list(graphs(model.graph))
-            check_model(handed(model, None, INFER_WEIGHTS_OVER)[0], path, external if nested else ())
+            checked = _checked(model, None, path, external if nested else ())
     del data  # what follows works on the parsed model
     if name_free_dims(model, every):  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
         checked = None
@@ -207,6 +206,17 @@ def check_external_weights(loaded: LoadedModel) -> LoadedModel:
     assert folder is not None  # require_files refused a model without one
     external_data.check_extents(external_data.external_tensors(loaded.model), folder, loaded.path)
     return replace(loaded, weights_checked=True)
+
+
+def _checked(model: onnx.ModelProto, data: bytes | None, path: Path | None,
+             nested: Sequence[str]) -> tuple[onnx.ModelProto, bytes] | None:
+    """What the ONNX checker was handed of `model` (`checker.handed`; `data`: the file's bytes
+    where they are still its encoding) and its encoding, once the checker has passed it; None
+    where no encoding was made (past protobuf's limit). `nested`: the files of external tensors
+    outside the main graph's initializers."""
+    checkable, payload = handed(model, data, INFER_WEIGHTS_OVER)
+    check_model(checkable, path, nested, payload=payload)
+    return (checkable, payload) if payload is not None else None
 
 
 def _parse_file(path: Path) -> tuple[onnx.ModelProto, bytes]:
