@@ -109,19 +109,26 @@ def test_inline_models_hand_inference_the_files_own_bytes(tmp_path, handed_to_in
     assert loaded.model.SerializeToString() == load_model(tmp_path / "m.onnx").model.SerializeToString()
 
 
-@pytest.mark.parametrize("where", ["input", "output"])
+@pytest.mark.parametrize("where", ["input", "output", "function"])
 def test_a_model_changed_after_the_check_is_encoded_again(tmp_path, handed_to_inference, where):
-    """A free dimension named after the check (-1 written as an input's batch), or a free spelling
-    cleared ("?" in an output): the checker's encoding is no longer the model's, so inference
-    takes the model."""
-    model = _mlp(batch=-1 if where == "input" else "b")
+    """A free dimension named after the check (-1 written as an input's batch), a free spelling
+    cleared ("?" in an output), or a call of a local function inlined: the checker's encoding is
+    no longer the model's, so inference takes the model."""
+    model = _mlp(batch=-1 if where == "input" else "b",
+                 opset_extra=[helper.make_opsetid("local", 1)] if where == "function" else ())
     if where == "output":
         model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "?"
+    if where == "function":
+        model.functions.append(helper.make_function("local", "Act", ["i"], ["o"], [helper.make_node("Relu", ["i"], ["o"])],
+                                                    [helper.make_opsetid("", 17)]))
+        model.graph.node[1].CopyFrom(helper.make_node("Act", ["h"], ["a"], name="act", domain="local"))
     path = _save_external(model, tmp_path)
     loaded = load_model(path, weights=False)
     assert [kind for kind, _ in handed_to_inference] == ["model"]
     if where == "input":
         assert loaded.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param.startswith("free__")
+    if where == "function":
+        assert loaded.inlined_calls == 1 and [n.op_type for n in loaded.model.graph.node][1] == "Relu"
 
 
 def test_a_fused_runtime_operator_takes_the_model_and_its_shape_functions(tmp_path, handed_to_inference):

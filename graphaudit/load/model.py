@@ -150,12 +150,12 @@ def load_model(
     inlined_calls = 0
     inlined_functions: tuple[str, ...] = ()
     if inline and model.functions:  # before inference, which then types the inlined bodies' values too
+        checked = None  # what it holds (the file's bytes, maybe) goes before an inlined copy is made
         found = inline_functions(model)
         if found is not None:
             inlined_functions = tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions)
             model, inlined_calls = found
             every = list(graphs(model.graph))
-            checked = None
     inferred_ok, inferred_error = True, None
     if infer_shapes:
         model, inferred_ok, inferred_error = with_inferred_shapes(model, every, checked)
