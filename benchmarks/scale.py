@@ -1,7 +1,8 @@
 """The whole `graphaudit run` at Pythia-like sizes, against the bare ONNX Runtime runs it needs.
 
     python benchmarks/scale.py [--sizes 70m,160m] [--models featuregate,mudd] [--workdir DIR]
-                               [--calib 32] [--eval 32] [--tokens 128] [--profile-budget S]
+                               [--calib 32] [--eval 32] [--inputs 32,128] [--tokens 128]
+                               [--profile-budget S]
 
 (`--sizes tiny`: a model of a few thousand parameters, for checking that the script runs.)
 
@@ -24,9 +25,12 @@ process of its own whose wall time and peak resident memory are read from the ke
    process's peak.
 
 The time ratio is the audit's whole wall time over the floor's runs; the memory ratio is peak
-over peak. Built files are kept in `--workdir` (default: a temporary folder, removed after)
-and reused when present. Downloads nothing; needs the `exporters` extra (torch). Prints
-Markdown for BENCHMARKS.md.
+over peak. `--inputs 32,128` measures each size and model at each count (that many calibration
+and as many evaluation inputs) in the same run, and prints how the audit's peak and the floor's
+grow from the fewest inputs to the most: the audit's memory should stay flat as inputs grow.
+Built files are kept in `--workdir` (default: a temporary folder, removed after) and reused
+when present. Downloads nothing; needs the `exporters` extra (torch). Prints Markdown for
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -143,6 +147,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="Keep the exported models here and reuse them.")
     parser.add_argument("--calib", type=int, default=32)
     parser.add_argument("--eval", type=int, default=32)
+    parser.add_argument("--inputs", help="Counts measured in one run, each as calibration and as evaluation inputs "
+                        "(e.g. 32,128; overrides --calib and --eval); prints the peaks' growth over the counts.")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--profile-budget", type=float, help="Passed to the audit (default: the audit's own, 30 s).")
     args = parser.parse_args()
@@ -151,46 +157,77 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"expected sizes among {', '.join(SIZES)}, found {', '.join(unknown)}")
     models = [m for m in args.models.split(",") if m]
+    try:
+        counts = [(n, n) for n in sorted({int(c) for c in args.inputs.split(",") if c})] if args.inputs else []
+    except ValueError:
+        raise SystemExit(f"expected --inputs as counts such as 32,128, found {args.inputs!r}") from None
+    if any(n < 1 for n, _ in counts):
+        raise SystemExit(f"expected --inputs counts of at least 1, found {args.inputs!r}")
+    counts = counts or [(args.calib, args.eval)]
     with tempfile.TemporaryDirectory(prefix="graphaudit-scale-") as tmp:
         root = (args.workdir or Path(tmp)).resolve()
         rows = []
         for size in sizes:
             folder = root / size
             params = {n: build(folder, size, n) for n in ["dense", *models]}
-            calib, data = token_sets(folder, SIZES[size]["vocab"], args.calib, args.eval, args.tokens)
-            for name in models:
-                result = measure(folder, name, calib, data, args.profile_budget)
-                rows.append((size, name, params.get(name), result))
-                print(f"{size} {name}: audit {result['wall']:.1f} s, {result['peak']:.0f} MiB; floor "
-                      f"{result['runs_s']:.1f} s, {result['floor_peak']:.0f} MiB", file=sys.stderr)
-    report(rows, args)
+            for n_calib, n_eval in counts:
+                calib, data = token_sets(folder, SIZES[size]["vocab"], n_calib, n_eval, args.tokens)
+                for name in models:
+                    result = measure(folder, name, calib, data, args.profile_budget)
+                    rows.append((size, name, params.get(name), {**result, "inputs": (n_calib, n_eval)}))
+                    print(f"{size} {name} ({n_calib} + {n_eval} inputs): audit {result['wall']:.1f} s, "
+                          f"{result['peak']:.0f} MiB; floor {result['runs_s']:.1f} s, {result['floor_peak']:.0f} MiB",
+                          file=sys.stderr)
+    report(rows, args, counts)
 
 
-def report(rows: list, args) -> None:
+def report(rows: list, args, counts: list[tuple[int, int]]) -> None:
     import onnxruntime as ort
 
     budget = f"--profile-budget {args.profile_budget:g}" if args.profile_budget is not None else "the default budget"
-    print(f"{args.calib} calibration and {args.eval} evaluation inputs of {args.tokens} random tokens; random "
+    given = " or ".join(f"{c} calibration and {e} evaluation" for c, e in counts)
+    print(f"{given} inputs of {args.tokens} random tokens; random "
           f"weights; the audit's profile at {budget}; ONNX Runtime {ort.__version__} CPU, {platform.machine()}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end\n")
-    print("| size | model | parameters | audit s | floor s (capture + 6 conditions) | time over floor | "
+    print("| size | model | parameters | inputs | audit s | floor s (capture + 6 conditions) | time over floor | "
           "audit peak MiB | floor peak MiB | memory over floor |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for size, name, params, r in rows:
         count = f"{params / 1e6:.0f}M" if params else "(built before)"
-        print(f"| {size} | {name} | {count} | {r['wall']:.1f} | {r['runs_s']:.1f} (capture {r['capture_s']:.1f}) | "
-              f"{r['wall'] / r['runs_s']:.2f}x | {r['peak']:.0f} | {r['floor_peak']:.0f} | "
+        print(f"| {size} | {name} | {count} | {_inputs(r)} | {r['wall']:.1f} | {r['runs_s']:.1f} (capture "
+              f"{r['capture_s']:.1f}) | {r['wall'] / r['runs_s']:.2f}x | {r['peak']:.0f} | {r['floor_peak']:.0f} | "
               f"{r['peak'] / r['floor_peak']:.2f}x |")
-    print("\n| size | model | load s | static s | replay s | profile s | replay over floor | profile rounds |")
-    print("|---|---|---|---|---|---|---|---|")
+    if len(counts) > 1:
+        print(f"\n| size | model | audit peak MiB, {_inputs(rows[0][3], counts[0])} → {_inputs(rows[0][3], counts[-1])} "
+              "inputs | growth | floor peak MiB | growth |")
+        print("|---|---|---|---|---|---|")
+        for (size, name), by_count in _by_model(rows).items():
+            few, many = by_count[counts[0]], by_count[counts[-1]]
+            print(f"| {size} | {name} | {few['peak']:.0f} → {many['peak']:.0f} | {many['peak'] / few['peak']:.2f}x | "
+                  f"{few['floor_peak']:.0f} → {many['floor_peak']:.0f} | {many['floor_peak'] / few['floor_peak']:.2f}x |")
+    print("\n| size | model | inputs | load s | static s | replay s | profile s | replay over floor | profile rounds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size, name, _, r in rows:
         timing, profile = r["doc"].get("timing") or {}, r["doc"].get("profile") or {}
         rounds = profile.get("rounds") or {}
-        print(f"| {size} | {name} | {timing.get('load_s', 0):.1f} | {timing.get('static_s', 0):.1f} | "
+        print(f"| {size} | {name} | {_inputs(r)} | {timing.get('load_s', 0):.1f} | {timing.get('static_s', 0):.1f} | "
               f"{timing.get('replay_s', 0):.1f} | {timing.get('profile_s', 0):.1f} | "
               f"{timing.get('replay_s', 0) / r['runs_s']:.2f}x | {profile.get('runs')} timed / "
               f"{profile.get('warmup')} warm-up / {profile.get('profile_runs')} profiled; "
               f"{rounds.get('reason', '')[:120]} |")
+
+
+def _inputs(result: dict, counts: tuple[int, int] | None = None) -> str:
+    calib, evaluation = counts or result["inputs"]
+    return f"{calib} + {evaluation}"
+
+
+def _by_model(rows: list) -> dict[tuple[str, str], dict[tuple[int, int], dict]]:
+    """Each (size, model)'s results by their (calibration, evaluation) counts, in the rows' order."""
+    found: dict[tuple[str, str], dict[tuple[int, int], dict]] = {}
+    for size, name, _, result in rows:
+        found.setdefault((size, name), {})[result["inputs"]] = result
+    return found
 
 
 if __name__ == "__main__":
