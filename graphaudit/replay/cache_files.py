@@ -19,6 +19,7 @@ not a link; a folder where a file should be is refused (GraphAuditError), never 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -27,7 +28,7 @@ import os
 import secrets
 import stat
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -84,14 +85,44 @@ def partial_name(folder: Path, name: str) -> Path:
 
 
 def new_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap]:
-    """A new .npy file at `path` (which must not exist: never a link followed), memory-mapped for writing."""
+    """A new .npy file at `path` (which must not exist: never a link followed), memory-mapped for writing.
+
+    Its blocks are reserved on disk before it is mapped: a write through a mapping into a file
+    the disk has no room for is not an error but SIGBUS, which ends the process at once (no
+    message, its temporary files left behind). Reserved, a full disk is a one-line error here.
+    """
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
-    with _create(path) as f:
-        np.lib.format.write_array_header_2_0(f, header)
-        offset = f.tell()
-        f.truncate(offset + math.prod(shape) * np.dtype(dtype).itemsize)
-        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
+    values = math.prod(shape) * np.dtype(dtype).itemsize
+    file = _create(path)
+    try:
+        with file as f:
+            np.lib.format.write_array_header_2_0(f, header)
+            offset = f.tell()
+            f.truncate(offset + values)
+            _reserve(f.fileno(), offset + values)
+            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
+    except OSError as err:
+        raise GraphAuditError(
+            f"expected room for the coefficient cache file {path} ({values:,} bytes of coefficients), found "
+            f"{err.strerror or err}; free space there, or choose another folder (--cache-dir, or TMPDIR "
+            "for the temporary cache a large capture writes)") from None
     return np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset), mapping
+
+
+# What posix_fallocate answers where the disk, a quota or a size limit leaves no room for the file
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Reserve `size` bytes of disk for the file `fd`; OSError where there is no room. Where the
+    system or the file system cannot reserve (macOS has no posix_fallocate), nothing is done."""
+    if not hasattr(os, "posix_fallocate") or size == 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in _NO_ROOM:
+            raise
 
 
 def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Path, np.ndarray, mmap.mmap]],
@@ -107,15 +138,13 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
         release(mapping)
     live_partial = partial_name(folder, LIVE_FILE)
     partials.append(live_partial)
-    with _create(live_partial) as f:
-        _write_npz(f, live)
+    _write(live_partial, lambda f: _write_npz(f, live))
     with _open(live_partial) as f:
         entry = {"bytes": os.fstat(f.fileno()).st_size, "sha256": _file_digest(f)}
     manifest = {"format": FORMAT, "key": key, "count": count, "arrays": arrays, "live": entry}
     manifest_partial = partial_name(folder, MANIFEST)
     partials.append(manifest_partial)
-    with _create(manifest_partial) as f:
-        f.write(json.dumps(manifest, indent=1).encode())
+    _write(manifest_partial, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     for file, partial in [(file, partial) for file, partial, _, _ in written.values()] + [
             (LIVE_FILE, live_partial), (MANIFEST, manifest_partial)]:
         try:
@@ -338,6 +367,17 @@ def _open(path: Path):
         os.close(fd)
         raise CacheDamage(f"{path} is not a regular file")
     return os.fdopen(fd, "rb")
+
+
+def _write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a new file at `path` (`_create`) with `write(f)`; a full disk is a one-line error."""
+    file = _create(path)
+    try:
+        with file as f:
+            write(f)
+    except OSError as err:
+        raise GraphAuditError(f"expected room for the coefficient cache file {path}, found {err.strerror or err}; "
+                              "free space there, or choose another --cache-dir") from None
 
 
 def _create(path: Path):
