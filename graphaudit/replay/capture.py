@@ -3,7 +3,7 @@
 `capture` gives back a CoefficientCache: every coefficient tensor of every input along the
 unperturbed trajectory, stored with the batch axis first (`(inputs, ...)`) so that the
 rows of any inputs can be read in one slice. A cache that fits under `memory_limit` bytes
-stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
+(DEFAULT_MEMORY_LIMIT, 16 MiB) stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
 folder that goes away on `close()`, or under `cache_dir`, where it stays and is reused by a
 later capture of the same trace graph, data and batch size once its files are checked
 (graphaudit.replay.cache_files: a damaged cache is captured again, and `rebuilt` says why). The pages of a mapped cache are
@@ -50,7 +50,11 @@ from graphaudit.runtime.handed_weights import STUB_LOCATION
 from graphaudit.runtime.sessions import create_session, detached, running, slow_fusions
 from graphaudit.vocabulary import BATCH, MERGED
 
-DEFAULT_MEMORY_LIMIT = 256 * 2**20
+# A data set's cache past this many bytes is written to files and mapped, its pages let go after
+# every batch: held in memory, the cache made the audit's peak grow with the inputs (a 70M-parameter
+# FeatureGate's coefficients are 1.5 MB an input: 368 MiB more at 128 + 128 inputs than mapped,
+# in the same time). Below it, a file would save little and cost a few system calls.
+DEFAULT_MEMORY_LIMIT = 16 * 2**20
 _CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
 _CHECK_FILE = "live_check.npy"
 _NUMERIC = "biufc"  # numpy's kinds of the live outputs kept: booleans, integers, floats, complex numbers
