@@ -1,5 +1,10 @@
 """Capture: complete coefficient tensors, batch first, in memory or memory-mapped, reusable."""
 
+import mmap
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -44,14 +49,40 @@ def test_capture_past_the_memory_limit_is_memory_mapped_and_removed_on_close():
     cache = capture(trace, coefs, data, batch_size=3, memory_limit=100)
     folder = cache.location
     assert folder is not None and folder.is_dir() and cache.temporary
-    # the coefficients' arrays only: a temporary cache is never reused, so it has no manifest or key
-    assert sorted(p.suffix for p in folder.iterdir()) == [".npy", ".npy"]
-    for c in coefs:  # the files are plain .npy arrays
-        np.testing.assert_array_equal(np.load(folder / cache_module_file(c)), cache.arrays[c.tensor])
+    # read through its mappings alone: a temporary cache is never reused, so its files are gone
+    # from the folder once mapped (no manifest or key either)
+    assert list(folder.iterdir()) == [] and set(cache._maps) == {c.tensor for c in coefs}
     for c in coefs:
+        assert isinstance(cache.arrays[c.tensor].base, mmap.mmap)
         np.testing.assert_allclose(cache.arrays[c.tensor], expected[c.tensor], rtol=1e-6, atol=1e-7)
     cache.close()
     assert not folder.exists()
+
+
+_KILLED_AFTER_CAPTURE = """
+import os, signal, sys, tempfile
+sys.path.insert(0, sys.argv[2])
+tempfile.tempdir = sys.argv[1]
+from support.models import gated_lm, traced
+from graphaudit.replay.capture import capture
+trace, coefs, data = traced(gated_lm)
+cache = capture(trace, coefs, data, batch_size=3, memory_limit=0)
+print(cache.location, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_process_leaves_no_temporary_cache_file(tmp_path):
+    """SIGKILL (an out-of-memory kill) runs no cleanup: the files of a temporary cache are gone
+    already, their blocks freed by the kernel when the process ends."""
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_CAPTURE, str(tmp_path), str(tests)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    folder = Path(done.stdout.strip())
+    assert folder.parent == tmp_path and folder.is_dir()  # the folder itself is left, empty
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
 
 
 def test_cache_dir_is_kept_and_reused_without_running_the_model(tmp_path, monkeypatch):

@@ -3,15 +3,17 @@
 `capture` gives back a CoefficientCache: every coefficient tensor of every input along the
 unperturbed trajectory, stored with the batch axis first (`(inputs, ...)`) so that the
 rows of any inputs can be read in one slice. A cache that fits under `memory_limit` bytes
-(DEFAULT_MEMORY_LIMIT, 16 MiB) stays in memory; a larger one is written to `.npy` files and memory-mapped, in a temporary
-folder that goes away on `close()`, or under `cache_dir`, where it stays and is reused by a
-later capture of the same trace graph, data and batch size once its files are checked
-(graphaudit.replay.cache_files: a damaged cache is captured again, and `rebuilt` says why). The pages of a mapped cache are
-released after every batch written and every rows read, so the process's resident memory
-does not grow with the number of inputs (the data stays in the OS page cache and on disk).
-The live outputs of the first batch are kept beside the coefficients for the parity check,
-and so, given a LiveCheck, is a small per-input summary of every input's live outputs (the
-replay keeps each target's log-probability), stored and mapped like the coefficients.
+(DEFAULT_MEMORY_LIMIT, 16 MiB) stays in memory; a larger one is written to `.npy` files and
+memory-mapped, in a temporary folder that goes away on `close()` (each file removed from it
+once mapped, so that not even a SIGKILL leaves its blocks on disk), or under `cache_dir`, where
+it stays and is reused by a later capture of the same trace graph, data and batch size once
+its files are checked (graphaudit.replay.cache_files: a damaged cache is captured again, and
+`rebuilt` says why). The pages of a mapped cache are released after every batch written and
+every rows read, so the process's resident memory does not grow with the number of inputs
+(the data stays in the OS page cache and on disk). The live outputs of the first batch are
+kept beside the coefficients for the parity check, and so, given a LiveCheck, is a small
+per-input summary of every input's live outputs (the replay keeps each target's
+log-probability), stored and mapped like the coefficients.
 """
 
 from __future__ import annotations
@@ -283,6 +285,13 @@ def capture(
                     path = partial_name(folder, file) if key is not None else folder / file
                     made.partials.append(path)
                     arrays[name], maps[name] = new_npy(path, shape, first.dtype)
+                    if key is None:
+                        # A temporary cache is read through its mappings alone: its files go now,
+                        # their blocks freed when the process ends, however it ends (an
+                        # out-of-memory kill included, which no cleanup code outlives).
+                        path.unlink()
+                        made.partials.remove(path)
+                        continue
                     written[name] = (file, path, arrays[name], maps[name])
             kept_rows = slice(rows.start - offset, rows.stop - offset)
             for c in coefficients:
