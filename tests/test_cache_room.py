@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import graphaudit.replay.cache_files as cache_files
-import graphaudit.replay.capture as capture_module
 from graphaudit.errors import GraphAuditError
 from graphaudit.replay.capture import capture
 
+from support.cache_files import temporary_folders
 from support.models import gated_lm, traced
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,14 +46,7 @@ def _no_room(fd, offset, length):
 @pytest.mark.skipif(not hasattr(os, "posix_fallocate"), reason="no posix_fallocate on this system")
 def test_a_temporary_cache_with_no_room_is_one_error_and_its_folder_goes(monkeypatch):
     trace, coefs, data = traced(gated_lm)
-    made = []
-    real = capture_module.tempfile.mkdtemp
-
-    def mkdtemp(*args, **kwargs):
-        made.append(Path(real(*args, **kwargs)))
-        return str(made[-1])
-
-    monkeypatch.setattr(capture_module.tempfile, "mkdtemp", mkdtemp)
+    made = temporary_folders(monkeypatch)
     monkeypatch.setattr(cache_files.os, "posix_fallocate", _no_room)
     with pytest.raises(GraphAuditError, match=r"expected room for the coefficient cache file .*\.npy .* found No "
                                               r"space left on device; free space there, or choose another folder"):

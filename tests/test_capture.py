@@ -18,6 +18,7 @@ from graphaudit.replay.capture import _file as cache_module_file
 from graphaudit.replay.capture import batch_first, capture, native
 from graphaudit.replay.surgery import Trace
 
+from support.cache_files import temporary_folders
 from support.models import float_data, float_gated, gated_lm, mixing_lm, run_ort, traced
 
 
@@ -147,14 +148,7 @@ def test_a_capture_that_fails_in_a_later_batch_leaves_no_folder_it_made(tmp_path
 
 def test_a_failed_capture_removes_its_temporary_folder(monkeypatch):
     trace, coefs, data = _failing_later()
-    made = []
-    real = capture_module.tempfile.mkdtemp
-
-    def mkdtemp(*args, **kwargs):
-        made.append(Path(real(*args, **kwargs)))
-        return str(made[-1])
-
-    monkeypatch.setattr(capture_module.tempfile, "mkdtemp", mkdtemp)
+    made = temporary_folders(monkeypatch)
     with pytest.raises(GraphAuditError, match="NaN/Inf"):
         capture(trace, coefs, data, batch_size=2, memory_limit=0)
     assert len(made) == 1 and not made[0].exists()

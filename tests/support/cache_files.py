@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+import graphaudit.replay.capture as capture_module
 from graphaudit.replay.capture import LiveCheck, capture
 from graphaudit.replay.capture import _file as file_of
 
@@ -72,3 +73,16 @@ def within(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def temporary_folders(monkeypatch) -> list[Path]:
+    """The temporary folders the capture makes from here on (its spilled caches), in order."""
+    made: list[Path] = []
+    real = capture_module.tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        made.append(Path(real(*args, **kwargs)))
+        return str(made[-1])
+
+    monkeypatch.setattr(capture_module.tempfile, "mkdtemp", mkdtemp)
+    return made
