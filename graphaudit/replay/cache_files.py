@@ -30,7 +30,7 @@ import stat
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ PARTIAL = ".partial-"  # prefix of a file being written, renamed onto its own na
 _MANIFEST_LIMIT = 2**24  # bytes: a manifest lists a few entries per coefficient tensor
 _KINDS = "biufc"  # numeric dtypes only: an object array would be a pickle
 _CHUNK = 2**24
+_T = TypeVar("_T")
 
 
 class CacheDamage(Exception):
@@ -93,19 +94,16 @@ def new_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.nda
     """
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
     values = math.prod(shape) * np.dtype(dtype).itemsize
-    file = _create(path)
-    try:
-        with file as f:
-            np.lib.format.write_array_header_2_0(f, header)
-            offset = f.tell()
-            f.truncate(offset + values)
-            _reserve(f.fileno(), offset + values)
-            mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
-    except OSError as err:
-        raise GraphAuditError(
-            f"expected room for the coefficient cache file {path} ({values:,} bytes of coefficients), found "
-            f"{err.strerror or err}; free space there, or choose another folder (--cache-dir, or TMPDIR "
-            "for the temporary cache a large capture writes)") from None
+
+    def mapped(f: BinaryIO) -> tuple[int, mmap.mmap]:
+        np.lib.format.write_array_header_2_0(f, header)
+        offset = f.tell()
+        f.truncate(offset + values)
+        _reserve(f.fileno(), offset + values)
+        return offset, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
+
+    offset, mapping = _write(path, mapped, f"({values:,} bytes of coefficients)",
+                             "another folder (--cache-dir, or TMPDIR for the temporary cache a large capture writes)")
     return np.ndarray(shape, dtype=dtype, buffer=mapping, offset=offset), mapping
 
 
@@ -116,7 +114,7 @@ _NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def _reserve(fd: int, size: int) -> None:
     """Reserve `size` bytes of disk for the file `fd`; OSError where there is no room. Where the
     system or the file system cannot reserve (macOS has no posix_fallocate), nothing is done."""
-    if not hasattr(os, "posix_fallocate") or size == 0:
+    if not hasattr(os, "posix_fallocate"):
         return
     try:
         os.posix_fallocate(fd, 0, size)
@@ -369,15 +367,16 @@ def _open(path: Path):
     return os.fdopen(fd, "rb")
 
 
-def _write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write a new file at `path` (`_create`) with `write(f)`; a full disk is a one-line error."""
+def _write(path: Path, write: Callable[[BinaryIO], _T], size: str = "", elsewhere: str = "another --cache-dir") -> _T:
+    """What `write(f)` gives, `f` a new file at `path` (`_create`); a disk with no room for it is a
+    one-line error naming its `size` and where else it could go."""
     file = _create(path)
     try:
         with file as f:
-            write(f)
+            return write(f)
     except OSError as err:
-        raise GraphAuditError(f"expected room for the coefficient cache file {path}, found {err.strerror or err}; "
-                              "free space there, or choose another --cache-dir") from None
+        raise GraphAuditError(f"expected room for the coefficient cache file {path}{' ' + size if size else ''}, "
+                              f"found {err.strerror or err}; free space there, or choose {elsewhere}") from None
 
 
 def _create(path: Path):
