@@ -54,8 +54,9 @@ from graphaudit.vocabulary import BATCH, MERGED
 
 # A data set's cache past this many bytes is written to files and mapped, its pages let go after
 # every batch: held in memory, the cache made the audit's peak grow with the inputs (a 70M-parameter
-# FeatureGate's coefficients are 1.5 MB an input: 368 MiB more at 128 + 128 inputs than mapped,
-# in the same time). Below it, a file would save little and cost a few system calls.
+# FeatureGate's coefficients are 1.5 MB an input: 368 MiB more at 128 + 128 inputs than mapped;
+# mapped took within 1% of the time, benchmarks/NOTES.md). Below it, a file would save little and
+# cost a few system calls.
 DEFAULT_MEMORY_LIMIT = 16 * 2**20
 _CHECK = "graphaudit.live_check"  # key of the LiveCheck summary among the cache's arrays
 _CHECK_FILE = "live_check.npy"
