@@ -49,7 +49,7 @@ class AuditReport:
     model: str
     inputs: dict
     static: Any | None  # graphaudit.analyses.static.StaticReport
-    replay: Any | None  # graphaudit.replay.pipeline.ReplayReport
+    replay: Any | None  # graphaudit.replay.results.ReplayReport
     profile: Any | None  # graphaudit.profile.ProfileReport
     verdict: Verdict
     notes: tuple[str, ...] = ()

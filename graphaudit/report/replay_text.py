@@ -5,7 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from graphaudit.replay.conditions import CORRECT, FLOOR
-from graphaudit.replay.pipeline import ReplayReport
+from graphaudit.replay.results import ReplayReport
 from graphaudit.verdict.decide import MATERIAL_NATS
 from graphaudit.wording import CONFIDENCE, DASH, bracketed, fmt, pct, sig, signed
 
