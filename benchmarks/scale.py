@@ -194,11 +194,11 @@ def report(rows: list, args, counts: list[tuple[int, int]]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for size, name, params, r in rows:
         count = f"{params / 1e6:.0f}M" if params else "(built before)"
-        print(f"| {size} | {name} | {count} | {_inputs(r)} | {r['wall']:.1f} | {r['runs_s']:.1f} (capture "
+        print(f"| {size} | {name} | {count} | {_inputs(r['inputs'])} | {r['wall']:.1f} | {r['runs_s']:.1f} (capture "
               f"{r['capture_s']:.1f}) | {r['wall'] / r['runs_s']:.2f}x | {r['peak']:.0f} | {r['floor_peak']:.0f} | "
               f"{r['peak'] / r['floor_peak']:.2f}x |")
     if len(counts) > 1:
-        print(f"\n| size | model | audit peak MiB, {_inputs(rows[0][3], counts[0])} → {_inputs(rows[0][3], counts[-1])} "
+        print(f"\n| size | model | audit peak MiB, {_inputs(counts[0])} → {_inputs(counts[-1])} "
               "inputs | growth | floor peak MiB | growth |")
         print("|---|---|---|---|---|---|")
         for (size, name), by_count in _by_model(rows).items():
@@ -210,15 +210,16 @@ def report(rows: list, args, counts: list[tuple[int, int]]) -> None:
     for size, name, _, r in rows:
         timing, profile = r["doc"].get("timing") or {}, r["doc"].get("profile") or {}
         rounds = profile.get("rounds") or {}
-        print(f"| {size} | {name} | {_inputs(r)} | {timing.get('load_s', 0):.1f} | {timing.get('static_s', 0):.1f} | "
+        print(f"| {size} | {name} | {_inputs(r['inputs'])} | {timing.get('load_s', 0):.1f} | {timing.get('static_s', 0):.1f} | "
               f"{timing.get('replay_s', 0):.1f} | {timing.get('profile_s', 0):.1f} | "
               f"{timing.get('replay_s', 0) / r['runs_s']:.2f}x | {profile.get('runs')} timed / "
               f"{profile.get('warmup')} warm-up / {profile.get('profile_runs')} profiled; "
               f"{rounds.get('reason', '')[:120]} |")
 
 
-def _inputs(result: dict, counts: tuple[int, int] | None = None) -> str:
-    calib, evaluation = counts or result["inputs"]
+def _inputs(counts: tuple[int, int]) -> str:
+    """(calibration, evaluation) input counts as the tables write them."""
+    calib, evaluation = counts
     return f"{calib} + {evaluation}"
 
 
