@@ -6,6 +6,8 @@ delay, and checks what a user would find: a non-zero exit (128 + the signal), no
 empty TMPDIR (ONNX Runtime's `.ses` included) and no file at `-o`, nor a temporary one beside it.
 A model whose ONNX Runtime run never returns (a `Loop` of 2^62 trips) cannot unwind Python's
 main thread: graphaudit's watcher thread removes the files and ends the process itself.
+SIGKILL runs no code of the command's at all: the reaper, a process of its own, removes what it
+had made once it has ended.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from support.zoo import zoo_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED_S = 60  # how long a process may take to import and make its temporary folder (a busy machine)
+REAPED_S = 30  # how long the reaper may take to remove what a killed command left (a busy machine)
 
 SPIN = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -97,6 +100,31 @@ def test_a_run_stopped_at_any_point_leaves_nothing(zoo, tmp_path, signum, delay)
     assert os.listdir(report.parent) == []  # no report, no temporary beside it
 
 
+def _killed(process: subprocess.Popen, *folders: Path) -> None:
+    """SIGKILL `process`, then wait until every one of `folders` is empty (the reaper's work)."""
+    process.kill()
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + REAPED_S
+    while any(os.listdir(folder) for folder in folders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {str(folder): os.listdir(folder) for folder in folders} == {str(folder): [] for folder in folders}
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0, 3.0])
+def test_a_run_killed_outright_leaves_nothing(zoo, tmp_path, delay):
+    """SIGKILL (the out-of-memory killer's) while loading, capturing, replaying or profiling: the
+    temporary folder (the profiler's files, ONNX Runtime's `.ses`) and the report's temporary go."""
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    process = _start(["run", zoo["model"], "--calib", zoo["calib"], "--data", zoo["eval"], "--runs", "10000",
+                      "--warmup", "0", "--profile-runs", "1", "--resamples", "5", "--provider", "cpu", "-q",
+                      "-o", report], tmp_path / "tmp")
+    _wait_for(process, tmp_path / "tmp", "graphaudit-*")
+    time.sleep(delay)
+    _killed(process, tmp_path / "tmp", report.parent)
+
+
 @pytest.fixture(scope="module")
 def spin(tmp_path_factory) -> dict:
     """A model whose ONNX Runtime run does not return, and data for it."""
@@ -125,6 +153,16 @@ def test_a_run_that_never_returns_is_stopped_and_leaves_nothing(spin, tmp_path, 
     assert f"stopped by {signal.Signals(signum).name} while native code was running" in err, err
     assert os.listdir(tmp_path / "tmp") == []
     assert sorted(os.listdir(tmp_path)) == ["kept", "tmp"] and os.listdir(kept) == []  # no trace, no staging folder
+
+
+def test_a_profile_killed_in_native_code_leaves_nothing(spin, tmp_path):
+    """SIGKILL while ONNX Runtime runs: the staging folder inside --keep-profiles goes too."""
+    kept = tmp_path / "kept"
+    process = _start(["profile", spin["model"], "--data", spin["data"], "--runs", "1", "--warmup", "0",
+                      "--profile-runs", "1", "--opt-level", "disable", "--keep-profiles", kept], tmp_path / "tmp")
+    _wait_for(process, kept, ".graphaudit-profile-*")
+    time.sleep(1.0)
+    _killed(process, tmp_path / "tmp", kept)
 
 
 def test_an_import_a_signal_cut_short_is_a_stop_not_a_traceback(monkeypatch, capsys):

@@ -11,29 +11,37 @@ A signal cannot unwind Python's main thread while it waits in native code that n
 signal wakeup descriptor, removes every path `track` names and ends the process itself (status
 128 + the signal) when the main thread has not ended GRACE_S after the signal (longer inside
 `grace`), or at a second one.
-Only SIGKILL, which no process can catch, leaves the folder behind.
+SIGKILL, which no process can catch, runs none of this: the reaper (graphaudit.files.reaper), a
+process `session` starts beside the command and tells every path `track` names, removes what
+the command had not, once the command has ended however it ended.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
-import stat
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from graphaudit.files import reaper
+from graphaudit.files.reaper import remove
+
 GRACE_S = 2.0  # how long the main thread may take to unwind after a signal before the watcher ends it
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 ROOT_PREFIX = "graphaudit-"
 
+REAPER_WAIT_S = 5.0  # how long a command's end waits for its reaper to exit (it has nothing left to remove)
+
 _lock = threading.Lock()
 _tracked: dict[str, None] = {}  # paths to remove if the process must end without unwinding, oldest first
+_reaper: subprocess.Popen | None = None  # the session's reaper, told every path tracked and forgotten
 
 
 class Terminated(KeyboardInterrupt):
@@ -79,12 +87,26 @@ def track(path: str | os.PathLike) -> None:
     """Name `path` (a file or folder graphaudit made) for removal should the process be ended."""
     with _lock:
         _tracked[os.fspath(path)] = None
+        _tell(reaper.TRACK, path)
 
 
 def untrack(path: str | os.PathLike) -> None:
     """Forget `path` (removed, or moved into place as an output)."""
     with _lock:
         _tracked.pop(os.fspath(path), None)
+        _tell(reaper.FORGET, path)
+
+
+def _tell(kind: bytes, path: str | os.PathLike) -> None:
+    """Pass a tracked or forgotten path on to the reaper, if one runs (the caller holds `_lock`)."""
+    global _reaper
+    if _reaper is None or _reaper.stdin is None:
+        return
+    try:
+        _reaper.stdin.write(reaper.message(kind, path))
+        _reaper.stdin.flush()
+    except OSError:  # it was ended (by hand): the command goes on, its own cleanup as before
+        _reaper = None
 
 
 @contextlib.contextmanager
@@ -98,19 +120,6 @@ def tracked(path: str | os.PathLike) -> Iterator[Path]:
         untrack(path)
 
 
-def remove(path: str | os.PathLike) -> None:
-    """Remove the entry `path`: a folder with what it holds, else the file or link itself (never its target)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:  # gone already
-        return
-    if stat.S_ISDIR(mode):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-
-
 @contextlib.contextmanager
 def session() -> Iterator[Path | None]:
     """graphaudit's own temporary folder (None where none can be made), TMPDIR pointing into it and
@@ -121,6 +130,7 @@ def session() -> Iterator[Path | None]:
     guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     root = None
+    started = _start_reaper() if _reaper is None else None  # an inner session shares the outer one's
     try:
         with _held():
             root = _make_root()
@@ -140,8 +150,41 @@ def session() -> Iterator[Path | None]:
                     remove(root)
                     untrack(root)
         finally:
+            if started is not None:
+                _stop_reaper(started)
             if guard is not None:
                 guard.close()
+
+
+def _start_reaper() -> subprocess.Popen | None:
+    """Start the reaper (None where no process can be started: the command's own cleanup stays)."""
+    global _reaper
+    if not sys.executable:
+        return None
+    try:
+        # -I -S: no site, user or environment paths, so that it starts in a few milliseconds;
+        # its own session, so that a signal to the command's process group (Ctrl-C) leaves it
+        started = subprocess.Popen([sys.executable, "-I", "-S", reaper.__file__], stdin=subprocess.PIPE,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                                   start_new_session=True)
+    except OSError:
+        return None
+    with _lock:
+        _reaper = started
+    return started
+
+
+def _stop_reaper(started: subprocess.Popen) -> None:
+    """Close the reaper's pipe (it exits: nothing is left for it to remove) and collect it."""
+    global _reaper
+    with _lock:
+        if _reaper is started:
+            _reaper = None
+    if started.stdin is not None:
+        with contextlib.suppress(OSError):
+            started.stdin.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        started.wait(timeout=REAPER_WAIT_S)
 
 
 def _make_root() -> Path | None:

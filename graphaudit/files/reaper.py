@@ -1,0 +1,69 @@
+"""The reaper: a small process that removes what a killed command leaves behind.
+
+No process can catch SIGKILL (the out-of-memory killer's, `kill -9`, a CI job's timeout), so
+a command ended by it runs none of its own cleanup. `graphaudit.files.scratch.session` starts
+this file as a process of its own (`python -I -S reaper.py`, in a session of its own, so that
+a terminal's Ctrl-C or a signal to the command's process group does not reach it) and tells it,
+down a pipe, each path the command makes and each it is done with. When the pipe closes, which
+the kernel does however the command ends, the reaper removes every path still named, newest
+first, and exits. On a command's normal end nothing is still named, and it exits at once.
+
+The messages are `+PATH\\0` (track) and `-PATH\\0` (forget), each PATH absolute, as bytes.
+This file imports nothing of graphaudit: it runs before, and after, the command's own modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import sys
+
+TRACK, FORGET, END = b"+", b"-", b"\0"
+
+
+def remove(path: str | bytes | os.PathLike) -> None:
+    """Remove the entry `path`: a folder with what it holds, else the file or link itself (never its target)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:  # gone already
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def message(kind: bytes, path: str | os.PathLike) -> bytes:
+    """The message that tracks (`kind` TRACK) or forgets (FORGET) the absolute `path`."""
+    return kind + os.fsencode(os.path.abspath(path)) + END
+
+
+def named(stream) -> list[bytes]:
+    """The paths still tracked when `stream` (a binary stream of messages, read as they come) ends, oldest first."""
+    paths: dict[bytes, None] = {}
+    pending = b""
+    while chunk := stream.read1(65536):
+        *whole, pending = (pending + chunk).split(END)
+        for item in whole:
+            kind, path = item[:1], item[1:]
+            if kind == TRACK:
+                paths[path] = None
+            elif kind == FORGET:
+                paths.pop(path, None)
+    return list(paths)
+
+
+def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # it ends when the command has: its pipe tells it
+    for path in reversed(named(sys.stdin.buffer)):
+        with contextlib.suppress(OSError):
+            remove(path)
+
+
+if __name__ == "__main__":
+    main()
