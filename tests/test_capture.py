@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import graphaudit.replay.capture as capture_module
 from graphaudit.analyses.declared_coefficients import declared_coefficients
 from graphaudit.errors import GraphAuditError
+from graphaudit.files import scratch
 from graphaudit.load.data import from_arrays, input_specs
 from graphaudit.replay.capture import _file as cache_module_file
 from graphaudit.replay.capture import batch_first, capture, native
@@ -73,17 +75,67 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+def _run_killed(script: str, *args: str) -> subprocess.CompletedProcess:
+    tests = Path(__file__).resolve().parent
+    return subprocess.run([sys.executable, "-c", script, *args, str(tests)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])})
+
+
 def test_a_killed_process_leaves_no_temporary_cache_file(tmp_path):
     """SIGKILL (an out-of-memory kill) runs no cleanup: the files of a temporary cache are gone
     already, their blocks freed by the kernel when the process ends."""
-    tests = Path(__file__).resolve().parent
-    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_CAPTURE, str(tmp_path), str(tests)],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])})
+    done = _run_killed(_KILLED_AFTER_CAPTURE, str(tmp_path))
     assert done.returncode == -signal.SIGKILL, done.stderr
     folder = Path(done.stdout.strip())
     assert folder.parent == tmp_path and folder.is_dir()  # the folder itself is left, empty
     assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []
+
+
+_KILLED_WHILE_KEEPING = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+from support.models import gated_lm, traced
+import graphaudit.replay.capture as capture_module
+from graphaudit.files import scratch
+trace, coefs, data = traced(gated_lm)
+real, batches = capture_module._check_finite, []
+def killed_at_the_second_batch(*args):
+    batches.append(args)
+    if len(batches) == 2:  # the cache's files are being written
+        print(sorted(p.name for p in (capture_module.Path(sys.argv[1]) / "new" / "deeper").rglob("*")), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(*args)
+capture_module._check_finite = killed_at_the_second_batch
+with scratch.session():  # as every command runs: its reaper outlives it
+    capture_module.capture(trace, coefs, data, batch_size=3, cache_dir=sys.argv[1] + "/new/deeper", label="eval")
+"""
+
+
+def test_a_kept_cache_killed_while_written_leaves_no_file_nor_folder_it_made(tmp_path):
+    """SIGKILL in the middle of writing a kept cache: its partial files (their blocks reserved),
+    the cache's folder and the folders made for it go, removed by the reaper."""
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    done = _run_killed(_KILLED_WHILE_KEEPING, str(cache_dir))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    being_written = done.stdout.strip()
+    assert ".partial-" in being_written and ".npy" in being_written, being_written
+    deadline = time.monotonic() + 30  # the reaper's work, once the process has ended
+    while os.listdir(cache_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(cache_dir) == []
+
+
+def test_a_kept_cache_stays_when_its_session_ends(tmp_path, monkeypatch):
+    """What a session's reaper is told to forget stays: the sealed cache and the folders made for it."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    trace, coefs, data = traced(gated_lm)
+    with scratch.session():
+        cache = capture(trace, coefs, data, batch_size=3, cache_dir=tmp_path / "new" / "deeper", label="eval")
+        cache.close()
+    assert (cache.location / "manifest.json").is_file()
+    assert not [p for p in cache.location.iterdir() if p.name.startswith(".partial-")]
 
 
 def test_cache_dir_is_kept_and_reused_without_running_the_model(tmp_path, monkeypatch):

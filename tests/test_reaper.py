@@ -37,7 +37,8 @@ def test_the_paths_still_named_at_the_end_are_those_tracked_and_not_forgotten(tm
                          reaper.message(reaper.FORGET, a), reaper.message(reaper.TRACK, c),
                          reaper.message(reaper.FORGET, tmp_path / "never tracked"),
                          reaper.message(reaper.TRACK, a)])
-    assert reaper.named(_Trickle(messages, step)) == [os.fsencode(p) for p in (b, c, a)]
+    named = reaper.named(_Trickle(messages, step))
+    assert list(named.items()) == [(os.fsencode(p), reaper.TRACK) for p in (b, c, a)]
 
 
 def test_a_relative_path_is_named_from_where_it_was_tracked(tmp_path, monkeypatch):
@@ -48,7 +49,7 @@ def test_a_relative_path_is_named_from_where_it_was_tracked(tmp_path, monkeypatc
 def test_a_message_cut_off_by_the_end_names_nothing(tmp_path):
     whole = reaper.message(reaper.TRACK, tmp_path / "whole")
     cut = reaper.message(reaper.TRACK, tmp_path / "cut")[:-1]
-    assert reaper.named(io.BytesIO(whole + cut)) == [os.fsencode(tmp_path / "whole")]
+    assert list(reaper.named(io.BytesIO(whole + cut))) == [os.fsencode(tmp_path / "whole")]
 
 
 def _run_reaper(messages: bytes) -> subprocess.CompletedProcess:
@@ -85,6 +86,21 @@ def _wait_ignoring(pid: int, signals) -> None:
             return
         time.sleep(0.01)
     pytest.fail(f"the reaper did not ignore {signals} within {ENDED_S} s")
+
+
+def test_a_folder_tracked_while_empty_goes_only_once_what_it_holds_has_gone(tmp_path):
+    """Newest first: the files a command made in a folder it made go before the folder; a file
+    someone else put there keeps it."""
+    made, shared = tmp_path / "made", tmp_path / "shared"
+    for folder in (made, shared):
+        folder.mkdir()
+        (folder / ".partial-x").write_text("x")
+    (shared / "theirs").write_text("theirs")
+    done = _run_reaper(b"".join([reaper.message(reaper.EMPTY, made), reaper.message(reaper.EMPTY, shared),
+                                 reaper.message(reaper.TRACK, made / ".partial-x"),
+                                 reaper.message(reaper.TRACK, shared / ".partial-x")]))
+    assert done.returncode == 0
+    assert sorted(os.listdir(tmp_path)) == ["shared"] and os.listdir(shared) == ["theirs"]
 
 
 def test_the_reaper_outlives_the_signals_meant_for_the_command(tmp_path):

@@ -8,7 +8,8 @@ down a pipe, each path the command makes and each it is done with. When the pipe
 the kernel does however the command ends, the reaper removes every path still named, newest
 first, and exits. On a command's normal end nothing is still named, and it exits at once.
 
-The messages are `+PATH\\0` (track) and `-PATH\\0` (forget), each PATH absolute, as bytes.
+The messages are `+PATH\\0` (track), `~PATH\\0` (track a folder, to be removed only while it is
+empty: one that others may write into) and `-PATH\\0` (forget), each PATH absolute, as bytes.
 This file imports nothing of graphaudit: it runs before, and after, the command's own modules.
 """
 
@@ -21,7 +22,7 @@ import signal
 import stat
 import sys
 
-TRACK, FORGET, END = b"+", b"-", b"\0"
+TRACK, EMPTY, FORGET, END = b"+", b"~", b"-", b"\0"
 
 
 def remove(path: str | bytes | os.PathLike) -> None:
@@ -42,27 +43,38 @@ def message(kind: bytes, path: str | os.PathLike) -> bytes:
     return kind + os.fsencode(os.path.abspath(path)) + END
 
 
-def named(stream) -> list[bytes]:
-    """The paths still tracked when `stream` (a binary stream of messages, read as they come) ends, oldest first."""
-    paths: dict[bytes, None] = {}
+def clear(path: str | bytes | os.PathLike, kind: bytes = TRACK) -> None:
+    """Remove `path` as tracked with `kind`: an EMPTY folder only while it holds nothing."""
+    if kind == EMPTY:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    else:
+        remove(path)
+
+
+def named(stream) -> dict[bytes, bytes]:
+    """{path: how it was tracked} of the paths still tracked when `stream` (a binary stream of
+    messages, read as they come) ends, oldest first."""
+    paths: dict[bytes, bytes] = {}
     pending = b""
     while chunk := stream.read1(65536):
         *whole, pending = (pending + chunk).split(END)
         for item in whole:
             kind, path = item[:1], item[1:]
-            if kind == TRACK:
-                paths[path] = None
+            if kind in (TRACK, EMPTY):
+                paths.pop(path, None)  # tracked again: as new
+                paths[path] = kind
             elif kind == FORGET:
                 paths.pop(path, None)
-    return list(paths)
+    return paths
 
 
 def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # it ends when the command has: its pipe tells it
-    for path in reversed(named(sys.stdin.buffer)):
+    for path, kind in reversed(named(sys.stdin.buffer).items()):
         with contextlib.suppress(OSError):
-            remove(path)
+            clear(path, kind)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from graphaudit.files import reaper
-from graphaudit.files.reaper import remove
+from graphaudit.files.reaper import clear, remove
 
 GRACE_S = 2.0  # how long the main thread may take to unwind after a signal before the watcher ends it
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -40,7 +40,8 @@ ROOT_PREFIX = "graphaudit-"
 REAPER_WAIT_S = 5.0  # how long a command's end waits for its reaper to exit (it has nothing left to remove)
 
 _lock = threading.Lock()
-_tracked: dict[str, None] = {}  # paths to remove if the process must end without unwinding, oldest first
+_tracked: dict[str, bytes] = {}  # paths to remove if the process must end without unwinding (how: reaper's
+# TRACK or EMPTY), oldest first
 _reaper: subprocess.Popen | None = None  # the session's reaper, told every path tracked and forgotten
 
 
@@ -83,11 +84,14 @@ def _grace_s() -> float:
         return max([GRACE_S, *_graces])
 
 
-def track(path: str | os.PathLike) -> None:
-    """Name `path` (a file or folder graphaudit made) for removal should the process be ended."""
+def track(path: str | os.PathLike, *, empty_only: bool = False) -> None:
+    """Name `path` (a file or folder graphaudit made) for removal should the process be ended;
+    `empty_only`: a folder others may write into too, removed only while it is empty."""
+    kind = reaper.EMPTY if empty_only else reaper.TRACK
     with _lock:
-        _tracked[os.fspath(path)] = None
-        _tell(reaper.TRACK, path)
+        _tracked.pop(os.fspath(path), None)
+        _tracked[os.fspath(path)] = kind
+        _tell(kind, path)
 
 
 def untrack(path: str | os.PathLike) -> None:
@@ -276,10 +280,10 @@ class _SignalGuard:
 def _abandon(signum: int) -> None:
     """Remove every tracked path and end the process, whose main thread cannot unwind."""
     with _lock:
-        paths = list(reversed(_tracked))
-    for path in paths:
+        paths = list(reversed(_tracked.items()))
+    for path, kind in paths:
         with contextlib.suppress(OSError):
-            remove(path)
+            clear(path, kind)
     name = signal.Signals(signum).name
     os.write(2, f"\ngraphaudit: stopped by {name} while native code was running (it does not return to "
                 "Python); its temporary files were removed\n".encode())

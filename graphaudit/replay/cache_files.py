@@ -8,6 +8,9 @@ data loaded, never a pickle) and compared with the manifest, each file's size an
 too, and the coefficients must be finite, as a capture keeps them. A cache that fails any
 of these is damaged (`CacheDamage`, with the reason) and captured again.
 
+A file being written (`Partials`) is tracked (graphaudit.files.scratch) until it is renamed onto
+its name or removed, so that not even a command killed outright leaves one behind.
+
 Nothing here opens a link or anything but a regular file: entries are checked with lstat
 and opened with O_NOFOLLOW (and O_NONBLOCK, so a FIFO never blocks). Every file is written
 under a fresh name in the cache's folder (O_EXCL) and renamed onto its own, which replaces a
@@ -35,6 +38,7 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 
 from graphaudit.errors import GraphAuditError
+from graphaudit.files import scratch
 
 FORMAT = 3
 MANIFEST = "manifest.json"
@@ -85,6 +89,32 @@ def partial_name(folder: Path, name: str) -> Path:
     return folder / f"{PARTIAL}{secrets.token_hex(8)}-{name}"
 
 
+class Partials:
+    """The files a capture is writing, each tracked for removal (graphaudit.files.scratch) from
+    before it is made until it is put in place (`done`) or removed (`discard`)."""
+
+    def __init__(self) -> None:
+        self._paths: list[Path] = []
+
+    def add(self, path: Path) -> Path:
+        self._paths.append(path)
+        scratch.track(path)
+        return path
+
+    def done(self, path: Path) -> None:
+        """`path` is in place under its own name, or gone."""
+        self._paths.remove(path)
+        scratch.untrack(path)
+
+    def discard(self) -> None:
+        """Remove every file still being written."""
+        for path in self._paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            scratch.untrack(path)
+        self._paths.clear()
+
+
 def new_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap]:
     """A new .npy file at `path` (which must not exist: never a link followed), memory-mapped for writing.
 
@@ -124,7 +154,7 @@ def _reserve(fd: int, size: int) -> None:
 
 
 def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Path, np.ndarray, mmap.mmap]],
-         live: Mapping[str, np.ndarray], partials: list[Path]) -> None:
+         live: Mapping[str, np.ndarray], partials: Partials) -> None:
     """Write `live` and the manifest of the arrays `written` ({key: (file name, partial path, array,
     mapping)}) and rename every file onto its name, the manifest last: until it is there, no cache.
     `partials`: the files being written, to which this adds its own (the caller removes them on failure)."""
@@ -134,14 +164,12 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
         arrays[name] = {"descr": np.lib.format.dtype_to_descr(array.dtype), "shape": list(array.shape),
                         "bytes": len(mapping), "sha256": _digest(mapping)}
         release(mapping)
-    live_partial = partial_name(folder, LIVE_FILE)
-    partials.append(live_partial)
+    live_partial = partials.add(partial_name(folder, LIVE_FILE))
     _write(live_partial, lambda f: _write_npz(f, live))
     with _open(live_partial) as f:
         entry = {"bytes": os.fstat(f.fileno()).st_size, "sha256": _file_digest(f)}
     manifest = {"format": FORMAT, "key": key, "count": count, "arrays": arrays, "live": entry}
-    manifest_partial = partial_name(folder, MANIFEST)
-    partials.append(manifest_partial)
+    manifest_partial = partials.add(partial_name(folder, MANIFEST))
     _write(manifest_partial, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     for file, partial in [(file, partial) for file, partial, _, _ in written.values()] + [
             (LIVE_FILE, live_partial), (MANIFEST, manifest_partial)]:
@@ -150,7 +178,7 @@ def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Pa
         except OSError as err:
             raise GraphAuditError(f"expected to put the coefficient cache file {folder / file} in place, found "
                                   f"{err.strerror or err}") from None
-        partials.remove(partial)
+        partials.done(partial)
 
 
 def clear(folder: Path) -> None:

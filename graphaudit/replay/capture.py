@@ -8,7 +8,8 @@ memory-mapped, in a temporary folder that goes away on `close()` (each file remo
 once mapped, so that not even a SIGKILL leaves its blocks on disk), or under `cache_dir`, where
 it stays and is reused by a later capture of the same trace graph, data and batch size once
 its files are checked (graphaudit.replay.cache_files: a damaged cache is captured again, and
-`rebuilt` says why). The pages of a mapped cache are released after every batch written and
+`rebuilt` says why); until it is sealed, its files and the folders made for it are tracked
+(graphaudit.files.scratch), so that a command killed outright leaves none of them. The pages of a mapped cache are released after every batch written and
 every rows read, so the process's resident memory does not grow with the number of inputs
 (the data stays in the OS page cache and on disk). The live outputs of the first batch are
 kept beside the coefficients for the parity check, and so, given a LiveCheck, is a small
@@ -35,11 +36,13 @@ import onnxruntime as ort
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
+from graphaudit.files import scratch
 from graphaudit.load.data import InputData
 from graphaudit.load.external_data import external_tensors, locations
 from graphaudit.replay.cache_files import (
     FORMAT,
     CacheDamage,
+    Partials,
     cache_folder,
     clear,
     kept_cache,
@@ -237,6 +240,8 @@ def capture(
         created = cache_folder(folder, cache_dir)
         made.folders = [p for p in created if p == folder]
         made.parents = [p for p in created if p != folder]
+        for made_folder in created:  # outermost first; others may write into them too
+            scratch.track(made_folder, empty_only=True)
         clear(folder)  # a cache being rewritten is no cache until sealed again
     arrays, maps, written = made.arrays, made.maps, {}
     with made:
@@ -283,15 +288,14 @@ def capture(
                         arrays[name] = np.empty(shape, dtype=first.dtype)
                         continue
                     # a kept cache's files are written under fresh names, renamed onto theirs when sealed
-                    path = partial_name(folder, file) if key is not None else folder / file
-                    made.partials.append(path)
+                    path = made.partials.add(partial_name(folder, file) if key is not None else folder / file)
                     arrays[name], maps[name] = new_npy(path, shape, first.dtype)
                     if key is None:
                         # A temporary cache is read through its mappings alone: its files go now,
                         # their blocks freed when the process ends, however it ends (an
                         # out-of-memory kill included, which no cleanup code outlives).
                         path.unlink()
-                        made.partials.remove(path)
+                        made.partials.done(path)
                         continue
                     written[name] = (file, path, arrays[name], maps[name])
             kept_rows = slice(rows.start - offset, rows.stop - offset)
@@ -303,7 +307,7 @@ def capture(
                 release(mapping)
         if folder is not None and key is not None:  # kept for reuse (a temporary folder is not)
             seal(folder, key, count, written, live, made.partials)
-        made.partials.clear()
+        made.settled()
         return CoefficientCache(coefficients, arrays, count, live, folder, False, rebuilt, owned, maps)
 
 
@@ -315,7 +319,7 @@ class _Made:
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     maps: dict[str, mmap.mmap] = field(default_factory=dict)
-    partials: list[Path] = field(default_factory=list)
+    partials: Partials = field(default_factory=Partials)
     folders: list[Path] = field(default_factory=list)
     parents: list[Path] = field(default_factory=list)  # outermost first
 
@@ -332,14 +336,18 @@ class _Made:
         for mapping in self.maps.values():
             with contextlib.suppress(BufferError):  # a view still held elsewhere: it goes with that view
                 mapping.close()
-        for path in self.partials:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        self.partials.discard()
         for folder in self.folders:
             shutil.rmtree(folder, ignore_errors=True)
         for parent in reversed(self.parents):
             with contextlib.suppress(OSError):
                 parent.rmdir()
+        self.settled()
+
+    def settled(self) -> None:
+        """The folders are kept (the cache sealed) or removed: no longer for the reaper to remove."""
+        for folder in self.parents + self.folders:
+            scratch.untrack(folder)
 
 
 def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.ndarray], rows: slice,
