@@ -19,6 +19,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import onnx
@@ -301,6 +302,38 @@ def test_freeze_that_fails_keeps_the_graphs_written_before(files, tmp_path, capf
     _failing_save(monkeypatch, 2, "disk-full")
     refused(capfd, ["freeze", files / "gated.onnx", "-o", out], [files / "gated.onnx"], match="No space left")
     assert {p.name: sha(p) for p in out.iterdir()} == before
+
+
+_KILLED_FREEZE = """
+import os, signal, sys, onnx
+from pathlib import Path
+import graphaudit.cli as cli
+real, calls = onnx.save_model, []
+def save(proto, path, *args, **kwargs):
+    calls.append(path)
+    real(proto, path, *args, **kwargs)
+    if len(calls) == 2:  # both graphs staged, neither in place
+        print(sorted(str(p.relative_to(sys.argv[3])) for p in Path(sys.argv[3]).rglob("*")), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+onnx.save_model = save
+cli.main(["freeze", sys.argv[1], "-o", sys.argv[2]])
+"""
+
+
+def test_freeze_killed_outright_leaves_neither_its_stage_nor_the_folders_it_made(files, tmp_path):
+    """SIGKILL with both graphs staged: the reaper removes the staging folder, then the output
+    folders freeze made, now empty."""
+    made = tmp_path / "made"
+    made.mkdir()
+    done = subprocess.run([sys.executable, "-c", _KILLED_FREEZE, str(files / "gated.onnx"), str(made / "new" / "out"),
+                           str(made)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == -9, done.stderr
+    assert ".graphaudit-freeze-" in done.stdout and "gated.frozen.onnx" in done.stdout, done.stdout
+    deadline = time.monotonic() + 30  # the reaper's work, once the process has ended
+    while os.listdir(made) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(made) == []
 
 
 def test_freeze_of_a_model_without_a_controller_is_one_line_and_writes_nothing(tmp_path, capfd):

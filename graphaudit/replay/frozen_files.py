@@ -65,6 +65,8 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     frozen = Freeze(tuple(coefficients))(loaded.model)
     trace = Trace(tuple(coefficients))(loaded.model).model
     created = _make_folders(out_dir)
+    for folder in created:  # should the process be killed, they go while empty (graphaudit.files.scratch)
+        scratch.track(folder, empty_only=True)
     try:
         try:
             stage = Path(tempfile.mkdtemp(prefix=".graphaudit-freeze-", dir=out_dir))
@@ -91,6 +93,9 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     except BaseException:
         _remove_empty(created)
         raise
+    finally:
+        for folder in created:
+            scratch.untrack(folder)
     return WrittenGraphs(paths[0], paths[1], frozen.details, tuple(copies))
 
 
