@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -101,6 +102,29 @@ def test_a_folder_tracked_while_empty_goes_only_once_what_it_holds_has_gone(tmp_
                                  reaper.message(reaper.TRACK, shared / ".partial-x")]))
     assert done.returncode == 0
     assert sorted(os.listdir(tmp_path)) == ["shared"] and os.listdir(shared) == ["theirs"]
+
+
+def test_a_folder_written_into_after_the_command_ended_is_removed_again(tmp_path):
+    """A process the command started (an embedded Ray's) may write into its folder for a moment
+    after the command has ended: a later pass removes what it wrote."""
+    folder = tmp_path / "ray-x"
+    folder.mkdir()
+    rewritten = threading.Event()
+
+    def write_once_removed() -> None:
+        deadline = time.monotonic() + ENDED_S
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        folder.mkdir()
+        (folder / "late.log").write_text("late")
+        rewritten.set()
+
+    writer = threading.Thread(target=write_once_removed)
+    writer.start()
+    done = _run_reaper(reaper.message(reaper.TRACK, folder))
+    writer.join()
+    assert done.returncode == 0 and rewritten.is_set()
+    assert not folder.exists()
 
 
 def test_the_reaper_outlives_the_signals_meant_for_the_command(tmp_path):

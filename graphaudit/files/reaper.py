@@ -6,7 +6,8 @@ this file as a process of its own (`python -I -S reaper.py`, in a session of its
 a terminal's Ctrl-C or a signal to the command's process group does not reach it) and tells it,
 down a pipe, each path the command makes and each it is done with. When the pipe closes, which
 the kernel does however the command ends, the reaper removes every path still named, newest
-first, and exits. On a command's normal end nothing is still named, and it exits at once.
+first, again a few times over the next 3.5 s (AGAIN_S), and exits. On a command's normal end
+nothing is still named, and it exits at once.
 
 The messages are `+PATH\\0` (track), `~PATH\\0` (track a folder, to be removed only while it is
 empty: one that others may write into) and `-PATH\\0` (forget), each PATH absolute, as bytes.
@@ -21,8 +22,13 @@ import shutil
 import signal
 import stat
 import sys
+import time
 
 TRACK, EMPTY, FORGET, END = b"+", b"~", b"-", b"\0"
+# Pauses before each further pass over what was left: processes the command started (an embedded
+# Ray's) may write into a folder for a moment after the command has ended (a path gone already
+# costs a failed lstat). An EMPTY folder someone else keeps stays after the last.
+AGAIN_S = (0.5, 1.0, 2.0)
 
 
 def remove(path: str | bytes | os.PathLike) -> None:
@@ -72,9 +78,14 @@ def named(stream) -> dict[bytes, bytes]:
 def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # it ends when the command has: its pipe tells it
-    for path, kind in reversed(named(sys.stdin.buffer).items()):
-        with contextlib.suppress(OSError):
-            clear(path, kind)
+    left = list(reversed(named(sys.stdin.buffer).items()))
+    if not left:  # the command ended as it should, its own cleanup done
+        return
+    for pause in (0.0, *AGAIN_S):
+        time.sleep(pause)
+        for path, kind in left:
+            with contextlib.suppress(OSError):
+                clear(path, kind)
 
 
 if __name__ == "__main__":
