@@ -109,3 +109,40 @@ def test_replay_with_its_cache_on_a_full_disk_stops_in_one_line_and_leaves_nothi
     assert "No space left on device" in lines[0]
     assert done.stdout.splitlines()[-2:] == ["status=1", "left="], done.stdout  # not SIGBUS (135); no folder left
     assert not (tmp_path / "report.json").exists()
+
+
+_MAPPED_UNDER_A_LIMIT = """
+import resource, sys
+from pathlib import Path
+import numpy as np
+from graphaudit.errors import GraphAuditError
+from graphaudit.replay.cache_files import new_npy
+with open("/proc/self/status") as f:
+    used = int(next(line for line in f if line.startswith("VmSize:")).split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (used + (64 << 20), resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    new_npy(Path(sys.argv[1]) / "big.npy", (256, 1 << 20), np.uint8)  # 256 MiB: past what is left to map
+except GraphAuditError as err:
+    print(err)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="no /proc to read the address space from")
+def test_a_cache_past_the_address_space_limit_says_so_not_that_the_disk_is_full(tmp_path):
+    """`ulimit -v` (RLIMIT_AS) leaves no address space to map the file: ENOMEM, which is no lack of disk."""
+    done = subprocess.run([sys.executable, "-c", _MAPPED_UNDER_A_LIMIT, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (f"expected to map the coefficient cache file {tmp_path / 'big.npy'} "
+                                   f"({256 << 20:,} bytes) into memory, found Cannot allocate memory: the "
+                                   "process's address space is limited (ulimit -v); raise the limit")
+
+
+def test_a_write_that_fails_for_another_reason_names_it_not_the_room(tmp_path, monkeypatch):
+    def failing_header(f, header):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(np.lib.format, "write_array_header_2_0", failing_header)
+    with pytest.raises(GraphAuditError, match=r"^expected to write the coefficient cache file .*x\.npy, found "
+                                              r"Input/output error; choose another folder"):
+        cache_files.new_npy(tmp_path / "x.npy", (4,), np.float32)

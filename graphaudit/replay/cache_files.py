@@ -130,7 +130,14 @@ def new_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.nda
         offset = f.tell()
         f.truncate(offset + values)
         _reserve(f.fileno(), offset + values)
-        return offset, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
+        try:
+            return offset, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_WRITE)
+        except OSError as err:  # the room is there: what is missing is address space
+            if err.errno != errno.ENOMEM:
+                raise
+            raise GraphAuditError(f"expected to map the coefficient cache file {path} ({values:,} bytes) into "
+                                  f"memory, found {err.strerror}: the process's address space is limited "
+                                  "(ulimit -v); raise the limit") from None
 
     offset, mapping = _write(path, mapped, f"({values:,} bytes of coefficients)",
                              "another folder (--cache-dir, or TMPDIR for the temporary cache a large capture writes)")
@@ -397,14 +404,18 @@ def _open(path: Path):
 
 def _write(path: Path, write: Callable[[BinaryIO], _T], size: str = "", elsewhere: str = "another --cache-dir") -> _T:
     """What `write(f)` gives, `f` a new file at `path` (`_create`); a disk with no room for it is a
-    one-line error naming its `size` and where else it could go."""
+    one-line error naming its `size` and where else it could go, any other failure to write one
+    naming what the system said."""
     file = _create(path)
     try:
         with file as f:
             return write(f)
     except OSError as err:
-        raise GraphAuditError(f"expected room for the coefficient cache file {path}{' ' + size if size else ''}, "
-                              f"found {err.strerror or err}; free space there, or choose {elsewhere}") from None
+        if err.errno in _NO_ROOM:
+            raise GraphAuditError(f"expected room for the coefficient cache file {path}{' ' + size if size else ''},"
+                                  f" found {err.strerror}; free space there, or choose {elsewhere}") from None
+        raise GraphAuditError(f"expected to write the coefficient cache file {path}, found {err.strerror or err}; "
+                              f"choose {elsewhere}") from None
 
 
 def _create(path: Path):
