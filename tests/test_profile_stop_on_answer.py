@@ -43,6 +43,16 @@ def test_timed_rounds_stop_once_the_answer_is_decided_and_say_so():
         assert rule.looks == 0 and rule.side is None
 
 
+def test_timed_rounds_on_one_of_inputs_alike_decide_as_on_every_input():
+    """One input timed of 32: what the others could change is unknown, unless every input does
+    the same work (`alike`), when the rounds decide as they would on every input."""
+    model, baseline = _paired(np.random.default_rng(0), 1.5)
+    for alike, stopped_at in ((True, FEWEST_TIMED_ROUNDS), (False, None)):
+        rule = TimedRounds(None, precision=0.001, budget_s=1e9, decide_at=SAVINGS_RATIO_MAX, inputs=32, alike=alike)
+        done = next((k for k in range(1, 41) if not rule.more(model[:k, :1], baseline[:k, :1], 0.0)), None)
+        assert (done, rule.side) == (stopped_at, "above" if alike else None)
+
+
 def test_stopping_on_a_clear_answer_saves_rounds_and_answers_the_same():
     """Noisy calls (10%) over 4 inputs, 30 seeded profiles each of a model 1.09 and 0.85 times as
     slow as its baseline, at most 40 rounds: timed on, the rounds rarely reach ±2%; stopped once
@@ -80,6 +90,8 @@ def test_each_check_of_the_answer_reads_a_wider_interval_whose_misses_add_up_to_
     # one input of several: what the others could change is unknown, so nothing is decided
     assert decided(model[:, :1], baseline[:, :1], 32, 0.5, look_level(1)) is None
     assert decided(model[:, :1], baseline[:, :1], None, 0.5, look_level(1)) == "above"  # it was every input
+    # inputs that all do the same work: those left out change nothing, one decides as every input would
+    assert decided(model[:, :1], baseline[:, :1], 32, 0.5, look_level(1), alike=True) == "above"
 
 
 def test_a_ratio_to_decide_at_must_be_positive():

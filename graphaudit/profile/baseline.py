@@ -250,12 +250,12 @@ def decision_interval(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int
 
 
 def decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, at: float,
-            level: float) -> str | None:
-    """"below" where the verdict's interval of the workload ratio (`decision_interval`), its
-    rounds' part read at `level` (a stopping rule's check: rounds.look_level), lies at or below
-    `at`, "above" where it lies wholly above, else None (also where there is none: one round,
-    or one input of several)."""
-    interval = decision_interval(model_ns, baseline_ns, inputs, level=level)
+            level: float, alike: bool = False) -> str | None:
+    """"below" where the verdict's interval of the workload ratio (`decision_interval`, on a
+    sample of `inputs`, `alike` or not), its rounds' part read at `level` (a stopping rule's
+    check: rounds.look_level), lies at or below `at`, "above" where it lies wholly above, else
+    None (also where there is none: one round, or one input of several not alike)."""
+    interval = decision_interval(model_ns, baseline_ns, inputs, level=level, alike=alike)
     return "below" if interval.high <= at else "above" if interval.low > at else None
 
 

@@ -199,7 +199,7 @@ def profile_model(
             spent = warm_s + float(profiled_ns.sum()) / 1e9
             after = after_timing_s(sample, model_s, baseline_s, profile_runs=0)
             stopper = TimedRounds(runs, asked.precision, max(0.0, budget - spent - after),
-                                  decide_at=asked.decide_at, inputs=None if alike else n)
+                                  decide_at=asked.decide_at, inputs=n, alike=alike)
             samples = _timed_rounds(runners, sample, stopper, progress)
         del runners, sessions  # their memory goes before the evidence sessions hold their own
         mine = _profiled(files[0], profiled_ns[0], runnable, mg, opt_level, saved[0], warm_runs, profile_runs,

@@ -187,16 +187,18 @@ class TimedRounds:
     Given `runs`, exactly those. Otherwise at least `fewest` (FEWEST_TIMED_ROUNDS); then, at each
     checkpoint (about every quarter more rounds), stop once the interval's half-width is within
     `precision`, or, where `decide_at` is a ratio and a baseline is timed, once the answer on it
-    is decided (`decide`: profile.baseline.decided, the verdict's interval on a sample of `inputs`
-    widened for each look), and in any case once `budget_s` is spent or MOST_CHOSEN_RUNS have run."""
+    is decided (`decide`: profile.baseline.decided, the verdict's interval on a sample of `inputs`,
+    `alike` or not, widened for each look), and in any case once `budget_s` is spent or
+    MOST_CHOSEN_RUNS have run."""
 
     def __init__(self, runs: int | None, precision: float = DEFAULT_PRECISION, budget_s: float = DEFAULT_BUDGET_S,
                  halfwidth: Callable[[np.ndarray, np.ndarray | None], float | None] = interval_halfwidth,
                  fewest: int = FEWEST_TIMED_ROUNDS, decide_at: float | None = None, inputs: int | None = None,
-                 decide: Callable[[np.ndarray, np.ndarray, int | None, float, float], str | None] | None = None):
+                 alike: bool = False,
+                 decide: Callable[[np.ndarray, np.ndarray, int | None, float, float, bool], str | None] | None = None):
         self.runs, self.precision, self.budget_s, self.halfwidth = runs, precision, budget_s, halfwidth
         self.fewest, self.checkpoints = fewest, checkpoints(fewest)
-        self.decide_at, self.inputs, self.decide = decide_at, inputs, decide or _decided
+        self.decide_at, self.inputs, self.alike, self.decide = decide_at, inputs, alike, decide or _decided
         self.reached: float | None = None
         self.stop = "given"
         self.looks = 0  # checks of the answer made
@@ -216,7 +218,8 @@ class TimedRounds:
                 return False
             if self.decide_at is not None and baseline_ns is not None:
                 self.looks += 1
-                self.side = self.decide(model_ns, baseline_ns, self.inputs, self.decide_at, look_level(self.looks))
+                self.side = self.decide(model_ns, baseline_ns, self.inputs, self.decide_at, look_level(self.looks),
+                                        self.alike)
                 if self.side is not None:
                     self.stop = "decided"
                     return False
@@ -252,10 +255,10 @@ class TimedRounds:
 
 
 def _decided(model_ns: np.ndarray, baseline_ns: np.ndarray, inputs: int | None, at: float,
-             level: float) -> str | None:
+             level: float, alike: bool) -> str | None:
     from graphaudit.profile.baseline import decided
 
-    return decided(model_ns, baseline_ns, inputs, at, level)
+    return decided(model_ns, baseline_ns, inputs, at, level, alike)
 
 
 def look_level(look: int) -> float:
