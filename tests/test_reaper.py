@@ -47,6 +47,11 @@ def test_a_relative_path_is_named_from_where_it_was_tracked(tmp_path, monkeypatc
     assert reaper.message(reaper.TRACK, "x") == b"+" + os.fsencode(tmp_path / "x") + b"\0"
 
 
+def test_the_end_of_a_command_in_its_own_time_forgets_every_path(tmp_path):
+    messages = reaper.message(reaper.TRACK, tmp_path / "a") + reaper.DONE + reaper.END
+    assert reaper.named(io.BytesIO(messages)) == {}
+
+
 def test_a_message_cut_off_by_the_end_names_nothing(tmp_path):
     whole = reaper.message(reaper.TRACK, tmp_path / "whole")
     cut = reaper.message(reaper.TRACK, tmp_path / "cut")[:-1]
@@ -155,6 +160,22 @@ def test_a_session_starts_its_reaper_and_collects_it_at_its_end(tmp_path, monkey
     assert scratch._reaper is None
     assert started.returncode == 0  # collected: no process left behind
     assert not root.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_path_left_tracked_at_a_sessions_end_is_not_the_reapers_to_remove(tmp_path, monkeypatch):
+    """A session that ends in its own time (done, failed or stopped by a signal it caught) did its
+    own cleanup: what is still tracked then (a path left so by a mistake) stays."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    left = tmp_path / "left"
+    with pytest.raises(RuntimeError, match="failed"), scratch.session():
+        started = scratch._reaper
+        left.mkdir()
+        scratch.track(left)
+        raise RuntimeError("failed")
+    assert started.returncode == 0  # collected: it exited at once, removing nothing
+    assert left.is_dir()
+    scratch.untrack(left)
 
 
 def test_a_reaper_ended_by_hand_leaves_the_command_to_its_own_cleanup(tmp_path, monkeypatch):

@@ -6,11 +6,13 @@ this file as a process of its own (`python -I -S reaper.py`, in a session of its
 a terminal's Ctrl-C or a signal to the command's process group does not reach it) and tells it,
 down a pipe, each path the command makes and each it is done with. When the pipe closes, which
 the kernel does however the command ends, the reaper removes every path still named, newest
-first, again a few times over the next 3.5 s (AGAIN_S), and exits. On a command's normal end
-nothing is still named, and it exits at once.
+first, again a few times over the next 3.5 s (AGAIN_S), and exits. A command that reaches the
+end of its session (done, failed or stopped by a signal it caught) has cleaned up after itself:
+it says so (`=`) before it closes the pipe, and the reaper exits at once, removing nothing.
 
 The messages are `+PATH\\0` (track), `~PATH\\0` (track a folder, to be removed only while it is
-empty: one that others may write into) and `-PATH\\0` (forget), each PATH absolute, as bytes.
+empty: one that others may write into), `-PATH\\0` (forget) and `=\\0` (forget all: the command
+ended in its own time), each PATH absolute, as bytes.
 This file imports nothing of graphaudit: it runs before, and after, the command's own modules.
 """
 
@@ -24,7 +26,7 @@ import stat
 import sys
 import time
 
-TRACK, EMPTY, FORGET, END = b"+", b"~", b"-", b"\0"
+TRACK, EMPTY, FORGET, DONE, END = b"+", b"~", b"-", b"=", b"\0"
 # Pauses before each further pass over what was left: processes the command started (an embedded
 # Ray's) may write into a folder for a moment after the command has ended (a path gone already
 # costs a failed lstat). An EMPTY folder someone else keeps stays after the last.
@@ -72,6 +74,8 @@ def named(stream) -> dict[bytes, bytes]:
                 paths[path] = kind
             elif kind == FORGET:
                 paths.pop(path, None)
+            elif kind == DONE:
+                paths.clear()
     return paths
 
 
@@ -79,7 +83,7 @@ def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)  # it ends when the command has: its pipe tells it
     left = list(reversed(named(sys.stdin.buffer).items()))
-    if not left:  # the command ended as it should, its own cleanup done
+    if not left:  # the command ended in its own time, its own cleanup done
         return
     for pause in (0.0, *AGAIN_S):
         time.sleep(pause)

@@ -13,7 +13,7 @@ signal wakeup descriptor, removes every path `track` names and ends the process 
 `grace`), or at a second one.
 SIGKILL, which no process can catch, runs none of this: the reaper (graphaudit.files.reaper), a
 process `session` starts beside the command and tells every path `track` names, removes what
-the command had not, once the command has ended however it ended.
+is still tracked when the command ends without reaching the end of its session.
 """
 
 from __future__ import annotations
@@ -91,23 +91,23 @@ def track(path: str | os.PathLike, *, empty_only: bool = False) -> None:
     with _lock:
         _tracked.pop(os.fspath(path), None)
         _tracked[os.fspath(path)] = kind
-        _tell(kind, path)
+        _tell(reaper.message(kind, path))
 
 
 def untrack(path: str | os.PathLike) -> None:
     """Forget `path` (removed, or moved into place as an output)."""
     with _lock:
         _tracked.pop(os.fspath(path), None)
-        _tell(reaper.FORGET, path)
+        _tell(reaper.message(reaper.FORGET, path))
 
 
-def _tell(kind: bytes, path: str | os.PathLike) -> None:
-    """Pass a tracked or forgotten path on to the reaper, if one runs (the caller holds `_lock`)."""
+def _tell(data: bytes) -> None:
+    """Send the reaper, if one runs, a message (graphaudit.files.reaper's; the caller holds `_lock`)."""
     global _reaper
     if _reaper is None or _reaper.stdin is None:
         return
     try:
-        _reaper.stdin.write(reaper.message(kind, path))
+        _reaper.stdin.write(data)
         _reaper.stdin.flush()
     except OSError:  # it was ended (by hand): the command goes on, its own cleanup as before
         _reaper = None
@@ -134,9 +134,11 @@ def session() -> Iterator[Path | None]:
     guard = _SignalGuard() if threading.current_thread() is threading.main_thread() else None
     saved = os.environ.get("TMPDIR"), tempfile.tempdir
     root = None
-    started = _start_reaper() if _reaper is None else None  # an inner session shares the outer one's
+    started = None
     try:
         with _held():
+            if _reaper is None:  # an inner session shares the outer one's
+                started = _start_reaper()
             root = _make_root()
             if root is not None:
                 track(root)
@@ -179,9 +181,12 @@ def _start_reaper() -> subprocess.Popen | None:
 
 
 def _stop_reaper(started: subprocess.Popen) -> None:
-    """Close the reaper's pipe (it exits: nothing is left for it to remove) and collect it."""
+    """Tell the reaper the command has cleaned up after itself, close its pipe (it exits, removing
+    nothing) and collect it. What is still tracked here was the command's own cleanup to do: a
+    path left tracked by a mistake is never removed at a normal end."""
     global _reaper
     with _lock:
+        _tell(reaper.DONE + reaper.END)
         if _reaper is started:
             _reaper = None
     if started.stdin is not None:
