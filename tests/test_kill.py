@@ -83,10 +83,9 @@ def zoo(tmp_path_factory):
     return zoo_subset(tmp_path_factory.mktemp("zoo"), rows=4, tokens=16)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("delay", [0.0, 0.5, 1.5, 3.0])
-def test_a_run_stopped_at_any_point_leaves_nothing(zoo, tmp_path, signum, delay):
-    """Stopped while importing, loading, capturing, replaying or profiling (many rounds: it never ends by itself)."""
+def _endless_run(zoo, tmp_path: Path, delay: float) -> tuple[subprocess.Popen, Path]:
+    """A `run` of the zoo's model (many rounds: it never ends by itself) `delay` s after it made its
+    temporary folder, and where its report would go."""
     report = tmp_path / "out" / "report.json"
     report.parent.mkdir()
     process = _start(["run", zoo["model"], "--calib", zoo["calib"], "--data", zoo["eval"], "--runs", "10000",
@@ -94,6 +93,14 @@ def test_a_run_stopped_at_any_point_leaves_nothing(zoo, tmp_path, signum, delay)
                       "-o", report], tmp_path / "tmp")
     _wait_for(process, tmp_path / "tmp", "graphaudit-*")
     time.sleep(delay)
+    return process, report
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", [0.0, 0.5, 1.5, 3.0])
+def test_a_run_stopped_at_any_point_leaves_nothing(zoo, tmp_path, signum, delay):
+    """Stopped while importing, loading, capturing, replaying or profiling (many rounds: it never ends by itself)."""
+    process, report = _endless_run(zoo, tmp_path, delay)
     err = _stopped(process, signum)
     assert "aborted" in err or "stopped by" in err, err
     assert os.listdir(tmp_path / "tmp") == []  # no graphaudit-* folder, no .ses
@@ -115,13 +122,7 @@ def _killed(process: subprocess.Popen, *folders: Path) -> None:
 def test_a_run_killed_outright_leaves_nothing(zoo, tmp_path, delay):
     """SIGKILL (the out-of-memory killer's) while loading, capturing, replaying or profiling: the
     temporary folder (the profiler's files, ONNX Runtime's `.ses`) and the report's temporary go."""
-    report = tmp_path / "out" / "report.json"
-    report.parent.mkdir()
-    process = _start(["run", zoo["model"], "--calib", zoo["calib"], "--data", zoo["eval"], "--runs", "10000",
-                      "--warmup", "0", "--profile-runs", "1", "--resamples", "5", "--provider", "cpu", "-q",
-                      "-o", report], tmp_path / "tmp")
-    _wait_for(process, tmp_path / "tmp", "graphaudit-*")
-    time.sleep(delay)
+    process, report = _endless_run(zoo, tmp_path, delay)
     _killed(process, tmp_path / "tmp", report.parent)
 
 
