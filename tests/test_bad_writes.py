@@ -25,6 +25,9 @@ from pathlib import Path
 import onnx
 import pytest
 
+import graphaudit.replay.frozen_files as frozen_files
+from graphaudit.errors import GraphAuditError
+
 from support.cli import FAST_PROFILE, FAST_RUN, accepted, refused, sha
 from support.models import float_gated
 from support.zoo import ROOT
@@ -334,6 +337,26 @@ def test_freeze_killed_outright_leaves_neither_its_stage_nor_the_folders_it_made
     while os.listdir(made) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.listdir(made) == []
+
+
+def test_freeze_that_fails_once_its_weights_are_in_place_takes_them_back(tmp_path, capfd, monkeypatch):
+    """The weights copied into the output folder are read back with the graphs before either graph
+    is moved into place: a failure then leaves neither the graphs nor the copied weights, nor the
+    folders made for them."""
+    model = _external(tmp_path / "in", "sub/w.bin")
+    real, calls = frozen_files._read_back, []
+
+    def read_back(path, weights):
+        calls.append(weights)
+        if weights is not None and weights.name == "out":  # read against the weights in place
+            raise GraphAuditError(f"expected the graph written as {path.name} to read back, found: cut short")
+        real(path, weights)
+
+    monkeypatch.setattr(frozen_files, "_read_back", read_back)
+    out = tmp_path / "new" / "out"
+    refused(capfd, ["freeze", model, "-o", out], [model, tmp_path / "in" / "sub" / "w.bin"], match="cut short")
+    assert any(w is not None and w.name == "out" for w in calls)  # it failed with the weights in place
+    assert not (tmp_path / "new").exists()
 
 
 def test_freeze_of_a_model_without_a_controller_is_one_line_and_writes_nothing(tmp_path, capfd):

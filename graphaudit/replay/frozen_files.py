@@ -20,6 +20,7 @@ The weights' names never collide with the graphs': such a model is refused befor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -64,9 +65,8 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     _refuse_targets(paths, loaded.source_files, copies, out_dir)
     frozen = Freeze(tuple(coefficients))(loaded.model)
     trace = Trace(tuple(coefficients))(loaded.model).model
-    created = _make_folders(out_dir)
-    for folder in created:  # should the process be killed, they go while empty (graphaudit.files.scratch)
-        scratch.track(folder, empty_only=True)
+    made = _made_folders(out_dir)  # the folders made for what is written, outermost first
+    moved: list[Path] = []  # the weights files moved into out_dir: taken back if the graphs are not
     try:
         try:
             stage = Path(tempfile.mkdtemp(prefix=".graphaudit-freeze-", dir=out_dir))
@@ -80,7 +80,10 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
             for staged, _ in graphs:
                 _read_back(staged, None)
             for location in placed:
+                made += _made_folders((out_dir / location).parent)
                 _move_new(stage / location, out_dir / location)
+                moved.append(out_dir / location)
+                scratch.track(out_dir / location)
             for staged, side in graphs:  # their weights now where they will be read from
                 _read_back(staged, stage if side else out_dir)
             for staged, side in graphs:
@@ -88,14 +91,14 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
                     target_kind(out_dir / name, _WHAT, stream=False)  # still a file or a link, replaced
                     os.replace(stage / name, out_dir / name)
     except OSError as err:
-        _remove_empty(created)
+        _take_back(moved, made)
         raise GraphAuditError(f"expected to write {_WHAT} into {out_dir}, found: {err.strerror or err}") from None
     except BaseException:
-        _remove_empty(created)
+        _take_back(moved, made)
         raise
     finally:
-        for folder in created:
-            scratch.untrack(folder)
+        for path in made + moved:
+            scratch.untrack(path)
     return WrittenGraphs(paths[0], paths[1], frozen.details, tuple(copies))
 
 
@@ -205,8 +208,7 @@ def _stage_weights(locations: tuple[str, ...], source: Path | None, out_dir: Pat
 
 def _move_new(staged: Path, target: Path) -> None:
     """Move `staged` to `target`, where nothing may be (a link is made, then the staged name removed:
-    a file that appeared there meanwhile is kept), creating `target`'s folders."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    a file that appeared there meanwhile is kept), into `target`'s folder."""
     try:
         os.link(staged, target)
     except FileExistsError:
@@ -233,6 +235,24 @@ def _make_folders(folder: Path) -> list[Path]:
         raise GraphAuditError(f"expected a folder graphaudit can write {_WHAT} into, found {made} "
                               f"({err.strerror})") from None
     return list(reversed(missing))
+
+
+def _made_folders(folder: Path) -> list[Path]:
+    """`_make_folders(folder)`, each folder it made tracked until the write is done: should the
+    process be killed, they go while empty (graphaudit.files.scratch)."""
+    made = _make_folders(folder)
+    for each in made:
+        scratch.track(each, empty_only=True)
+    return made
+
+
+def _take_back(moved: Sequence[Path], made: Sequence[Path]) -> None:
+    """Remove the weights files a failed write `moved` into the output folder (new files: nothing
+    else refers to them) and the folders it `made` (outermost first), where empty."""
+    for path in moved:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    _remove_empty(made)
 
 
 def _remove_empty(folders: Sequence[Path]) -> None:
