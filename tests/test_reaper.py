@@ -188,3 +188,17 @@ def test_a_reaper_ended_by_hand_leaves_the_command_to_its_own_cleanup(tmp_path, 
             later.mkdir()
         assert scratch._reaper is None
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["no interpreter", "a frozen app"])
+def test_where_no_interpreter_can_run_it_a_session_goes_on_without_a_reaper(tmp_path, monkeypatch, how):
+    """A frozen application's sys.executable is the application itself: run with the reaper's
+    arguments, it would start a command of its own, and that one another reaper."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    if how == "no interpreter":
+        monkeypatch.setattr(sys, "executable", "")
+    else:
+        monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with scratch.session() as root:
+        assert scratch._reaper is None and root.is_dir()
+    assert os.listdir(tmp_path) == []

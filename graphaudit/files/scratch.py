@@ -165,7 +165,7 @@ def session() -> Iterator[Path | None]:
 def _start_reaper() -> subprocess.Popen | None:
     """Start the reaper (None where no process can be started: the command's own cleanup stays)."""
     global _reaper
-    if not sys.executable:
+    if not sys.executable or getattr(sys, "frozen", False):  # no interpreter to run it (a frozen app's is itself)
         return None
     try:
         # -I -S: no site, user or environment paths, so that it starts in a few milliseconds;
