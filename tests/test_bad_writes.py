@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+import graphaudit.profile.profiler as profiler
 import graphaudit.replay.frozen_files as frozen_files
 from graphaudit.errors import GraphAuditError
 
@@ -93,6 +95,23 @@ def test_keep_profiles_gets_every_file_and_no_staging_folder(files, tmp_path, ca
     assert "optimised.onnx" in names and any(n.startswith("profile_") and n.endswith(".json") for n in names)
     onnx.checker.check_model(onnx.load(keep / "optimised.onnx"))
     assert _stage_left(keep) == []
+
+
+def test_keep_profiles_made_for_a_profile_that_fails_goes_with_it(files, tmp_path, capfd, monkeypatch):
+    """The folders --keep-profiles made are kept with the profiles, and removed when there are none."""
+    keep = tmp_path / "new" / "keep"
+    accepted(capfd, _profile(files / "gated.onnx", files / "calib.npz", "--keep-profiles", keep),
+             [files / "gated.onnx", files / "calib.npz"])
+    assert "optimised.onnx" in os.listdir(keep)
+    shutil.rmtree(tmp_path / "new")
+
+    def failing(*args, **kwargs):
+        raise GraphAuditError("expected the timed rounds to run, found them cut short")
+
+    monkeypatch.setattr(profiler, "_timed_rounds", failing)
+    refused(capfd, _profile(files / "gated.onnx", files / "calib.npz", "--keep-profiles", keep),
+            [files / "gated.onnx", files / "calib.npz"], match="cut short")
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.mark.parametrize("under", ["calib.npz/kept", "calib.npz/a/b"])

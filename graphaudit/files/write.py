@@ -15,7 +15,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from graphaudit.errors import GraphAuditError, UsageError
@@ -134,6 +134,39 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one of them does not exist (or cannot be looked at)
         return Path(a).resolve() == Path(b).resolve()
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """Create `folder` and the folders above it that are missing; return those made, outermost
+    first, each tracked (graphaudit.files.scratch) to go while empty should the process be
+    killed, until `settle_folders`. An OSError (`filename`: the folder that could not be made)
+    leaves none of them."""
+    missing = []
+    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    made: list[Path] = []
+    try:
+        for each in reversed(missing):
+            each.mkdir()
+            made.append(each)
+            scratch.track(each, empty_only=True)
+    except OSError:
+        settle_folders(made, failed=True)
+        raise
+    return made
+
+
+def settle_folders(folders: Sequence[Path], failed: bool) -> None:
+    """Done with the `folders` `make_folders` made (outermost first): kept, or where what was to
+    be written in them `failed`, removed innermost first while empty; no longer tracked."""
+    for folder in reversed(folders) if failed else ():
+        try:
+            folder.rmdir()
+        except OSError:
+            break  # not empty: nor are those above it
+    for folder in folders:
+        scratch.untrack(folder)
 
 
 def unlink_entry(path: Path) -> None:

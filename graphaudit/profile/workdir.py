@@ -17,7 +17,7 @@ from pathlib import Path
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.files import scratch
-from graphaudit.files.write import refuse_input, shown, target_kind
+from graphaudit.files.write import make_folders, refuse_input, settle_folders, shown, target_kind
 from graphaudit.load.model import LoadedModel
 
 OPTIMISED = "optimised.onnx"  # ORT's optimised model; its weights go beside it, as OPTIMISED + ".data"
@@ -28,28 +28,34 @@ _WHAT = "the profiles"
 @contextlib.contextmanager
 def workdir(keep: str | os.PathLike | None, inputs: Sequence[Path]) -> Iterator[Path]:
     """A fresh folder for ONNX Runtime's files, removed after; with `keep`, inside `keep` (created
-    if missing), its files moved into `keep` at the end. A name ONNX Runtime will write that is one
+    if missing, and removed again if the profile fails), its files moved into `keep` at the end. A name ONNX Runtime will write that is one
     of `inputs` in `keep` is refused before anything runs; one it chose (the profiler's, dated) at the end."""
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as folder:
             yield Path(folder)
         return
     keep = Path(keep)
+    made: list[Path] = []  # the folders made for `keep`: removed again, while empty, if the profile fails
+    failed = True
     try:
-        keep.mkdir(parents=True, exist_ok=True)
-        for name in (OPTIMISED, OPTIMISED + ".data", BASELINE_OPTIMISED, BASELINE_OPTIMISED + ".data"):
-            _check(keep / name, inputs)
-        stage = tempfile.mkdtemp(prefix=".graphaudit-profile-", dir=keep)
-    except OSError as err:
-        raise GraphAuditError(f"expected --keep-profiles to name a folder graphaudit can write into, found "
-                              f"{shown(keep)} ({err.strerror})") from None
-    with scratch.tracked(stage) as folder:
-        yield folder
-        written = sorted(folder.iterdir())
-        for entry in written:
-            _check(keep / entry.name, inputs)
-        for entry in written:
-            os.replace(entry, keep / entry.name)
+        try:
+            made = make_folders(keep)
+            for name in (OPTIMISED, OPTIMISED + ".data", BASELINE_OPTIMISED, BASELINE_OPTIMISED + ".data"):
+                _check(keep / name, inputs)
+            stage = tempfile.mkdtemp(prefix=".graphaudit-profile-", dir=keep)
+        except OSError as err:
+            raise GraphAuditError(f"expected --keep-profiles to name a folder graphaudit can write into, found "
+                                  f"{shown(keep)} ({err.strerror})") from None
+        with scratch.tracked(stage) as folder:
+            yield folder
+            written = sorted(folder.iterdir())
+            for entry in written:
+                _check(keep / entry.name, inputs)
+            for entry in written:
+                os.replace(entry, keep / entry.name)
+        failed = False
+    finally:
+        settle_folders(made, failed)
 
 
 def input_files(*models: LoadedModel | None) -> list[Path]:

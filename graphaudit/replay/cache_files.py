@@ -39,6 +39,7 @@ import numpy as np
 
 from graphaudit.errors import GraphAuditError
 from graphaudit.files import scratch
+from graphaudit.files.write import make_folders
 
 FORMAT = 3
 MANIFEST = "manifest.json"
@@ -57,15 +58,14 @@ class CacheDamage(Exception):
 def cache_folder(folder: Path, cache_dir: str | os.PathLike[str]) -> list[Path]:
     """Create the cache's `folder` under `cache_dir`, refusing a path that cannot be a folder of
     its own; return the folders this made, outermost first."""
-    missing = [p for p in reversed((folder, *folder.parents)) if not p.exists()]
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        made = make_folders(folder)  # tracked until the capture settles them
     except OSError as err:
         blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
         found = f"{blocking} is not a folder" if blocking is not None else f"{err.strerror or err}: {err.filename}"
         raise GraphAuditError(f"expected a folder for the coefficient cache at {cache_dir}, found {found}") from None
     refuse_link(folder)
-    return missing
+    return made
 
 
 def refuse_link(folder: Path) -> None:

@@ -9,8 +9,9 @@ once mapped, so that not even a SIGKILL leaves its blocks on disk), or under `ca
 it stays and is reused by a later capture of the same trace graph, data and batch size once
 its files are checked (graphaudit.replay.cache_files: a damaged cache is captured again, and
 `rebuilt` says why); until it is sealed, its files and the folders made for it are tracked
-(graphaudit.files.scratch), so that a command killed outright leaves none of them. The pages of a mapped cache are released after every batch written and
-every rows read, so the process's resident memory does not grow with the number of inputs
+(graphaudit.files.scratch), so that a command killed outright leaves none of them. The pages
+of a mapped cache are released after every batch written and every rows read, so the
+process's resident memory does not grow with the number of inputs
 (the data stays in the OS page cache and on disk). The live outputs of the first batch are
 kept beside the coefficients for the parity check, and so, given a LiveCheck, is a small
 per-input summary of every input's live outputs (the replay keeps each target's
@@ -36,7 +37,7 @@ import onnxruntime as ort
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
-from graphaudit.files import scratch
+from graphaudit.files.write import settle_folders
 from graphaudit.load.data import InputData
 from graphaudit.load.external_data import external_tensors, locations
 from graphaudit.replay.cache_files import (
@@ -240,8 +241,6 @@ def capture(
         created = cache_folder(folder, cache_dir)
         made.folders = [p for p in created if p == folder]
         made.parents = [p for p in created if p != folder]
-        for made_folder in created:  # outermost first; others may write into them too
-            scratch.track(made_folder, empty_only=True)
         clear(folder)  # a cache being rewritten is no cache until sealed again
     arrays, maps, written = made.arrays, made.maps, {}
     with made:
@@ -346,8 +345,7 @@ class _Made:
 
     def settled(self) -> None:
         """The folders are kept (the cache sealed) or removed: no longer for the reaper to remove."""
-        for folder in self.parents + self.folders:
-            scratch.untrack(folder)
+        settle_folders(self.parents + self.folders, failed=False)
 
 
 def _check_finite(coefficients: Sequence[Coefficient], outputs: Mapping[str, np.ndarray], rows: slice,

@@ -34,7 +34,7 @@ import onnx
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.files import scratch
-from graphaudit.files.write import refuse_input, same_file, target_kind
+from graphaudit.files.write import make_folders, refuse_input, same_file, settle_folders, target_kind
 from graphaudit.load import external_data
 from graphaudit.load.checker import check_model
 from graphaudit.load.model import LoadedModel
@@ -67,6 +67,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     trace = Trace(tuple(coefficients))(loaded.model).model
     made = _made_folders(out_dir)  # the folders made for what is written, outermost first
     moved: list[Path] = []  # the weights files moved into out_dir: taken back if the graphs are not
+    failed = True
     try:
         try:
             stage = Path(tempfile.mkdtemp(prefix=".graphaudit-freeze-", dir=out_dir))
@@ -90,15 +91,16 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
                 for name in (side, staged.name) if side else (staged.name,):
                     target_kind(out_dir / name, _WHAT, stream=False)  # still a file or a link, replaced
                     os.replace(stage / name, out_dir / name)
+        failed = False
     except OSError as err:
-        _take_back(moved, made)
         raise GraphAuditError(f"expected to write {_WHAT} into {out_dir}, found: {err.strerror or err}") from None
-    except BaseException:
-        _take_back(moved, made)
-        raise
     finally:
-        for path in made + moved:
+        for path in moved:  # new files: nothing else refers to them
+            if failed:
+                with contextlib.suppress(OSError):
+                    path.unlink()
             scratch.untrack(path)
+        settle_folders(made, failed)
     return WrittenGraphs(paths[0], paths[1], frozen.details, tuple(copies))
 
 
@@ -222,43 +224,10 @@ def _move_new(staged: Path, target: Path) -> None:
     os.unlink(staged)
 
 
-def _make_folders(folder: Path) -> list[Path]:
-    """Create `folder` and the folders above it that are missing; return those created, outermost first."""
-    missing = []
-    while not folder.exists() and not folder.is_symlink() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    try:
-        for made in reversed(missing):
-            made.mkdir()
-    except OSError as err:
-        raise GraphAuditError(f"expected a folder graphaudit can write {_WHAT} into, found {made} "
-                              f"({err.strerror})") from None
-    return list(reversed(missing))
-
-
 def _made_folders(folder: Path) -> list[Path]:
-    """`_make_folders(folder)`, each folder it made tracked until the write is done: should the
-    process be killed, they go while empty (graphaudit.files.scratch)."""
-    made = _make_folders(folder)
-    for each in made:
-        scratch.track(each, empty_only=True)
-    return made
-
-
-def _take_back(moved: Sequence[Path], made: Sequence[Path]) -> None:
-    """Remove the weights files a failed write `moved` into the output folder (new files: nothing
-    else refers to them) and the folders it `made` (outermost first), where empty."""
-    for path in moved:
-        with contextlib.suppress(OSError):
-            path.unlink()
-    _remove_empty(made)
-
-
-def _remove_empty(folders: Sequence[Path]) -> None:
-    """Remove `folders` (innermost first) where they are empty: those a failed write created."""
-    for folder in reversed(folders):
-        try:
-            folder.rmdir()
-        except OSError:
-            return
+    """`make_folders(folder)`, a folder that cannot be made a one-line error."""
+    try:
+        return make_folders(folder)
+    except OSError as err:
+        raise GraphAuditError(f"expected a folder graphaudit can write {_WHAT} into, found {err.filename} "
+                              f"({err.strerror})") from None
