@@ -163,6 +163,8 @@ def settle_folders(folders: Sequence[Path], failed: bool) -> None:
     for folder in reversed(folders) if failed else ():
         try:
             folder.rmdir()
+        except FileNotFoundError:  # removed already, with what it held
+            continue
         except OSError:
             break  # not empty: nor are those above it
     for folder in folders:

@@ -28,8 +28,9 @@ _WHAT = "the profiles"
 @contextlib.contextmanager
 def workdir(keep: str | os.PathLike | None, inputs: Sequence[Path]) -> Iterator[Path]:
     """A fresh folder for ONNX Runtime's files, removed after; with `keep`, inside `keep` (created
-    if missing, and removed again if the profile fails), its files moved into `keep` at the end. A name ONNX Runtime will write that is one
-    of `inputs` in `keep` is refused before anything runs; one it chose (the profiler's, dated) at the end."""
+    if missing, and removed again if the profile fails), its files moved into `keep` at the end.
+    A name ONNX Runtime will write that is one of `inputs` in `keep` is refused before anything
+    runs; one it chose (the profiler's, dated) at the end."""
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="graphaudit-profile-") as folder:
             yield Path(folder)

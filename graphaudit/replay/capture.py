@@ -338,10 +338,7 @@ class _Made:
         self.partials.discard()
         for folder in self.folders:
             shutil.rmtree(folder, ignore_errors=True)
-        for parent in reversed(self.parents):
-            with contextlib.suppress(OSError):
-                parent.rmdir()
-        self.settled()
+        settle_folders(self.parents + self.folders, failed=True)
 
     def settled(self) -> None:
         """The folders are kept (the cache sealed) or removed: no longer for the reaper to remove."""
