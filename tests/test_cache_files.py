@@ -26,7 +26,8 @@ import pytest
 
 import graphaudit.replay.capture as capture_module
 from graphaudit.errors import GraphAuditError
-from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST, Partials, kept_cache, seal
+from graphaudit.files.write import MadeFiles
+from graphaudit.replay.cache_files import LIVE_FILE, MANIFEST, kept_cache, seal
 from graphaudit.replay.capture import _CHECK_FILE, capture
 from graphaudit.replay.capture import _file as file_of
 
@@ -177,7 +178,7 @@ def test_live_outputs_named_like_savez_arguments_are_kept_and_reused(tmp_path, m
     live = {"file": np.arange(3.0), "allow_pickle": np.ones((2, 2), np.float32), "logits": np.zeros((2, 1, 4))}
     folder = tmp_path / "cache"
     folder.mkdir()
-    seal(folder, "key", 2, {}, live, Partials())
+    seal(folder, "key", 2, {}, live, MadeFiles())
     found = kept_cache(folder, "key", {}, 2, set())
     assert found is not None
     arrays, maps, kept = found

@@ -1,5 +1,5 @@
 """The folders an output needs: made (`make_folders`), tracked while the write runs, and kept or
-taken back (`settle_folders`)."""
+taken back (`settle_folders`); the files a write makes, alike (`MadeFiles`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from graphaudit.files import reaper, scratch
-from graphaudit.files.write import make_folders, settle_folders
+from graphaudit.files.write import MadeFiles, make_folders, settle_folders
 
 
 def test_the_missing_folders_are_made_outermost_first_and_tracked_to_go_while_empty(tmp_path):
@@ -53,4 +53,16 @@ def test_a_folder_that_cannot_be_made_names_itself_and_leaves_none(tmp_path):
         make_folders(too_long / "deeper")
     assert err.value.filename == str(too_long)
     assert os.listdir(tmp_path) == ["file"]  # "new", made before, taken back
+    assert not any(str(tmp_path) in path for path in scratch._tracked)
+
+
+def test_made_files_are_tracked_until_kept_or_taken_back(tmp_path):
+    kept, dropped, placed = MadeFiles(), MadeFiles(), MadeFiles()
+    for made, name in ((kept, "kept"), (dropped, "dropped"), (placed, "placed")):
+        (made.add(tmp_path / name)).write_text(name)
+        assert scratch._tracked[str(tmp_path / name)] == reaper.TRACK
+    kept.keep()
+    dropped.discard()
+    placed.done(tmp_path / "placed")  # in place under its own name
+    assert sorted(os.listdir(tmp_path)) == ["kept", "placed"]
     assert not any(str(tmp_path) in path for path in scratch._tracked)

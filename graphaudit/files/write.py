@@ -171,6 +171,38 @@ def settle_folders(folders: Sequence[Path], failed: bool) -> None:
         scratch.untrack(folder)
 
 
+class MadeFiles:
+    """The files a write makes (a cache's partial files, the weights freeze copies), each tracked
+    for removal (graphaudit.files.scratch) from when it is added until it is in place (`done`,
+    `keep`) or removed (`discard`)."""
+
+    def __init__(self) -> None:
+        self._paths: list[Path] = []
+
+    def add(self, path: Path) -> Path:
+        self._paths.append(path)
+        scratch.track(path)
+        return path
+
+    def done(self, path: Path) -> None:
+        """`path` is in place under its own name, or gone."""
+        self._paths.remove(path)
+        scratch.untrack(path)
+
+    def keep(self) -> None:
+        """Every file is in place."""
+        for path in self._paths:
+            scratch.untrack(path)
+        self._paths.clear()
+
+    def discard(self) -> None:
+        """Remove every file not yet in place."""
+        for path in self._paths:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        self.keep()
+
+
 def unlink_entry(path: Path) -> None:
     """Remove the folder entry `path` (never what a link there points at), if there is one."""
     with contextlib.suppress(FileNotFoundError):

@@ -8,7 +8,7 @@ data loaded, never a pickle) and compared with the manifest, each file's size an
 too, and the coefficients must be finite, as a capture keeps them. A cache that fails any
 of these is damaged (`CacheDamage`, with the reason) and captured again.
 
-A file being written (`Partials`) is tracked (graphaudit.files.scratch) until it is renamed onto
+A file being written (`graphaudit.files.write.MadeFiles`) is tracked until it is renamed onto
 its name or removed, so that not even a command killed outright leaves one behind.
 
 Nothing here opens a link or anything but a regular file: entries are checked with lstat
@@ -38,8 +38,7 @@ from typing import Any, BinaryIO, TypeVar
 import numpy as np
 
 from graphaudit.errors import GraphAuditError
-from graphaudit.files import scratch
-from graphaudit.files.write import make_folders
+from graphaudit.files.write import MadeFiles, make_folders
 
 FORMAT = 3
 MANIFEST = "manifest.json"
@@ -89,32 +88,6 @@ def partial_name(folder: Path, name: str) -> Path:
     return folder / f"{PARTIAL}{secrets.token_hex(8)}-{name}"
 
 
-class Partials:
-    """The files a capture is writing, each tracked for removal (graphaudit.files.scratch) from
-    before it is made until it is put in place (`done`) or removed (`discard`)."""
-
-    def __init__(self) -> None:
-        self._paths: list[Path] = []
-
-    def add(self, path: Path) -> Path:
-        self._paths.append(path)
-        scratch.track(path)
-        return path
-
-    def done(self, path: Path) -> None:
-        """`path` is in place under its own name, or gone."""
-        self._paths.remove(path)
-        scratch.untrack(path)
-
-    def discard(self) -> None:
-        """Remove every file still being written."""
-        for path in self._paths:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            scratch.untrack(path)
-        self._paths.clear()
-
-
 def new_npy(path: Path, shape: tuple[int, ...], dtype: np.dtype) -> tuple[np.ndarray, mmap.mmap]:
     """A new .npy file at `path` (which must not exist: never a link followed), memory-mapped for writing.
 
@@ -161,7 +134,7 @@ def _reserve(fd: int, size: int) -> None:
 
 
 def seal(folder: Path, key: str, count: int, written: Mapping[str, tuple[str, Path, np.ndarray, mmap.mmap]],
-         live: Mapping[str, np.ndarray], partials: Partials) -> None:
+         live: Mapping[str, np.ndarray], partials: MadeFiles) -> None:
     """Write `live` and the manifest of the arrays `written` ({key: (file name, partial path, array,
     mapping)}) and rename every file onto its name, the manifest last: until it is there, no cache.
     `partials`: the files being written, to which this adds its own (the caller removes them on failure)."""

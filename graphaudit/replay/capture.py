@@ -37,13 +37,12 @@ import onnxruntime as ort
 
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
-from graphaudit.files.write import settle_folders
+from graphaudit.files.write import MadeFiles, settle_folders
 from graphaudit.load.data import InputData
 from graphaudit.load.external_data import external_tensors, locations
 from graphaudit.replay.cache_files import (
     FORMAT,
     CacheDamage,
-    Partials,
     cache_folder,
     clear,
     kept_cache,
@@ -318,7 +317,7 @@ class _Made:
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     maps: dict[str, mmap.mmap] = field(default_factory=dict)
-    partials: Partials = field(default_factory=Partials)
+    partials: MadeFiles = field(default_factory=MadeFiles)
     folders: list[Path] = field(default_factory=list)
     parents: list[Path] = field(default_factory=list)  # outermost first
 

@@ -20,7 +20,6 @@ The weights' names never collide with the graphs': such a model is refused befor
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import stat
@@ -34,7 +33,7 @@ import onnx
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.errors import GraphAuditError
 from graphaudit.files import scratch
-from graphaudit.files.write import make_folders, refuse_input, same_file, settle_folders, target_kind
+from graphaudit.files.write import MadeFiles, make_folders, refuse_input, same_file, settle_folders, target_kind
 from graphaudit.load import external_data
 from graphaudit.load.checker import check_model
 from graphaudit.load.model import LoadedModel
@@ -66,7 +65,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     frozen = Freeze(tuple(coefficients))(loaded.model)
     trace = Trace(tuple(coefficients))(loaded.model).model
     made = _made_folders(out_dir)  # the folders made for what is written, outermost first
-    moved: list[Path] = []  # the weights files moved into out_dir: taken back if the graphs are not
+    moved = MadeFiles()  # the weights files moved into out_dir: taken back if the graphs are not
     failed = True
     try:
         try:
@@ -83,8 +82,7 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
             for location in placed:
                 made += _made_folders((out_dir / location).parent)
                 _move_new(stage / location, out_dir / location)
-                moved.append(out_dir / location)
-                scratch.track(out_dir / location)
+                moved.add(out_dir / location)  # once there: a file that appeared there meanwhile is not ours
             for staged, side in graphs:  # their weights now where they will be read from
                 _read_back(staged, stage if side else out_dir)
             for staged, side in graphs:
@@ -95,11 +93,10 @@ def write_graphs(loaded: LoadedModel, coefficients: Sequence[Coefficient], out_d
     except OSError as err:
         raise GraphAuditError(f"expected to write {_WHAT} into {out_dir}, found: {err.strerror or err}") from None
     finally:
-        for path in moved:  # new files: nothing else refers to them
-            if failed:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            scratch.untrack(path)
+        if failed:  # new files: nothing else refers to them
+            moved.discard()
+        else:
+            moved.keep()
         settle_folders(made, failed)
     return WrittenGraphs(paths[0], paths[1], frozen.details, tuple(copies))
 
