@@ -61,7 +61,7 @@ def handed_to_inference(monkeypatch):
 def _as_before(monkeypatch):
     """Load as the loader did before it kept the checker's encoding: inference encodes the model."""
     real = inference.with_inferred_shapes
-    monkeypatch.setattr(loader, "with_inferred_shapes", lambda model, every=None, checked=None: real(model, every))
+    monkeypatch.setattr(loader, "with_inferred_shapes", lambda model, every=None, checked=None, fields=None: real(model, every))
 
 
 @pytest.mark.parametrize("threshold", [0, 100])  # every weight outside; the small shape constant inline

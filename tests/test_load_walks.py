@@ -6,6 +6,7 @@ import onnx
 import onnx.parser
 from onnx import numpy_helper
 
+import graphaudit.load.model as loader
 import graphaudit.load.protos as protos
 from graphaudit.load.inference import INFER_WEIGHTS_OVER
 from graphaudit.load.model import load_model
@@ -18,15 +19,42 @@ def test_a_model_without_bodies_is_walked_for_them_once(tmp_path, monkeypatch):
     onnx.save(model, str(path))
     walks: list[int] = []
     bodies = protos._bodies
+    walk = loader.walk_graphs
 
     def counted(nodes):
         walks.append(len(nodes))
         return bodies(nodes)
 
+    def counted_walk(graph):
+        walks.append(len(graph.node))
+        return walk(graph)
+
     monkeypatch.setattr(protos, "_bodies", counted)
+    monkeypatch.setattr(loader, "walk_graphs", counted_walk)
     loaded = load_model(path, weights=False)
-    assert walks == [len(model.graph.node)]  # ten passes read them: one walk
+    assert walks == [len(model.graph.node)]  # the checks of names, domains and fused operators read them: one walk
     assert loaded.shape_inference_ok
+
+
+def test_the_walk_reads_each_graph_and_body_in_order_with_its_nodes_fields():
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "custom" : 1]>
+    g (float[3] x, bool c) => (float[3] y) {
+        z = If (c) <
+            then_branch = t () => (float[3] tb) {
+                tb = If (c) < then_branch = tt () => (float[3] ttb) { ttb = Neg (x) },
+                              else_branch = te () => (float[3] teb) { teb = Abs (x) } >
+            },
+            else_branch = e () => (float[3] eb) { eb = Identity (x) }
+        >
+        y = custom.Op (z)
+    }""")
+    walked = protos.walk_graphs(model.graph)
+    assert [id(g) for g in walked.graphs] == [id(g) for g in protos.graphs(model.graph)]
+    assert [g.name for g in walked.graphs] == ["g", "t", "tt", "te", "e"]
+    assert walked.fields[0] == [(n.name, n.op_type, n.domain) for n in model.graph.node]
+    assert [[op for _, op, _ in fields] for fields in walked.fields] == [["If", "Op"], ["If"], ["Neg"], ["Abs"], ["Identity"]]
+    assert walked.domains() == {"", "custom"}
 
 
 def test_the_bodies_an_inlined_call_brings_are_inferred():

@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 import onnx
 from onnx import helper
 
+from graphaudit.load.protos import NodeFields
+
 DOMAIN = "graphaudit.shapes"  # the functions' domain, in the copy only
 MS = "com.microsoft"
 _SKIP_NORMS = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -65,12 +67,16 @@ def with_shape_functions(model: onnx.ModelProto, *, copy: bool) -> onnx.ModelPro
     return model
 
 
-def may_need_shape_functions(model: onnx.ModelProto) -> bool:
+def may_need_shape_functions(model: onnx.ModelProto, fields: Sequence[NodeFields] | None = None) -> bool:
     """Whether the main graph may hold a fused ONNX Runtime node (`with_shape_functions` gives
     those it can shape a function of their own): it imports ONNX Runtime's domain, or holds one
-    of the operators ONNX Runtime adds to the default domain."""
-    return any(o.domain in (MS, "com.ms.internal.nhwc") for o in model.opset_import) or \
-        any(n.op_type in _DEFAULT_DOMAIN_EXTRAS and not n.domain for n in model.graph.node)
+    of the operators ONNX Runtime adds to the default domain. `fields`: the main graph's nodes'
+    fields, as `protos.walk_graphs` reads them, where the caller has them."""
+    if any(o.domain in (MS, "com.ms.internal.nhwc") for o in model.opset_import):
+        return True
+    if fields is None:
+        return any(n.op_type in _DEFAULT_DOMAIN_EXTRAS and not n.domain for n in model.graph.node)
+    return any(op in _DEFAULT_DOMAIN_EXTRAS and not domain for _, op, domain in fields)
 
 
 def _known_dims(graph: onnx.GraphProto) -> dict[str, tuple[int | None, ...]]:

@@ -21,7 +21,14 @@ from graphaudit.errors import brief
 from graphaudit.load import external_data, repair
 from graphaudit.load.contrib_shapes import may_need_shape_functions, with_shape_functions
 from graphaudit.load.node_ids import node_ids
-from graphaudit.load.protos import graphs, has_bodies, names_repeat_across_graphs, rename_body_values, restore_names
+from graphaudit.load.protos import (
+    NodeFields,
+    graphs,
+    has_bodies,
+    names_repeat_across_graphs,
+    rename_body_values,
+    restore_names,
+)
 from graphaudit.load.shape_values import fold_shape_arguments
 
 # Inline initializers larger than this reach shape inference as typed inputs (with_inferred_shapes)
@@ -42,17 +49,18 @@ def typed_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[str, .
 
 
 def with_inferred_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | None = None,
-                         checked: tuple[onnx.ModelProto, bytes] | None = None
-                         ) -> tuple[onnx.ModelProto, bool, str | None]:
+                         checked: tuple[onnx.ModelProto, bytes] | None = None,
+                         fields: Sequence[NodeFields] | None = None) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not
     (`_inferred`); where a value name repeats across bodies, inferred with each body's values
     under names of their own (`protos.rename_body_values`), given back after. `every`: the
     model's graphs, as `graphs` lists them, where the caller has them. `checked`: what the ONNX
     checker was handed of `model` and its encoding (`load.checker.handed`), where the model has
-    not changed since."""
+    not changed since. `fields`: the main graph's nodes' fields (`protos.walk_graphs`), where the
+    caller has them."""
     every = every if every is not None else list(graphs(model.graph))
     back = rename_body_values(model.graph) if names_repeat_across_graphs(model.graph, every) else {}
-    result = _inferred(model, every, None if back else checked)
+    result = _inferred(model, every, None if back else checked, fields)
     if back:
         for graph in {id(g): g for g in (model.graph, result[0].graph)}.values():
             restore_names(graph, back)
@@ -60,7 +68,8 @@ def with_inferred_shapes(model: onnx.ModelProto, every: list[onnx.GraphProto] | 
 
 
 def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto],
-              checked: tuple[onnx.ModelProto, bytes] | None = None) -> tuple[onnx.ModelProto, bool, str | None]:
+              checked: tuple[onnx.ModelProto, bytes] | None = None,
+              fields: Sequence[NodeFields] | None = None) -> tuple[onnx.ModelProto, bool, str | None]:
     """`model` with ONNX's inferred shapes, whether inference succeeded, and its error if not.
 
     Inline initializers past INFER_WEIGHTS_OVER bytes are not handed to inference: it needs
@@ -76,7 +85,7 @@ def _inferred(model: onnx.ModelProto, every: list[onnx.GraphProto],
     Inference takes that copy's encoding, unless a node needs a shape function or a weight it
     would not be handed is still inline there.
     """
-    if checked is not None and not may_need_shape_functions(model) and not heavy_weights(checked[0]):
+    if checked is not None and not may_need_shape_functions(model, fields) and not heavy_weights(checked[0]):
         return _inferred_from(model, every, *checked)
     plain = _without_weights(model)
     skeleton = with_shape_functions(plain, copy=plain is model)  # ONNX Runtime's fused operators

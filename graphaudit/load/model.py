@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 
 import onnx
@@ -28,7 +29,7 @@ from graphaudit.load.checker import Unsorted, check_model, handed, in_order, ord
 from graphaudit.load.free_dims import name_free_dims
 from graphaudit.load.inference import INFER_WEIGHTS_OVER, typed_outputs, with_inferred_shapes
 from graphaudit.load.inline import inline_functions
-from graphaudit.load.protos import graphs, node_lists
+from graphaudit.load.protos import Walked, node_lists, walk_graphs
 
 
 @dataclass(frozen=True)
@@ -111,16 +112,19 @@ def load_model(
     # The graph and its bodies, listed once for the passes below that read each (one walk of
     # every node: ten of them were a sixth of a static audit at 18,000 nodes), and listed again
     # wherever nodes are moved, added or copied.
-    every = list(graphs(model.graph))
-    _check_text(model, path, every)
-    imports, dropped = repair.add_runtime_imports(model, every), repair.drop_untyped_value_info(model, every)
+    walked = walk_graphs(model.graph)
+    every = walked.graphs
+    _check_text(model, path, walked)
+    imports = repair.add_runtime_imports(model, every, walked.domains())
+    dropped = repair.drop_untyped_value_info(model, every)
     moved = 0
     typed: tuple[str, ...] = ()
     if repair.untyped_outputs(model.graph):  # ONNX Runtime types them by inference: so does this, in order
         if not in_order(model.graph) and not order_problem(model):
             moved = sort_nodes(model.graph)
         model, typed = typed_outputs(model)
-        every = list(graphs(model.graph))
+        walked = walk_graphs(model.graph)
+        every = walked.graphs
     if imports or dropped or moved or typed:
         data = None  # the file's bytes are no longer the model's encoding
     tensors, nested = external_data.scan(model, data)
@@ -142,7 +146,8 @@ def load_model(
             checked = _checked(model, data, path, external if nested else ())
         except Unsorted:  # a DAG written out of order (as some converters do): put in order, here only
             moved = sort_nodes(model.graph)
-            every = list(graphs(model.graph))
+            walked = walk_graphs(model.graph)
+            every = walked.graphs
             checked = _checked(model, None, path, external if nested else ())
     del data  # what follows works on the parsed model
     if name_free_dims(model, every):  # -1, "?", "" or no size: each free on its own, as ONNX Runtime runs them
@@ -155,10 +160,11 @@ def load_model(
         if found is not None:
             inlined_functions = tuple(f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions)
             model, inlined_calls = found
-            every = list(graphs(model.graph))
+            walked = walk_graphs(model.graph)
+            every = walked.graphs
     inferred_ok, inferred_error = True, None
     if infer_shapes:
-        model, inferred_ok, inferred_error = with_inferred_shapes(model, every, checked)
+        model, inferred_ok, inferred_error = with_inferred_shapes(model, every, checked, fields=walked.fields[0])
     if weights and external:
         assert base is not None  # require_files above refused external weights without a folder
         _load_external(model, base, path)
@@ -275,15 +281,17 @@ def _require_graph(model: onnx.ModelProto, path: Path | None) -> None:
         )
 
 
-def _check_text(model: onnx.ModelProto, path: Path | None, every: list[onnx.GraphProto]) -> None:
+def _check_text(model: onnx.ModelProto, path: Path | None, walked: Walked) -> None:
     """Refuse names and metadata that are not UTF-8: protobuf hands them back as bytes, not text
-    (`every`: the model's graphs, as `graphs` lists them)."""
+    (`walked`: the model's graphs and their nodes' fields, as `walk_graphs` reads them)."""
     where = f" in {path}" if path else ""
     try:
-        # `+` and str.join raise TypeError on bytes: one pass over the nodes (about 0.6 s per million).
-        for nodes in node_lists(model, every):
+        # str.join raises TypeError on bytes: the graphs' nodes as read once, then the functions'.
+        for fields in walked.fields:
+            "".join(chain.from_iterable(fields))
+        for nodes in node_lists(model, []):
             "".join([n.name + n.op_type + n.domain for n in nodes])
-        for graph in every:
+        for graph in walked.graphs:
             "".join([v.name for field in (graph.input, graph.output, graph.initializer, graph.value_info)
                      for v in field])
         "".join([p.key for p in model.metadata_props] + [o.domain for o in model.opset_import])

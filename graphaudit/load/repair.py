@@ -29,16 +29,19 @@ import onnx
 from graphaudit.load.protos import graphs
 
 
-def add_runtime_imports(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None) -> list[str]:
+def add_runtime_imports(model: onnx.ModelProto, every: Sequence[onnx.GraphProto] | None = None,
+                        domains: set[str] | None = None) -> list[str]:
     """The opset imports added to `model` (in place) for domains its nodes use but it does not
     import, where ONNX Runtime knows the domain, at the version ONNX Runtime gives it, as
     `domain version`; none when the model imports no opset at all (ONNX Runtime refuses it).
-    `every`: the model's graphs, as `protos.graphs` lists them, where the caller has them."""
+    `every`: the model's graphs, as `protos.graphs` lists them, and `domains`: the domains their
+    nodes use (`protos.Walked.domains`), where the caller has them."""
     if not model.opset_import:
         return []
     imported = {"" if o.domain == "ai.onnx" else o.domain for o in model.opset_import}
-    used = {"" if node.domain == "ai.onnx" else node.domain for graph in every or graphs(model.graph)
-            for node in graph.node}
+    if domains is None:
+        domains = {node.domain for graph in every or graphs(model.graph) for node in graph.node}
+    used = {"" if domain == "ai.onnx" else domain for domain in domains}
     missing = sorted(used - imported)
     if not missing:
         return []
