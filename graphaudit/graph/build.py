@@ -118,7 +118,7 @@ class _Builder:
         # to its owner; the edges between nodes are read off the tables (ModelGraph.edge_records)
         self._body_edges: list[tuple[int, tuple]] = []
         self._subgraphs: dict = {}  # node id -> its subgraphs, from pass 1
-        self._next: Iterator[tuple[onnx.NodeProto, str, str]] | None = None
+        self._next: Iterator[tuple[onnx.NodeProto, str, str, str, str]] | None = None
 
     def build(self) -> ModelGraph:
         graph = self.model.graph
@@ -126,7 +126,7 @@ class _Builder:
         read = Occurrences(self.model)  # pass 1
         ids = read.ids()
         self._subgraphs = {ids[i]: subgraphs for i, subgraphs in read.subgraphs.items()}
-        self._next = zip(read.protos, read.names, ids)
+        self._next = zip(read.protos, read.names, read.op_types, read.domains, ids)
         env: dict[str, TensorRef] = {}
         for t in graph.initializer:
             name = t.name
@@ -199,8 +199,8 @@ class _Builder:
         names = env[0] if len(env) == 1 and "" not in env[0] else None
         local = env[-1]
         for _ in range(count):
-            proto, name, node_id = next(occurrences)
-            op_type, domain, in_names, out_names = proto.op_type, proto.domain, proto.input[:], proto.output[:]
+            proto, name, op_type, domain, node_id = next(occurrences)
+            in_names, out_names = proto.input[:], proto.output[:]
             metadata = _metadata(proto, node_id) if proto.metadata_props else ()
             if names is not None:
                 inputs = tuple(map(names.get, in_names))

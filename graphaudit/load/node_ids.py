@@ -49,13 +49,16 @@ def unique_ids(names: Iterable[tuple[str, str]]) -> list[str]:
 
 
 class Occurrences:
-    """Every node occurrence under a model's graph in pre-order, its name, and the subgraphs of
-    those that have any (keyed by position)."""
+    """Every node occurrence under a model's graph in pre-order, its name, op type and domain
+    (read here once: the graph's builder takes them from here), and the subgraphs of those that
+    have any (keyed by position)."""
 
     def __init__(self, model: onnx.ModelProto):
         self.functions = {(f.domain, f.name): f for f in model.functions}
         self.protos: list[onnx.NodeProto] = []
         self.names: list[str] = []
+        self.op_types: list[str] = []
+        self.domains: list[str] = []
         self.subgraphs: dict[int, tuple] = {}
         self.callers: dict[int, int] = {}  # occurrence in a function's body -> the occurrence of its call
         self._read(model.graph.node, function_stack=())
@@ -64,21 +67,24 @@ class Occurrences:
         names = self.names
         if len(Counter(names)) == len(names) and "" not in names:
             return names  # every node named, each name once: the usual case
-        return unique_ids(zip(names, (p.op_type for p in self.protos)))
+        return unique_ids(zip(names, self.op_types))
 
     def _read(self, protos, function_stack: tuple, caller: int | None = None) -> None:
         """Record every node occurrence under `protos`, nested bodies right after their owner;
         `caller`: the occurrence of the call whose function body `protos` are."""
-        found, names, functions = self.protos, self.names, self.functions
+        found, names, op_types, domains, functions = self.protos, self.names, self.op_types, self.domains, self.functions
         for proto in protos:
+            op_type, domain = proto.op_type, proto.domain
             found.append(proto)
             names.append(proto.name)
+            op_types.append(op_type)
+            domains.append(domain)
             if caller is not None:
                 self.callers[len(found) - 1] = caller
             subgraphs: tuple = ()
             # only a control-flow or a custom operator holds a body: the test skips reading the
             # attributes of every other node (a third of this pass, at 18,000 nodes)
-            for attr in proto.attribute if proto.op_type in BODY_OPS or proto.domain else ():
+            for attr in proto.attribute if op_type in BODY_OPS or domain else ():
                 kind = attr.type
                 if kind == _GRAPH:
                     subgraphs += ((attr.name, (attr.g,)),)
@@ -90,7 +96,7 @@ class Occurrences:
                     for sub in graphs:
                         self._read(sub.node, function_stack, caller)
             if functions:
-                fn_key = (proto.domain, proto.op_type)
+                fn_key = (domain, op_type)
                 fn = functions.get(fn_key)
                 if fn is not None and fn_key not in function_stack:
                     self._read(fn.node, function_stack + (fn_key,), len(found) - 1)
