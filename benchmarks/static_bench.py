@@ -63,7 +63,8 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph.build import build_graph, paused_gc
+from graphaudit.collector import paused_gc
+from graphaudit.graph.build import build_graph
 from graphaudit.load import external_data
 from graphaudit.load import model as load
 from graphaudit.load.checker import check_model, handed

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from graphaudit.collector import paused_gc
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph.build import made_frozen, paused_gc
+from graphaudit.graph.build import made_frozen
 
 KERNEL_SUFFIX = "_kernel_time"
 FENCE_SUFFIXES = ("_fence_before", "_fence_after")
