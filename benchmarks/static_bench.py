@@ -63,8 +63,7 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
-from graphaudit.collector import paused_gc
-from graphaudit.graph.build import build_graph
+from graphaudit.graph.build import build_graph, paused_gc
 from graphaudit.load import external_data
 from graphaudit.load import model as load
 from graphaudit.load.checker import check_model, handed

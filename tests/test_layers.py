@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "graphaudit"
 
 LAYERS = (
-    ("_version", "collector", "errors", "limits", "progress", "vocabulary", "wording"),
+    ("_version", "errors", "limits", "progress", "vocabulary", "wording"),
     ("files",),
     ("load",),
     ("graph",),

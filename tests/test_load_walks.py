@@ -1,17 +1,13 @@
 """The loader lists a model's graph and bodies once for the passes that read each, and lists them
 again where nodes are moved, added or copied."""
 
-import gc
-
 import numpy as np
 import onnx
 import onnx.parser
-import pytest
 from onnx import numpy_helper
 
 import graphaudit.load.model as loader
 import graphaudit.load.protos as protos
-from graphaudit.errors import GraphAuditError
 from graphaudit.load.inference import INFER_WEIGHTS_OVER
 from graphaudit.load.model import load_model
 from graphaudit.testing.synthetic import transformer_graph
@@ -85,24 +81,3 @@ def test_the_bodies_an_inlined_call_brings_are_inferred():
     (neg,) = [n for n in then.node if n.op_type == "Neg"]
     negated = [v for v in then.value_info if v.name == neg.output[0]]
     assert negated and [d.dim_value for d in negated[0].type.tensor_type.shape.dim] == [3]
-
-
-def test_the_collector_is_paused_through_the_load_and_enabled_after_it_even_on_an_error(tmp_path, monkeypatch):
-    """The loader's walks allocate a few objects per node: no collection runs in them."""
-    path = tmp_path / "m.onnx"
-    onnx.save(transformer_graph(layers=1), str(path))
-    seen: list[bool] = []
-    walk = loader.walk_graphs
-
-    def watched(graph):
-        seen.append(gc.isenabled())
-        return walk(graph)
-
-    monkeypatch.setattr(loader, "walk_graphs", watched)
-    assert gc.isenabled()
-    load_model(path, weights=False)
-    assert seen == [False] and gc.isenabled()
-    (tmp_path / "bad.onnx").write_bytes(b"\x0a\xff")
-    with pytest.raises(GraphAuditError):
-        load_model(tmp_path / "bad.onnx", weights=False)
-    assert gc.isenabled()

@@ -25,8 +25,7 @@ from graphaudit.analyses.loop_trips import constant_values
 from graphaudit.analyses.output_kinds import OutputKind, read_outputs
 from graphaudit.analyses.static_flops import Capacity, LoopFlops, small_initializers, static_flops
 from graphaudit.analyses.switches import SWITCH
-from graphaudit.collector import paused_gc
-from graphaudit.graph.build import build_graph
+from graphaudit.graph.build import build_graph, paused_gc
 from graphaudit.graph.model import ModelGraph
 from graphaudit.load.model import LoadedModel, load_model
 from graphaudit.vocabulary import SAVES_COMPUTE

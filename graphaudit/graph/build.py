@@ -6,13 +6,14 @@ tensors scope by scope (the edges are drawn from the tables on first use: see gr
 
 from __future__ import annotations
 
+import gc
 from collections import ChainMap
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from itertools import chain
 
 import onnx
 
-from graphaudit.collector import paused_gc
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.function_types import body_types
 from graphaudit.graph.model import Body, ModelGraph, Node, Scope, TensorInfo, TensorRef, _scope_key, made_by
@@ -26,6 +27,23 @@ def build_graph(model: onnx.ModelProto) -> ModelGraph:
     """Return the ModelGraph of `model` (which is read, never changed)."""
     with paused_gc():
         return _Builder(model).build()
+
+
+@contextmanager
+def paused_gc():
+    """Pause the cyclic garbage collector while a large, acyclic structure is built.
+
+    Building a graph allocates a few objects per node and frees none; every collection
+    the allocations trigger would walk all of them again, which makes the build
+    quadratic-looking on large models (measured in benchmarks/static_bench.py).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def shape_of(type_proto: onnx.TypeProto) -> tuple[int | None, tuple | None]:

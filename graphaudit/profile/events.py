@@ -30,9 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from graphaudit.collector import paused_gc
 from graphaudit.errors import GraphAuditError
-from graphaudit.graph.build import made_frozen
+from graphaudit.graph.build import made_frozen, paused_gc
 
 KERNEL_SUFFIX = "_kernel_time"
 FENCE_SUFFIXES = ("_fence_before", "_fence_after")
