@@ -58,8 +58,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="startup-") as other:
         envs = {"here": dict(os.environ)}
         if args.against:
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", other,
-                            f"ml_dtypes=={args.against}"], check=True)
+            installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                                        other, f"ml_dtypes=={args.against}"], capture_output=True, text=True)
+            if installed.returncode != 0:
+                raise SystemExit(f"expected pip to install ml_dtypes=={args.against} into a temporary folder, found "
+                                 f"exit status {installed.returncode}: {installed.stderr.strip()[-500:]}")
             envs["against"] = dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [other, *filter(None, [os.environ.get("PYTHONPATH")])]))
         versions = {name: version(env) for name, env in envs.items()}
