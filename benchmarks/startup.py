@@ -62,7 +62,7 @@ def main() -> None:
                                         other, f"ml_dtypes=={args.against}"], capture_output=True, text=True)
             if installed.returncode != 0:
                 raise SystemExit(f"expected pip to install ml_dtypes=={args.against} into a temporary folder, found "
-                                 f"exit status {installed.returncode}: {installed.stderr.strip()[-500:]}")
+                                 f"exit status {installed.returncode}: {' '.join(installed.stderr.split())[-300:]}")
             envs["against"] = dict(os.environ, PYTHONPATH=os.pathsep.join(
                 [other, *filter(None, [os.environ.get("PYTHONPATH")])]))
         versions = {name: version(env) for name, env in envs.items()}
