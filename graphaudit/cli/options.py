@@ -191,7 +191,7 @@ def rounds_options(prefix: str = "") -> Callable:
             "Inputs (batches) profiled, one drawn at random (seeded) from each of as many equal stretches of the "
             "data (default: every input where the fewest "
             f"rounds of them all fit half the budget, else as many as do, at least {s.FEWEST_SAMPLE}, and "
-            f"{s.FEWEST_SAMPLE} where every input does the same work: nothing in the graphs depends on input values "
+            f"{s.ALIKE_SAMPLE} where every input does the same work: nothing in the graphs depends on input values "
             "and the inputs share one shape); the compute-savings verdict counts what the inputs left out could "
             "change, where they could.")))
 

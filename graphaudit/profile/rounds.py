@@ -12,7 +12,7 @@ What is not given is chosen from measured times, so another run may choose other
 
 - the sample (`plan_sample`): every input where the fewest rounds of every pass over all of
   them fit half the budget at the time of a warm-up run; otherwise as many as do, at least
-  FEWEST_SAMPLE (FEWEST_SAMPLE alone where every input does the same work: baseline.same_work),
+  FEWEST_SAMPLE (ALIKE_SAMPLE alone where every input does the same work: baseline.same_work),
   one drawn at random (seeded) from each of as many equal stretches of the data
   (`sample_rows`): spread over the data as a systematic sample is, and no pattern that repeats along
   it lines up with the picks, so the sampled inputs stand for a random sample of them all (the
@@ -37,6 +37,7 @@ import numpy as np
 
 from graphaudit.errors import UsageError
 from graphaudit.profile.settings import (
+    ALIKE_SAMPLE,
     DEFAULT_BUDGET_S,
     DEFAULT_PRECISION,
     DEFAULT_WARMUP,
@@ -48,7 +49,7 @@ from graphaudit.profile.settings import (
 )
 from graphaudit.wording import SAME_WORK_WORDS, SAMPLE_OPTION, drawn, pct
 
-__all__ = ["DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
+__all__ = ["ALIKE_SAMPLE", "DEFAULT_WARMUP", "FEWEST_RUNS", "FEWEST_SAMPLE", "FEWEST_TIMED_ROUNDS", "MOST_CHOSEN_RUNS", "Rounds",
            "TimedRounds", "after_timing_s", "check_budget", "check_decide_at", "check_precision", "check_rounds",
            "interval_halfwidth", "look_level", "plan_sample", "profiled_rounds", "sample_cost", "sample_rows"]
 # What the checks of a stopping rule that stops once the answer is decided may miss, over all of
@@ -143,7 +144,7 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
                 sample: int | None = None, profile_runs: int | None = None, alike: bool = False) -> tuple[int, str]:
     """(inputs to profile, why) out of `inputs`: `sample` where given, else every input where
     their fewest rounds fit SAMPLE_SHARE of `budget_s`, else as many as do, at least FEWEST_SAMPLE;
-    FEWEST_SAMPLE where every input does the same work (`alike`: baseline.same_work), whose time
+    ALIKE_SAMPLE where every input does the same work (`alike`: baseline.same_work), whose time
     the rounds tell as well on a few inputs as on many."""
     if sample is not None:
         return min(sample, inputs), "as given"
@@ -152,7 +153,7 @@ def plan_sample(inputs: int, model_s: float, baseline_s: float = 0.0, *, budget_
     fits = int(share // per_input) if per_input > 0 else inputs
     if fits >= inputs:
         return inputs, "every input"
-    chosen = min(inputs, FEWEST_SAMPLE) if alike else max(min(inputs, FEWEST_SAMPLE), fits)
+    chosen = min(inputs, ALIKE_SAMPLE) if alike else max(min(inputs, FEWEST_SAMPLE), fits)
     return chosen, (f"{chosen} of {inputs} inputs, {drawn(chosen)}: "
                     + (f"the fewest, as {SAME_WORK_WORDS}, and " if alike else "")
                     + f"a run takes {_seconds(model_s + baseline_s)}, "
