@@ -2,7 +2,7 @@
 soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, simulated and measured.
 
     python benchmarks/profile_rounds.py [--simulate 400] [--pair MODEL,BASELINE,DATA ...]
-                                        [--sample 4] [--rounds 30] [--answers 200]
+                                        [--sample 4] [--rounds 30] [--answers 200] [--alike 400]
 
 1. **simulated**: a model 1.1 times as slow as its baseline over 4 inputs (each input its own
    ratio, 0.99-1.21), every call off by seeded noise of its own and each round by a load both
@@ -31,6 +31,13 @@ soon it knows: the stopping rule of `graphaudit.profile.rounds.TimedRounds`, sim
    `decision_interval`), the wrong ones (a yes where the true ratio is past 0.95, a no where it is
    not), and the mean rounds run.
 
+4. **alike** (`--alike N`): N seeded workloads of 32 inputs that do the same work (one true
+   ratio, 0.8-1.2, for all of them), per setting and per sample of 4, 2 and 1 inputs, timed for
+   the fewest rounds; the rounds' interval as the profile reads it where every input does the same
+   work (`profile.baseline.compare(..., alike=True)`, not widened for the inputs left out): how
+   often it holds the ratio, and its mean half-width. The sample a profile chooses for such inputs
+   (`ALIKE_SAMPLE`) rests on it.
+
 Prints Markdown tables for benchmarks/NOTES.md. Nothing is asserted about time.
 """
 
@@ -52,6 +59,7 @@ from graphaudit.load.model import load_for_runtime  # noqa: E402
 from graphaudit.profile.baseline import (  # noqa: E402
     INTERVAL_LEVEL,
     RESAMPLES,
+    compare,
     decision_interval,
     over_rounds,
     workload_latency,
@@ -61,6 +69,7 @@ from graphaudit.profile.latency import make_runner, time_rounds, warm_up  # noqa
 from graphaudit.profile.rounds import CHECKPOINTS, TimedRounds, sample_rows  # noqa: E402
 from graphaudit.profile.session import open_session, runnable_model, session_options  # noqa: E402
 from graphaudit.profile.settings import (  # noqa: E402
+    ALIKE_SAMPLE,
     DEFAULT_PRECISION,
     DEFAULT_WARMUP,
     FEWEST_TIMED_ROUNDS,
@@ -176,6 +185,44 @@ def answers(count: int) -> None:
     print()
 
 
+ALIKE_SETTINGS = {  # name: (each run's own noise, the round's shared load, share of runs preempted, up to 2x)
+    "quiet runs, a busy machine (1%, 20% a round)": (0.01, 0.20, 0.0),
+    "noisy calls (3%)": (0.03, 0.01, 0.0),
+    "load drifting (10% a round)": (0.02, 0.10, 0.0),
+    "calls preempted (8%, up to 2x)": (0.03, 0.05, 0.08),
+}
+ALIKE_INPUTS = 32
+ALIKE_SAMPLES = (4, ALIKE_SAMPLE, 1)
+
+
+def alike(count: int) -> None:
+    print(f"### Inputs that do the same work: {count} seeded workloads of {ALIKE_INPUTS} inputs per setting, "
+          f"{FEWEST_TIMED_ROUNDS} rounds on a sample of each size\n")
+    print("| setting | " + " | ".join(f"on {n} input{'s' if n > 1 else ''}: holds, half-width" for n in ALIKE_SAMPLES)
+          + " |")
+    print("|---|" + "---|" * len(ALIKE_SAMPLES))
+    for setting, (noise, load, preempted) in ALIKE_SETTINGS.items():
+        cells = []
+        for sample in ALIKE_SAMPLES:
+            held, widths = 0, []
+            for seed in range(count):
+                rng = np.random.default_rng(seed)
+                ratio = rng.uniform(0.8, 1.2)
+                shared = rng.lognormal(0.0, load, (FEWEST_TIMED_ROUNDS, 1))
+                times = []
+                for scale in (ratio, 1.0):  # the model's runs, then the baseline's
+                    runs = 1e6 * scale * shared * rng.lognormal(0.0, noise, (FEWEST_TIMED_ROUNDS, sample))
+                    hit = rng.random(runs.shape) < preempted
+                    runs[hit] *= rng.uniform(1.0, 2.0, int(hit.sum()))
+                    times.append(runs)
+                interval = compare("baseline", times[0], times[1], inputs=ALIKE_INPUTS, alike=True).ratio_interval
+                held += interval.low <= ratio <= interval.high
+                widths.append((interval.high - interval.low) / 2 / ratio)
+            cells.append(f"{held} / {count}, ±{np.mean(widths):.2%}")
+        print(f"| {setting} | " + " | ".join(cells) + " |")
+    print()
+
+
 def measure(pair: str, sample: int, rounds: int) -> None:
     model_path, baseline_path, data_path = pair.split(",")
     loaded = [load_for_runtime(model_path), load_for_runtime(baseline_path)]
@@ -219,6 +266,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30, help="Rounds timed for each pair.")
     parser.add_argument("--answers", type=int, default=0,
                         help="Seeded profiles per setting and true ratio whose answers are counted (0: none).")
+    parser.add_argument("--alike", type=int, default=0,
+                        help="Seeded workloads of alike inputs per setting and sample size (0: none).")
     args = parser.parse_args()
     if args.rounds < FEWEST_TIMED_ROUNDS or args.sample < 1:
         parser.error(f"expected --rounds of at least {FEWEST_TIMED_ROUNDS} and --sample of at least 1")
@@ -228,6 +277,8 @@ def main() -> None:
         simulate(args.simulate)
     if args.answers:
         answers(args.answers)
+    if args.alike:
+        alike(args.alike)
     for pair in args.pair:
         measure(pair, args.sample, args.rounds)
 

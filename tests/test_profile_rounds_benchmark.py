@@ -55,3 +55,19 @@ def test_the_profile_rounds_benchmark_counts_the_answers_timed_on_and_stopped_on
             assert yes + no + undecided == 4  # each profile answers once
             assert wrong == (yes if float(ratio) > 0.95 else no)
         assert 5 <= float(counts[9]) <= float(counts[4]) <= 40  # stopping on the answer runs no more rounds
+
+
+def test_the_profile_rounds_benchmark_simulates_inputs_that_do_the_same_work_on_samples_of_4_2_and_1():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_rounds.py"), "--simulate", "0",
+                           "--alike", "20"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| setting | on 4 inputs: holds, half-width | on 2 inputs: holds, half-width | on 1 input: holds, " \
+           "half-width |" in done.stdout
+    rows = re.findall(r"^\| ([^|]+) \| (\d+) / 20, ±([\d.]+)% \| (\d+) / 20, ±([\d.]+)% \| (\d+) / 20, ±([\d.]+)% \|$",
+                      done.stdout, flags=re.M)
+    assert [row[0] for row in rows] == ["quiet runs, a busy machine (1%, 20% a round)", "noisy calls (3%)",
+                                        "load drifting (10% a round)", "calls preempted (8%, up to 2x)"]
+    for _, *cells in rows:
+        held, widths = [int(c) for c in cells[::2]], [float(c) for c in cells[1::2]]
+        assert all(0 <= h <= 20 for h in held)
+        assert widths[0] < widths[1] < widths[2]  # fewer inputs, a wider interval
