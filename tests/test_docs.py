@@ -59,7 +59,6 @@ def test_reference_documents_every_command_and_option(name):
                 f"docs/reference.md, graphaudit {name}: {param.opts[0]} undocumented"
 
 
-
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_reference_tables_say_what_each_options_help_says(name):
     """An option's row in a table of docs/reference.md (`| `--opt TYPE` | help |`) is its help
@@ -80,6 +79,7 @@ def test_reference_tables_say_what_each_options_help_says(name):
         assert rows[opts] == re.sub(r"  \[", " [", help_text), f"docs/reference.md, graphaudit {name}: {opts}"
         compared.add(opts)
     assert compared == set(rows), f"docs/reference.md, graphaudit {name}: rows of no option {set(rows) - compared}"
+
 
 # -- (b) the README's command lines ---------------------------------------------------------
 
