@@ -19,6 +19,7 @@ indexing every node and declared type of the proto again (38 ms at 18,000 nodes)
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -26,7 +27,9 @@ from typing import TypeVar
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
+from graphaudit.analyses.written_out import Constant, written_out
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
@@ -53,6 +56,8 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 # How far from 1 a row of probabilities may sum (from 0, a row's log-sum-exp of log-probabilities)
 # and still be one distribution: float16's rounding over a few thousand classes stays within it.
 SUM_TOLERANCE = 1e-2
+# The most values a constant read for a written-out normalisation holds (its axes, a 1 or a -1).
+_SMALL = 64
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None,
                                 if info.kind == "node_output" and info.producer is not None else None)
         ranks = _MainValues(graph_model, lambda info: None if info.shape is None else len(info.shape))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    readings = {o.name: _read(o.name, producers, ranks, opset) for o in graph.output}
+    constants = _Constants(graph)
+    readings = {o.name: _read(o.name, producers, ranks, opset, constants) for o in graph.output}
     for name, kind in (given or {}).items():
         if name not in readings:
             raise UsageError(f"expected --output-kind to name a graph output ({', '.join(readings) or 'none'}), "
@@ -154,7 +160,7 @@ def _values(reading: OutputKind, why: str) -> OutputKind:
 
 
 def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int,
-          depth: int = 0) -> OutputKind:
+          constants: _Constants, depth: int = 0) -> OutputKind:
     """What graph output `output` holds, from the operators behind it (`producers`: the node that
     makes each value, a body's own over those of the graphs around it)."""
     name, through, last_kept, rank_kept, mixed = output, [], True, True, False
@@ -181,25 +187,37 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             continue
         behind = f" (behind {', '.join(dict.fromkeys(reversed(through)))})" if through else ""
         if standard and node.op_type == "Concat" and depth < MAX_BODY_DEPTH:
-            return _read_parts(output, node, producers, ranks, opset, depth, behind)
+            return _read_parts(output, node, producers, ranks, opset, constants, depth, behind)
         if standard and node.op_type == "If" and depth < MAX_BODY_DEPTH:
-            return _read_branches(output, node, list(node.output).index(name), producers, ranks, opset, depth, behind)
-        if node.op_type in NORMALISING and standard:
-            kind, per_value = NORMALISING[node.op_type]
+            return _read_branches(output, node, list(node.output).index(name), producers, ranks, opset, constants,
+                                  depth, behind)
+        spelled = written_out(node, producers, constants.reader(producers)) if standard else None
+        if spelled is not None or (standard and node.op_type in NORMALISING):
+            op = spelled.op if spelled is not None else node.op_type
+            what = f"a {op}" if spelled is None else spelled.words()
+            kind, per_value = NORMALISING[op]
             if per_value:
-                return OutputKind(output, kind, f"a Sigmoid, one probability per value, at node {label}{behind}",
+                return OutputKind(output, kind, f"{what}, one probability per value, at node {label}{behind}",
                                   label, per_value=True)
             if mixed:  # a distribution averaged or picked over some axis may no longer sum to 1 over the last
-                return OutputKind(output, None, f"a {node.op_type} at node {label}{behind}, averaged or picked over "
+                return OutputKind(output, None, f"{what} at node {label}{behind}, averaged or picked over "
                                                 "some axis: not one distribution per position", label, last_axis=None)
-            axis = _attr(node, "axis")
-            axis = (-1 if opset >= 13 else 1) if axis is None else axis
-            rank = ranks.get(node.input[0]) or (ranks.get(output) if rank_kept else None)
+            data = node.input[0] if spelled is None else spelled.data
+            axes: tuple[int, ...] | None = spelled.axes if spelled is not None else None
+            if spelled is None:
+                axis = _attr(node, "axis")
+                axes = ((-1 if opset >= 13 else 1) if axis is None else axis,)
+            rank = ranks.get(data) or (ranks.get(output) if rank_kept else None)
+            if axes is None or len(axes) > 1:  # summed over every axis, several, or axes the graph computes
+                over = "axes the graph does not give" if axes is None else f"axes {', '.join(map(str, axes))}"
+                return OutputKind(output, kind, f"{what} over {over} at node {label}{behind}", label,
+                                  last_axis=None if axes is None else False)
+            axis = axes[0]
             last = axis == -1 or (rank is not None and axis == rank - 1)
             over = "the last axis" if last else f"axis {axis}"
             # over the last axis of the output: unless a Transpose moved it; unknown where the rank is
             last_axis = last_kept if last else (False if rank is not None or not last_kept else None)
-            return OutputKind(output, kind, f"a {node.op_type} over {over} at node {label}{behind}", label,
+            return OutputKind(output, kind, f"{what} over {over} at node {label}{behind}", label,
                               last_axis=last_axis)
         if node.op_type in FEATURES:
             return OutputKind(output, REGRESSION, f"a {node.op_type} at node {label}{behind}: features, not logits",
@@ -210,11 +228,11 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
 
 
 def _read_parts(output: str, node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
-               ranks: Mapping[str, int], opset: int, depth: int, behind: str) -> OutputKind:
+               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str) -> OutputKind:
     """What the Concat `node` makes: what its parts hold where they agree; values where they do not
     (a detector's boxes beside its Sigmoid scores is no distribution, nor logits)."""
     label = node.name or f"Concat -> {node.output[0]}"
-    parts = [_read(name, producers, ranks, opset, depth + 1) for name in node.input if name]
+    parts = [_read(name, producers, ranks, opset, constants, depth + 1) for name in node.input if name]
     kinds = {(r.kind, r.per_value) for r in parts}
     if len(kinds) == 1:
         first = parts[0]
@@ -231,7 +249,8 @@ def _read_parts(output: str, node: onnx.NodeProto, producers: Mapping[str, onnx.
 
 
 def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
-                   ranks: Mapping[str, int], opset: int, depth: int, behind: str) -> OutputKind:
+                   ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int,
+                   behind: str) -> OutputKind:
     """What output `index` of the If `node` holds: what each branch gives back there, when the
     branches agree (a model whose cheap branch passes on the same Sigmoid its costly one makes)."""
     label = node.name or f"If -> {node.output[index]}"
@@ -241,7 +260,7 @@ def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Map
             continue
         inner = {o: n for n in attr.g.node for o in n.output if o}
         found.append(_read(attr.g.output[index].name, _Within(inner, producers),
-                           _Within(_declared_ranks(attr.g), ranks), opset, depth + 1))
+                           _Within(_declared_ranks(attr.g), ranks), opset, constants, depth + 1))
     same = {(r.kind, r.per_value, r.last_axis) for r in found}
     if len(found) < 2 or len(same) != 1:
         return OutputKind(output, None, f"its branches of If node {label}{behind} do not agree on what it holds",
@@ -293,6 +312,40 @@ class _MainValues(Mapping[str, _V]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class _Constants:
+    """Small constant values by name, for the normalisations written out (`written_out`): a Constant
+    node's, found among the producers of the graph or body read, else a main-graph initializer's.
+    The initializers are listed on the first look (a written-out normalisation is rare)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self._initializers: dict[str, onnx.TensorProto] | None = None
+
+    def reader(self, producers: Mapping[str, onnx.NodeProto]) -> Constant:
+        return lambda name: self.value(name, producers)
+
+    def value(self, name: str, producers: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
+        node = producers.get(name)
+        if node is not None:
+            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+                return None
+            found = onnx.helper.get_attribute_value(node.attribute[0])
+            if isinstance(found, onnx.TensorProto):
+                return _small(found)
+            return np.asarray(found) if isinstance(found, (int, float, list)) else None
+        if self._initializers is None:
+            self._initializers = {t.name: t for t in self.graph.initializer}
+        tensor = self._initializers.get(name)
+        return None if tensor is None else _small(tensor)
+
+
+def _small(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """The values of a tensor of a few numbers held in the file (axes, a 1, a -1); None for any other."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or math.prod(tensor.dims) > _SMALL:
+        return None
+    return numpy_helper.to_array(tensor)
 
 
 def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:

@@ -1,0 +1,209 @@
+"""Normalisations written out in elementary operators, read as the operator they compute.
+
+ONNX defines Softmax and LogSoftmax by function bodies (ReduceMax, Sub, Exp, ReduceSum, Div;
+then Log and Sub), and what expands them writes those nodes instead of the operator: ONNX's
+own expanded test models, jax2tf through tf2onnx (a Magika classifier's `target_label` is
+`Exp(z - max) / Expand(Reshape(ReduceSum(Exp(z - max))))`), hand-written softmaxes and sigmoids
+in PyTorch code. Read by operator name alone, such an output is no distribution, and its
+probabilities are scored as if they were logits. `written_out(node, ...)` says which
+normalisation a node computes by the arithmetic it does:
+
+- softmax: `Div(E, S)` or `Mul(E, Reciprocal(S))`, E an `Exp` and S a `ReduceSum` of that same E;
+- log-softmax: `Sub(z, Log(S))`, S a `ReduceSum` of `Exp(z)`, or `Sub(z, ReduceLogSumExp(z))`;
+- sigmoid: `Reciprocal(1 + Exp(-x))` or `Div(1, 1 + Exp(-x))`, -x a `Neg` or a product by -1.
+
+Between an Exp and what reads it only Identity and float Casts may stand (the same values in
+the same places); the sums may be reshaped, unsqueezed or expanded to be broadcast back (as
+jax2tf writes them, reduced without their axis). The first batch still checks the reading
+(`output_kinds.confirmed`): values that do not sum to 1 over the last axis are values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+# The same values in the same places: what may stand between an Exp and what reads it.
+_SAME = frozenset({"Identity", "Cast"})
+# A sum brought back to the shape it divides: its values repeated, not changed.
+_BROADCAST = _SAME | {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Flatten"}
+_FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                     onnx.TensorProto.BFLOAT16})
+
+Constant = Callable[[str], "np.ndarray | None"]
+_NAMES = {"Softmax": "softmax", "LogSoftmax": "log-softmax", "Sigmoid": "sigmoid"}
+
+
+@dataclass(frozen=True)
+class WrittenOut:
+    """A normalisation spelled in elementary operators."""
+
+    op: str  # what the nodes compute: "Softmax", "LogSoftmax" or "Sigmoid"
+    data: str  # the value normalised: the Exp's input (a sigmoid's x)
+    summed: str | None  # the value whose sum divides (a softmax's Exp output); None for a sigmoid
+    axes: tuple[int, ...] | None  # the axes summed over; None: every axis, or the graph does not tell
+    spelling: str  # the operators, in words ("Exp, ReduceSum and Div")
+
+    def words(self) -> str:
+        """What the nodes compute, in a report's words: "a softmax written out as Exp, ReduceSum and Div"."""
+        return f"a {_NAMES[self.op]} written out as {self.spelling}"
+
+
+def written_out(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
+                constant: Constant) -> WrittenOut | None:
+    """The normalisation `node` completes, written out (see the module's doc); None if none.
+    `producers`: the node that makes each value; `constant`: a constant value by name (None if not one)."""
+    if node.domain not in ("", "ai.onnx") or not node.input:
+        return None
+    ins = list(node.input)
+    op = node.op_type
+    if op == "Div" and len(ins) == 2:
+        if _is(constant(ins[0]), 1.0):
+            return _sigmoid(ins[1], producers, constant, "Exp, Add and Div")
+        return _softmax(ins[0], ins[1], producers, constant, "Exp, ReduceSum and Div")
+    if op == "Mul" and len(ins) == 2:
+        for e, r in ((ins[0], ins[1]), (ins[1], ins[0])):
+            reciprocal = _made(r, producers, _BROADCAST)
+            if reciprocal is not None and reciprocal.op_type == "Reciprocal":
+                found = _softmax(e, reciprocal.input[0], producers, constant, "Exp, ReduceSum, Reciprocal and Mul")
+                if found is not None:
+                    return found
+        return None
+    if op == "Reciprocal":
+        return _sigmoid(ins[0], producers, constant, "Exp, Add and Reciprocal")
+    if op == "Sub" and len(ins) == 2:
+        return _log_softmax(ins[0], ins[1], producers, constant)
+    return None
+
+
+def _softmax(numerator: str, divisor: str, producers, constant, spelling: str) -> WrittenOut | None:
+    exp = _made(numerator, producers, _SAME)
+    if exp is None or exp.op_type != "Exp" or not exp.input:
+        return None
+    reduced = _made(divisor, producers, _BROADCAST)
+    if reduced is None or reduced.op_type != "ReduceSum" or not reduced.input:
+        return None
+    if _origin(reduced.input[0], producers) != _origin(numerator, producers):
+        return None  # a sum of other values than those it divides
+    axes = _axes(reduced, constant)
+    if axes == ():
+        return None
+    return WrittenOut("Softmax", exp.input[0], exp.output[0], axes, spelling)
+
+
+def _log_softmax(z: str, subtracted: str, producers, constant) -> WrittenOut | None:
+    made = _made(subtracted, producers, _BROADCAST)
+    if made is None or not made.input:
+        return None
+    reduced, summed = made, None
+    if made.op_type == "ReduceLogSumExp":
+        spelling = "ReduceLogSumExp and Sub"
+        if _origin(made.input[0], producers) != _origin(z, producers):
+            return None
+    elif made.op_type == "Log":
+        sums = _made(made.input[0], producers, _BROADCAST)
+        if sums is None or sums.op_type != "ReduceSum" or not sums.input:
+            return None
+        exp = _made(sums.input[0], producers, _SAME)
+        if exp is None or exp.op_type != "Exp" or not exp.input or _origin(exp.input[0], producers) != _origin(z, producers):
+            return None
+        reduced, summed, spelling = sums, exp.output[0], "Exp, ReduceSum, Log and Sub"
+    else:
+        return None
+    axes = _axes(reduced, constant)
+    if axes == ():
+        return None
+    return WrittenOut("LogSoftmax", z, summed, axes, spelling)
+
+
+def _sigmoid(denominator: str, producers, constant, spelling: str) -> WrittenOut | None:
+    add = _made(denominator, producers, _SAME)
+    if add is None or add.op_type != "Add" or len(add.input) != 2:
+        return None
+    for one, other in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
+        if not _is(constant(one), 1.0):
+            continue
+        exp = _made(other, producers, _SAME)
+        if exp is None or exp.op_type != "Exp" or not exp.input:
+            continue
+        x = _negated(exp.input[0], producers, constant)
+        if x is not None:
+            return WrittenOut("Sigmoid", x, None, None, spelling)
+    return None
+
+
+def _negated(name: str, producers, constant) -> str | None:
+    """x where `name` is -x: a Neg, a product by -1 or 0 - x; None otherwise."""
+    node = _made(name, producers, _SAME)
+    if node is None or not node.input:
+        return None
+    if node.op_type == "Neg":
+        return node.input[0]
+    if node.op_type == "Mul" and len(node.input) == 2:
+        for factor, x in ((node.input[0], node.input[1]), (node.input[1], node.input[0])):
+            if _is(constant(factor), -1.0):
+                return x
+    if node.op_type == "Sub" and len(node.input) == 2 and _is(constant(node.input[0]), 0.0):
+        return node.input[1]
+    return None
+
+
+def _made(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> onnx.NodeProto | None:
+    """The standard node that makes `name`, looked for behind the operators `through` (a Cast to a
+    float type only); None for a graph input, a constant or a node of another domain."""
+    seen = set()
+    while name in producers and name not in seen:
+        seen.add(name)
+        node = producers[name]
+        if node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type in through and node.input and (node.op_type != "Cast" or _cast_to_float(node)):
+            name = node.input[0]
+            continue
+        return node
+    return None
+
+
+def _origin(name: str, producers: Mapping[str, onnx.NodeProto]) -> str:
+    """`name` behind any Identity and float Cast: two names with one origin hold the same values."""
+    seen = set()
+    while name in producers and name not in seen:
+        seen.add(name)
+        node = producers[name]
+        if node.domain in ("", "ai.onnx") and node.op_type in _SAME and node.input \
+                and (node.op_type != "Cast" or _cast_to_float(node)):
+            name = node.input[0]
+            continue
+        break
+    return name
+
+
+def _axes(reduce: onnx.NodeProto, constant: Constant) -> tuple[int, ...] | None:
+    """The axes `reduce` sums over: a tuple, None for every axis (or axes the graph computes), ()
+    where it sums over none (noop_with_empty_axes: the values themselves, no normalisation)."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in reduce.attribute}
+    if "axes" in attrs:  # the attribute, before opset 13 (ReduceSum) or 18 (the other reductions)
+        return tuple(int(a) for a in attrs["axes"]) or None
+    if len(reduce.input) > 1 and reduce.input[1]:
+        found = constant(reduce.input[1])
+        if found is None:
+            return None  # computed: the first batch tells
+        axes = tuple(int(a) for a in np.asarray(found).reshape(-1))
+        if axes:
+            return axes
+    return () if attrs.get("noop_with_empty_axes") else None
+
+
+def _cast_to_float(node: onnx.NodeProto) -> bool:
+    return any(a.name == "to" and a.i in _FLOATS for a in node.attribute)
+
+
+def _is(value: np.ndarray | None, number: float) -> bool:
+    """Whether `value` is a constant all of whose elements are `number`."""
+    if value is None:
+        return False
+    array = np.asarray(value)
+    return array.size > 0 and array.dtype.kind in "fiu" and bool(np.all(array == number))

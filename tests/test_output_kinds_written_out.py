@@ -1,0 +1,178 @@
+"""Normalisations written out in elementary operators read as the operator they compute.
+
+ONNX defines Softmax and LogSoftmax by function bodies, and what expands them (ONNX's own
+expanded test models, jax2tf through tf2onnx, code that writes exp / sum by hand) leaves an
+output that no Softmax node makes. Read by operator name, a shipped classifier's probabilities
+(Magika's `target_label`: `Exp(z - max) / Expand(Reshape(ReduceSum(...)))`) were scored as
+logits, their log-softmax nearly uniform. The expansions here are ONNX's own
+(`function_testcase_helper`, as its backend tests make them), the jax2tf spelling is Magika's,
+read from its graph.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.backend.test.case.node import function_testcase_helper
+
+from graphaudit.analyses.output_kinds import LOGPROBS, PROBS, read_outputs
+from graphaudit.analyses.written_out import written_out
+
+from test_output_kinds import CLASSES, _classes, _headed, _live, _replay, logits_head
+
+
+def onnx_expansion(op: str, shape, opset: int, x="x", y="y", **attrs) -> list[onnx.NodeProto]:
+    """The nodes of ONNX's own function body for `op` on `x`, at the newest body `opset` takes,
+    each named `/head/<op type>_<i>`."""
+    node = helper.make_node(op, [x], [y], **attrs)
+    typed = helper.make_tensor_value_info(x, TensorProto.FLOAT, shape)
+    bodies, _ = function_testcase_helper(node, [typed.type], "head", [helper.make_opsetid("", opset)])
+    nodes = max(((next(i.version for i in imports if i.domain in ("", "ai.onnx")), nodes)
+                 for nodes, imports in bodies if all(i.version <= opset for i in imports)), key=lambda b: b[0])[1]
+    for i, n in enumerate(nodes):
+        n.name = f"/head/{n.op_type}_{i}"
+    return nodes
+
+
+def _graph(nodes, shape, opset, inits=()) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], list(inits)),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("shape, axis", [((3, 4, 5), None), ((3, 4, 5), 2), ((3, 4, 5), -1), ((3, 4, 5), 1),
+                                         ((3, 4, 5), 0), ((2, 7), None), ((2, 7), 0)])
+def test_onnx_s_own_expansion_of_a_softmax_reads_as_the_operator_does(op, opset, shape, axis):
+    attrs = {} if axis is None else {"axis": axis}
+    expanded = read_outputs(_graph(onnx_expansion(op, shape, opset, **attrs), shape, opset))["y"]
+    operator = read_outputs(_graph([helper.make_node(op, ["x"], ["y"], name="/head/op", **attrs)], shape, opset))["y"]
+    assert (expanded.kind, expanded.last_axis, expanded.per_value) == \
+           (operator.kind, operator.last_axis, operator.per_value)
+    assert expanded.kind == (PROBS if op == "Softmax" else LOGPROBS)
+    words = "a softmax written out as Exp, ReduceSum and Div" if op == "Softmax" else \
+        "a log-softmax written out as Exp, ReduceSum, Log and Sub"
+    assert expanded.reason.startswith(words + " over ")
+
+
+def _jax2tf_softmax(x: str, y: str, shape: list) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Magika's spelling (jax2tf, tf2onnx; here at opset 18+, where ReduceMax takes its axes as an
+    input): max and sum reduced without their axis, then reshaped and expanded back."""
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "sum.axes"),
+             numpy_helper.from_array(np.array([-1, 1], np.int64), "kept.shape"),
+             numpy_helper.from_array(np.array(shape, np.int64), "full.shape")]
+    nodes = [helper.make_node("ReduceMax", [x, "sum.axes"], ["m"], name="/get_logits/Max", keepdims=0),
+             helper.make_node("Reshape", ["m", "kept.shape"], ["m.r"], name="/get_logits/Reshape"),
+             helper.make_node("Expand", ["m.r", "full.shape"], ["m.b"], name="/get_logits/BroadcastTo"),
+             helper.make_node("Sub", [x, "m.b"], ["d"], name="/get_logits/Sub"),
+             helper.make_node("Exp", ["d"], ["e"], name="/get_logits/Exp"),
+             helper.make_node("ReduceSum", ["e", "sum.axes"], ["s"], name="/get_logits/Sum", keepdims=0),
+             helper.make_node("Reshape", ["s", "kept.shape"], ["s.r"], name="/get_logits/Reshape_1"),
+             helper.make_node("Expand", ["s.r", "full.shape"], ["s.b"], name="/get_logits/BroadcastTo_1"),
+             helper.make_node("Div", ["e", "s.b"], [y], name="/get_logits/truediv")]
+    return nodes, inits
+
+
+def test_a_softmax_as_jax2tf_writes_it_reads_as_probabilities_over_the_last_axis():
+    nodes, inits = _jax2tf_softmax("x", "y", [2, 7])
+    read = read_outputs(_graph(nodes, [2, 7], 20, inits))["y"]
+    assert (read.kind, read.last_axis) == (PROBS, True)
+    assert read.reason == "a softmax written out as Exp, ReduceSum and Div over the last axis at node /get_logits/truediv"
+
+
+def _sigmoid(x: str, y: str, negate: str, last: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """1 / (1 + exp(-x)): -x by `negate` ("Neg" or "Mul" by -1), the division by `last` ("Reciprocal" or "Div")."""
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(-1.0, np.float32), "minus_one")]
+    minus = helper.make_node("Neg", [x], ["nx"], name="/sig/Neg") if negate == "Neg" else \
+        helper.make_node("Mul", ["minus_one", x], ["nx"], name="/sig/Mul")
+    nodes = [minus, helper.make_node("Exp", ["nx"], ["e"], name="/sig/Exp"),
+             helper.make_node("Add", ["e", "one"], ["d"], name="/sig/Add"),
+             helper.make_node("Reciprocal", ["d"], [y], name="/sig/Reciprocal") if last == "Reciprocal" else
+             helper.make_node("Div", ["one", "d"], [y], name="/sig/Div")]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("negate, last", [("Neg", "Reciprocal"), ("Mul", "Div")])
+def test_a_sigmoid_written_out_is_one_probability_per_value(negate, last):
+    nodes, inits = _sigmoid("x", "y", negate, last)
+    read = read_outputs(_graph(nodes, [2, 7], 17, inits))["y"]
+    assert read.bernoulli
+    assert read.reason == f"a sigmoid written out as Exp, Add and {last}, one probability per value, at node /sig/{last}"
+
+
+def test_what_only_looks_like_a_written_out_normalisation_stays_unnormalised():
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    # a sum of other values than those it divides: exp(x) / sum(exp(x * x))
+    other = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Mul", ["x", "x"], ["xx"]),
+             helper.make_node("Exp", ["xx"], ["e2"]), helper.make_node("ReduceSum", ["e2", "axes"], ["s"]),
+             helper.make_node("Div", ["e", "s"], ["y"])]
+    # a reduction over no axis at all (noop_with_empty_axes): exp(x) / exp(x)
+    noop = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("ReduceSum", ["e"], ["s"], noop_with_empty_axes=1),
+            helper.make_node("Div", ["e", "s"], ["y"])]
+    # 2 / (1 + exp(-x)): twice a sigmoid, not a probability
+    twice = [helper.make_node("Neg", ["x"], ["nx"]), helper.make_node("Exp", ["nx"], ["e"]),
+             helper.make_node("Add", ["e", "two"], ["d"]), helper.make_node("Div", ["two", "d"], ["y"])]
+    for nodes in (other, noop, twice):
+        read = read_outputs(_graph(nodes, [2, 7], 17, [two, axes]))["y"]
+        assert read.kind is None, (read.reason, [n.op_type for n in nodes])
+
+
+def test_a_sum_whose_axes_the_graph_computes_leaves_the_axis_to_the_first_batch():
+    # the last axis, as rank - 1 of the input's shape
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Size", ["shape"], ["rank"]),
+             helper.make_node("Sub", ["rank", "one"], ["last"]), helper.make_node("Unsqueeze", ["last", "zero"], ["axes"]),
+             helper.make_node("Exp", ["x"], ["e"]), helper.make_node("ReduceSum", ["e", "axes"], ["s"]),
+             helper.make_node("Div", ["e", "s"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"), numpy_helper.from_array(np.array([0], np.int64), "zero")]
+    read = read_outputs(_graph(nodes, [2, 7], 17, inits))["y"]
+    assert (read.kind, read.last_axis) == (PROBS, None)
+    assert read.reason == "a softmax written out as Exp, ReduceSum and Div over axes the graph does not give at node Div -> y"
+
+
+def test_the_recogniser_names_the_value_normalised_and_its_axes():
+    nodes, inits = _jax2tf_softmax("x", "y", [2, 7])
+    producers = {o: n for n in nodes for o in n.output}
+    values = {t.name: numpy_helper.to_array(t) for t in inits}
+    found = written_out(nodes[-1], producers, values.get)
+    assert (found.op, found.data, found.summed, found.axes) == ("Softmax", "d", "e", (1,))
+    assert written_out(nodes[4], producers, values.get) is None  # the Exp alone normalises nothing
+
+
+# -- scored on their true scale: the same NLL and KL as the model's logits ----------------------
+
+def onnx_softmax_head():
+    return _headed(onnx_expansion("Softmax", ["batch", CLASSES], 20, x="z", y="prob", axis=-1), "prob", ["batch", CLASSES])
+
+
+def onnx_log_softmax_head():
+    return _headed(onnx_expansion("LogSoftmax", ["batch", CLASSES], 20, x="z", y="logp", axis=-1),
+                   "logp", ["batch", CLASSES])
+
+
+def jax2tf_softmax_head():
+    nodes, inits = _jax2tf_softmax("z", "prob", [1, CLASSES])  # broadcast back over the batch by Div
+    return _headed(nodes, "prob", ["batch", CLASSES], inits)
+
+
+@pytest.mark.parametrize("build", [onnx_softmax_head, onnx_log_softmax_head, jax2tf_softmax_head])
+def test_a_written_out_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_path, build):
+    truth = _replay(tmp_path / "a", logits_head(), labels=_classes)
+    written = _replay(tmp_path / "b", build(), labels=_classes)
+    assert written.task.kind == "classification" and written.task.read.kind in (PROBS, LOGPROBS)
+    assert " written out as " in written.task.read.reason
+    live = _live(tmp_path / "b")
+    probs = np.exp(live) if written.task.read.kind == LOGPROBS else live
+    labels = np.load(tmp_path / "b" / "eval.npz")["labels"]
+    nll = -np.log(probs[np.arange(len(labels)), labels]).mean()
+    assert written.condition("correct").nll.value == pytest.approx(nll, rel=1e-5)
+    for name in ("correct", "cross_input", "static_layer", "global_mean"):
+        assert written.condition(name).nll.value == pytest.approx(truth.condition(name).nll.value, rel=1e-5)
+        assert written.condition(name).divergence.value == pytest.approx(
+            truth.condition(name).divergence.value, rel=1e-3, abs=1e-7)
+    assert written.condition("cross_input").divergence.value > 1e-4
