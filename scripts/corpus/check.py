@@ -242,13 +242,17 @@ def check_model(key, m, corpus, runner, do_run):
         return rows
     args = [model, "--calib", calib, "--data", data, "--runs", "3", "--warmup", "1", "--profile-runs", "1",
             "--resamples", "200", "--threads", "2", "-q", "--format", "json"]
+    for name in m.get("coefficients", ()):  # a model with none of its own: a tensor named, so the replay scores it
+        args += ["--coefficients", name]
     rc, doc, err, secs, dropped = runner.call(key, "run", args, extra)
     row("run exit code", 0, f"{rc} ({secs:.1f}s){' ' + err[0][:90] if rc else ''}", ok=rc == 0)
     if doc is None:
         return rows
     for out, (kind, _why) in m["outputs"].items():
         said = output_kind_said(doc, out)
-        if said == UNNORMALISED:  # scored as logits where shaped like a distribution, else as values: say so
+        # scored as logits where shaped like a distribution, else as values: say so, where the
+        # graph's answer is one of those; probabilities read so are scored as logits (wrong)
+        if said == UNNORMALISED and kind in ("logits", "regression"):
             rows.append((key, f"output {out[:24]} read as", kind, said, "by shape"))
             continue
         row(f"output {out[:24]} read as", kind, said or "not reported", ok=None if said is None else said == kind)

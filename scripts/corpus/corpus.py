@@ -18,6 +18,8 @@ Per model:
   se_gates       gate tensors (the HardSigmoid / Sigmoid output into the Mul), in depth order,
                  with the number of Conv nodes on the longest path from the input to the gate
   checker        what onnx.checker.check_model(full_check=True) says
+  coefficients   (optional) tensors `run` is told are coefficients, in a model that has none of
+                 its own, so that its replay runs and its outputs are scored on their true scale
 """
 
 MODELS = {
@@ -165,5 +167,20 @@ MODELS = {
         "shared_inputs": [], "batch_axis": {}, "fixed_batch": ["images"],
         "branches": [], "conditional_execution": False, "dynamic": False,
         "se_gates": [], "checker": "ok",
+    },
+    "magika": {
+        "package": "magika", "version": "1.0.3",
+        "member": "magika/models/standard_v3_3/model.onnx", "file_name": "model.onnx",
+        "sha256": "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c",
+        "what": "file content-type classifier over 214 types: one-hot bytes, Dense, GELU and LayerNorm written out, Conv, GlobalMaxPool, Dense; jax2tf through tf2onnx",
+        "outputs": {"target_label": ("probs", "a softmax written out: Exp(z - max) / Expand(Reshape(ReduceSum(Exp(z - max), axes [1]))), (N,214)")},
+        "distribution": ["target_label"],
+        "free_dims": {"bytes": [0]}, "same_dims": [],
+        "shared_inputs": [], "batch_axis": {}, "fixed_batch": [],
+        "branches": [], "conditional_execution": False, "dynamic": False,
+        "se_gates": [], "checker": "ok",
+        "labels": "target_label",
+        # the GELU's Tanh (written out by jax2tf) of the first Dense: a value-dependent tensor to freeze
+        "coefficients": ["jax2tf_get_logits_/pjit_get_logits_/MagikaV2/ApplyActivation_0/Tanh:0"],
     },
 }

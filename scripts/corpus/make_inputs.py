@@ -306,8 +306,80 @@ def wakeword(m, out):
         "espeak-ng 'hey jarvis' (8 voices) and 8 other phrases, 16 kHz int16 streamed in 1280-sample frames through openwakeword.utils.AudioFeatures (its melspectrogram and embedding models); per clip the (1,16,96) window the model scores highest; labels 1 = 'hey jarvis'; batch fixed at 1"
 
 
+# ---- file types (magika) ----------------------------------------------------------------
+
+def magika_files():
+    """(content type, bytes) of 16 small files of 16 types, as a disk holds them: text written
+    from a few sentences, images and a PDF saved by Pillow, archives by the standard library."""
+    import gzip
+    import io
+    import zipfile
+    words = [line.lower().split() for line in LINES]
+    rows = [(w[0], w[1], len(w)) for w in words]
+    text = {
+        "python": "import sys\n\n\ndef main(argv):\n" + "".join(
+            f"    {a}_{i} = {n} * len(argv)  # {b}\n" for i, (a, b, n) in enumerate(rows)) + "    return 0\n\n\n"
+            "if __name__ == '__main__':\n    sys.exit(main(sys.argv))\n",
+        "json": json.dumps({"items": [{"id": i, "name": a, "tag": b, "count": n} for i, (a, b, n) in enumerate(rows)]},
+                           indent=2),
+        "html": "<!DOCTYPE html>\n<html>\n<head><title>Notes</title></head>\n<body>\n" + "".join(
+            f"<p class=\"line\">{line}</p>\n" for line in LINES) + "</body>\n</html>\n",
+        "csv": "id,first,second,words\n" + "".join(f"{i},{a},{b},{n}\n" for i, (a, b, n) in enumerate(rows)),
+        "markdown": "# Notes\n\n" + "".join(f"## {line}\n\n- {a}\n- {b}\n\n" for line, (a, b, _) in zip(LINES, rows)),
+        "shell": "#!/bin/sh\nset -eu\n" + "".join(f'echo "{line}" >> notes.txt\n' for line in LINES) + "exit 0\n",
+        "c": "#include <stdio.h>\n\nint main(void) {\n" + "".join(
+            f'    printf("%s\\n", "{line}");\n' for line in LINES) + "    return 0;\n}\n",
+        "javascript": "'use strict';\n\nconst lines = [\n" + "".join(f"  '{line}',\n" for line in LINES)
+            + "];\n\nfunction show(items) {\n  items.forEach((x) => console.log(x));\n}\n\nshow(lines);\n",
+        "css": "".join(f".{a}-{i} {{\n  margin: {n}px;\n  color: #{i:02x}{n:02x}40;\n}}\n\n"
+                       for i, (a, _, n) in enumerate(rows)),
+        "xml": '<?xml version="1.0" encoding="UTF-8"?>\n<notes>\n' + "".join(
+            f'  <note id="{i}" words="{n}">{line}</note>\n' for i, (line, (_, _, n)) in enumerate(zip(LINES, rows)))
+            + "</notes>\n",
+        "sql": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);\n" + "".join(
+            f"INSERT INTO notes (id, body) VALUES ({i}, '{line}');\n" for i, line in enumerate(LINES)),
+    }
+    files = [(kind, body.encode()) for kind, body in text.items()]
+    img, _, _ = page(7, 200, lines=4)
+    picture = Image.fromarray(img[:, :, ::-1])
+    for kind, fmt in (("png", "PNG"), ("jpeg", "JPEG"), ("gif", "GIF"), ("pdf", "PDF")):
+        buf = io.BytesIO()
+        picture.save(buf, fmt)
+        files.append((kind, buf.getvalue()))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for kind, body in text.items():
+            z.writestr(f"notes.{kind}", body)
+    files.append(("zip", buf.getvalue()))
+    return files
+
+
+def magika(m, out):
+    from magika import Magika
+    from magika.types.seekable import Seekable
+    import io
+    engine = Magika()
+    cfg = engine._model_config
+    space = [str(label) for label in cfg.target_labels_space]
+    files = magika_files()
+    random.Random(0).shuffle(files)
+    xs, labels, said = [], [], []
+    for kind, content in files:
+        # the package's own feature extraction and model input (Magika._get_raw_predictions)
+        f = Magika._extract_features_from_seekable(Seekable(io.BytesIO(content)), cfg.beg_size, cfg.mid_size,
+                                                  cfg.end_size, cfg.padding_token, cfg.block_size,
+                                                  cfg.use_inputs_at_offsets)
+        xs.append(f.beg[:cfg.beg_size] + f.end[-cfg.end_size:])
+        labels.append(space.index(kind))
+        said.append(str(engine.identify_bytes(content).prediction.dl.label))
+    arrays = {"bytes": np.array(xs, np.int32), "labels": np.array(labels, np.int64)}
+    return arrays, {"types": [k for k, _ in files], "package_says": said}, \
+        "16 small files of 16 types (11 texts written from the OCR sentences; PNG, JPEG, GIF and PDF of a rendered page saved by Pillow; a zip of the texts), through Magika._extract_features_from_seekable (first and last 1024 bytes, stripped, padded with 256); labels index the model's target_labels_space"
+
+
 BUILDERS = {"ocr_det": ocr_det, "ocr_cls": ocr_cls, "ocr_rec": ocr_rec, "orientation": orientation,
-            "captcha": captcha, "captcha_det": captcha_det, "vad": vad, "vad_ifless": vad, "wakeword": wakeword}
+            "captcha": captcha, "captcha_det": captcha_det, "vad": vad, "vad_ifless": vad, "wakeword": wakeword,
+            "magika": magika}
 
 
 def main():
