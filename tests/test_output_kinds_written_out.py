@@ -17,7 +17,6 @@ from onnx.backend.test.case.node import function_testcase_helper
 
 from graphaudit.analyses.output_kinds import LOGPROBS, PROBS, read_outputs
 from graphaudit.analyses.written_out import written_out
-
 from test_output_kinds import CLASSES, _classes, _headed, _live, _replay, logits_head
 
 

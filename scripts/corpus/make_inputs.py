@@ -311,7 +311,6 @@ def wakeword(m, out):
 def magika_files():
     """(content type, bytes) of 16 small files of 16 types, as a disk holds them: text written
     from a few sentences, images and a PDF saved by Pillow, archives by the standard library."""
-    import gzip
     import io
     import zipfile
     words = [line.lower().split() for line in LINES]
@@ -355,9 +354,10 @@ def magika_files():
 
 
 def magika(m, out):
+    import io
+
     from magika import Magika
     from magika.types.seekable import Seekable
-    import io
     engine = Magika()
     cfg = engine._model_config
     space = [str(label) for label in cfg.target_labels_space]
