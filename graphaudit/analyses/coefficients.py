@@ -2,7 +2,8 @@
 
 In order (docs/design.md, "Coefficients and their axes"): the `graphaudit.coefficients` metadata
 our exporters write; then names or glob patterns the user gives; and only when neither gives
-any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh, with a fixed
+any, detection — a value-dependent tensor out of Sigmoid / Softmax / Tanh (or a sigmoid or
+softmax written out in elementary operators: `analyses.written_out`), with a fixed
 width no wider than the hidden state, that weights a hidden-state tensor (Mul / MatMul /
 Einsum with a tensor computed from the input, not a weight, nor from the squashed tensor's
 own input element by element), routes one (TopK / ArgMax), scales a CNN's feature map
@@ -30,6 +31,7 @@ from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient,
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 from graphaudit.analyses.depth import by_depth, named_layers
 from graphaudit.analyses.named_coefficients import user_coefficients
+from graphaudit.analyses.written_out import InGraph
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load.model import LoadedModel
@@ -54,12 +56,12 @@ def resolve_coefficients(
     known = {c.tensor for c in declared}
     axes = InputAxes.of(mg, model)
     # a named tensor that detection finds too keeps the family and layer detection gives it
-    found = {c.tensor: c for c in detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)} \
-        if names and not declared else {}
+    found = {c.tensor: c for c in detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes,
+                                                       model=model)} if names and not declared else {}
     user = [c for c in user_coefficients(mg, names, blocks, axes, found) if c.tensor not in known]
     if declared or user:
         return tuple(declared) + tuple(user)
-    return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes)
+    return detect_coefficients(mg, blocks=blocks, dependence=dependence, axes=axes, model=model)
 
 
 def _present(mg: ModelGraph, c: Coefficient) -> Coefficient:
@@ -77,24 +79,31 @@ def _present(mg: ModelGraph, c: Coefficient) -> Coefficient:
 
 def detect_coefficients(
     mg: ModelGraph, *, blocks: BlockMap | None = None, dependence: DependenceMap | None = None,
-    axes: InputAxes | None = None,
+    axes: InputAxes | None = None, model: onnx.ModelProto | None = None,
 ) -> tuple[Coefficient, ...]:
     """Return the tensors that look like a controller's output (docs/design.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
     the block they serve where `blocks` name the layers, else their place along the depth
-    (`analyses.depth`)."""
+    (`analyses.depth`). A sigmoid or softmax written out in elementary operators squashes as the
+    operator does (`analyses.written_out`; `model`: where the constants it compares are read)."""
     dm = dependence or analyse_dependence(mg)
     axes = axes or InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
     routers = _raw_routers(mg, dm)
+    spelled_in = InGraph(mg, model)
     for node in mg.nodes.values():
         if node.scopes:  # inside control flow or a function: it could be neither exposed nor fed
             continue
         family = SQUASHING.get(node.op_type) if not node.domain else \
             QUANTIZED_SQUASHING.get(node.op_type) if node.domain == "com.microsoft" else None
         out = node.outputs[0] if node.outputs else None
+        # what squashes, from what, along which axis: the operator, or one written out
+        squash, squashed, axis = node.op_type, node.inputs, _axis(node)
+        spelled = spelled_in(node) if family is None else None
+        if spelled is not None and spelled.op in SQUASHING:
+            family, squash, squashed, axis = SQUASHING[spelled.op], spelled.op, (TensorRef(spelled.data),), spelled.axis
         if family is None and node.id in routers:
             family = "router"
         if family is None and node.op_type in _PROJECTING and (end := _linear_mix(mg, node, dm, hidden)) is not None:
@@ -104,7 +113,7 @@ def detect_coefficients(
             family, out, node = "mix", end, producer
         if family is None or out is None or dm.of(out) != VALUE:
             continue
-        confidence = _exit_confidence(mg, out, axes) if node.op_type == "Softmax" else None
+        confidence = _exit_confidence(mg, out, axes) if squash == "Softmax" else None
         if confidence is not None:  # an early exit's: its reduction per token is the coefficient
             ref, named = confidence
             layer = layer_of(mg, ref, ref.name, blocks, order["exit"])
@@ -122,10 +131,10 @@ def detect_coefficients(
             continue
         if BATCH not in named and TOKEN not in named and (MERGED not in named or not batch_major(mg, out, axes)):
             continue
-        use = _use(mg, node, out, hidden, dm, axes)
+        use = _use(mg, node, out, hidden, dm, axes, squashed)
         if use is None:
             continue
-        family = "router" if use == "route" else TOKEN_MIX if _over_tokens(node, named) else family
+        family = "router" if use == "route" else TOKEN_MIX if _over_tokens(squash, axis, named) else family
         columns = block_columns(mg, out, named, blocks, dm)
         if columns is not None:  # a policy for every block at once: each block's column is its coefficient
             found += [Coefficient(ref.name, family, layer, kept, source="detected") for ref, kept, layer in columns]
@@ -142,12 +151,18 @@ def detect_coefficients(
 TOKEN_MIX = "token-mix"
 
 
-def _over_tokens(node: Node, named: Sequence[str]) -> bool:
-    """Whether `node` is a Softmax / LogSoftmax along the token axis of its output."""
-    if node.op_type not in ("Softmax", "LogSoftmax") or node.domain or not named:
+def _over_tokens(squash: str, axis: int | None, named: Sequence[str]) -> bool:
+    """Whether a Softmax / LogSoftmax (`squash`) along `axis` runs along the token axis of its output."""
+    if squash not in ("Softmax", "LogSoftmax") or axis is None or not named:
         return False
-    axis = next((a.i for a in node.proto.attribute if a.name == "axis"), -1)
     return -len(named) <= axis < len(named) and named[axis] == TOKEN
+
+
+def _axis(node: Node) -> int | None:
+    """The axis of a standard Softmax / LogSoftmax (-1 where not given); None for any other node."""
+    if node.op_type not in ("Softmax", "LogSoftmax") or node.domain:
+        return None
+    return next((a.i for a in node.proto.attribute if a.name == "axis"), -1)
 
 
 # Reductions an early exit's confidence goes through on its way to the If it decides, and the
@@ -262,7 +277,7 @@ def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
 
 
 def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap,
-         axes: InputAxes | None = None) -> str | None:
+         axes: InputAxes | None = None, squashed: Sequence[TensorRef | None] | None = None) -> str | None:
     """"gate" when `ref` weights a hidden-state tensor or decides an If / Loop, "route" when it
     routes, else None.
 
@@ -271,8 +286,10 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
     Nor is one that meets what its own input was computed from, element by element: that is an
     activation function written out (SiLU's x·σ(x), the tanh form of GELU, x·½·(1 + tanh(…x…))).
     A Tanh weighted by a Sigmoid or Softmax (a gated activation, tanh(a)·σ(b); a block ending in
-    Tanh under its gate) is what the gate weights: the content, not a second gate.
+    Tanh under its gate) is what the gate weights: the content, not a second gate. `squashed`: what
+    the squashing reads (`producer`'s inputs; x of a sigmoid written out, whose last node reads 1 + e^-x).
     """
+    sources = list(producer.inputs if squashed is None else squashed)
     own: set[TensorRef] | None = None
     for consumer, current in reached_consumers(mg, ref, limit=16):
         if routes(consumer, current):
@@ -281,13 +298,13 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
                 and (consumer.op_type == "Loop" or current == consumer.inputs[0]):
             return "gate"  # it decides whether a branch runs (SkipNet's If) or how often a body does
         if consumer.op_type in GATING:
-            others = [r for r in consumer.inputs if r is not None and r != current and r not in producer.inputs
+            others = [r for r in consumer.inputs if r is not None and r != current and r not in sources
                       and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r, axes))
                       and dm.value(r) == VALUE
                       and not (producer.op_type == "Tanh" and _squashed_by(mg, r) in GATE_SQUASHING)]
             if others:
                 if own is None:
-                    own = _elementwise_sources(mg, [r for r in producer.inputs if r is not None])
+                    own = _elementwise_sources(mg, [r for r in sources if r is not None])
                 if any(own.isdisjoint(_elementwise_sources(mg, [r])) for r in others):
                     return "gate"
             if consumer.op_type in ("MatMul", "Gemm") and _mixes_weights(mg, consumer, current, dm):

@@ -20,11 +20,13 @@ jax2tf writes them, reduced without their axis). The first batch still checks th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
+
+from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 # The same values in the same places: what may stand between an Exp and what reads it.
 _SAME = frozenset({"Identity", "Cast"})
@@ -32,6 +34,8 @@ _SAME = frozenset({"Identity", "Cast"})
 _BROADCAST = _SAME | {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Flatten"}
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                      onnx.TensorProto.BFLOAT16})
+# The operators whose output completes a written-out normalisation: a test before the recogniser runs.
+COMPLETING = frozenset({"Div", "Mul", "Reciprocal", "Sub"})
 
 Constant = Callable[[str], "np.ndarray | None"]
 _NAMES = {"Softmax": "softmax", "LogSoftmax": "log-softmax", "Sigmoid": "sigmoid"}
@@ -50,6 +54,55 @@ class WrittenOut:
     def words(self) -> str:
         """What the nodes compute, in a report's words: "a softmax written out as Exp, ReduceSum and Div"."""
         return f"a {_NAMES[self.op]} written out as {self.spelling}"
+
+    @property
+    def axis(self) -> int | None:
+        """The one axis summed over; None where it sums over several, every one, or axes the graph computes."""
+        return self.axes[0] if self.axes is not None and len(self.axes) == 1 else None
+
+
+class InGraph:
+    """`written_out` over a graph model's main graph: each node's proto by the values it makes,
+    and the constants of its Constant nodes and small initializers (read from `model` the first
+    time one is asked for: a written-out normalisation is rare, a large model's initializers many)."""
+
+    def __init__(self, mg: ModelGraph, model: onnx.ModelProto | None) -> None:
+        self.mg, self.model = mg, model
+        self.producers = _Producers(mg)
+        self._value: Callable[[TensorRef | None], np.ndarray | None] | None = None
+
+    def __call__(self, node: Node) -> WrittenOut | None:
+        """The normalisation `node` (of the main graph) completes, written out; None if none."""
+        if node.op_type not in COMPLETING or node.domain or node.scopes:
+            return None
+        return written_out(node.proto, self.producers, self.constant)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        if self._value is None:
+            from graphaudit.analyses.loop_trips import constant_values
+            from graphaudit.analyses.static_flops import small_initializers
+
+            self._value = constant_values(self.mg, small_initializers(self.model) if self.model is not None else {})
+        return self._value(TensorRef(name))
+
+
+class _Producers(Mapping[str, onnx.NodeProto]):
+    """The proto of the node that makes each main-graph value of a graph model, by name."""
+
+    def __init__(self, mg: ModelGraph) -> None:
+        self.mg = mg
+
+    def __getitem__(self, name: str) -> onnx.NodeProto:
+        node = self.mg.producer(TensorRef(name))
+        if node is None:
+            raise KeyError(name)
+        return node.proto
+
+    def __iter__(self) -> Iterator[str]:
+        return (ref.name for ref, info in self.mg.tensors.items() if not ref.scope and info.kind == "node_output")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def written_out(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
