@@ -99,11 +99,9 @@ def detect_coefficients(
         family = SQUASHING.get(node.op_type) if not node.domain else \
             QUANTIZED_SQUASHING.get(node.op_type) if node.domain == "com.microsoft" else None
         out = node.outputs[0] if node.outputs else None
-        # what squashes, from what, along which axis: the operator, or one written out
-        squash, squashed, axis = node.op_type, node.inputs, _axis(node)
-        spelled = spelled_in(node) if family is None else None
-        if spelled is not None and spelled.op in SQUASHING:
-            family, squash, squashed, axis = SQUASHING[spelled.op], spelled.op, (TensorRef(spelled.data),), spelled.axis
+        spelled = spelled_in(node) if family is None else None  # a sigmoid or softmax written out
+        if spelled is not None:
+            family = SQUASHING[spelled.op]
         if family is None and node.id in routers:
             family = "router"
         if family is None and node.op_type in _PROJECTING and (end := _linear_mix(mg, node, dm, hidden)) is not None:
@@ -113,6 +111,9 @@ def detect_coefficients(
             family, out, node = "mix", end, producer
         if family is None or out is None or dm.of(out) != VALUE:
             continue
+        # what squashes, from what, along which axis: the operator, or the one written out
+        squash, squashed, axis = (node.op_type, node.inputs, _axis(node)) if spelled is None else \
+            (spelled.op, (TensorRef(spelled.data),), spelled.axis)
         confidence = _exit_confidence(mg, out, axes) if squash == "Softmax" else None
         if confidence is not None:  # an early exit's: its reduction per token is the coefficient
             ref, named = confidence
