@@ -11,7 +11,6 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -19,50 +18,26 @@ from graphaudit.analyses.output_kinds import LOGITS, PROBS, REGRESSION, read_out
 from graphaudit.errors import UsageError
 from graphaudit.metrics import Reference, score, task_for
 from graphaudit.metrics.outputs import column
-from graphaudit.replay.pipeline import replay
 from graphaudit.verdict.decide import functional_dependence
 from graphaudit.verdict.findings import NOT_MEASURED, YES
 
-from support.models import se_cnn
-
-CLASSES = 3
-
-
-def _headed(head, output: str, shape, inits=()) -> onnx.ModelProto:
-    """`se_cnn` whose class logits `z` (batch, 3) and feature map `x.2` (batch, 4, 5, 5) feed `head`,
-    which makes the one graph output `output`."""
-    model = se_cnn(classes=CLASSES)
-    graph = model.graph
-    for node in graph.node:
-        for i, name in enumerate(node.output):
-            if name == "logits":
-                node.output[i] = "z"
-    graph.node.extend(head)
-    graph.initializer.extend(inits)
-    del graph.output[:]
-    graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, shape))
-    onnx.checker.check_model(model, full_check=True)
-    return model
+from support.heads import CLASSES, classes, headed, live_outputs, logits_head, replay_head
 
 
 def softmax_head(name="prob"):
-    return _headed([helper.make_node("Softmax", ["z"], [name], name="/head/Softmax", axis=-1)], name, ["batch", 3])
-
-
-def logits_head(name="scores"):
-    return _headed([helper.make_node("Identity", ["z"], [name], name="/head/Identity")], name, ["batch", 3])
+    return headed([helper.make_node("Softmax", ["z"], [name], name="/head/Softmax", axis=-1)], name, ["batch", 3])
 
 
 def hidden_softmax_head():
     shape = numpy_helper.from_array(np.array([-1, CLASSES], dtype=np.int64), "flat")
-    return _headed([helper.make_node("Softmax", ["z"], ["p"], name="/head/Softmax", axis=1),
+    return headed([helper.make_node("Softmax", ["z"], ["p"], name="/head/Softmax", axis=1),
                     helper.make_node("Identity", ["p"], ["p.id"], name="/head/Identity"),
                     helper.make_node("Reshape", ["p.id", "flat"], ["out"], name="/head/Reshape")],
                    "out", ["batch", 3], [shape])
 
 
 def log_softmax_head():
-    return _headed([helper.make_node("LogSoftmax", ["z"], ["logp"], name="/head/LogSoftmax", axis=-1)],
+    return headed([helper.make_node("LogSoftmax", ["z"], ["logp"], name="/head/LogSoftmax", axis=-1)],
                    "logp", ["batch", 3])
 
 
@@ -74,7 +49,7 @@ def _frames(last, shape=("batch", 25, 6)):
     nodes = [helper.make_node("Reshape", ["x.2", "frames.shape"], ["fr"], name="/ctc/Reshape"),
              helper.make_node("Transpose", ["fr"], ["ft"], name="/ctc/Transpose", perm=[0, 2, 1]),
              helper.make_node("MatMul", ["ft", "frames.w"], ["cz"], name="/ctc/MatMul"), *last]
-    return _headed(nodes, "ctc", list(shape), inits)
+    return headed(nodes, "ctc", list(shape), inits)
 
 
 def ctc_softmax_head():
@@ -87,36 +62,9 @@ def ctc_logits_head():
 
 def sigmoid_map_head():
     w = numpy_helper.from_array(np.random.default_rng(6).standard_normal((1, 4, 1, 1)).astype(np.float32), "mask.w")
-    return _headed([helper.make_node("Conv", ["x.2", "mask.w"], ["mz"], name="/mask/Conv"),
+    return headed([helper.make_node("Conv", ["x.2", "mask.w"], ["mz"], name="/mask/Conv"),
                     helper.make_node("Sigmoid", ["mz"], ["mask"], name="/mask/Sigmoid")],
                    "mask", ["batch", 1, 5, 5], [w])
-
-
-def _data(tmp_path, model, labels=None, targets=None, count=(24, 20)):
-    """Save `model` and calibration / evaluation inputs; `labels` / `targets`: fn(rng, n) -> array."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, tmp_path / "model.onnx")
-    for seed, (name, n) in enumerate(zip(("calib", "eval"), count)):
-        arrays = {"pixels": np.random.default_rng(seed).standard_normal((n, 4, 5, 5)).astype(np.float32)}
-        for key, make in (("labels", labels), ("targets", targets)):
-            if make is not None:
-                arrays[key] = make(np.random.default_rng(seed + 10), n)
-        np.savez(tmp_path / f"{name}.npz", **arrays)
-    return tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz"
-
-
-def _replay(tmp_path, model, **kwargs):
-    files = _data(tmp_path, model, kwargs.pop("labels", None), kwargs.pop("targets", None))
-    return replay(*files, resamples=50, **kwargs)
-
-
-def _live(tmp_path) -> np.ndarray:
-    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
-    return session.run(None, {"pixels": np.load(tmp_path / "eval.npz")["pixels"]})[0].astype(np.float64)
-
-
-def _classes(rng, n):
-    return rng.integers(0, CLASSES, n)
 
 
 # -- the graph's reading ------------------------------------------------------------------
@@ -145,7 +93,7 @@ def test_a_softmax_whose_axis_a_transpose_moves_and_a_layer_norm_are_not_distrib
     task = task_for({"ctc": out}, {"pixels": np.zeros((2, 4), np.float32)}, {}, read_outputs(moved))
     assert task.kind == "outputs" and task.read.kind == REGRESSION and "not over the last axis" in task.read.reason
     scale = numpy_helper.from_array(np.ones(3, np.float32), "ln.scale")
-    normed = _headed([helper.make_node("LayerNormalization", ["z", "ln.scale"], ["emb"], name="/ln", axis=-1)],
+    normed = headed([helper.make_node("LayerNormalization", ["z", "ln.scale"], ["emb"], name="/ln", axis=-1)],
                      "emb", ["batch", 3], [scale])
     assert read_outputs(normed)["emb"].kind == REGRESSION
 
@@ -163,11 +111,11 @@ def test_an_output_kind_is_given_over_the_graph_and_a_wrong_one_is_a_usage_error
 
 @pytest.mark.parametrize("build", [softmax_head, hidden_softmax_head, log_softmax_head])
 def test_a_normalised_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_path, build):
-    truth = _replay(tmp_path / "a", logits_head(), labels=_classes)
-    normalised = _replay(tmp_path / "b", build(), labels=_classes)
+    truth = replay_head(tmp_path / "a", logits_head(), labels=classes)
+    normalised = replay_head(tmp_path / "b", build(), labels=classes)
     assert normalised.task.kind == "classification" and normalised.task.scale != LOGITS
     assert " over the last axis at node /head/" in normalised.task.read.reason
-    live = _live(tmp_path / "b")
+    live = live_outputs(tmp_path / "b")
     probs = np.exp(live) if build is log_softmax_head else live
     labels = np.load(tmp_path / "b" / "eval.npz")["labels"]
     nll = -np.log(probs[np.arange(len(labels)), labels]).mean()  # the NLL on the true scale, in NumPy
@@ -180,10 +128,10 @@ def test_a_normalised_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_pa
 
 
 def test_logits_not_named_logits_and_a_ctc_distribution_without_labels_get_their_kl(tmp_path):
-    scores = _replay(tmp_path / "a", logits_head())
+    scores = replay_head(tmp_path / "a", logits_head())
     assert scores.task.kind == "classification" and scores.task.labels is None
     assert scores.condition("cross_input").divergence.value > 0 and "kl" in scores.to_json()["conditions"]["correct"]
-    softmax, logits = _replay(tmp_path / "b", ctc_softmax_head()), _replay(tmp_path / "c", ctc_logits_head())
+    softmax, logits = replay_head(tmp_path / "b", ctc_softmax_head()), replay_head(tmp_path / "c", ctc_logits_head())
     assert softmax.task.kind == logits.task.kind == "classification"
     assert softmax.to_json()["task"]["read_as"]["reason"] == "a Softmax over the last axis at node /ctc/Softmax"
     kl = softmax.condition("cross_input").divergence.value
@@ -196,9 +144,9 @@ def test_a_sigmoid_map_is_scored_in_bernoulli_form(tmp_path):
     def soft(rng, n):
         return rng.uniform(0, 1, (n, 1, 5, 5)).astype(np.float32)
 
-    report = _replay(tmp_path, sigmoid_map_head(), targets=soft)
+    report = replay_head(tmp_path, sigmoid_map_head(), targets=soft)
     assert report.task.kind == "bernoulli" and report.task.labels == "targets"
-    p, y = _live(tmp_path), np.load(tmp_path / "eval.npz")["targets"].astype(np.float64)
+    p, y = live_outputs(tmp_path), np.load(tmp_path / "eval.npz")["targets"].astype(np.float64)
     bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
     correct = report.condition("correct")
     assert correct.nll.value == pytest.approx(bce, rel=1e-5)
@@ -225,9 +173,9 @@ def test_targets_of_a_regression_output_give_its_mse_in_the_table_and_the_verdic
     def targets(rng, n):
         return rng.standard_normal((n, 3)).astype(np.float32)
 
-    report = _replay(tmp_path, logits_head("value"), targets=targets)
+    report = replay_head(tmp_path, logits_head("value"), targets=targets)
     assert report.task.kind == "regression"
-    live, y = _live(tmp_path), np.load(tmp_path / "eval.npz")["targets"]
+    live, y = live_outputs(tmp_path), np.load(tmp_path / "eval.npz")["targets"]
     assert report.condition("correct").mse.value == pytest.approx(((live - y) ** 2).mean(), rel=1e-5)
     doc = report.to_json()
     cross = doc["conditions"]["cross_input"]
@@ -255,9 +203,9 @@ def test_an_output_kind_overrides_the_graph_in_the_replay_and_the_cli(tmp_path):
 
     from graphaudit.cli import cli
 
-    given = _replay(tmp_path, softmax_head(), labels=_classes, output_kinds={"prob": "logits"})
+    given = replay_head(tmp_path, softmax_head(), labels=classes, output_kinds={"prob": "logits"})
     assert given.task.scale == LOGITS and given.task.read.given
-    p, labels = _live(tmp_path), np.load(tmp_path / "eval.npz")["labels"]
+    p, labels = live_outputs(tmp_path), np.load(tmp_path / "eval.npz")["labels"]
     log_softmax = p - np.log(np.exp(p).sum(-1, keepdims=True))  # the probabilities taken as logits
     assert given.condition("correct").nll.value == pytest.approx(
         -log_softmax[np.arange(len(labels)), labels].mean(), rel=1e-5)
@@ -294,7 +242,7 @@ def verified_head():
     then = _branch("verify", [helper.make_node("MatMul", ["z", "v.w"], ["vz"], name="/verify/MatMul"),
                               helper.make_node("Sigmoid", ["vz"], ["vp"], name="/verify/Sigmoid")], "vp")
     other = _branch("pass", [helper.make_node("Identity", ["p"], ["pp"], name="/pass/Identity")], "pp")
-    return _headed([helper.make_node("MatMul", ["z", "v.w"], ["sz"], name="/first/MatMul"),
+    return headed([helper.make_node("MatMul", ["z", "v.w"], ["sz"], name="/first/MatMul"),
                     helper.make_node("Sigmoid", ["sz"], ["p"], name="/first/Sigmoid"),
                     helper.make_node("ReduceMax", ["p"], ["top"], name="/first/Max", keepdims=0),
                     helper.make_node("GreaterOrEqual", ["top", "half"], ["sure"], name="/first/Sure"),
@@ -316,7 +264,7 @@ def test_an_output_the_branches_of_an_if_each_make_by_a_sigmoid_is_a_probability
 def test_a_mean_of_sigmoids_is_a_probability_and_a_mean_of_softmaxes_is_no_distribution_per_position():
     def mean_of(op):
         axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-        return _headed([helper.make_node(op, ["z"], ["p"], name=f"/vad/{op}", **({"axis": -1} if op == "Softmax" else {})),
+        return headed([helper.make_node(op, ["z"], ["p"], name=f"/vad/{op}", **({"axis": -1} if op == "Softmax" else {})),
                         helper.make_node("ReduceMean", ["p", "axes"], ["speech"], name="/vad/Mean")],
                        "speech", ["batch", 1], [axes])
 
@@ -330,14 +278,14 @@ def test_a_binary_probability_per_input_is_scored_against_labels_of_one_value_pe
     def binary(rng, n):
         return rng.integers(0, 2, n)
 
-    report = _replay(tmp_path, verified_head(), labels=binary, batch_size=1)
+    report = replay_head(tmp_path, verified_head(), labels=binary, batch_size=1)
     assert report.task.kind == "bernoulli" and report.task.labels == "labels"
-    p, y = _live(tmp_path)[:, 0], np.load(tmp_path / "eval.npz")["labels"]
+    p, y = live_outputs(tmp_path)[:, 0], np.load(tmp_path / "eval.npz")["labels"]
     bce = -(y * np.log(p) + (1 - y) * np.log(1 - p)).mean()
     assert report.condition("correct").nll.value == pytest.approx(bce, rel=1e-5)
     with pytest.raises(Exception, match=r"expected labels shaped like the model's output per input \(1,\), "
                                         r"found \(2,\)"):
-        _replay(tmp_path / "wrong", verified_head(), labels=lambda rng, n: rng.integers(0, 2, (n, 2)), batch_size=1)
+        replay_head(tmp_path / "wrong", verified_head(), labels=lambda rng, n: rng.integers(0, 2, (n, 2)), batch_size=1)
 
 
 def test_the_static_report_says_what_every_output_was_read_as(tmp_path):
@@ -355,7 +303,7 @@ def test_the_static_report_says_what_every_output_was_read_as(tmp_path):
 def test_a_concat_of_box_values_beside_sigmoid_scores_is_values_and_of_sigmoids_a_probability():
     w = numpy_helper.from_array(np.random.default_rng(8).standard_normal((2, 4, 1, 1)).astype(np.float32), "box.w")
     def head(second: str):
-        return _headed([helper.make_node("Conv", ["x.2", "box.w"], ["box"], name="/det/Conv"),
+        return headed([helper.make_node("Conv", ["x.2", "box.w"], ["box"], name="/det/Conv"),
                         helper.make_node("Sigmoid", ["box"], ["score"], name="/det/Sigmoid"),
                         helper.make_node("Concat", [second, "score"], ["det"], name="/det/Concat", axis=1)],
                        "det", ["batch", 4, 5, 5], [w])

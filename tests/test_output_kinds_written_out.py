@@ -17,7 +17,8 @@ from onnx.backend.test.case.node import function_testcase_helper
 
 from graphaudit.analyses.output_kinds import LOGPROBS, PROBS, read_outputs
 from graphaudit.analyses.written_out import written_out
-from test_output_kinds import CLASSES, _classes, _headed, _live, _replay, logits_head
+
+from support.heads import CLASSES, classes, headed, live_outputs, logits_head, replay_head
 
 
 def onnx_expansion(op: str, shape, opset: int, x="x", y="y", **attrs) -> list[onnx.NodeProto]:
@@ -146,26 +147,26 @@ def test_the_recogniser_names_the_value_normalised_and_its_axes():
 # -- scored on their true scale: the same NLL and KL as the model's logits ----------------------
 
 def onnx_softmax_head():
-    return _headed(onnx_expansion("Softmax", ["batch", CLASSES], 20, x="z", y="prob", axis=-1), "prob", ["batch", CLASSES])
+    return headed(onnx_expansion("Softmax", ["batch", CLASSES], 20, x="z", y="prob", axis=-1), "prob", ["batch", CLASSES])
 
 
 def onnx_log_softmax_head():
-    return _headed(onnx_expansion("LogSoftmax", ["batch", CLASSES], 20, x="z", y="logp", axis=-1),
+    return headed(onnx_expansion("LogSoftmax", ["batch", CLASSES], 20, x="z", y="logp", axis=-1),
                    "logp", ["batch", CLASSES])
 
 
 def jax2tf_softmax_head():
     nodes, inits = _jax2tf_softmax("z", "prob", [1, CLASSES])  # broadcast back over the batch by Div
-    return _headed(nodes, "prob", ["batch", CLASSES], inits)
+    return headed(nodes, "prob", ["batch", CLASSES], inits)
 
 
 @pytest.mark.parametrize("build", [onnx_softmax_head, onnx_log_softmax_head, jax2tf_softmax_head])
 def test_a_written_out_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_path, build):
-    truth = _replay(tmp_path / "a", logits_head(), labels=_classes)
-    written = _replay(tmp_path / "b", build(), labels=_classes)
+    truth = replay_head(tmp_path / "a", logits_head(), labels=classes)
+    written = replay_head(tmp_path / "b", build(), labels=classes)
     assert written.task.kind == "classification" and written.task.read.kind in (PROBS, LOGPROBS)
     assert " written out as " in written.task.read.reason
-    live = _live(tmp_path / "b")
+    live = live_outputs(tmp_path / "b")
     probs = np.exp(live) if written.task.read.kind == LOGPROBS else live
     labels = np.load(tmp_path / "b" / "eval.npz")["labels"]
     nll = -np.log(probs[np.arange(len(labels)), labels]).mean()
