@@ -31,7 +31,7 @@ from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient,
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 from graphaudit.analyses.depth import by_depth, named_layers
 from graphaudit.analyses.named_coefficients import user_coefficients
-from graphaudit.analyses.written_out import InGraph
+from graphaudit.analyses.written_out import COMPLETING, InGraph
 from graphaudit.errors import GraphAuditError
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load.model import LoadedModel
@@ -99,7 +99,8 @@ def detect_coefficients(
         family = SQUASHING.get(node.op_type) if not node.domain else \
             QUANTIZED_SQUASHING.get(node.op_type) if node.domain == "com.microsoft" else None
         out = node.outputs[0] if node.outputs else None
-        spelled = spelled_in(node) if family is None else None  # a sigmoid or softmax written out
+        # a sigmoid or softmax written out (tested here first: the recogniser is a call per node)
+        spelled = spelled_in(node) if family is None and node.op_type in COMPLETING else None
         if spelled is not None:
             family = SQUASHING[spelled.op]
         if family is None and node.id in routers:
