@@ -24,7 +24,9 @@ over the node count, fitted by least squares over every graph measured.
 
 `--stages` adds, for the Pythia-shaped graph and the big one, the CPU time
 (`time.process_time`, median) of each step of the floor and of the audit, so that the
-share of each step (checker, shape inference, graph model, each analysis) can be read.
+share of each step (checker, shape inference, graph model, each analysis) can be read, and
+beside the graph model's build a bare loop that makes its objects and nothing else
+(`bare_graph_loop`; not part of the audit): how far the build is from the least it could cost.
 
 `--inline` adds Pythia-shaped graphs whose weights lie inline in the file (hidden 512, 8
 heads, vocabulary 8192, 1, 4 and 12 layers; zeros), floor and audit as above: the floor's
@@ -63,7 +65,8 @@ from graphaudit.analyses.blocks import find_blocks
 from graphaudit.analyses.coefficients import resolve_coefficients
 from graphaudit.analyses.dependence import analyse_dependence
 from graphaudit.analyses.static import audit_static
-from graphaudit.graph.build import build_graph, paused_gc
+from graphaudit.graph.build import _Builder, _declared, build_graph, paused_gc
+from graphaudit.graph.model import Node, TensorInfo, TensorRef
 from graphaudit.load import external_data
 from graphaudit.load import model as load
 from graphaudit.load.checker import check_model, handed
@@ -152,6 +155,34 @@ def loader_locations(model: onnx.ModelProto, data: bytes) -> list[str]:
     return external_data.locations(external_data.scan(model, data)[0], None)
 
 
+def bare_graph_loop(model: onnx.ModelProto) -> dict:
+    """The least a graph model of the main graph makes, for `--stages`: the build's own objects (a
+    TensorRef and TensorInfo per value, a Node per node, the types read as the builder reads them),
+    without ids decided over the whole model, bodies, functions, metadata or undefined inputs."""
+    new = tuple.__new__
+    graph = model.graph
+    types = _Builder(model)._types(_declared(graph))
+    env: dict[str, TensorRef] = {}
+    tensors: dict[TensorRef, TensorInfo] = {}
+    for t in graph.initializer:
+        ref = env[t.name] = new(TensorRef, (t.name, ""))
+        tensors[ref] = new(TensorInfo, (ref, "initializer", None, *(types.get(t.name) or (t.data_type, tuple(t.dims)))))
+    for vi in graph.input:
+        env[vi.name] = new(TensorRef, (vi.name, ""))
+    nodes = {}
+    get, untyped = env.get, (None, None)
+    for proto in graph.node:
+        node_id = proto.name
+        inputs = tuple(map(get, proto.input[:]))
+        outputs = []
+        for name in proto.output[:]:
+            outputs.append(ref := new(TensorRef, (name, "")))
+            tensors[ref] = new(TensorInfo, (ref, "node_output", node_id, *types.get(name, untyped)))
+            env[name] = ref
+        nodes[node_id] = new(Node, (node_id, node_id, proto.op_type, proto.domain, inputs, tuple(outputs), (), (), proto))
+    return nodes
+
+
 def stages(path: Path, repeats: int) -> dict[str, float]:
     """Median CPU ms of each step of the floor and of `static --graph-only` on `path`.
 
@@ -179,6 +210,7 @@ def stages(path: Path, repeats: int) -> dict[str, float]:
         loaded = load.LoadedModel(inferred, path, False, tuple(external), True)
         with paused_gc():
             mg = step("audit: graph model", build_graph, inferred)
+            step("(audit: graph model, bare loop)", bare_graph_loop, inferred)
             dm = step("audit: dependence", analyse_dependence, mg)
             blocks = step("audit: blocks", find_blocks, mg)
             coefs = step("audit: coefficients", resolve_coefficients, loaded, mg, (), blocks=blocks, dependence=dm)
