@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.backend.test.case.node import function_testcase_helper
 
-from graphaudit.analyses.output_kinds import LOGPROBS, PROBS, read_outputs
+from graphaudit.analyses.output_kinds import LOGPROBS, PROBS, REGRESSION, read_outputs
 from graphaudit.analyses.written_out import written_out
 
 from support.heads import CLASSES, classes, headed, live_outputs, logits_head, replay_head
@@ -176,3 +176,94 @@ def test_a_written_out_head_gives_the_nll_and_kl_of_the_same_models_logits(tmp_p
         assert written.condition(name).divergence.value == pytest.approx(
             truth.condition(name).divergence.value, rel=1e-3, abs=1e-7)
     assert written.condition("cross_input").divergence.value > 1e-4
+
+
+# -- feature normalisations written out: features, not logits ---------------------------------
+
+@pytest.mark.parametrize("op, opset", [("LayerNormalization", 17), ("LayerNormalization", 18),
+                                       ("RMSNormalization", 23)])
+def test_onnx_s_own_expansion_of_a_feature_normalisation_reads_as_features(op, opset):
+    node = helper.make_node(op, ["x", "w"], ["y"], axis=-1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [8])
+    bodies, _ = function_testcase_helper(node, [x.type, w.type], "norm", [helper.make_opsetid("", opset)])
+    nodes = next(nodes for nodes, imports in bodies if imports[0].version == opset)  # its scale flattened, as ONNX writes it
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8])
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(np.ones(8, np.float32), "w")]),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model, full_check=True)
+    read = read_outputs(model)["y"]
+    assert read.kind == REGRESSION and read.reason.endswith(": features, not logits")
+    assert read.reason.startswith("a layer norm written out as " if op == "LayerNormalization" else
+                                  "an RMS norm written out as ")
+
+
+def _torch_layer_norm(x: str, y: str, affine: bool) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """LayerNorm as torch.onnx.export (TorchScript) writes it below opset 17, over the last axis
+    (its constants as Constant nodes, the axes as an attribute, as at opset 11-17)."""
+    two = numpy_helper.from_array(np.array(2.0, np.float32))
+    eps = numpy_helper.from_array(np.array(1e-5, np.float32))
+    nodes = [helper.make_node("ReduceMean", [x], ["mean"], name="/ln/ReduceMean", axes=[-1]),
+             helper.make_node("Sub", [x, "mean"], ["centred"], name="/ln/Sub"),
+             helper.make_node("Constant", [], ["two"], name="/ln/Constant", value=two),
+             helper.make_node("Pow", ["centred", "two"], ["squares"], name="/ln/Pow"),
+             helper.make_node("ReduceMean", ["squares"], ["var"], name="/ln/ReduceMean_1", axes=[-1]),
+             helper.make_node("Constant", [], ["eps"], name="/ln/Constant_1", value=eps),
+             helper.make_node("Add", ["var", "eps"], ["var.eps"], name="/ln/Add"),
+             helper.make_node("Sqrt", ["var.eps"], ["std"], name="/ln/Sqrt"),
+             helper.make_node("Div", ["centred", "std"], ["normed" if affine else y], name="/ln/Div")]
+    inits = []
+    if affine:
+        inits = [numpy_helper.from_array(np.full(7, 1.5, np.float32), "ln.weight"),
+                 numpy_helper.from_array(np.full(7, 0.1, np.float32), "ln.bias")]
+        nodes += [helper.make_node("Mul", ["normed", "ln.weight"], ["scaled"], name="/ln/Mul"),
+                  helper.make_node("Add", ["scaled", "ln.bias"], [y], name="/ln/Add_1")]
+    return nodes, inits
+
+
+def _torch_rms_norm(x: str, y: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """An RMSNorm as torch writes `w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))`:
+    rsqrt as Div(1, Sqrt(...))."""
+    consts = {"two": 2.0, "eps": 1e-6, "one": 1.0}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.float32)))
+             for k, v in consts.items()]
+    nodes += [helper.make_node("Pow", [x, "two"], ["squares"], name="/rms/Pow"),
+              helper.make_node("ReduceMean", ["squares"], ["ms"], name="/rms/ReduceMean", axes=[-1]),
+              helper.make_node("Add", ["ms", "eps"], ["ms.eps"], name="/rms/Add"),
+              helper.make_node("Sqrt", ["ms.eps"], ["rms"], name="/rms/Sqrt"),
+              helper.make_node("Div", ["one", "rms"], ["inv"], name="/rms/Div"),
+              helper.make_node("Mul", [x, "inv"], ["normed"], name="/rms/Mul"),
+              helper.make_node("Mul", ["rms.weight", "normed"], [y], name="/rms/Mul_1")]
+    return nodes, [numpy_helper.from_array(np.full(7, 2.0, np.float32), "rms.weight")]
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda: _torch_layer_norm("x", "y", affine=True), "a layer norm written out as ReduceMean, Sub, Pow, ReduceMean, "
+                                                       "Sqrt and Div at node /ln/Add_1"),
+    (lambda: _torch_layer_norm("x", "y", affine=False), "a layer norm written out as ReduceMean, Sub, Pow, ReduceMean, "
+                                                        "Sqrt and Div at node /ln/Div"),
+    (lambda: _torch_rms_norm("x", "y"), "an RMS norm written out as Pow, ReduceMean, Sqrt, a reciprocal and Mul at "
+                                        "node /rms/Mul_1"),
+])
+def test_a_layer_norm_or_rms_norm_as_torch_writes_it_below_opset_17_is_features_not_logits(build, words):
+    nodes, inits = build()
+    read = read_outputs(_graph(nodes, [2, 7], 14, inits))["y"]
+    assert (read.kind, read.reason) == (REGRESSION, f"{words}: features, not logits")
+
+
+def test_what_only_looks_like_a_written_out_norm_stays_unnormalised():
+    nodes, inits = _torch_layer_norm("x", "y", affine=True)
+    # divided by the root mean square of another value than the one it divides
+    other = [helper.make_node("Mul", ["x", "x"], ["xx"], name="/other/Mul")] + \
+        [helper.make_node(n.op_type, ["xx" if i == "centred" and n.op_type == "Pow" else i for i in n.input],
+                          list(n.output), name=n.name, **{a.name: helper.get_attribute_value(a) for a in n.attribute})
+         for n in nodes]
+    # the mean of cubes, not of squares
+    cubes = [helper.make_node("Constant", [], ["two"], name=n.name, value=numpy_helper.from_array(np.array(3.0, np.float32)))
+             if n.op_type == "Constant" and n.output[0] == "two" else n for n in nodes]
+    # scaled by a value the input computes, not a weight: (normed * x)
+    unweighted = [helper.make_node("Mul", ["normed", "x"], ["scaled"], name="/ln/Mul") if n.name == "/ln/Mul" else n
+                  for n in nodes]
+    for changed in (other, cubes, unweighted):
+        read = read_outputs(_graph(changed, [2, 7], 14, inits))["y"]
+        assert read.kind is None, read.reason

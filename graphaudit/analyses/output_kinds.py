@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphaudit.analyses.written_out import Constant, written_out
+from graphaudit.analyses.written_out import Constant, written_out, written_out_norm
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
@@ -219,8 +219,11 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             last_axis = last_kept if last else (False if rank is not None or not last_kept else None)
             return OutputKind(output, kind, f"{what} over {over} at node {label}{behind}", label,
                               last_axis=last_axis)
-        if node.op_type in FEATURES:
-            return OutputKind(output, REGRESSION, f"a {node.op_type} at node {label}{behind}: features, not logits",
+        norm = written_out_norm(node, producers, constants.reader(producers), constants.fixed(producers)) \
+            if standard and node.op_type not in FEATURES else None
+        if node.op_type in FEATURES or norm is not None:
+            what = f"a {node.op_type}" if norm is None else norm.words()
+            return OutputKind(output, REGRESSION, f"{what} at node {label}{behind}: features, not logits",
                               label, last_axis=None)
         return OutputKind(output, None, f"no Softmax, LogSoftmax or Sigmoid makes it (it comes from {node.op_type} "
                                         f"node {label}{behind})", label, last_axis=None)
@@ -326,8 +329,26 @@ class _Constants:
     def reader(self, producers: Mapping[str, onnx.NodeProto]) -> Constant:
         return lambda name: self.value(name, producers)
 
+    def fixed(self, producers: Mapping[str, onnx.NodeProto]) -> Callable[[str], bool]:
+        """Whether a value is a weight: a Constant's output or a main-graph initializer, of any
+        size, or one cast, reshaped or flattened (ONNX's LayerNormalization body flattens its scale)."""
+        def weight(name: str) -> bool:
+            node = _behind(name, producers, _RESHAPED)
+            if node is not None:
+                return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+            return _origin_name(name, producers, _RESHAPED) in self._listed()
+        return weight
+
+    def _listed(self) -> dict[str, onnx.TensorProto]:
+        if self._initializers is None:
+            self._initializers = {t.name: t for t in self.graph.initializer}
+        return self._initializers
+
     def value(self, name: str, producers: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
-        node = producers.get(name)
+        """The values of the constant `name`, behind any Identity or Cast (the values it was
+        given: what the recogniser compares, a 1, a 2, an epsilon, is kept by a float cast)."""
+        node = _behind(name, producers, _SAME_VALUES)
+        name = _origin_name(name, producers, _SAME_VALUES)
         if node is not None:
             if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
                 return None
@@ -335,10 +356,27 @@ class _Constants:
             if isinstance(found, onnx.TensorProto):
                 return _small(found)
             return np.asarray(found) if isinstance(found, (int, float, list)) else None
-        if self._initializers is None:
-            self._initializers = {t.name: t for t in self.graph.initializer}
-        tensor = self._initializers.get(name)
+        tensor = self._listed().get(name)
         return None if tensor is None else _small(tensor)
+
+
+_SAME_VALUES = frozenset({"Identity", "Cast"})
+_RESHAPED = _SAME_VALUES | {"Reshape", "Flatten", "Unsqueeze", "Squeeze"}
+
+
+def _origin_name(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> str:
+    """`name` behind the standard operators `through` (their first input): where its values come from."""
+    seen = set()
+    while name not in seen and (node := producers.get(name)) is not None and node.op_type in through \
+            and node.domain in ("", "ai.onnx") and node.input:
+        seen.add(name)
+        name = node.input[0]
+    return name
+
+
+def _behind(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> onnx.NodeProto | None:
+    """The node that makes `name`'s values, behind the operators `through`; None for an initializer or input."""
+    return producers.get(_origin_name(name, producers, through))
 
 
 def _small(tensor: onnx.TensorProto) -> np.ndarray | None:

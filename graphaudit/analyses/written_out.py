@@ -10,7 +10,15 @@ normalisation a node computes by the arithmetic it does:
 
 - softmax: `Div(E, S)` or `Mul(E, Reciprocal(S))`, E an `Exp` and S a `ReduceSum` of that same E;
 - log-softmax: `Sub(z, Log(S))`, S a `ReduceSum` of `Exp(z)`, or `Sub(z, ReduceLogSumExp(z))`;
-- sigmoid: `Reciprocal(1 + Exp(-x))` or `Div(1, 1 + Exp(-x))`, -x a `Neg` or a product by -1.
+- sigmoid: `Reciprocal(1 + Exp(-x))` or `Div(1, 1 + Exp(-x))`, -x a `Neg` or a product by -1;
+
+and `written_out_norm(node, ...)` which feature normalisation (a layer norm, an RMS norm: what
+follows is a representation, not logits), as torch's exporter writes LayerNorm below opset 17:
+
+- `(x - mean(x)) / Sqrt(mean((x - mean(x))^2) + eps)`, the square a `Pow` by 2 or a product of
+  the value by itself, the division a `Div` or a product by the reciprocal (`Reciprocal`, or
+  `Div(1, ...)` as torch writes `rsqrt`), then any scale
+  and shift by weights; without the centring, an RMS norm.
 
 Between an Exp and what reads it only Identity and float Casts may stand (the same values in
 the same places); the sums may be reshaped, unsqueezed or expanded to be broadcast back (as
@@ -38,14 +46,16 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 COMPLETING = frozenset({"Div", "Mul", "Reciprocal", "Sub"})
 
 Constant = Callable[[str], "np.ndarray | None"]
-_NAMES = {"Softmax": "softmax", "LogSoftmax": "log-softmax", "Sigmoid": "sigmoid"}
+_NAMES = {"Softmax": "a softmax", "LogSoftmax": "a log-softmax", "Sigmoid": "a sigmoid",
+          "LayerNormalization": "a layer norm", "RMSNormalization": "an RMS norm"}
 
 
 @dataclass(frozen=True)
 class WrittenOut:
     """A normalisation spelled in elementary operators."""
 
-    op: str  # what the nodes compute: "Softmax", "LogSoftmax" or "Sigmoid"
+    op: str  # what the nodes compute: "Softmax", "LogSoftmax", "Sigmoid" (`written_out`), "LayerNormalization"
+    # or "RMSNormalization" (`written_out_norm`)
     data: str  # the value normalised: the Exp's input (a sigmoid's x)
     summed: str | None  # the value whose sum divides (a softmax's Exp output); None for a sigmoid
     axes: tuple[int, ...] | None  # the axes summed over; None: every axis, or the graph does not tell
@@ -53,7 +63,7 @@ class WrittenOut:
 
     def words(self) -> str:
         """What the nodes compute, in a report's words: "a softmax written out as Exp, ReduceSum and Div"."""
-        return f"a {_NAMES[self.op]} written out as {self.spelling}"
+        return f"{_NAMES[self.op]} written out as {self.spelling}"
 
     @property
     def axis(self) -> int | None:
@@ -130,6 +140,113 @@ def written_out(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
     if op == "Sub" and len(ins) == 2:
         return _log_softmax(ins[0], ins[1], producers, constant)
     return None
+
+
+def written_out_norm(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto], constant: Constant,
+                     fixed: Callable[[str], bool]) -> WrittenOut | None:
+    """The feature normalisation `node` completes, written out, as torch's exporter writes a
+    LayerNorm below opset 17 (`(x - mean(x)) / Sqrt(mean((x - mean(x))^2) + eps) * w + b`) and an
+    RMSNorm (`x * Reciprocal(Sqrt(mean(x^2) + eps)) * w`): op "LayerNormalization" or
+    "RMSNormalization"; None if none. `fixed`: whether a value is a weight (an initializer or a
+    Constant's), which the scale and shift after the normalisation multiply and add."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    core: onnx.NodeProto | None = node
+    while core is not None and core.op_type in ("Add", "Mul") and len(core.input) == 2:
+        a, b = core.input
+        if not (fixed(a) or fixed(b)):
+            break
+        core = _made(a if fixed(b) else b, producers, _SAME)  # past the scale or the shift
+    if core is None or len(core.input) != 2:
+        return None
+    pairs: list[tuple[str, str]] = []  # (the value normalised, what it is divided by)
+    if core.op_type == "Div" and core.domain in ("", "ai.onnx"):
+        pairs.append((core.input[0], core.input[1]))
+    elif core.op_type == "Mul" and core.domain in ("", "ai.onnx"):
+        for value, inverse in ((core.input[0], core.input[1]), (core.input[1], core.input[0])):
+            made = _made(inverse, producers, _BROADCAST)  # 1 / d: a Reciprocal, or a Div of the constant 1 (rsqrt)
+            if made is not None and made.op_type == "Reciprocal" and made.input:
+                pairs.append((value, made.input[0]))
+            elif made is not None and made.op_type == "Div" and len(made.input) == 2 and _is(constant(made.input[0]), 1.0):
+                pairs.append((value, made.input[1]))
+    last = ["Div"] if core.op_type == "Div" else ["a reciprocal", "Mul"]
+    for value, divisor in pairs:
+        found = _root_mean_square(value, divisor, producers, constant, last)
+        if found is not None:
+            return found
+    return None
+
+
+def _root_mean_square(value: str, divisor: str, producers, constant, last: list[str]) -> WrittenOut | None:
+    """`value / divisor` as a normalisation, the divisor Sqrt(variance [+ eps]): the mean square of
+    `value` itself (centred, value = x - mean(x), a LayerNorm; else an RMSNorm), or, as ONNX's own
+    LayerNormalization body writes it, mean(x^2) - mean(x)^2 of the x that `value` centres."""
+    root = _made(divisor, producers, _BROADCAST)
+    if root is None or root.op_type != "Sqrt" or not root.input:
+        return None
+    variance = _made(root.input[0], producers, _SAME)
+    if variance is not None and variance.op_type == "Add" and len(variance.input) == 2:  # + eps
+        eps = [i for i in variance.input if constant(i) is not None]
+        if len(eps) != 1:
+            return None
+        variance = _made(next(i for i in variance.input if i != eps[0]), producers, _SAME)
+    if variance is None or len(variance.input) < 1:
+        return None
+    centred = _centred(value, producers)  # x, where value = x - mean(x)
+    if variance.op_type == "ReduceMean":
+        square = _squared(variance.input[0], producers, constant)
+        if square is None or square[0] != _origin(value, producers):
+            return None
+        words = (["ReduceMean", "Sub"] if centred is not None else []) + [square[1], "ReduceMean", "Sqrt", *last]
+        reduced = variance
+    elif variance.op_type == "Sub" and len(variance.input) == 2 and centred is not None:
+        means = _made(variance.input[0], producers, _SAME)
+        square = _squared(means.input[0], producers, constant) if means is not None and \
+            means.op_type == "ReduceMean" and means.input else None
+        mean_squared = _squared(variance.input[1], producers, constant)
+        mean = _made(mean_squared[0], producers, _BROADCAST) if mean_squared is not None else None
+        if means is None or square is None or square[0] != centred or mean is None or mean.op_type != "ReduceMean" \
+                or not mean.input or _origin(mean.input[0], producers) != centred:
+            return None
+        words = ["ReduceMean", square[1], "Sub", "Sqrt", *last]
+        reduced = means
+    else:
+        return None
+    axes = _axes(reduced, constant)
+    if axes == ():
+        return None
+    if centred is not None:
+        return WrittenOut("LayerNormalization", centred, None, axes, _listed(words))
+    return WrittenOut("RMSNormalization", value, None, axes, _listed(words))
+
+
+def _centred(value: str, producers) -> str | None:
+    """x where `value` is x - ReduceMean(x) (behind Identity and float Casts); None otherwise."""
+    sub = _made(value, producers, _SAME)
+    if sub is None or sub.op_type != "Sub" or len(sub.input) != 2:
+        return None
+    mean = _made(sub.input[1], producers, _BROADCAST)
+    if mean is None or mean.op_type != "ReduceMean" or not mean.input \
+            or _origin(mean.input[0], producers) != _origin(sub.input[0], producers):
+        return None
+    return _origin(sub.input[0], producers)
+
+
+def _squared(name: str, producers, constant) -> tuple[str, str] | None:
+    """(the origin of v, the operator) where `name` is v squared: Pow(v, 2) or Mul(v, v); None otherwise."""
+    node = _made(name, producers, _SAME)
+    if node is None or len(node.input) != 2:
+        return None
+    if node.op_type == "Pow" and _is(constant(node.input[1]), 2.0):
+        return _origin(node.input[0], producers), "Pow"
+    if node.op_type == "Mul" and _origin(node.input[0], producers) == _origin(node.input[1], producers):
+        return _origin(node.input[0], producers), "Mul"
+    return None
+
+
+def _listed(words: list[str]) -> str:
+    """"a, b and c"."""
+    return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _softmax(numerator: str, divisor: str, producers, constant, spelling: str) -> WrittenOut | None:
