@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphaudit.analyses.written_out import Constant, written_out, written_out_norm
+from graphaudit.analyses.written_out import SAME, Constant, origin, written_out, written_out_norm
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
@@ -333,10 +333,11 @@ class _Constants:
         """Whether a value is a weight: a Constant's output or a main-graph initializer, of any
         size, or one cast, reshaped or flattened (ONNX's LayerNormalization body flattens its scale)."""
         def weight(name: str) -> bool:
-            node = _behind(name, producers, _RESHAPED)
+            name = origin(name, producers, _RESHAPED)
+            node = producers.get(name)
             if node is not None:
                 return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-            return _origin_name(name, producers, _RESHAPED) in self._listed()
+            return name in self._listed()
         return weight
 
     def _listed(self) -> dict[str, onnx.TensorProto]:
@@ -347,8 +348,8 @@ class _Constants:
     def value(self, name: str, producers: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
         """The values of the constant `name`, behind any Identity or Cast (the values it was
         given: what the recogniser compares, a 1, a 2, an epsilon, is kept by a float cast)."""
-        node = _behind(name, producers, _SAME_VALUES)
-        name = _origin_name(name, producers, _SAME_VALUES)
+        name = origin(name, producers)
+        node = producers.get(name)
         if node is not None:
             if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
                 return None
@@ -360,23 +361,8 @@ class _Constants:
         return None if tensor is None else _small(tensor)
 
 
-_SAME_VALUES = frozenset({"Identity", "Cast"})
-_RESHAPED = _SAME_VALUES | {"Reshape", "Flatten", "Unsqueeze", "Squeeze"}
-
-
-def _origin_name(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> str:
-    """`name` behind the standard operators `through` (their first input): where its values come from."""
-    seen = set()
-    while name not in seen and (node := producers.get(name)) is not None and node.op_type in through \
-            and node.domain in ("", "ai.onnx") and node.input:
-        seen.add(name)
-        name = node.input[0]
-    return name
-
-
-def _behind(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> onnx.NodeProto | None:
-    """The node that makes `name`'s values, behind the operators `through`; None for an initializer or input."""
-    return producers.get(_origin_name(name, producers, through))
+# A weight cast, reshaped or flattened is still a weight.
+_RESHAPED = SAME | {"Reshape", "Flatten", "Unsqueeze", "Squeeze"}
 
 
 def _small(tensor: onnx.TensorProto) -> np.ndarray | None:

@@ -37,9 +37,9 @@ import onnx
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
 # The same values in the same places: what may stand between an Exp and what reads it.
-_SAME = frozenset({"Identity", "Cast"})
+SAME = frozenset({"Identity", "Cast"})
 # A sum brought back to the shape it divides: its values repeated, not changed.
-_BROADCAST = _SAME | {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Flatten"}
+_BROADCAST = SAME | {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Flatten"}
 _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                      onnx.TensorProto.BFLOAT16})
 # The operators whose output completes a written-out normalisation: a test before the recogniser runs.
@@ -156,7 +156,7 @@ def written_out_norm(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProt
         a, b = core.input
         if not (fixed(a) or fixed(b)):
             break
-        core = _made(a if fixed(b) else b, producers, _SAME)  # past the scale or the shift
+        core = _made(a if fixed(b) else b, producers, SAME)  # past the scale or the shift
     if core is None or len(core.input) != 2:
         return None
     pairs: list[tuple[str, str]] = []  # (the value normalised, what it is divided by)
@@ -184,29 +184,29 @@ def _root_mean_square(value: str, divisor: str, producers, constant, last: list[
     root = _made(divisor, producers, _BROADCAST)
     if root is None or root.op_type != "Sqrt" or not root.input:
         return None
-    variance = _made(root.input[0], producers, _SAME)
+    variance = _made(root.input[0], producers, SAME)
     if variance is not None and variance.op_type == "Add" and len(variance.input) == 2:  # + eps
         eps = [i for i in variance.input if constant(i) is not None]
         if len(eps) != 1:
             return None
-        variance = _made(next(i for i in variance.input if i != eps[0]), producers, _SAME)
+        variance = _made(next(i for i in variance.input if i != eps[0]), producers, SAME)
     if variance is None or len(variance.input) < 1:
         return None
     centred = _centred(value, producers)  # x, where value = x - mean(x)
     if variance.op_type == "ReduceMean":
         square = _squared(variance.input[0], producers, constant)
-        if square is None or square[0] != _origin(value, producers):
+        if square is None or square[0] != origin(value, producers):
             return None
         words = (["ReduceMean", "Sub"] if centred is not None else []) + [square[1], "ReduceMean", "Sqrt", *last]
         reduced = variance
     elif variance.op_type == "Sub" and len(variance.input) == 2 and centred is not None:
-        means = _made(variance.input[0], producers, _SAME)
+        means = _made(variance.input[0], producers, SAME)
         square = _squared(means.input[0], producers, constant) if means is not None and \
             means.op_type == "ReduceMean" and means.input else None
         mean_squared = _squared(variance.input[1], producers, constant)
         mean = _made(mean_squared[0], producers, _BROADCAST) if mean_squared is not None else None
         if means is None or square is None or square[0] != centred or mean is None or mean.op_type != "ReduceMean" \
-                or not mean.input or _origin(mean.input[0], producers) != centred:
+                or not mean.input or origin(mean.input[0], producers) != centred:
             return None
         words = ["ReduceMean", square[1], "Sub", "Sqrt", *last]
         reduced = means
@@ -222,25 +222,25 @@ def _root_mean_square(value: str, divisor: str, producers, constant, last: list[
 
 def _centred(value: str, producers) -> str | None:
     """x where `value` is x - ReduceMean(x) (behind Identity and float Casts); None otherwise."""
-    sub = _made(value, producers, _SAME)
+    sub = _made(value, producers, SAME)
     if sub is None or sub.op_type != "Sub" or len(sub.input) != 2:
         return None
     mean = _made(sub.input[1], producers, _BROADCAST)
     if mean is None or mean.op_type != "ReduceMean" or not mean.input \
-            or _origin(mean.input[0], producers) != _origin(sub.input[0], producers):
+            or origin(mean.input[0], producers) != origin(sub.input[0], producers):
         return None
-    return _origin(sub.input[0], producers)
+    return origin(sub.input[0], producers)
 
 
 def _squared(name: str, producers, constant) -> tuple[str, str] | None:
     """(the origin of v, the operator) where `name` is v squared: Pow(v, 2) or Mul(v, v); None otherwise."""
-    node = _made(name, producers, _SAME)
+    node = _made(name, producers, SAME)
     if node is None or len(node.input) != 2:
         return None
     if node.op_type == "Pow" and _is(constant(node.input[1]), 2.0):
-        return _origin(node.input[0], producers), "Pow"
-    if node.op_type == "Mul" and _origin(node.input[0], producers) == _origin(node.input[1], producers):
-        return _origin(node.input[0], producers), "Mul"
+        return origin(node.input[0], producers), "Pow"
+    if node.op_type == "Mul" and origin(node.input[0], producers) == origin(node.input[1], producers):
+        return origin(node.input[0], producers), "Mul"
     return None
 
 
@@ -250,13 +250,13 @@ def _listed(words: list[str]) -> str:
 
 
 def _softmax(numerator: str, divisor: str, producers, constant, spelling: str) -> WrittenOut | None:
-    exp = _made(numerator, producers, _SAME)
+    exp = _made(numerator, producers, SAME)
     if exp is None or exp.op_type != "Exp" or not exp.input:
         return None
     reduced = _made(divisor, producers, _BROADCAST)
     if reduced is None or reduced.op_type != "ReduceSum" or not reduced.input:
         return None
-    if _origin(reduced.input[0], producers) != _origin(numerator, producers):
+    if origin(reduced.input[0], producers) != origin(numerator, producers):
         return None  # a sum of other values than those it divides
     axes = _axes(reduced, constant)
     if axes == ():
@@ -271,14 +271,14 @@ def _log_softmax(z: str, subtracted: str, producers, constant) -> WrittenOut | N
     reduced, summed = made, None
     if made.op_type == "ReduceLogSumExp":
         spelling = "ReduceLogSumExp and Sub"
-        if _origin(made.input[0], producers) != _origin(z, producers):
+        if origin(made.input[0], producers) != origin(z, producers):
             return None
     elif made.op_type == "Log":
         sums = _made(made.input[0], producers, _BROADCAST)
         if sums is None or sums.op_type != "ReduceSum" or not sums.input:
             return None
-        exp = _made(sums.input[0], producers, _SAME)
-        if exp is None or exp.op_type != "Exp" or not exp.input or _origin(exp.input[0], producers) != _origin(z, producers):
+        exp = _made(sums.input[0], producers, SAME)
+        if exp is None or exp.op_type != "Exp" or not exp.input or origin(exp.input[0], producers) != origin(z, producers):
             return None
         reduced, summed, spelling = sums, exp.output[0], "Exp, ReduceSum, Log and Sub"
     else:
@@ -290,13 +290,13 @@ def _log_softmax(z: str, subtracted: str, producers, constant) -> WrittenOut | N
 
 
 def _sigmoid(denominator: str, producers, constant, spelling: str) -> WrittenOut | None:
-    add = _made(denominator, producers, _SAME)
+    add = _made(denominator, producers, SAME)
     if add is None or add.op_type != "Add" or len(add.input) != 2:
         return None
     for one, other in ((add.input[0], add.input[1]), (add.input[1], add.input[0])):
         if not _is(constant(one), 1.0):
             continue
-        exp = _made(other, producers, _SAME)
+        exp = _made(other, producers, SAME)
         if exp is None or exp.op_type != "Exp" or not exp.input:
             continue
         x = _negated(exp.input[0], producers, constant)
@@ -307,7 +307,7 @@ def _sigmoid(denominator: str, producers, constant, spelling: str) -> WrittenOut
 
 def _negated(name: str, producers, constant) -> str | None:
     """x where `name` is -x: a Neg, a product by -1 or 0 - x; None otherwise."""
-    node = _made(name, producers, _SAME)
+    node = _made(name, producers, SAME)
     if node is None or not node.input:
         return None
     if node.op_type == "Neg":
@@ -321,34 +321,22 @@ def _negated(name: str, producers, constant) -> str | None:
     return None
 
 
-def _made(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> onnx.NodeProto | None:
-    """The standard node that makes `name`, looked for behind the operators `through` (a Cast to a
-    float type only); None for a graph input, a constant or a node of another domain."""
+def origin(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str] = SAME) -> str:
+    """`name` behind the standard operators `through` (their first input; a Cast only to a float
+    type): where its values come from. Two names with one origin behind `SAME` hold the same values."""
     seen = set()
-    while name in producers and name not in seen:
+    while name not in seen and (node := producers.get(name)) is not None and node.op_type in through \
+            and node.domain in ("", "ai.onnx") and node.input and (node.op_type != "Cast" or _cast_to_float(node)):
         seen.add(name)
-        node = producers[name]
-        if node.domain not in ("", "ai.onnx"):
-            return None
-        if node.op_type in through and node.input and (node.op_type != "Cast" or _cast_to_float(node)):
-            name = node.input[0]
-            continue
-        return node
-    return None
-
-
-def _origin(name: str, producers: Mapping[str, onnx.NodeProto]) -> str:
-    """`name` behind any Identity and float Cast: two names with one origin hold the same values."""
-    seen = set()
-    while name in producers and name not in seen:
-        seen.add(name)
-        node = producers[name]
-        if node.domain in ("", "ai.onnx") and node.op_type in _SAME and node.input \
-                and (node.op_type != "Cast" or _cast_to_float(node)):
-            name = node.input[0]
-            continue
-        break
+        name = node.input[0]
     return name
+
+
+def _made(name: str, producers: Mapping[str, onnx.NodeProto], through: frozenset[str]) -> onnx.NodeProto | None:
+    """The standard node that makes `name`, looked for behind the operators `through`; None for a
+    graph input, a constant or a node of another domain."""
+    node = producers.get(origin(name, producers, through))
+    return node if node is not None and node.domain in ("", "ai.onnx") else None
 
 
 def _axes(reduce: onnx.NodeProto, constant: Constant) -> tuple[int, ...] | None:
