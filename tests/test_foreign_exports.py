@@ -1,6 +1,6 @@
 """A model exported the way other people export it — torch.onnx's TorchScript exporter with or
-without dynamic axes or with each block a local function, the dynamo exporter without
-dynamic shapes, none with our metadata —
+without dynamic axes, with each block a local function, or at opset 14 (its LayerNorms written
+out), the dynamo exporter without dynamic shapes, none with our metadata —
 gets the same coefficients (found by detection, with their batch and token axes and layers)
 and the same replay as our own export that declares them. Nothing here trains."""
 
@@ -48,6 +48,10 @@ def exports(tmp_path_factory):
                           dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
                           **names)
         torch.onnx.export(wrapped, (one,), str(folder / "torchscript_fixed.onnx"), dynamo=False, **names)
+        # below opset 17 the exporter writes each LayerNorm out (ReduceMean, Sub, Pow, Sqrt, Div, Mul, Add)
+        torch.onnx.export(wrapped, (one,), str(folder / "torchscript_opset14.onnx"), dynamo=False, opset_version=14,
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
+                          **names)
         torch.onnx.export(wrapped, (one,), dynamo=True, verbose=False, **names).save(str(folder / "dynamo_fixed.onnx"))
         torch.onnx.export(wrapped, (one,), str(folder / "torchscript_functions.onnx"), dynamo=False, opset_version=17,
                           export_modules_as_functions={GatedBlock}, **names)
@@ -57,7 +61,8 @@ def exports(tmp_path_factory):
     return folder
 
 
-FOREIGN = ["torchscript_dynamic", "torchscript_fixed", "dynamo_fixed", "torchscript_functions"]
+FOREIGN = ["torchscript_dynamic", "torchscript_fixed", "dynamo_fixed", "torchscript_functions", "torchscript_opset14"]
+DYNAMIC = {"torchscript_dynamic", "torchscript_opset14"}  # exported with dynamic axes; the others fix batch 1
 
 
 @pytest.mark.parametrize("name", FOREIGN)
@@ -94,12 +99,12 @@ def test_flops_at_concrete_shapes_are_counted_in_full_as_in_the_declared_export(
     # does not follow (Slice ends from a Div of a Shape): at concrete input shapes they are
     # computed and written in as constants (graphaudit.load.shape_values), so no MatMul is left out
     for name in FOREIGN:
-        shapes = {"input_ids": (4 if name.endswith("dynamic") else 1, LENGTH)}  # the others fix batch 1
+        shapes = {"input_ids": (4 if name in DYNAMIC else 1, LENGTH)}
         ours = audit_static(load_model(exports / "ours.onnx"), shapes=shapes).flops
         theirs = audit_static(load_model(exports / f"{name}.onnx"), shapes=shapes).flops
         assert theirs.count.unknown_shape == (), name
         assert theirs.total == ours.total, name
-        if not name.endswith("dynamic"):  # every input size fixed: counted without being asked
+        if name not in DYNAMIC:  # every input size fixed: counted without being asked
             alone = audit_static(load_model(exports / f"{name}.onnx")).flops
             assert (alone.total, alone.count.unknown_shape) == (ours.total, ()), name
 
