@@ -113,3 +113,22 @@ def test_a_dynamic_convolutions_kernel_attention_written_out_is_detected_and_rep
     report = replay(tmp_path / "model.onnx", tmp_path / "calib.npz", tmp_path / "eval.npz", resamples=20)
     assert [c.tensor for c in report.coefficients] == ["pi"] and report.parity.ok
     assert report.condition("cross_input").delta_nll.value != 0.0
+
+
+def test_a_switch_routers_softmax_written_out_is_the_router_and_its_dispatch_still_a_subset():
+    from support.switch_moe import switch
+    from support.text_graphs import audit, verdicts
+
+    plain = switch()
+    spelled = plain.replace(
+        '["/model/layers.1/mlp/Softmax"] p = Softmax <axis = -1> (logits)',
+        '["/model/layers.1/mlp/ReduceMax_0"] mx = ReduceMax <keepdims = 1> (logits, last)\n'
+        '        ["/model/layers.1/mlp/Sub_0"] sh = Sub (logits, mx)\n'
+        '        ["/model/layers.1/mlp/Exp"] ex = Exp (sh)\n'
+        '        ["/model/layers.1/mlp/ReduceSum_0"] sm = ReduceSum <keepdims = 1> (ex, last)\n'
+        '        ["/model/layers.1/mlp/Div"] p = Div (ex, sm)')
+    assert spelled != plain and "Softmax" not in spelled
+    for text in (plain, spelled):
+        report = audit(text, shapes={"x0": [8, 2]})
+        assert verdicts(report) == ["always", "subset", "always"]
+        assert [(c.tensor, c.family, c.layer) for c in report.coefficients] == [("p", "router", 1)]
