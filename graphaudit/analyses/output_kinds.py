@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from graphaudit.analyses.written_out import SAME, Constant, origin, written_out, written_out_norm
+from graphaudit.analyses.written_out import SAME, Constant, Producers, origin, written_out, written_out_norm
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
@@ -99,9 +99,8 @@ def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None,
         producers = {o: n for n in graph.node for o in n.output if o}
         ranks = _declared_ranks(graph)
     else:
-        nodes = graph_model.nodes  # the node that makes each value, and the rank of each whose shape is known
-        producers = _MainValues(graph_model, lambda info: nodes[info.producer].proto
-                                if info.kind == "node_output" and info.producer is not None else None)
+        # the node that makes each value, and the rank of each whose shape is known
+        producers = Producers(graph_model)
         ranks = _MainValues(graph_model, lambda info: None if info.shape is None else len(info.shape))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     constants = _Constants(graph)

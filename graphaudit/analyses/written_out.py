@@ -78,7 +78,7 @@ class InGraph:
 
     def __init__(self, mg: ModelGraph, model: onnx.ModelProto | None) -> None:
         self.mg, self.model = mg, model
-        self.producers = _Producers(mg)
+        self.producers = Producers(mg)
         self._value: Callable[[TensorRef | None], np.ndarray | None] | None = None
 
     def __call__(self, node: Node) -> WrittenOut | None:
@@ -96,8 +96,9 @@ class InGraph:
         return self._value(TensorRef(name))
 
 
-class _Producers(Mapping[str, onnx.NodeProto]):
-    """The proto of the node that makes each main-graph value of a graph model, by name."""
+class Producers(Mapping[str, onnx.NodeProto]):
+    """The proto of the node that makes each main-graph value of a graph model, by name (what
+    `written_out` and the output kinds read a model by, looked up in the graph model's tables)."""
 
     def __init__(self, mg: ModelGraph) -> None:
         self.mg = mg
