@@ -17,8 +17,9 @@ follows is a representation, not logits), as torch's exporter writes LayerNorm b
 
 - `(x - mean(x)) / Sqrt(mean((x - mean(x))^2) + eps)`, the square a `Pow` by 2 or a product of
   the value by itself, the division a `Div` or a product by the reciprocal (`Reciprocal`, or
-  `Div(1, ...)` as torch writes `rsqrt`), then any scale
-  and shift by weights; without the centring, an RMS norm.
+  `Div(1, ...)` as torch writes `rsqrt`), then any scale and shift by weights; the variance
+  also as ONNX's own LayerNormalization body writes it, `mean(x^2) - mean(x)^2`; without the
+  centring, an RMS norm.
 
 Between an Exp and what reads it only Identity and float Casts may stand (the same values in
 the same places); the sums may be reshaped, unsqueezed or expanded to be broadcast back (as
