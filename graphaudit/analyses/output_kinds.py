@@ -44,7 +44,12 @@ VALUE_PRESERVING = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Un
 # stays one (a voice detector's mean of its per-frame Sigmoids over time), a distribution per position may not.
 AVERAGING = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "AveragePool", "GlobalAveragePool", "MaxPool",
                        "GlobalMaxPool"})
-# How deep in nested If branches an output is followed.
+# Operators that join their parts' values, each with the inputs that hold them: a Concat all, a
+# scatter its data and its updates (not the indices).
+PARTS = {"Concat": range(1 << 16), "ScatterElements": (0, 2), "ScatterND": (0, 2), "Scatter": (0, 2)}
+# op -> the constant that leaves the other operand unchanged
+_NEUTRAL = {"Add": 0, "Sub": 0, "Mul": 1, "Div": 1}
+# How deep in nested If branches and Loop bodies an output is followed.
 MAX_BODY_DEPTH = 8
 # op -> (kind, one probability per value): the operators that make a distribution of their input.
 NORMALISING = {"Softmax": (PROBS, False), "LogSoftmax": (LOGPROBS, False), "Sigmoid": (PROBS, True)}
@@ -159,9 +164,10 @@ def _values(reading: OutputKind, why: str) -> OutputKind:
 
 
 def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int,
-          constants: _Constants, depth: int = 0) -> OutputKind:
+          constants: _Constants, depth: int = 0, carried: str | None = None) -> OutputKind:
     """What graph output `output` holds, from the operators behind it (`producers`: the node that
-    makes each value, a body's own over those of the graphs around it)."""
+    makes each value, a body's own over those of the graphs around it; `carried`: in a Loop's
+    body, the state whose update is read, which each step writes over in part)."""
     name, through, last_kept, rank_kept, mixed = output, [], True, True, False
     seen = set()
     while name in producers and name not in seen:
@@ -179,17 +185,25 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             through.append(node.op_type)
             name = node.input[0]
             continue
+        if standard and (kept := _unchanged(node, constants.reader(producers))) is not None:
+            rank_kept = False  # the constant may broadcast the value to more axes
+            through.append(node.op_type)
+            name = kept
+            continue
         if standard and node.op_type in AVERAGING and node.input:
             mixed, rank_kept = True, False
             through.append(node.op_type)
             name = node.input[0]
             continue
         behind = f" (behind {', '.join(dict.fromkeys(reversed(through)))})" if through else ""
-        if standard and node.op_type == "Concat" and depth < MAX_BODY_DEPTH:
-            return _read_parts(output, node, producers, ranks, opset, constants, depth, behind)
+        if standard and node.op_type in PARTS and depth < MAX_BODY_DEPTH:
+            return _read_parts(output, node, producers, ranks, opset, constants, depth, behind, carried)
         if standard and node.op_type == "If" and depth < MAX_BODY_DEPTH:
             return _read_branches(output, node, list(node.output).index(name), producers, ranks, opset, constants,
                                   depth, behind)
+        if standard and node.op_type == "Loop" and depth < MAX_BODY_DEPTH:
+            return _read_loop(output, node, list(node.output).index(name), producers, ranks, opset, constants,
+                              depth, behind)
         spelled = written_out(node, producers, constants.reader(producers)) if standard else None
         if spelled is not None or (standard and node.op_type in NORMALISING):
             op = spelled.op if spelled is not None else node.op_type
@@ -230,24 +244,41 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
 
 
 def _read_parts(output: str, node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
-               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str) -> OutputKind:
-    """What the Concat `node` makes: what its parts hold where they agree; values where they do not
-    (a detector's boxes beside its Sigmoid scores is no distribution, nor logits)."""
-    label = node.name or f"Concat -> {node.output[0]}"
-    parts = [_read(name, producers, ranks, opset, constants, depth + 1) for name in node.input if name]
+               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str,
+               carried: str | None = None) -> OutputKind:
+    """What the Concat or scatter `node` makes: what its parts hold where they agree; values where
+    they do not (a detector's boxes beside its Sigmoid scores is no distribution, nor logits).
+    A Loop's state `carried`, grown or written into at each step, holds what the steps add to it."""
+    label, op = node.name or f"{node.op_type} -> {node.output[0]}", node.op_type
+    names = [name for i, name in enumerate(node.input) if name and i in PARTS[node.op_type]]
+    written = [name for name in names if origin(name, producers) != carried] if carried is not None else names
+    if written and len(written) < len(names):  # the state holds what the steps wrote into it
+        names, behind = written, f"{behind} (into the Loop's state)"
+    parts = [_read(name, producers, ranks, opset, constants, depth + 1, carried) for name in names]
     kinds = {(r.kind, r.per_value) for r in parts}
     if len(kinds) == 1:
         first = parts[0]
-        # the joined axis may be the one a Softmax normalised: only per-value probabilities stay what they were
-        if first.kind is None or first.per_value or first.kind == REGRESSION:
+        # the joined axis may be the one a Softmax normalised: only per-value probabilities stay what they were,
+        # and distributions over the last axis where the Concat joins another (a decoder's steps, one by one)
+        if first.kind is None or first.per_value or first.kind == REGRESSION or (
+                all(r.last_axis for r in parts) and _joins_before_last(node, ranks)):
             return replace(first, output=output, node=label,
-                           reason=f"a Concat at node {label}{behind} of parts that each hold it: {first.reason}")
-        return OutputKind(output, None, f"a Concat at node {label}{behind} of {WORDS[first.kind]}", label,
+                           reason=f"a {op} at node {label}{behind} of parts that each hold it: {first.reason}")
+        return OutputKind(output, None, f"a {op} at node {label}{behind} of {WORDS[first.kind]}", label,
                           last_axis=None)
     held = ", ".join(dict.fromkeys("per-value probabilities" if r.per_value else WORDS.get(r.kind, "unnormalised values")
                                    for r in parts))
-    return OutputKind(output, REGRESSION, f"a Concat at node {label}{behind} of parts that hold different things "
+    return OutputKind(output, REGRESSION, f"a {op} at node {label}{behind} of parts that hold different things "
                                           f"({held}): compared as values", label, last_axis=None)
+
+
+def _joins_before_last(node: onnx.NodeProto, ranks: Mapping[str, int]) -> bool:
+    """Whether `node` is a Concat along an axis before its parts' last (all of one rank)."""
+    axis = _attr(node, "axis") if node.op_type == "Concat" else None
+    if axis is None:
+        return False
+    rank = next((ranks[name] for name in (*node.output, *node.input) if name in ranks), None)
+    return axis < -1 if axis < 0 else rank is not None and axis < rank - 1
 
 
 def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
@@ -270,6 +301,47 @@ def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Map
     first = found[0]
     return replace(first, output=output, node=label,
                    reason=f"in every branch of If node {label}{behind}: {first.reason}")
+
+
+def _read_loop(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
+               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str) -> OutputKind:
+    """What output `index` of the Loop `node` holds: what its body gives back there, a step's
+    value of a scan output (stacked over the steps on a new first axis) or the last update of a
+    state (a decoder's buffer of boxes, written a step at a time), read in the body."""
+    label = node.name or f"Loop -> {node.output[index]}"
+    body = next((a.g for a in node.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+    states = len(node.input) - 2
+    if body is None or index + 1 >= len(body.output) or (index < states and index + 2 >= len(body.input)):
+        return OutputKind(output, None, f"Loop node {label}{behind} gives back no body value there", label,
+                          last_axis=None)
+    state = body.input[index + 2].name if index < states else None
+    inner = {o: n for n in body.node for o in n.output if o}
+    within = _Within(inner, producers)
+    if state is not None and origin(body.output[index + 1].name, within) == state:  # never updated
+        found = _read(node.input[index + 2], producers, ranks, opset, constants, depth + 1)
+        return replace(found, output=output, node=label,
+                       reason=f"the state of Loop node {label}{behind}, which its body passes on: {found.reason}")
+    found = _read(body.output[index + 1].name, within, _Within(_declared_ranks(body), ranks), opset, constants,
+                  depth + 1, carried=state)
+    what = "each step's value" if state is None else "the state"
+    return replace(found, output=output, node=label,
+                   reason=f"{what} that the body of Loop node {label}{behind} gives back: {found.reason}")
+
+
+def _unchanged(node: onnx.NodeProto, constant: Constant) -> str | None:
+    """The input `node` passes on unchanged: x + 0, x − 0, x · 1, x / 1 with a constant 0 or 1 (an
+    exporter's assignment, Paddle2ONNX's `Add(x, 0)`), or the data an Expand broadcasts; else None."""
+    op, inputs = node.op_type, node.input
+    if op == "Expand" and inputs:
+        return inputs[0]
+    if len(inputs) != 2 or op not in _NEUTRAL:
+        return None
+    neutral = _NEUTRAL[op]
+    for kept, other in ((0, 1), (1, 0)) if op in ("Add", "Mul") else ((0, 1),):
+        value = constant(inputs[other])
+        if value is not None and value.size and np.all(value == neutral):
+            return inputs[kept]
+    return None
 
 
 def _attr(node: onnx.NodeProto, name: str):
