@@ -231,9 +231,14 @@ def check_model(key, m, corpus, runner, do_run):
                          for i in range(len(want)) for j in range(len(want)))
             row("gate layers follow depth", f"depths {depths}", f"layers {layers}", ok=not inverted and not merged)
         names = [b.get("name") or "" for b in doc.get("blocks") or []]
-        bad = [n for n in names if EXPORTER_NAME.match(n)]
+        # a block that is an If's or Loop's body is named after that node, whatever its exporter called it
+        owners = {e.get("node") for e in doc.get("control_flow") or []}
+        bad = [n for n in names if EXPORTER_NAME.match(n) and n not in owners]
         row("blocks not named by exporter", "no p2o./helper. names", f"{len(names)} blocks" +
             (f", e.g. {bad[:2]}" if bad else ""), ok=not bad)
+        for name, verdict in m.get("block_verdicts", {}).items():
+            said = next((b.get("verdict") for b in doc.get("blocks") or [] if b.get("name") == name), "not listed")
+            row(f"block {name[:28]} verdict", verdict, said)
     want_claim = "dynamic" if m["dynamic"] else "static"
     rc, _, err, secs, _ = runner.call(key + ".expect", "static", [model, "--expect", want_claim, "--format", "json"])
     row(f"static --expect {want_claim} exit", 0, rc, ok=rc == 0)

