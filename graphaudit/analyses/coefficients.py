@@ -167,6 +167,8 @@ def detect_coefficients(
         families.setdefault(c.family, []).append(c)
     alike = [c for cs in families.values()
              if placed.isdisjoint(x.tensor for x in cs) and len({x.layer for x in cs}) < len(cs) for c in cs]
+    if not alike:  # the usual case: by_depth walks every node
+        return tuple(found)
     ranked = {c.tensor: c for c in by_depth(mg, alike)}
     return tuple(ranked.get(c.tensor, c) for c in found)
 
