@@ -225,14 +225,26 @@ def se_gates(scopes):
             node = scopes.producer.get(name)
         return name
 
-    def constant(name, seen=()):
-        """Return whether a value is computed from constants alone (a bias Reshape'd by Paddle)."""
-        if name in scopes.initializers:
-            return True
-        node = scopes.producer.get(name)
-        if node is None or name in seen:
-            return False
-        return all(constant(i, seen + (name,)) for i in node.input if i)
+    known = {}
+
+    def constant(name):
+        """Return whether a value is computed from constants alone (a bias Reshape'd by Paddle):
+        walked back iteratively, each value once (a Sigmoid deep in a transformer has hundreds
+        of nodes above it)."""
+        stack = [(name, False)]
+        while stack:
+            value, ready = stack.pop()
+            if value in known:
+                continue
+            node = scopes.producer.get(value)
+            if value in scopes.initializers or node is None:
+                known[value] = value in scopes.initializers
+            elif ready:
+                known[value] = all(known[i] for i in node.input if i)
+            else:
+                stack.append((value, True))
+                stack.extend((i, False) for i in node.input if i and i not in known)
+        return known[name]
 
     def follow(node, want):
         """Walk back through an optional bias Add to the wanted op."""
