@@ -242,3 +242,63 @@ def test_a_trip_count_and_a_counter_limit_passed_through_identity_are_read():
     text = graph([DENSE, limited], [DENSE_W] * 2)
     (steps,) = ReferenceEvaluator(model_of(text)).run(["steps"], {"x0": np.ones((8, 2), np.float32)})
     assert audit(text, shapes=SHAPES).flops.loops[0].trips.exact == 4 == int(steps)
+
+
+# Paddle2ONNX's `while step < max_len` (SLANet's decoder): M a large constant; the counter and the
+# limit are both carried values, the limit passed on unchanged; each update and the condition go
+# through Casts, Unsqueeze / Squeeze and Paddle's assignment `Add(x, 0)`; the first condition is
+# computed from constants in the main graph
+PADDLE_WHILE = """
+        m = Constant <value = int64 {1024}> ()
+        step0 = Constant <value = int64[1] {0}> ()
+        limit0 = Constant <value = int64[1] {LIMIT}> ()
+        one_f = Constant <value = float[1] {1.0}> ()
+        limit_f = Cast <to = 1> (limit0)
+        limit_1 = Add (limit_f, one_f)
+        limit_i = Cast <to = 7> (limit_1)
+        go = Less (step0, limit_i)
+        ["/model/decoder/Loop"] x2, steps, kept = Loop (m, go, x1, step0, limit0) <
+            body = b (int64 i, bool c, float[T, 2] a, int64[1] s, int64[1] top) => (bool c_out, float[T, 2] a_out,
+                                                                                     int64[1] s_out, int64[1] top_out) {
+                ["/model/layers.1/fc/MatMul"] a_out = MatMul (a, "model.layers.1.fc.weight")
+                one = Constant <value = float[1] {1.0}> ()
+                zero = Constant <value = int64[1] {0}> ()
+                axis = Constant <value = int64[1] {0}> ()
+                s_f = Cast <to = 1> (s)
+                s_1 = Add (s_f, one)
+                next_s = Cast <to = 7> (s_1)
+                next_u = Unsqueeze (next_s, axis)
+                next_a = Add (next_u, zero)
+                s_out = Squeeze (next_a, axis)
+                top_u = Unsqueeze (top, axis)
+                top_a = Add (top_u, zero)
+                top_out = Squeeze (top_a, axis)
+                top_f = Cast <to = 1> (top)
+                top_1 = Add (top_f, one)
+                bound = Cast <to = 7> (top_1)
+                more = Less (next_s, bound)
+                more_i = Cast <to = 7> (more)
+                more_a = Add (more_i, zero)
+                c_out = Cast <to = 9> (more_a)
+            }
+        >
+"""
+
+
+@pytest.mark.parametrize("limit", [0, 3, 500])
+def test_a_paddle_while_loop_runs_its_counter_to_a_carried_limit(limit):
+    # the trip count is the counter's: limit + 1 steps (the counter, raised by one before the
+    # test, stays below limit + 1), not M, and constants set it, not input shapes
+    text = graph([DENSE, PADDLE_WHILE.replace("LIMIT", str(limit))], [DENSE_W] * 2)
+    (steps,) = ReferenceEvaluator(model_of(text)).run(["steps"], {"x0": np.ones((8, 2), np.float32)})
+    trips = audit(text, shapes=SHAPES).flops.loops[0].trips
+    assert trips.exact == limit + 1 == int(steps[0])
+    assert trips.how == f"trip count {limit + 1:,} (loop counter `next_s` below {limit + 1})"
+
+
+def test_a_loop_constants_decide_is_said_to_be_set_by_constants_where_its_count_is_not_found():
+    # the first condition computed by an operator the trip count's reading does not fold (Max)
+    text = graph([DENSE, PADDLE_WHILE.replace("LIMIT", "3").replace(
+        "go = Less (step0, limit_i)", "top = Max (limit_i, step0)\n        go = Less (step0, top)")], [DENSE_W] * 2)
+    trips = audit(text, shapes=SHAPES).flops.loops[0].trips
+    assert trips.exact is None and trips.how.startswith("trip count set by constants, not found; at most 4"), trips

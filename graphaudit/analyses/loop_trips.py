@@ -5,7 +5,8 @@ turns false. With the input shapes given:
 
 - an M and a condition that input values do not decide give one trip count: M read from a
   constant or computed at the shapes (`probed`), or the limit of a loop counter that the
-  condition compares with a constant;
+  condition compares with a constant (or with a state the body passes on unchanged, as
+  Paddle2ONNX writes `while i < max_len`, each behind Paddle's `Add(x, 0)` assignments);
 - where input values decide, the trip count has a range: at most M, or the limit of a loop
   counter (TorchScript writes `while` as a Loop with M = 2**63 - 1 and a condition such as
   `step < max_steps and not halted`), and at least one iteration when the loop is entered
@@ -23,9 +24,17 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import numpy_helper
 
-from graphaudit.analyses.dependence import VALUE, DependenceMap
+from graphaudit.analyses.dependence import CONST, VALUE, DependenceMap
 from graphaudit.graph.model import Body, ModelGraph, Node, TensorRef
 
+# Operators that keep a single value's value (a Cast of a number to another number type too)
+_SAME_VALUE = frozenset({"Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Flatten"})
+# The operators of two values `_Loop._folded` computes from constants (besides `_SAME_VALUE` and Not)
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Less": np.less, "LessOrEqual": np.less_equal,
+    "Greater": np.greater, "GreaterOrEqual": np.greater_equal, "Equal": np.equal, "And": np.logical_and,
+    "Or": np.logical_or,
+}
 NO_BOUND = 2**31 - 1  # an M at least this large is the exporters' "loop until the condition says stop"
 _ITERATION = -1  # the counter that is the Loop's own iteration number
 _DEPTH = 16
@@ -151,7 +160,7 @@ class _Loop:
         node, ins = self.node, self.node.inputs
         control = self.dm.controls.get(node.id)
         by_values = control is not None and control.dependence == VALUE
-        cond = _scalar(self.value(ins[1])) if len(ins) > 1 and ins[1] is not None else True
+        cond = _scalar(self._folded(ins[1], 0)) if len(ins) > 1 and ins[1] is not None else True
         if cond is not None and not cond:
             return Trips(node.id, "Loop", 0, 0, 0, "its initial condition is constant false")
         m_ref = ins[0] if ins else None
@@ -172,7 +181,8 @@ class _Loop:
             if settled and most is not None:
                 return Trips(node.id, "Loop", most, most, most, f"trip count {most:,} ({source})")
             # the same on every input: counted alike on the most and the least expensive run
-            how = "trip count set by input shapes, not found" + ("" if most is None else f"; at most {most:,} ({source})")
+            by = "constants" if control is not None and control.dependence == CONST else "input shapes"
+            how = f"trip count set by {by}, not found" + ("" if most is None else f"; at most {most:,} ({source})")
             return Trips(node.id, "Loop", None, most, 1 if most is None else most, how, m_from_shapes=probe)
         least = 1 if cond is not None and (m is math.inf or (isinstance(m, int) and m >= 1)) else 0
         if most is None:
@@ -235,12 +245,50 @@ class _Loop:
         that the body gives back increased by a constant."""
         if index == _ITERATION:
             return 0, 1
-        init = _scalar(self.value(self.node.inputs[2 + index])) if 2 + index < len(self.node.inputs) else None
+        init, step = self._state(index)
+        return None if init is None or step is None or step <= 0 else (init, step)
+
+    def _state(self, index: int) -> tuple[float | None, float | None]:
+        """(initial value, what the body adds at each step) of carried value `index`; None for either
+        not found. A step of 0: the body passes the value on unchanged."""
+        init = self._folded(self.node.inputs[2 + index], 0) if 2 + index < len(self.node.inputs) else None
         out = self.body.outputs[1 + index] if 1 + index < len(self.body.outputs) else None
         step = self._affine(out, 0)
-        if init is None or step is None or step[0] != index or step[1] <= 0:
+        return _scalar(init), (step[1] if step is not None and step[0] == index else None)
+
+    def _fixed(self, ref: TensorRef | None) -> float | None:
+        """The value of `ref` on every iteration: a constant, or a constant plus a carried value
+        whose body passes it on unchanged (a `max_len` the loop carries along); else None."""
+        found = _scalar(self._folded(ref, 0))
+        if found is not None or ref is None:
+            return found
+        affine = self._affine(ref, 0)
+        if affine is None or affine[0] == _ITERATION:
             return None
-        return init, step[1]
+        init, step = self._state(affine[0])
+        return init + affine[1] if init is not None and step == 0 else None
+
+    def _folded(self, ref: TensorRef | None, depth: int) -> np.ndarray | None:
+        """The value of `ref` where it is a constant or a single value computed from constants by
+        arithmetic, comparisons and reshapes (a condition `Less(0, Cast(500) + 1)`); else None."""
+        found = self.value(ref)
+        if found is not None or ref is None or depth > _DEPTH:
+            return found
+        node = self.mg.producer(ref)
+        if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
+            return None
+        op = node.op_type
+        if op in _SAME_VALUE or op == "Not":
+            a = self._folded(node.inputs[0], depth + 1)
+            if a is None or a.size != 1:
+                return None
+            return np.logical_not(a) if op == "Not" else _cast(a, node) if op == "Cast" else a
+        if op not in _BINARY or len(node.inputs) != 2:
+            return None
+        a, b = (self._folded(r, depth + 1) for r in node.inputs)
+        if a is None or b is None or a.size != 1 or b.size != 1:
+            return None
+        return np.asarray(_BINARY[op](a.reshape(()), b.reshape(())))
 
     def _affine(self, ref: TensorRef | None, depth: int) -> tuple[int, float] | None:
         """(counter, offset) when `ref` is a loop counter plus a constant."""
@@ -254,7 +302,7 @@ class _Loop:
         node = self.mg.producer(ref)
         if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
             return None
-        if node.op_type in ("Identity", "Cast"):
+        if node.op_type in _SAME_VALUE:  # a counter is one value: reshaping keeps it
             return self._affine(node.inputs[0], depth + 1)
         if node.op_type in ("Add", "Sub") and len(node.inputs) == 2:
             a, b = node.inputs
@@ -282,6 +330,8 @@ class _Loop:
         op, ins = node.op_type, node.inputs
         if op in ("Identity", "Cast") and ins:
             return self._implied(ins[0], depth + 1)
+        if op in ("Add", "Sub") and len(ins) == 2 and _scalar(self.value(ins[1])) == 0:  # Paddle's bool + 0
+            return self._implied(ins[0], depth + 1)
         if op == "And" and len(ins) == 2:
             parts = [self._implied(r, depth + 1) for r in ins]
             if _NEVER in parts:
@@ -290,7 +340,7 @@ class _Loop:
             return ([c for p in known for c in p[0]], len(known) == 2 and all(p[1] for p in known))
         if op in ("Less", "LessOrEqual", "Greater", "GreaterOrEqual") and len(ins) == 2:
             var, const = (ins[0], ins[1]) if op.startswith("Less") else (ins[1], ins[0])
-            c = _scalar(self.value(const))
+            c = self._fixed(const)
             if var is None or c is None:
                 return ([], False)
             found = self._affine(var, depth + 1)
