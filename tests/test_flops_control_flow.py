@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
+from graphaudit.analyses.static import audit_static
+from graphaudit.load.model import load_model
 from graphaudit.report.static_text import render_text
 
 from support.cli import run_main
@@ -302,3 +304,41 @@ def test_a_loop_constants_decide_is_said_to_be_set_by_constants_where_its_count_
         "go = Less (step0, limit_i)", "top = Max (limit_i, step0)\n        go = Less (step0, top)")], [DENSE_W] * 2)
     trips = audit(text, shapes=SHAPES).flops.loops[0].trips
     assert trips.exact is None and trips.how.startswith("trip count set by constants, not found; at most 4"), trips
+
+
+def test_a_loop_body_declaring_its_carried_values_with_symbols_of_its_own_is_counted_at_their_sizes():
+    # Paddle2ONNX declares each carried value with a symbol of its own (SLANet's decoder), and
+    # ONNX's inference hands the body no shapes: its products were of unknown size
+    own = LOOP.replace("float[T, 2] a) => (bool c_out, float[T, 2] a_out)",
+                       "float[N, 2] a) => (bool c_out, float[M, 2] a_out)")
+    model = model_of(graph([DENSE, "n = Constant <value = int64 {3}> ()" + own], [DENSE_W] * 2))
+    encoded = model.SerializeToString()
+    report = audit_static(load_model(model), shapes=SHAPES)
+    assert report.flops.count.unknown_shape == ()
+    assert report.blocks[1].flops == 3 * PER_MATMUL and report.flops.total == 4 * PER_MATMUL
+    assert model.SerializeToString() == encoded  # declared in the variant's copy only
+
+
+def test_a_carried_value_the_body_grows_is_not_counted_at_its_first_size():
+    # the buffer gains a row each step: its product is of another size every iteration, so it is
+    # left uncounted (and said so), never counted three times at the size it started at
+    grown = """
+        n = Constant <value = int64 {3}> ()
+        yes = Constant <value = bool {1}> ()
+        ["/model/repeat/Loop"] x2 = Loop (n, yes, x1) <
+            body = b (int64 i, bool c, float[N, 2] a) => (bool c_out, float[M, 2] a_out) {
+                c_out = Identity (c)
+                ["/model/layers.1/fc/MatMul"] h1 = MatMul (a, "model.layers.1.fc.weight")
+                first = Constant <value = int64[1] {0}> ()
+                one = Constant <value = int64[1] {1}> ()
+                row = Slice (h1, first, one)
+                a_out = Concat <axis = 0> (a, row)
+            }
+        >
+"""
+    text = graph([DENSE, grown], [DENSE_W] * 2)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": np.ones((8, 2), np.float32)})
+    assert y.shape == (11, 2)  # 8 rows, and one more each of 3 steps
+    report = audit(text, shapes=SHAPES)
+    assert report.flops.count.unknown_shape == ("/model/layers.1/fc/MatMul",)
+    assert report.blocks[1].flops == 0

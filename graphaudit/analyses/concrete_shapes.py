@@ -7,6 +7,11 @@ ONNX's shape inference leaves two things unknown that a FLOP count needs:
   the body gives it back in the shape it came in, and a scan output gets a leading axis of
   the trip count; a trip count M that is computed from input shapes is made the extent of
   a probe tensor, so that inference computes it (`probes`).
+- the shapes inside a Loop's body: inference hands the body its carried values without
+  shapes, so the body keeps the ones it declares (Paddle2ONNX's, symbols of their own). In
+  `variant` each carried input whose initial value's shape is known is declared at it, and
+  `infer_variant` takes back each that the body gives back in another shape (a buffer it
+  grows), inferring again.
 - the extent of a value-dependent selection, and with it everything that runs on the rows it
   picks. With `widen`, every value-dependent selection keeps every row: NonZero gives the
   index of every element, Compress keeps every slice, a TopK of value-dependent scores keeps
@@ -21,8 +26,8 @@ ONNX's shape inference leaves two things unknown that a FLOP count needs:
   becomes the whole token axis the dispatch contracts, every token to every expert.
 
 `variant` gives back a new model without its large weights (typed graph inputs, never
-copied); only the main graph changes, and every value keeps its name, so the shapes found on
-a variant apply to the graph it came from.
+copied); only the main graph and the declared shapes of its loops' carried inputs change, and
+every value keeps its name, so the shapes found on a variant apply to the graph it came from.
 """
 
 from __future__ import annotations
@@ -60,6 +65,24 @@ class Variant:
     # (data, axis) -> the length a size computed before its data was given: the length at the
     # given shapes, or the one a previous round of inference found (`widest_shapes`)
     assumed: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    # the carried inputs of main-graph loops' bodies declared at their initial values' shapes
+    # (`_Builder.shape_body`), each checked against what the body gives back (`infer_variant`)
+    declared: tuple[Declared, ...] = ()
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A body input of the variant declared at a concrete shape, and how to take that back."""
+
+    node: int  # the Loop's place among the variant's main-graph nodes
+    input: int  # the body input's place
+    before: onnx.TypeProto  # its type as the file declared it
+    given: str  # the key of what the body gives back for it, as `infer_at` keys body values
+    shape: tuple[int, ...]
+
+    def value(self, model: onnx.ModelProto) -> onnx.ValueInfoProto:
+        body = next(a.g for a in model.graph.node[self.node].attribute if a.name == "body")
+        return body.input[self.input]
 
 
 def variant(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, trips: Mapping[str, Trips],
@@ -106,6 +129,11 @@ def infer_variant(found: Variant, shapes: Mapping[str, Sequence[int]]) -> tuple[
     """The concrete shapes `load.inference.infer_at` finds on the variant with the inputs at `shapes`,
     and the trip counts its probes give, by loop id."""
     known = infer_at(found.model, shapes)
+    changing = [d for d in found.declared if known.get(d.given) != d.shape]
+    if changing:  # a value the body gives back in another shape (a buffer grown each step): as declared
+        for d in changing:
+            d.value(found.model).type.CopyFrom(d.before)
+        known = infer_at(found.model, shapes)
     probed = {loop: known[name][0] for loop, name in found.probes.items() if len(known.get(name, ())) == 1}
     return {k: v for k, v in known.items() if not k.startswith(_PREFIX)}, probed
 
@@ -120,6 +148,7 @@ class _Builder:
         self.refill: dict[str, tuple[str, int, tuple[int, ...], int]] = {}  # size -> (data, axis, shape, whole)
         self.own_capacity: dict[str, tuple[int, str, int, tuple[int, ...], int]] = {}  # node -> (input, data, axis, shape, whole)
         self.keys: dict[TensorRef, tuple] = {}  # what a size is computed from (`key`)
+        self.declared: list[tuple[onnx.NodeProto, int, onnx.TypeProto, str, tuple[int, ...]]] = []  # `Declared`'s
 
     def name(self, what: str) -> str:
         self.count += 1
@@ -152,8 +181,11 @@ class _Builder:
                 nodes.append(made)
                 defined.update(made.output)
         del copy.graph.node[:]
-        copy.graph.node.extend(nodes)
-        return Variant(copy, dict(self.probes), tuple(self.widened), dict(self.assumed))
+        copy.graph.node.extend(nodes)  # copies: the Loops' bodies are found again by their places
+        place = {id(made): i for i, made in enumerate(nodes)}
+        declared = tuple(Declared(place[id(loop)], k, before, given, shape)
+                         for loop, k, before, given, shape in self.declared)
+        return Variant(copy, dict(self.probes), tuple(self.widened), dict(self.assumed), declared)
 
     def rewrite(self, node: Node, proto: onnx.NodeProto, defined: set[str]):
         """(nodes before, nodes after) `proto`, which may be changed in place; after is None where
@@ -193,9 +225,11 @@ class _Builder:
                 helper.make_node("ConstantOfShape", [flat], [probe])]
 
     def shape_loop(self, node: Node, proto: onnx.NodeProto) -> list[onnx.NodeProto]:
-        """Nodes that give the loop's results their shapes, the loop writing them under new names."""
+        """Nodes that give the loop's results their shapes, the loop writing them under new names;
+        and its body's carried inputs declared in the concrete shapes they keep (`shape_body`)."""
         body = self.mg.bodies(node.id)[0]
         carried = len(node.inputs) - 2
+        self.shape_body(node, proto, body, carried)
         after: list[onnx.NodeProto] = []
         for k, out in enumerate(node.outputs):
             if out is None or self.resolve(out) is not None or 1 + k >= len(body.outputs):
@@ -217,6 +251,37 @@ class _Builder:
                 after += [const, helper.make_node("Reshape", [inner, shape], [out.name])]
             proto.output[k] = inner
         return after
+
+    def shape_body(self, node: Node, proto: onnx.NodeProto, body, carried: int) -> None:
+        """Declare, in the variant's body of `proto`, each carried input at the concrete shape of its
+        initial value, where that is known and of the rank the body declares. ONNX's inference
+        hands a Loop's body its carried values without shapes (they may change from one
+        iteration to the next), so the body keeps the shapes it declares: Paddle2ONNX declares
+        them with symbols of their own, and every product of SLANet's decoder was of unknown
+        size. Whether the body gives a value back in the shape it came in is checked once
+        inferred (`infer_variant`); the body's earlier shapes go."""
+        graph = next((a.g for a in proto.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
+        if graph is None or len(graph.input) != len(body.inputs):
+            return
+        kept = False
+        for k in range(carried):
+            start, given = node.inputs[2 + k], body.outputs[1 + k] if 1 + k < len(body.outputs) else None
+            shape = self.resolve(start) if start is not None else None
+            value = graph.input[2 + k]
+            if shape is None or given is None or not value.type.HasField("tensor_type"):
+                continue
+            dims = value.type.tensor_type.shape.dim
+            if value.type.tensor_type.HasField("shape") and len(dims) != len(shape):
+                continue
+            before = onnx.TypeProto()
+            before.CopyFrom(value.type)
+            del dims[:]
+            for size in shape:
+                dims.add().dim_value = int(size)
+            self.declared.append((proto, 2 + k, before, f"{node.id}/body::{given.name}", tuple(shape)))
+            kept = True
+        if kept:
+            del graph.value_info[:]
 
     def _same_shape(self, a: TensorRef, b: TensorRef) -> bool:
         sa, sb = (self.mg.tensors[r].shape if r in self.mg.tensors else None for r in (a, b))

@@ -113,7 +113,13 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
     trips = trip_counts(mg, dm, value, resolver(mg, dims))
     known: dict[str, tuple[int, ...]] = {}
     if at and (count.unknown_shape or capacity or any(n.op_type == "Loop" for n in mg.top_level())):
-        known, probed = infer_variant(variant(model, mg, dm, trips, resolver(mg, dims), value), at)
+        first = variant(model, mg, dm, trips, resolver(mg, dims), value)
+        known, probed = infer_variant(first, at)
+        if known and any(n.op_type == "Loop" for n in mg.top_level()):
+            # a loop's carried values whose shapes this round found: its body inferred at them
+            again = variant(model, mg, dm, trips, resolver(mg, dims, known), value)
+            if len(again.declared) > len(first.declared):
+                known, probed = infer_variant(again, at)
         if known:
             count = count_flops(mg, shapes, known)
             trips = trip_counts(mg, dm, value, resolver(mg, dims, known), probed)

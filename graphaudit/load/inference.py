@@ -195,14 +195,16 @@ def _body_shapes(graph: onnx.GraphProto, scope: str, ids: Mapping[int, str], bac
             bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
             for body in bodies:
                 key = f"{scope}/{owner}/{attr.name}" if scope else f"{owner}/{attr.name}"
-                found.update((f"{key}::{back.get(name, name)}", shape) for name, shape in _concrete_shapes(body).items())
+                found.update((f"{key}::{back.get(name, name)}", shape)
+                             for name, shape in _concrete_shapes(body, body.input).items())
                 found.update(_body_shapes(body, key, ids, back))
     return found
 
 
-def _concrete_shapes(graph: onnx.GraphProto) -> dict[str, tuple[int, ...]]:
+def _concrete_shapes(graph: onnx.GraphProto, inputs: Sequence[onnx.ValueInfoProto] = ()) -> dict[str, tuple[int, ...]]:
+    """The values of `graph` (and `inputs`: a body's own, as declared) whose shapes are numbers."""
     found = {}
-    for value in (*graph.value_info, *graph.output):
+    for value in (*inputs, *graph.value_info, *graph.output):
         tensor = value.type.tensor_type
         if value.type.HasField("tensor_type") and tensor.HasField("shape") and \
                 all(d.HasField("dim_value") for d in tensor.shape.dim):
