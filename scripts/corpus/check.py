@@ -236,6 +236,10 @@ def check_model(key, m, corpus, runner, do_run):
         bad = [n for n in names if EXPORTER_NAME.match(n) and n not in owners]
         row("blocks not named by exporter", "no p2o./helper. names", f"{len(names)} blocks" +
             (f", e.g. {bad[:2]}" if bad else ""), ok=not bad)
+        for name, (trips, per_iteration) in m.get("loops", {}).items():
+            said = next((lp for lp in (doc.get("flops") or {}).get("loops") or [] if lp.get("node") == name), None)
+            row(f"loop {name[:28]} trips, FLOPs each", f"{trips}, {per_iteration:,}",
+                "not listed" if said is None else f"{said.get('trip_count')}, {said.get('flops_per_iteration') or 0:,}")
         for name, verdict in m.get("block_verdicts", {}).items():
             said = next((b.get("verdict") for b in doc.get("blocks") or [] if b.get("name") == name), "not listed")
             row(f"block {name[:28]} verdict", verdict, said)

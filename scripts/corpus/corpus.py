@@ -18,6 +18,7 @@ Per model:
   se_gates       gate tensors (the HardSigmoid / Sigmoid output into the Mul), in depth order,
                  with the number of Conv nodes on the longest path from the input to the gate
   block_verdicts (optional) block name -> the verdict its graph gives it
+  loops          (optional) Loop node -> (trip count, FLOPs per iteration at the data's shapes)
   checker        what onnx.checker.check_model(full_check=True) says
   coefficients   (optional) tensors `run` is told are coefficients, in a model that has none of
                  its own, so that its replay runs and its outputs are scored on their true scale
@@ -225,6 +226,10 @@ MODELS = {
         "se_gates": [("hardsigmoid_2.tmp_0", 26), ("hardsigmoid_3.tmp_0", 30)],
         # the Loop is the only block; the SE gates weight the CNN's features, ahead of it and in no block
         "block_verdicts": {"p2o.Loop.0": "always"},
+        # 501 steps (ONNX Runtime's final counter); at 488 x 488 the body's ten MatMuls, by hand from
+        # the weights and the encoder's (1, 256, 96) features (256 positions, ORT's shape):
+        # 2·(256·96·256 + 256·256 + 256·256 + 256·96 + 126·768 + 256·768 + 256·256 + 256·30 + 256·256 + 256·4)
+        "loops": {"p2o.Loop.0": (501, 13_760_512)},
         "checker": "ok",
     },
 }
