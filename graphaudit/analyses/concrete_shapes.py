@@ -261,7 +261,7 @@ class _Builder:
         size. Whether the body gives a value back in the shape it came in is checked once
         inferred (`infer_variant`); the body's earlier shapes go."""
         graph = next((a.g for a in proto.attribute if a.name == "body" and a.type == onnx.AttributeProto.GRAPH), None)
-        if graph is None or len(graph.input) != len(body.inputs):
+        if graph is None or len(graph.input) != len(body.inputs) or len(graph.input) < 2 + carried:
             return
         kept = False
         for k in range(carried):
