@@ -130,3 +130,30 @@ def _same_flops(theirs, ours):
     assert [b.flops for b in theirs.blocks] == [b.flops for b in ours.blocks]  # (theirs under `model.`)
     assert len(theirs.blocks) == TINY["n_layers"]
     assert not [op for op, _ in theirs.flops.count.uncounted if "GatedBlock" in op]
+
+
+@pytest.mark.parametrize("name, opset", [("moe", 14), ("moe", 17), ("earlyexit", 14)])
+def test_other_zoo_models_exported_by_torchscript_get_what_their_graphs_hold(tmp_path, name, opset):
+    # the MoE: the same blocks and router as our export (at opset 14 its LayerNorms are written
+    # out, and its routed experts' weighted results, added back into the stream, once made the
+    # next block's attention read as masked). The early exit: TorchScript traces its Python `if`
+    # to the branch the example input took, so the exported graph holds no If and every layer
+    # runs for every input; said as such, where our export (an If) is dynamic
+    torch.manual_seed(0)
+    layers = 3  # the MoE's layer 1 routes; layer 2 reads the stream it gives back
+    model = build_model(name, **{**TINY, "n_layers": layers}).eval()
+    export_live(model, tmp_path / "ours.onnx")
+    one = torch.randint(0, model.cfg.vocab, (1, LENGTH))
+    with quiet_export():
+        torch.onnx.export(_LogitsOnly(model).eval(), (one,), str(tmp_path / "theirs.onnx"), dynamo=False,
+                          opset_version=opset, input_names=["input_ids"], output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
+    ours, theirs = (audit_static(load_model(tmp_path / f"{w}.onnx")) for w in ("ours", "theirs"))
+    if name == "moe":
+        assert [b.verdict for b in theirs.blocks] == [b.verdict for b in ours.blocks] == ["always", "subset", "always"]
+        assert [(c.family, c.layer) for c in theirs.coefficients] == [(c.family, c.layer) for c in ours.coefficients]
+    else:
+        assert not any(n.op_type in ("If", "Loop") for n in onnx.load(tmp_path / "theirs.onnx").graph.node)
+        assert ours.dynamic and not theirs.dynamic
+        assert {b.verdict for b in theirs.blocks} == {"always"}
+

@@ -134,3 +134,21 @@ BILINEAR = """
         ["/model/layers.@/Mul"] m@ = Mul (x@, h@)
         ["/model/layers.@/Add"] x@+1 = Add (x@, m@)
 """
+
+
+def test_a_dispatch_weighted_by_topk_values_leaves_the_stream_unmasked():
+    # torch's `weight, chosen = probs.topk(k)` (the zoo's MoE, Mixtral): the routing weights are
+    # TopK's own values, a routing decision. Each expert's result on its tokens, weighted by them
+    # and added back, is the stream again, not a routing mask: a next block's products of the
+    # stream with its own results (a bilinear layer here; attention's causal Where, whose mask
+    # the block reads off the stream's shape, in a TorchScript export at opset 14, where no
+    # LayerNormalization op stood between) are not masked by it
+    values = DISPATCH.replace("WEIGHTED", "d, wt1")
+    text = graph([DENSE, ROUTER.replace('["/model/layers.@/mlp/GatherElements"] w = GatherElements <axis = 1> (scores, idx)',
+                                        '["/model/layers.@/mlp/Identity"] w = Identity (top)')
+                  + values[len(ROUTER):], BILINEAR], [DENSE_W, DISPATCH_W, DENSE_W], opsets='"" : 18')
+    assert "GatherElements" not in text and "w = Identity (top)" in text
+    x = np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]], dtype=np.float32)
+    (y,) = ReferenceEvaluator(model_of(text)).run(None, {"x0": x})
+    assert y.shape == (4, 2)
+    assert verdicts(audit(text)) == ["always", "subset", "always"]

@@ -219,7 +219,9 @@ class _Audit:
                     f"{_op(node)} `{node.id}` keeps `{(b if new == a else a).name}` or takes `{new.name}`, which "
                     f"this block computed at full size for every row, by `{cond.name}`, which depends on input "
                     "values (a per-token exit that still computes every token)"))
-            elif mask_in and not counted and op not in NORMALISING and (
+            # a routing decision flows on as a mask, but not into an expert's result on its own rows:
+            # that result weighted by TopK's values (torch's `w, chosen = probs.topk(k)`) is the stream
+            elif mask_in and not counted and op not in NORMALISING and dispatched.isdisjoint(ins) and (
                     op not in SCATTERING or self._scatters_mask(node, mask, routed, dispatched)):
                 for out in outs:
                     mask.setdefault(out, mask[mask_in[0]])
