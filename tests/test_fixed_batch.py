@@ -9,6 +9,7 @@ import onnx
 import onnx.parser
 import pytest
 from click.testing import CliRunner
+from onnx import helper
 
 from graphaudit.analyses.static import audit_static
 from graphaudit.cli import cli, main
@@ -199,7 +200,7 @@ def test_an_export_without_dynamic_shapes_has_its_coefficients_found_with_their_
     assert {c.name for c in b} == set(CONDITIONS) | {"token_shuffle", "static_position", "global_mean"}
 
 
-def test_fixed_sizes_mark_only_the_leading_axes():
+def test_fixed_sizes_mark_the_leading_axes_and_a_transpose_moves_them():
     model = onnx.parser.parse_model("""
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[1, 6, 4] x) => (float[1, 6, 6] y, float[6, 1] z, float[1, 4, 6] t) {
@@ -214,19 +215,26 @@ def test_fixed_sizes_mark_only_the_leading_axes():
 
     mg = build_graph(load_model(model).model)
     axes = {name: axes_of(mg, mg.find_tensor(name)) for name in ("x", "y", "z", "t")}
+    # t is x transposed: its last axis is x's token axis (by size alone it was a slot)
     assert axes == {"x": ("batch", "token", "slot"), "y": ("batch", "token", "slot"),
-                    "z": ("slot0", "slot1"), "t": ("batch", "slot0", "slot1")}
+                    "z": ("slot0", "slot1"), "t": ("batch", "slot", "token")}
 
 
 def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
-    """mix.0 has its batch on axis 1: with every size fixed, nothing in the graph says so, and
-    --axes does; the replay then equals the replay of the export that declares the axes."""
+    """mix.0 has its batch on axis 1: with every size fixed, its sizes alone do not say so. The
+    Transpose that made it from a (batch, token, way, source) tensor does; made by an Einsum
+    instead, nothing in the graph does, and --axes does. The replay then equals the replay of
+    the export that declares the axes."""
     from support.models import mixing_lm
 
     declared = mixing_lm()
     bare = with_batch(declared, 1, 6)
     del bare.metadata_props[:]
     onnx.save(declared, tmp_path / "declared.onnx")
+    onnx.save(bare, tmp_path / "transposed.onnx")
+    move = next(n for n in bare.graph.node if n.op_type == "Transpose" and n.output[0] == "mix.0")
+    move.CopyFrom(helper.make_node("Einsum", list(move.input), list(move.output), name=move.name,
+                                   equation="btws->wbts"))
     onnx.save(bare, tmp_path / "bare.onnx")
     np.savez(tmp_path / "calib.npz", input_ids=token_ids(8, seed=1))
     np.savez(tmp_path / "eval.npz", input_ids=token_ids(6, seed=2))
@@ -245,6 +253,14 @@ def test_axes_the_graph_does_not_tell_are_given_with_axes(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # named without its axes: the batch axis cannot be told
         main(["replay", str(tmp_path / "bare.onnx"), "--calib", *args, "--coefficients", "mix.0"])
     assert stop.value.code != 0 and "to name a 'batch' axis" in capsys.readouterr().err
+
+    # made by a Transpose, the graph tells its axes: found without --axes, the same replay
+    told = runner.invoke(cli, ["replay", str(tmp_path / "transposed.onnx"), "--calib", *args, "--coefficients", "mix.0"])
+    assert told.exit_code == 0, told.output
+    found = json.loads(told.output)
+    assert [c["axes"] for c in found["coefficients"]] == [["slot0", "batch", "token", "slot1"]]
+    assert {k: v["nll"] for k, v in found["conditions"].items()} == \
+        pytest.approx({k: v["nll"] for k, v in ours["conditions"].items()}, rel=1e-6)
 
 
 @pytest.mark.parametrize("entry, message", [

@@ -157,3 +157,24 @@ def test_other_zoo_models_exported_by_torchscript_get_what_their_graphs_hold(tmp
         assert ours.dynamic and not theirs.dynamic
         assert {b.verdict for b in theirs.blocks} == {"always"}
 
+
+def test_mudd_exported_without_dynamic_shapes_gets_its_mixes_with_their_batch_and_token_axes(tmp_path):
+    # dynamo's default export fixes every size: a MUDD controller's weights, (way, batch, token,
+    # source) by a Transpose of a (batch, token, way, source) projection, have no batch at their
+    # first position, and the last layer's single way has the batch's size there. Read from
+    # the Transpose, the three are found as in the export with dynamic axes (two were missed,
+    # and the third's way axis was taken for its batch)
+    torch.manual_seed(0)
+    model = build_model("mudd", **{**TINY, "n_layers": 3}).eval()
+    one = torch.randint(0, model.cfg.vocab, (1, LENGTH))
+    with quiet_export():
+        torch.onnx.export(_LogitsOnly(model).eval(), (one,), dynamo=True, verbose=False, input_names=["input_ids"],
+                          output_names=["logits"]).save(str(tmp_path / "fixed.onnx"))
+        torch.onnx.export(_LogitsOnly(model).eval(), (one,), str(tmp_path / "dynamic.onnx"), dynamo=False,
+                          input_names=["input_ids"], output_names=["logits"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
+    fixed, dynamic = (audit_static(load_model(tmp_path / f"{w}.onnx")) for w in ("fixed", "dynamic"))
+    assert [(c.family, c.layer, c.axes) for c in fixed.coefficients] == \
+        [(c.family, c.layer, c.axes) for c in dynamic.coefficients] == \
+        [("mix", i, ("slot0", "batch", "token", "slot1")) for i in range(3)]
+    assert [b.verdict for b in fixed.blocks] == ["gated"] * 3

@@ -5,7 +5,9 @@ the graph: a recurrent state's second) and the second input dimension the token;
 them where shape inference carried the input's symbolic name to it, where a probe at unusual
 input sizes (`load.inference.infer_at`) gives it the batch's or the token's size, or where its size
 moves with the token count; `batch*token` is the two merged, batch-major (a MoE router's
-flattened tokens).
+flattened tokens). In an export without dynamic shapes, where sizes are numbers, an axis is
+one of them by its size at a leading position, or where a Transpose, a Reshape or an
+elementwise operator carried such an axis to it (`_carried_names`).
 """
 
 from __future__ import annotations
@@ -164,14 +166,65 @@ def _normalised_length(mg: ModelGraph, batch_size: int | None) -> int | None:
 
 
 def axes_of(mg: ModelGraph, ref: TensorRef | None, axes: InputAxes | None = None) -> tuple[str, ...]:
-    """Axis names for `ref` from its dimensions (`InputAxes`): batch, token, then slot axes."""
+    """Axis names for `ref` from its dimensions (`InputAxes`): batch, token, then slot axes. In an
+    export without dynamic shapes, where a number alone may be any axis's, from where its axes
+    came from too (`_carried_names`)."""
     info = mg.tensors.get(ref) if ref is not None else None
     if ref is None or info is None or info.shape is None:
         return ()
-    names = (axes or InputAxes.of(mg)).names(info.shape, None if ref.scope else ref.name)
+    axes = axes or InputAxes.of(mg)
+    names = axes.names(info.shape, None if ref.scope else ref.name)
+    if not axes.batch and not axes.token and axes.batch_size is not None:
+        names = _carried_names(mg, ref, axes, names)
     slots = names.count(None)
     counter = iter(range(slots))
     return tuple(n if n is not None else ("slot" if slots == 1 else f"slot{next(counter)}") for n in names)
+
+
+# Operators whose output keeps the layout of an input of its own shape (broadcasting the others)
+_KEEPS_LAYOUT = frozenset({"Identity", "Cast", "Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Gelu", "Erf",
+                           "Softmax", "LogSoftmax", "Neg", "Exp", "Log", "Sqrt", "Pow", "Clip", "Where"})
+_CARRY_DEPTH = 16
+
+
+def _carried_names(mg: ModelGraph, ref: TensorRef, axes: InputAxes, names: list, depth: int = 0) -> list:
+    """`names` of `ref` (read from its sizes at their positions) as the axes it was made from
+    name them, for an export whose input sizes are numbers: through a Transpose, each axis
+    where its permutation takes it; through a Reshape that keeps the leading sizes, those axes;
+    through an operator that keeps an input's layout (a bias added, an activation), that
+    input's. A MUDD controller's (way, batch, token, source) weights, permuted from a (batch,
+    token, way, source) projection, have no batch at their first position; with one way, their
+    way axis has the batch's size there. Any name the walk leaves unset keeps the one its
+    position gives, where no other axis took it."""
+    found = _from_producer(mg, ref, axes, depth)
+    if found is None or (BATCH not in found and TOKEN not in found):
+        return names
+    return [f if f is not None else (n if n not in found else None) for f, n in zip(found, names)]
+
+
+def _from_producer(mg: ModelGraph, ref: TensorRef, axes: InputAxes, depth: int) -> list | None:
+    info = mg.tensors.get(ref)
+    node = mg.producer(ref)
+    if depth > _CARRY_DEPTH or info is None or not info.shape or node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    shape, op = info.shape, node.op_type
+    source = node.inputs[0] if node.inputs else None
+    if op in ("Transpose", "Reshape") and source is not None and (src := mg.tensors.get(source)) and src.shape:
+        inner = _carried_names(mg, source, axes, axes.names(src.shape, None if source.scope else source.name),
+                               depth + 1)
+        if op == "Transpose":
+            perm = next((list(a.ints) for a in node.proto.attribute if a.name == "perm"), None)
+            perm = perm or list(reversed(range(len(src.shape))))
+            return [inner[p] for p in perm] if len(perm) == len(shape) == len(inner) else None
+        kept = 0  # a Reshape keeps the names of the leading sizes it leaves alone
+        while kept < min(len(shape), len(src.shape)) and shape[kept] == src.shape[kept]:
+            kept += 1
+        return inner[:kept] + [None] * (len(shape) - kept)
+    if op in _KEEPS_LAYOUT:
+        same = next((r for r in node.inputs if r is not None and (i := mg.tensors.get(r)) and i.shape == shape), None)
+        if same is not None:
+            return _carried_names(mg, same, axes, axes.names(shape, None if same.scope else same.name), depth + 1)
+    return None
 
 
 def batch_major(mg: ModelGraph, ref: TensorRef, axes: InputAxes, limit: int = 32) -> bool:
