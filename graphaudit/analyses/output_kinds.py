@@ -19,7 +19,6 @@ indexing every node and declared type of the proto again (38 ms at 18,000 nodes)
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -27,9 +26,8 @@ from typing import TypeVar
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from graphaudit.analyses.written_out import SAME, Constant, Producers, origin, written_out, written_out_norm
+from graphaudit.analyses.written_out import Constant, InProtos, Producers, origin, written_out, written_out_norm
 from graphaudit.errors import UsageError
 from graphaudit.graph.model import ModelGraph, TensorInfo, TensorRef
 
@@ -61,8 +59,6 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 # How far from 1 a row of probabilities may sum (from 0, a row's log-sum-exp of log-probabilities)
 # and still be one distribution: float16's rounding over a few thousand classes stays within it.
 SUM_TOLERANCE = 1e-2
-# The most values a constant read for a written-out normalisation holds (its axes, a 1 or a -1).
-_SMALL = 64
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ def read_outputs(model: onnx.ModelProto, given: Mapping[str, str] | None = None,
         producers = Producers(graph_model)
         ranks = _MainValues(graph_model, lambda info: None if info.shape is None else len(info.shape))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    constants = _Constants(graph)
+    constants = InProtos(graph)
     readings = {o.name: _read(o.name, producers, ranks, opset, constants) for o in graph.output}
     for name, kind in (given or {}).items():
         if name not in readings:
@@ -164,7 +160,7 @@ def _values(reading: OutputKind, why: str) -> OutputKind:
 
 
 def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[str, int], opset: int,
-          constants: _Constants, depth: int = 0, carried: str | None = None) -> OutputKind:
+          constants: InProtos, depth: int = 0, carried: str | None = None) -> OutputKind:
     """What graph output `output` holds, from the operators behind it (`producers`: the node that
     makes each value, a body's own over those of the graphs around it; `carried`: in a Loop's
     body, the state whose update is read, which each step writes over in part)."""
@@ -244,7 +240,7 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
 
 
 def _read_parts(output: str, node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
-               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str,
+               ranks: Mapping[str, int], opset: int, constants: InProtos, depth: int, behind: str,
                carried: str | None = None) -> OutputKind:
     """What the Concat or scatter `node` makes: what its parts hold where they agree; values where
     they do not (a detector's boxes beside its Sigmoid scores is no distribution, nor logits).
@@ -282,7 +278,7 @@ def _joins_before_last(node: onnx.NodeProto, ranks: Mapping[str, int]) -> bool:
 
 
 def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
-                   ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int,
+                   ranks: Mapping[str, int], opset: int, constants: InProtos, depth: int,
                    behind: str) -> OutputKind:
     """What output `index` of the If `node` holds: what each branch gives back there, when the
     branches agree (a model whose cheap branch passes on the same Sigmoid its costly one makes)."""
@@ -304,7 +300,7 @@ def _read_branches(output: str, node: onnx.NodeProto, index: int, producers: Map
 
 
 def _read_loop(output: str, node: onnx.NodeProto, index: int, producers: Mapping[str, onnx.NodeProto],
-               ranks: Mapping[str, int], opset: int, constants: _Constants, depth: int, behind: str) -> OutputKind:
+               ranks: Mapping[str, int], opset: int, constants: InProtos, depth: int, behind: str) -> OutputKind:
     """What output `index` of the Loop `node` holds: what its body gives back there, a step's
     value of a scan output (stacked over the steps on a new first axis) or the last update of a
     state (a decoder's buffer of boxes, written a step at a time), read in the body."""
@@ -386,61 +382,6 @@ class _MainValues(Mapping[str, _V]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-
-class _Constants:
-    """Small constant values by name, for the normalisations written out (`written_out`): a Constant
-    node's, found among the producers of the graph or body read, else a main-graph initializer's.
-    The initializers are listed on the first look (a written-out normalisation is rare)."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.graph = graph
-        self._initializers: dict[str, onnx.TensorProto] | None = None
-
-    def reader(self, producers: Mapping[str, onnx.NodeProto]) -> Constant:
-        return lambda name: self.value(name, producers)
-
-    def fixed(self, producers: Mapping[str, onnx.NodeProto]) -> Callable[[str], bool]:
-        """Whether a value is a weight: a Constant's output or a main-graph initializer, of any
-        size, or one cast, reshaped or flattened (ONNX's LayerNormalization body flattens its scale)."""
-        def weight(name: str) -> bool:
-            name = origin(name, producers, _RESHAPED)
-            node = producers.get(name)
-            if node is not None:
-                return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-            return name in self._listed()
-        return weight
-
-    def _listed(self) -> dict[str, onnx.TensorProto]:
-        if self._initializers is None:
-            self._initializers = {t.name: t for t in self.graph.initializer}
-        return self._initializers
-
-    def value(self, name: str, producers: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
-        """The values of the constant `name`, behind any Identity or Cast (the values it was
-        given: what the recogniser compares, a 1, a 2, an epsilon, is kept by a float cast)."""
-        name = origin(name, producers)
-        node = producers.get(name)
-        if node is not None:
-            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
-                return None
-            found = onnx.helper.get_attribute_value(node.attribute[0])
-            if isinstance(found, onnx.TensorProto):
-                return _small(found)
-            return np.asarray(found) if isinstance(found, (int, float, list)) else None
-        tensor = self._listed().get(name)
-        return None if tensor is None else _small(tensor)
-
-
-# A weight cast, reshaped or flattened is still a weight.
-_RESHAPED = SAME | {"Reshape", "Flatten", "Unsqueeze", "Squeeze"}
-
-
-def _small(tensor: onnx.TensorProto) -> np.ndarray | None:
-    """The values of a tensor of a few numbers held in the file (axes, a 1, a -1); None for any other."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL or math.prod(tensor.dims) > _SMALL:
-        return None
-    return numpy_helper.to_array(tensor)
 
 
 def _declared_ranks(graph: onnx.GraphProto) -> dict[str, int]:

@@ -25,15 +25,21 @@ Between an Exp and what reads it only Identity and float Casts may stand (the sa
 the same places); the sums may be reshaped, unsqueezed or expanded to be broadcast back (as
 jax2tf writes them, reduced without their axis). The first batch still checks the reading
 (`output_kinds.confirmed`): values that do not sum to 1 over the last axis are values.
+
+The constants a recogniser compares (a 1, an epsilon, the axes) are read from a graph model
+(`InGraph`, for detection) or from the protos (`InProtos`, for the output kinds, which also
+read models without a graph model).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 
@@ -47,6 +53,8 @@ _FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 COMPLETING = frozenset({"Div", "Mul", "Reciprocal", "Sub"})
 
 Constant = Callable[[str], "np.ndarray | None"]
+# The most values a constant read for a written-out normalisation holds (its axes, a 1 or a -1).
+_SMALL = 64
 _NAMES = {"Softmax": "a softmax", "LogSoftmax": "a log-softmax", "Sigmoid": "a sigmoid",
           "LayerNormalization": "a layer norm", "RMSNormalization": "an RMS norm"}
 
@@ -115,6 +123,62 @@ class Producers(Mapping[str, onnx.NodeProto]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class InProtos:
+    """Small constant values by name, for the normalisations written out, read from a model's
+    protos (as `InGraph` reads them from a graph model): a Constant node's, found among the
+    producers of the graph or body read, else a main-graph initializer's. The initializers are
+    listed on the first look (a written-out normalisation is rare)."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.graph = graph
+        self._initializers: dict[str, onnx.TensorProto] | None = None
+
+    def reader(self, producers: Mapping[str, onnx.NodeProto]) -> Constant:
+        return lambda name: self.value(name, producers)
+
+    def fixed(self, producers: Mapping[str, onnx.NodeProto]) -> Callable[[str], bool]:
+        """Whether a value is a weight: a Constant's output or a main-graph initializer, of any
+        size, or one cast, reshaped or flattened (ONNX's LayerNormalization body flattens its scale)."""
+        def weight(name: str) -> bool:
+            name = origin(name, producers, _RESHAPED)
+            node = producers.get(name)
+            if node is not None:
+                return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+            return name in self._listed()
+        return weight
+
+    def _listed(self) -> dict[str, onnx.TensorProto]:
+        if self._initializers is None:
+            self._initializers = {t.name: t for t in self.graph.initializer}
+        return self._initializers
+
+    def value(self, name: str, producers: Mapping[str, onnx.NodeProto]) -> np.ndarray | None:
+        """The values of the constant `name`, behind any Identity or Cast (the values it was
+        given: what the recogniser compares, a 1, a 2, an epsilon, is kept by a float cast)."""
+        name = origin(name, producers)
+        node = producers.get(name)
+        if node is not None:
+            if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+                return None
+            found = onnx.helper.get_attribute_value(node.attribute[0])
+            if isinstance(found, onnx.TensorProto):
+                return _small(found)
+            return np.asarray(found) if isinstance(found, (int, float, list)) else None
+        tensor = self._listed().get(name)
+        return None if tensor is None else _small(tensor)
+
+
+# A weight cast, reshaped or flattened is still a weight.
+_RESHAPED = SAME | {"Reshape", "Flatten", "Unsqueeze", "Squeeze"}
+
+
+def _small(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """The values of a tensor of a few numbers held in the file (axes, a 1, a -1); None for any other."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or math.prod(tensor.dims) > _SMALL:
+        return None
+    return numpy_helper.to_array(tensor)
 
 
 def written_out(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
