@@ -25,19 +25,11 @@ import onnx
 
 from graphaudit.analyses.axes import NORMALISATIONS, InputAxes, axes_of, batch_major
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.coefficient_reach import (
-    DECIDING,
-    GATING,
-    PLUMBING,
-    block_index,
-    layer_of,
-    reached_consumers,
-    routes,
-)
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, PLUMBING, reached_consumers, routes
 from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient, declared_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
-from graphaudit.analyses.depth import by_depth, named_layers
+from graphaudit.analyses.depth import detected_layer, with_layers
 from graphaudit.analyses.named_coefficients import user_coefficients
 from graphaudit.analyses.written_out import COMPLETING, InGraph
 from graphaudit.errors import GraphAuditError
@@ -128,7 +120,7 @@ def detect_coefficients(
         confidence = _exit_confidence(mg, out, axes) if squash == "Softmax" else None
         if confidence is not None:  # an early exit's: its reduction per token is the coefficient
             ref, named = confidence
-            layer = _layer(mg, ref, blocks, order["exit"], placed)
+            layer = detected_layer(mg, ref, blocks, order["exit"], placed)
             order["exit"] += 1
             found.append(Coefficient(ref.name, "exit", layer, named, source="detected"))
             continue
@@ -152,34 +144,10 @@ def detect_coefficients(
             found += [Coefficient(ref.name, family, layer, kept, source="detected") for ref, kept, layer in columns]
             placed.update(ref.name for ref, _, _ in columns)
             continue
-        layer = _layer(mg, out, blocks, order[family], placed)
+        layer = detected_layer(mg, out, blocks, order[family], placed)
         order[family] += 1
         found.append(Coefficient(out.name, family, layer, named, source="detected"))
-    # with no layer names, a layer is a place along the depth (a CNN's gates, mostly in no block)
-    if not named_layers(blocks):
-        return by_depth(mg, found)
-    # A family that no block serves keeps the numbers its names end in (`exit.1`, `exit.2`) where
-    # they tell its coefficients apart. Where they do not, they number values, not layers (the
-    # `0` of Paddle's `hardsigmoid_2.tmp_0` and `hardsigmoid_3.tmp_0`, SE gates ahead of a decoder
-    # whose Loop is the only block), and its layers are its places along the depth.
-    families: dict[str, list[Coefficient]] = {}
-    for c in found:
-        families.setdefault(c.family, []).append(c)
-    alike = [c for cs in families.values()
-             if placed.isdisjoint(x.tensor for x in cs) and len({x.layer for x in cs}) < len(cs) for c in cs]
-    if not alike:  # the usual case: by_depth walks every node
-        return tuple(found)
-    ranked = {c.tensor: c for c in by_depth(mg, alike)}
-    return tuple(ranked.get(c.tensor, c) for c in found)
-
-
-def _layer(mg: ModelGraph, ref: TensorRef, blocks: BlockMap | None, fallback: int, placed: set[str]) -> int:
-    """`layer_of` the coefficient `ref`, added to `placed` where a block gives its layer."""
-    index = block_index(mg, ref, blocks)
-    if index is None:
-        return layer_of(mg, ref, ref.name, None, fallback)
-    placed.add(ref.name)
-    return index
+    return with_layers(mg, found, blocks, placed)
 
 
 # Weights normalised over the tokens (Soft MoE's dispatch: each slot a mix of the tokens), a

@@ -1,4 +1,5 @@
-"""A detected coefficient's layer where no layer names tell it: its place along the network's depth.
+"""A detected coefficient's layer: the block it serves (`detected_layer`), else, where no layer names tell it,
+its place along the network's depth (`with_layers`).
 
 Blocks found by names (a transformer's `layers.3`, a timm CNN's `blocks.3`) say which layer a
 coefficient serves. Blocks cut from structure do not, in a CNN: its residual Adds come in short
@@ -19,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.coefficient_reach import DECIDING, GATING, reached_consumers, routes
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, block_index, layer_of, reached_consumers, routes
 from graphaudit.analyses.declared_coefficients import Coefficient
-from graphaudit.graph.model import ModelGraph
+from graphaudit.graph.model import ModelGraph, TensorRef
 
 # The operators that apply a layer of learned weights: each adds one to the depth of what follows it.
 LAYER_OPS = frozenset({
@@ -72,3 +73,34 @@ def _node_depths(mg: ModelGraph) -> dict[str, int]:
         own = (("" if node.domain in ("", "ai.onnx") else node.domain), node.op_type) in LAYER_OPS
         depths[node.id] = max(before, default=0) + own
     return depths
+
+
+def detected_layer(mg: ModelGraph, ref: TensorRef, blocks: BlockMap | None, fallback: int, placed: set[str]) -> int:
+    """`layer_of` the detected coefficient `ref`, added to `placed` where a block gives its layer."""
+    index = block_index(mg, ref, blocks)
+    if index is None:
+        return layer_of(mg, ref, ref.name, None, fallback)
+    placed.add(ref.name)
+    return index
+
+
+def with_layers(mg: ModelGraph, found: Sequence[Coefficient], blocks: BlockMap | None,
+                placed: set[str]) -> tuple[Coefficient, ...]:
+    """`found`, detected, with the layers they keep (`detected_layer`; `placed`: those a block
+    gave) or take from depth: every one where no block names a layer (a CNN's gates, mostly in
+    no block); else each of a family that no block serves whose names number no layers."""
+    if not named_layers(blocks):
+        return by_depth(mg, found)
+    # A family that no block serves keeps the numbers its names end in (`exit.1`, `exit.2`) where
+    # they tell its coefficients apart. Where they do not, they number values, not layers (the
+    # `0` of Paddle's `hardsigmoid_2.tmp_0` and `hardsigmoid_3.tmp_0`, SE gates ahead of a decoder
+    # whose Loop is the only block), and its layers are its places along the depth.
+    families: dict[str, list[Coefficient]] = {}
+    for c in found:
+        families.setdefault(c.family, []).append(c)
+    alike = [c for cs in families.values()
+             if placed.isdisjoint(x.tensor for x in cs) and len({x.layer for x in cs}) < len(cs) for c in cs]
+    if not alike:  # the usual case: by_depth walks every node
+        return tuple(found)
+    ranked = {c.tensor: c for c in by_depth(mg, alike)}
+    return tuple(ranked.get(c.tensor, c) for c in found)
