@@ -83,7 +83,7 @@ def main():
     if not py.exists():
         sh([sys.executable, "-m", "venv", str(venv)])
     # the packages with their dependencies (silero-vad without them: it pulls torch, and
-    # only its model file is used; its OnnxWrapper's preprocessing is written out in make_inputs)
+    # only its model file is used; its OnnxWrapper's preprocessing is written out in speech_inputs)
     sh([str(py), "-m", "pip", "install", "-q", *sorted(p for p in pins if not p.startswith("silero-vad")), *EXTRA])
     sh([str(py), str(HERE / "make_inputs.py"), str(corpus), *keys])
 

@@ -24,6 +24,8 @@ Per model:
                  its own, so that its replay runs and its outputs are scored on their true scale
 """
 
+N_CALIB, N_DATA = 8, 8  # calibration and evaluation examples per model, disjoint
+
 MODELS = {
     "ocr_det": {
         "package": "rapidocr-onnxruntime", "version": "1.4.4",
