@@ -238,7 +238,7 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
 # MUDD's view (batch, token, way·source) → permute (way, batch, token, source), plus its bias.
 _REARRANGING = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast"})
 _AFFINE = frozenset({"Add", "Sub", "Mul"})
-_PROJECTING = frozenset({"MatMul", "Gemm"})
+_PROJECTING = frozenset({"MatMul", "Gemm", "MatMulInteger"})  # the last, dynamically quantized: see `_dequantized`
 
 
 def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | None) -> TensorRef | None:
@@ -255,6 +255,8 @@ def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | Non
     width = _width(mg, ref) if ref is not None else None
     if ref is None or width is None or width >= hidden or not _linear_router(mg, node, dm):
         return None
+    if node.op_type == "MatMulInteger" and (ref := _dequantized(mg, node, dm)) is None:
+        return None
     for _ in range(8):  # a Shape or Size reads no values (einops' rearrange reads x.shape first)
         readers = [r for r in mg.consumers(ref) if r.op_type not in ("Shape", "Size") or r.domain]
         if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
@@ -267,6 +269,34 @@ def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | Non
             break
         ref = after
     return ref
+
+
+def _dequantized(mg: ModelGraph, node: Node, dm: DependenceMap) -> TensorRef | None:
+    """The float result of the dynamically quantized projection `node` (ONNX Runtime's
+    `quantize_dynamic`: DynamicQuantizeLinear of the input, MatMulInteger, Cast to float, Mul by
+    the input's scale times the weight's), or None where it is not written so. The input's
+    scale is a value, but the quantization's own: the projection's, not a second input mixed in."""
+    source = mg.producer(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
+    if source is None or source.op_type != "DynamicQuantizeLinear" or source.domain or len(source.outputs) < 2:
+        return None
+    scale, ref = source.outputs[1], node.outputs[0]
+    for _ in range(4):
+        readers = mg.consumers(ref) if ref is not None else []
+        if len(readers) != 1 or readers[0].domain or not readers[0].outputs:
+            return None
+        reader = readers[0]
+        if reader.op_type == "Cast":
+            ref = reader.outputs[0]
+            continue
+        if reader.op_type != "Mul" or len(reader.inputs) != 2:
+            return None
+        other = reader.inputs[1] if reader.inputs[0] == ref else reader.inputs[0]
+        made = mg.producer(other) if other is not None and other != scale else None
+        if other == scale or (made is not None and made.op_type == "Mul" and scale in made.inputs
+                              and all(r == scale or dm.value(r) != VALUE for r in made.inputs)):
+            return reader.outputs[0]
+        return None
+    return None
 
 
 def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
