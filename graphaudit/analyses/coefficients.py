@@ -30,6 +30,7 @@ from graphaudit.analyses.columns import block_columns
 from graphaudit.analyses.declared_coefficients import METADATA_KEY, Coefficient, declared_coefficients
 from graphaudit.analyses.dependence import VALUE, DependenceMap, analyse_dependence
 from graphaudit.analyses.depth import detected_layer, with_layers
+from graphaudit.analyses.linear_mixes import PROJECTING, last_width, linear_mix, linear_router
 from graphaudit.analyses.named_coefficients import user_coefficients
 from graphaudit.analyses.written_out import COMPLETING, InGraph
 from graphaudit.errors import GraphAuditError
@@ -107,7 +108,7 @@ def detect_coefficients(
             family = SQUASHING[spelled.op]
         if family is None and node.id in routers:
             family = "router"
-        if family is None and node.op_type in _PROJECTING and (end := _linear_mix(mg, node, dm, hidden)) is not None:
+        if family is None and node.op_type in PROJECTING and (end := linear_mix(mg, node, dm, hidden)) is not None:
             # the coefficient: where the projection's chain ends
             producer = mg.producer(end)
             assert producer is not None  # a node's output, which build_graph records with its producer
@@ -222,7 +223,7 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
             if node is None or node.domain:
                 break
             if node.op_type in ("MatMul", "Gemm"):
-                if _linear_router(mg, node, dm):
+                if linear_router(mg, node, dm):
                     found.add(node.id)
                 break
             # up through what carries the scores: of a bias Add (TorchScript writes Add(bias, x)),
@@ -232,82 +233,6 @@ def _raw_routers(mg: ModelGraph, dm: DependenceMap) -> set[str]:
                 break
             ref = onward[0]
     return found
-
-
-# What a projection's output may pass through and still be the same coefficients, rearranged:
-# MUDD's view (batch, token, way·source) → permute (way, batch, token, source), plus its bias.
-_REARRANGING = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Cast"})
-_AFFINE = frozenset({"Add", "Sub", "Mul"})
-_PROJECTING = frozenset({"MatMul", "Gemm", "MatMulInteger"})  # the last, dynamically quantized: see `_dequantized`
-
-
-def _linear_mix(mg: ModelGraph, node: Node, dm: DependenceMap, hidden: int | None) -> TensorRef | None:
-    """Unsquashed mixing weights (MUDD's dynamic dense connections: Linear → GELU → Linear of
-    the hidden state, rearranged, plus a learned static bias, weighting every earlier layer's
-    output): where `node` projects the input's values by a constant weight into fewer features
-    than it reads and than the hidden state, the tensor its chain ends in — through rearranging
-    ops and an Add / Sub / Mul with a constant, while each tensor has one reader of its values.
-    Whether that tensor weights a hidden-state tensor is `_use`'s to tell. Only with a hidden
-    width to compare with (a token axis): a CNN's narrow Gemm is its classifier."""
-    if hidden is None or node.op_type not in _PROJECTING or node.domain or not node.outputs:
-        return None
-    ref = node.outputs[0]
-    width = _width(mg, ref) if ref is not None else None
-    if ref is None or width is None or width >= hidden or not _linear_router(mg, node, dm):
-        return None
-    if node.op_type == "MatMulInteger" and (ref := _dequantized(mg, node, dm)) is None:
-        return None
-    for _ in range(8):  # a Shape or Size reads no values (einops' rearrange reads x.shape first)
-        readers = [r for r in mg.consumers(ref) if r.op_type not in ("Shape", "Size") or r.domain]
-        if len(readers) != 1 or readers[0].domain or not readers[0].outputs or readers[0].outputs[0] is None:
-            break
-        reader, after = readers[0], readers[0].outputs[0]
-        if reader.op_type in _AFFINE:
-            if any(r is not None and r != ref and dm.value(r) == VALUE for r in reader.inputs):
-                break
-        elif reader.op_type not in _REARRANGING:
-            break
-        ref = after
-    return ref
-
-
-def _dequantized(mg: ModelGraph, node: Node, dm: DependenceMap) -> TensorRef | None:
-    """The float result of the dynamically quantized projection `node` (ONNX Runtime's
-    `quantize_dynamic`: DynamicQuantizeLinear of the input, MatMulInteger, Cast to float, Mul by
-    the input's scale times the weight's), or None where it is not written so. The input's
-    scale is a value, but the quantization's own: the projection's, not a second input mixed in."""
-    source = mg.producer(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
-    if source is None or source.op_type != "DynamicQuantizeLinear" or source.domain or len(source.outputs) < 2:
-        return None
-    scale, ref = source.outputs[1], node.outputs[0]
-    for _ in range(4):
-        readers = mg.consumers(ref) if ref is not None else []
-        if len(readers) != 1 or readers[0].domain or not readers[0].outputs:
-            return None
-        reader = readers[0]
-        if reader.op_type == "Cast":
-            ref = reader.outputs[0]
-            continue
-        if reader.op_type != "Mul" or len(reader.inputs) != 2:
-            return None
-        other = reader.inputs[1] if reader.inputs[0] == ref else reader.inputs[0]
-        made = mg.producer(other) if other is not None and other != scale else None
-        if other == scale or (made is not None and made.op_type == "Mul" and scale in made.inputs
-                              and all(r == scale or dm.value(r) != VALUE for r in made.inputs)):
-            return reader.outputs[0]
-        return None
-    return None
-
-
-def _linear_router(mg: ModelGraph, node: Node, dm: DependenceMap) -> bool:
-    # (a missing first input is no value: dm.value(None) is CONST)
-    if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None or not node.outputs \
-            or node.outputs[0] is None:
-        return False
-    if dm.value(node.inputs[0]) != VALUE or dm.value(node.inputs[1]) == VALUE:
-        return False
-    width, features = _width(mg, node.inputs[0]), _width(mg, node.outputs[0])
-    return width is not None and features is not None and features < width
 
 
 def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm: DependenceMap,
@@ -333,7 +258,7 @@ def _use(mg: ModelGraph, producer: Node, ref: TensorRef, hidden: int | None, dm:
             return "gate"  # it decides whether a branch runs (SkipNet's If) or how often a body does
         if consumer.op_type in GATING:
             others = [r for r in consumer.inputs if r is not None and r != current and r not in sources
-                      and (_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r, axes))
+                      and (last_width(mg, r) == hidden if hidden is not None else _scales(mg, current, r, axes))
                       and dm.value(r) == VALUE
                       and not (producer.op_type == "Tanh" and _squashed_by(mg, r) in GATE_SQUASHING)]
             if others:
@@ -372,7 +297,7 @@ def _mixes_weights(mg: ModelGraph, mix: Node, ref: TensorRef, dm: DependenceMap)
     a MatMul / Conv whose other operand is computed from the input. A squashed activation fed to
     an ordinary linear layer (a classifier's) meets a weight as wide as itself and makes an
     activation, not weights."""
-    k = _width(mg, ref)
+    k = last_width(mg, ref)
     stack = next((r for r in mix.inputs if r is not None and r != ref), None)
     info = mg.tensors.get(stack) if stack is not None else None
     if not k or info is None or info.shape is None or len(info.shape) != 2 or dm.value(stack) == VALUE:
@@ -435,11 +360,6 @@ def _unsized(dim) -> bool:
 
 def _first_is_batch(shape, ref: TensorRef, axes: InputAxes) -> bool:
     return axes.names(shape, None if ref.scope else ref.name)[:1] == [BATCH]
-
-
-def _width(mg: ModelGraph, ref: TensorRef) -> int | None:
-    info = mg.tensors.get(ref)
-    return info.shape[-1] if info and info.shape and isinstance(info.shape[-1], int) else None
 
 
 def _hidden_width(mg: ModelGraph, axes: InputAxes) -> int | None:
