@@ -75,9 +75,6 @@ class BlockMap:
         every block, or blocks cut from structure, which places every node alike)."""
         return self.placed.get(node_id)
 
-    def by_index(self, index: int) -> Block | None:
-        return next((b for b in self.blocks if b.index == index), None)
-
 
 def blocks_text(n: int) -> str:
     return counted(n, "block")

@@ -167,7 +167,10 @@ def layer_of(mg: ModelGraph, ref: TensorRef | None, name: str, blocks: BlockMap 
     `blocks.1` and `blocks.2`, lands in `blocks.1` by its neighbours and serves `blocks.2`.
     """
     index = block_index(mg, ref, blocks)
-    if index is not None:
-        return index
-    m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))  # not the output number exporters append
+    return index if index is not None else named_layer(name, fallback)
+
+
+def named_layer(name: str, fallback: int) -> int:
+    """The number `name` ends in (not the output number exporters append), else `fallback`."""
+    m = re.search(r"(\d+)$", re.sub(r"_output_\d+$", "", name))
     return int(m.group(1)) if m else fallback

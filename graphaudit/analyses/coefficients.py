@@ -85,9 +85,9 @@ def detect_coefficients(
     """Return the tensors that look like a controller's output (docs/design.md), marked detected:
     in the main graph only, as one inside an If or Loop body could not be frozen. Their layer:
     the block they serve where `blocks` name the layers, else their place along the depth
-    (`analyses.depth`; so too in a family no block serves whose names number no layers). A sigmoid or softmax written out in
-    elementary operators squashes as the operator does (`analyses.written_out`; `model`: where the
-    constants it compares are read)."""
+    (`analyses.depth`; so too in a family no block serves whose names number no layers). A
+    sigmoid or softmax written out in elementary operators squashes as the operator does
+    (`analyses.written_out`; `model`: where the constants it compares are read)."""
     dm = dependence or analyse_dependence(mg)
     axes = axes or InputAxes.of(mg)
     hidden = _hidden_width(mg, axes)

@@ -41,13 +41,12 @@ from onnx import helper
 
 from graphaudit.analyses.dependence import VALUE, DependenceMap
 from graphaudit.analyses.dispatch import dispatch_operands
-from graphaudit.analyses.loop_trips import Trips, Value
+from graphaudit.analyses.loop_trips import SAME_VALUE, Trips, Value
 from graphaudit.graph.model import ModelGraph, Node, TensorRef
 from graphaudit.load import external_data
 from graphaudit.load.inference import INFER_WEIGHTS_OVER, infer_at
 
 _PREFIX = "graphaudit__"
-_SAME_VALUE = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})  # of one element
 _LAYOUT = frozenset({"Identity", "Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Transpose"})
 _PRODUCT = frozenset({"Mul", "And", "Min"})  # a slot mask times another mask keeps its slot axis
 _KEY_DEPTH = 32
@@ -409,7 +408,7 @@ class _Builder:
         and every value computed from the same inputs by the same operators (k computed again)."""
         root = size
         while (producer := self.mg.producer(root)) is not None and producer.domain in ("", "ai.onnx") \
-                and producer.op_type in _SAME_VALUE and producer.inputs and producer.inputs[0] is not None \
+                and producer.op_type in SAME_VALUE and producer.inputs and producer.inputs[0] is not None \
                 and self.computed(producer.inputs[0]) and self.one_int64(producer.inputs[0]):
             root = producer.inputs[0]
         key = self.key(root)

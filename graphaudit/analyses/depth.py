@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from graphaudit.analyses.blockmap import BlockMap
-from graphaudit.analyses.coefficient_reach import DECIDING, GATING, block_index, layer_of, reached_consumers, routes
+from graphaudit.analyses.coefficient_reach import DECIDING, GATING, block_index, named_layer, reached_consumers, routes
 from graphaudit.analyses.declared_coefficients import Coefficient
 from graphaudit.graph.model import ModelGraph, TensorRef
 
@@ -79,7 +79,7 @@ def detected_layer(mg: ModelGraph, ref: TensorRef, blocks: BlockMap | None, fall
     """`layer_of` the detected coefficient `ref`, added to `placed` where a block gives its layer."""
     index = block_index(mg, ref, blocks)
     if index is None:
-        return layer_of(mg, ref, ref.name, None, fallback)
+        return named_layer(ref.name, fallback)
     placed.add(ref.name)
     return index
 

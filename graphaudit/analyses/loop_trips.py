@@ -27,9 +27,9 @@ from onnx import numpy_helper
 from graphaudit.analyses.dependence import CONST, VALUE, DependenceMap
 from graphaudit.graph.model import Body, ModelGraph, Node, TensorRef
 
-# Operators that keep a single value's value (a Cast of a number to another number type too)
-_SAME_VALUE = frozenset({"Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Flatten"})
-# The operators of two values `_Loop._folded` computes from constants (besides `_SAME_VALUE` and Not)
+# Operators that keep the value of a tensor of one element (a Cast of a number to another number type too)
+SAME_VALUE = frozenset({"Identity", "Cast", "Squeeze", "Unsqueeze", "Reshape", "Flatten"})
+# The operators of two values `_Loop._folded` computes from constants (besides `SAME_VALUE` and Not)
 _BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Less": np.less, "LessOrEqual": np.less_equal,
     "Greater": np.greater, "GreaterOrEqual": np.greater_equal, "Equal": np.equal, "And": np.logical_and,
@@ -278,7 +278,7 @@ class _Loop:
         if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
             return None
         op = node.op_type
-        if op in _SAME_VALUE or op == "Not":
+        if op in SAME_VALUE or op == "Not":
             a = self._folded(node.inputs[0], depth + 1)
             if a is None or a.size != 1:
                 return None
@@ -302,7 +302,7 @@ class _Loop:
         node = self.mg.producer(ref)
         if node is None or node.domain not in ("", "ai.onnx") or not node.inputs:
             return None
-        if node.op_type in _SAME_VALUE:  # a counter is one value: reshaping keeps it
+        if node.op_type in SAME_VALUE:  # a counter is one value: reshaping keeps it
             return self._affine(node.inputs[0], depth + 1)
         if node.op_type in ("Add", "Sub") and len(node.inputs) == 2:
             a, b = node.inputs

@@ -166,6 +166,7 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
     body, the state whose update is read, which each step writes over in part)."""
     name, through, last_kept, rank_kept, mixed = output, [], True, True, False
     seen = set()
+    constant = constants.reader(producers)
     while name in producers and name not in seen:
         seen.add(name)
         node = producers[name]
@@ -181,7 +182,7 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             through.append(node.op_type)
             name = node.input[0]
             continue
-        if standard and (kept := _unchanged(node, constants.reader(producers))) is not None:
+        if standard and (kept := _unchanged(node, constant)) is not None:
             rank_kept = False  # the constant may broadcast the value to more axes
             through.append(node.op_type)
             name = kept
@@ -200,7 +201,7 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
         if standard and node.op_type == "Loop" and depth < MAX_BODY_DEPTH:
             return _read_loop(output, node, list(node.output).index(name), producers, ranks, opset, constants,
                               depth, behind)
-        spelled = written_out(node, producers, constants.reader(producers)) if standard else None
+        spelled = written_out(node, producers, constant) if standard else None
         if spelled is not None or (standard and node.op_type in NORMALISING):
             op = spelled.op if spelled is not None else node.op_type
             what = f"a {op}" if spelled is None else spelled.words()
@@ -228,7 +229,7 @@ def _read(output: str, producers: Mapping[str, onnx.NodeProto], ranks: Mapping[s
             last_axis = last_kept if last else (False if rank is not None or not last_kept else None)
             return OutputKind(output, kind, f"{what} over {over} at node {label}{behind}", label,
                               last_axis=last_axis)
-        norm = written_out_norm(node, producers, constants.reader(producers), constants.fixed(producers)) \
+        norm = written_out_norm(node, producers, constant, constants.fixed(producers)) \
             if standard and node.op_type not in FEATURES else None
         if node.op_type in FEATURES or norm is not None:
             what = f"a {node.op_type}" if norm is None else norm.words()

@@ -112,10 +112,11 @@ def static_flops(model: onnx.ModelProto, mg: ModelGraph, dm: DependenceMap, verd
     count = count_flops(mg, shapes)
     trips = trip_counts(mg, dm, value, resolver(mg, dims))
     known: dict[str, tuple[int, ...]] = {}
-    if at and (count.unknown_shape or capacity or any(n.op_type == "Loop" for n in mg.top_level())):
+    has_loop = any(n.op_type == "Loop" for n in mg.top_level())
+    if at and (count.unknown_shape or capacity or has_loop):
         first = variant(model, mg, dm, trips, resolver(mg, dims), value)
         known, probed = infer_variant(first, at)
-        if known and any(n.op_type == "Loop" for n in mg.top_level()):
+        if known and has_loop:
             # a loop's carried values whose shapes this round found: its body inferred at them
             again = variant(model, mg, dm, trips, resolver(mg, dims, known), value)
             if len(again.declared) > len(first.declared):
