@@ -38,6 +38,9 @@ AUDIT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
+import graphaudit
+if Path(sys.argv[1]).resolve() not in Path(graphaudit.__file__).resolve().parents:
+    raise SystemExit(f"expected graphaudit imported from {sys.argv[1]}, found {graphaudit.__file__}")
 from graphaudit.analyses.static import audit_static
 from graphaudit.load.model import load_model
 for _ in range(int(sys.argv[3])):
@@ -82,6 +85,9 @@ def main() -> None:
 
     from graphaudit.testing.synthetic import transformer_graph
     trees = [t.resolve() for t in args.tree or [ROOT]]
+    for tree in trees:  # else the installed graphaudit would be counted under the tree's name
+        if not (tree / "graphaudit" / "__init__.py").is_file():
+            raise SystemExit(f"expected a checkout of this repository at {tree}, found no graphaudit/__init__.py")
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         model = Path(tmp) / f"pythia_{args.layers}.onnx"
         save_with_weights(transformer_graph(layers=args.layers), model)
